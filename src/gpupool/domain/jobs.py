@@ -1,0 +1,189 @@
+"""Job specs (versioned JSON), statuses and reasons."""
+
+from __future__ import annotations
+
+import math
+import re
+from enum import StrEnum
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from gpupool.domain.units import parse_bytes
+
+SPEC_VERSION = 1
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+RESERVED_ENV = ("GPUPOOL_", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")
+MAX_PRIORITY = 1000
+
+
+class JobStatus(StrEnum):
+    PENDING = "pending"
+    STARTING = "starting"  # attempt recorded, runner being launched
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    LOST = "lost"  # its runner vanished without an exit record
+
+    @property
+    def is_final(self) -> bool:
+        return self in FINAL_STATUSES
+
+    @property
+    def holds_resources(self) -> bool:
+        return self in (JobStatus.STARTING, JobStatus.RUNNING)
+
+
+FINAL_STATUSES = frozenset(
+    {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.LOST}
+)
+
+
+class Role(StrEnum):
+    ADMIN = "admin"  # everything, every team
+    MEMBER = "member"  # sees and acts on the jobs of its teams
+    VIEWER = "viewer"  # sees the jobs of its teams
+
+
+def _byte_field(value: Any) -> int | None:
+    if value is None:
+        return None
+    return parse_bytes(value)
+
+
+ByteCount = Annotated[int | None, Field(default=None, ge=0)]
+
+
+class ResourceRequest(BaseModel):
+    """What one task asks for.
+
+    ``gpus``: a whole number of GPUs (1, 2, 8), or a fraction of one GPU (0.25, 0.5).
+    ``gpu_memory_bytes``: with a fraction or no ``gpus``, the GPU memory to reserve on one
+    shared GPU; with whole GPUs, the least memory each GPU must have.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    gpus: float = 0
+    gpu_memory_bytes: ByteCount = None
+    cpus: float = Field(default=1.0, gt=0, le=4096)
+    memory_bytes: ByteCount = None
+
+    @field_validator("gpu_memory_bytes", "memory_bytes", mode="before")
+    @classmethod
+    def _parse_bytes(cls, value: Any) -> int | None:
+        return _byte_field(value)
+
+    @field_validator("gpus", "cpus", mode="before")
+    @classmethod
+    def _finite(cls, value: Any) -> Any:
+        if isinstance(value, bool):
+            raise ValueError("must be a number")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError("must be a finite number")
+        return value
+
+    @field_validator("gpus")
+    @classmethod
+    def _gpu_count(cls, value: float) -> float:
+        if value < 0:
+            raise ValueError("gpus must be 0 or more: write --gpus 1, --gpus 2 or --gpus 0.5")
+        if value > 1 and value != int(value):
+            raise ValueError(
+                "a fraction of a GPU cannot be combined with more than one GPU: ask for a whole "
+                "number of GPUs (2, 4) or a fraction of one GPU (0.25, 0.5)"
+            )
+        if value > 1024:
+            raise ValueError("gpus must be at most 1024")
+        return value
+
+    @property
+    def whole_gpus(self) -> int:
+        return int(self.gpus) if self.gpus >= 1 else 0
+
+    @property
+    def is_fractional(self) -> bool:
+        """True when the task shares one GPU (a fraction, or GPU memory alone)."""
+        return (0 < self.gpus < 1) or (self.gpus == 0 and bool(self.gpu_memory_bytes))
+
+    @property
+    def uses_gpus(self) -> bool:
+        return self.gpus > 0 or bool(self.gpu_memory_bytes)
+
+
+class JobSpec(BaseModel):
+    """A job as its user submitted it; stored as versioned JSON."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    version: int = SPEC_VERSION
+    name: str | None = Field(default=None, max_length=200)
+    command: list[str] = Field(min_length=1, max_length=4096)
+    env: dict[str, str] = Field(default_factory=dict)
+    workdir: str | None = Field(default=None, max_length=4096)
+    resources: ResourceRequest = Field(default_factory=ResourceRequest)
+    team: str | None = Field(default=None, max_length=100)
+    priority: int = Field(default=0, ge=-MAX_PRIORITY, le=MAX_PRIORITY)
+
+    @field_validator("version")
+    @classmethod
+    def _known_version(cls, value: int) -> int:
+        if value != SPEC_VERSION:
+            raise ValueError(f"spec version {value} is not known; this server reads version 1")
+        return value
+
+    @field_validator("command")
+    @classmethod
+    def _command(cls, value: list[str]) -> list[str]:
+        if not value[0].strip():
+            raise ValueError("the command is empty: give the program to run, e.g. -- python x.py")
+        if any("\x00" in part for part in value):
+            raise ValueError("the command must not contain NUL characters")
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, text in value.items():
+            if not ENV_NAME.match(name):
+                raise ValueError(
+                    f"'{name}' is not a valid environment variable name: use letters, digits "
+                    "and _, not starting with a digit"
+                )
+            if name.startswith(RESERVED_ENV[0]) or name in RESERVED_ENV[1:]:
+                raise ValueError(f"'{name}' is set by gpupool and cannot be overridden")
+            if "\x00" in text:
+                raise ValueError(f"the value of '{name}' must not contain NUL characters")
+        if len(value) > 1000:
+            raise ValueError("at most 1000 environment variables")
+        return value
+
+    @model_validator(mode="after")
+    def _display_name(self) -> JobSpec:
+        if self.name is not None and not self.name.strip():
+            self.name = None
+        return self
+
+
+class Reason(StrEnum):
+    """Machine-readable reasons carried by pending jobs and events."""
+
+    SUBMITTED = "Submitted"
+    QUEUED = "Queued"
+    NO_NODES = "NoNodes"
+    INSUFFICIENT_GPUS = "InsufficientGpus"
+    INSUFFICIENT_GPU_MEMORY = "InsufficientGpuMemory"
+    INSUFFICIENT_CPU = "InsufficientCpu"
+    INSUFFICIENT_MEMORY = "InsufficientMemory"
+    WAITING_FOR_HIGHER_PRIORITY = "WaitingForHigherPriority"
+    NO_NODE_BIG_ENOUGH = "NoNodeBigEnough"
+    PLACED = "Placed"
+    STARTED = "Started"
+    LAUNCH_FAILED = "LaunchFailed"
+    EXITED = "Exited"
+    CANCEL_REQUESTED = "CancelRequested"
+    CANCELLED = "Cancelled"
+    LOST = "RunnerLost"
+    REQUEUED = "Requeued"
+    READOPTED = "Readopted"

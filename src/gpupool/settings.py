@@ -1,0 +1,51 @@
+"""One typed settings object, read from GPUPOOL_* environment variables and passed in."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_PORT = 8765
+
+
+def default_data_dir() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "gpupool"
+
+
+class Settings(BaseSettings):
+    """Server settings. Every path is derived from ``data_dir`` unless given."""
+
+    model_config = SettingsConfigDict(env_prefix="GPUPOOL_", extra="ignore")
+
+    data_dir: Path = Field(default_factory=default_data_dir)
+    database_url: str | None = None  # default: SQLite file in data_dir
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    node_name: str | None = None  # default: the host name
+    # Declared inventory, used where no NVIDIA driver answers: "4xA100-SXM4-80GB:80GiB".
+    declared_gpus: str | None = None
+    declared_cpus: int | None = None
+    declared_memory: str | None = None
+    sysfs_root: Path = Path("/sys")
+    use_nvml: bool = True
+    log_limit_bytes: int = 64 * 1024**2
+    stop_grace_seconds: float = 30.0
+    max_body_bytes: int = 1024**2
+    schedule_interval_seconds: float = 0.5  # the loop also wakes at once on every change
+    session_hours: float = 12.0
+
+    @property
+    def database(self) -> str:
+        return self.database_url or f"sqlite:///{self.data_dir / 'gpupool.db'}"
+
+    @property
+    def jobs_dir(self) -> Path:
+        return self.data_dir / "jobs"
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.database.startswith("sqlite")
