@@ -1,0 +1,3 @@
+from gpupool.main import main
+
+main()

@@ -1,0 +1,55 @@
+"""The FastAPI application: REST API under /api/v1 and the web UI, on one port."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import APIRouter, FastAPI
+
+import gpupool
+from gpupool.api import errors
+from gpupool.api.limits import BodyLimit
+from gpupool.api.routers import admin, jobs, nodes, session
+from gpupool.services.platform import Platform
+
+API_PREFIX = "/api/v1"
+
+
+def create_app(platform: Platform, start_loop: bool = True) -> FastAPI:
+    """Build the app around an opened platform; the lifespan runs its control loop."""
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        if start_loop:
+            platform.loop.start()
+        try:
+            yield
+        finally:
+            platform.loop.stop()
+
+    app = FastAPI(
+        title="gpupool",
+        version=gpupool.__version__,
+        lifespan=lifespan,
+        openapi_url=f"{API_PREFIX}/openapi.json",
+        docs_url=f"{API_PREFIX}/docs",
+        redoc_url=None,
+    )
+    app.state.platform = platform
+    errors.install(app)
+    api = APIRouter(prefix=API_PREFIX)
+    for module in (session, jobs, nodes, admin):
+        api.include_router(module.router)
+    app.include_router(api)
+    _mount_ui(app)
+    app.add_middleware(BodyLimit, max_bytes=platform.settings.max_body_bytes)
+    return app
+
+
+def _mount_ui(app: FastAPI) -> None:
+    try:
+        from gpupool.api import ui
+    except ImportError:  # the web UI module is optional while it is being built
+        return
+    ui.mount(app)

@@ -1,0 +1,147 @@
+"""Jobs: submit, list, show, cancel, events, logs (JSON chunks and a live event stream)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request, status
+from fastapi.responses import StreamingResponse
+from starlette.concurrency import run_in_threadpool
+
+from gpupool.api.deps import Platform, PlatformDep, PrincipalDep
+from gpupool.api.schemas import AttemptOut, EventOut, JobDetailOut, JobOut, LogChunk
+from gpupool.domain.jobs import JobSpec, JobStatus
+from gpupool.services import jobs, logs, nodes
+from gpupool.services.access import Principal
+
+router = APIRouter(prefix="/jobs", tags=["jobs"])
+STREAM_TICK = 0.25
+
+
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=JobOut)
+def submit(spec: JobSpec, ctx: PlatformDep, who: PrincipalDep) -> JobOut:
+    with ctx.db.session() as session:
+        job = jobs.submit(session, who, spec, nodes.capacities(session), ctx.clock.now())
+        out = JobOut.of(job)
+    ctx.loop.wake()
+    return out
+
+
+@router.get("", response_model=list[JobOut])
+def list_jobs(
+    ctx: PlatformDep,
+    who: PrincipalDep,
+    status: Annotated[list[JobStatus] | None, Query()] = None,
+    team: Annotated[str | None, Query(max_length=100)] = None,
+    user: Annotated[str | None, Query(max_length=100)] = None,
+    limit: Annotated[int, Query(ge=1, le=jobs.MAX_LIST)] = 100,
+) -> list[JobOut]:
+    where = jobs.JobFilter(status=status or (), team=team, user=user, limit=limit)
+    with ctx.db.reader() as session:
+        found = jobs.list_jobs(session, who, where)
+        return [JobOut.of(job, _position(ctx, job.id)) for job in found]
+
+
+@router.get("/{job_id}", response_model=JobDetailOut)
+def show(job_id: int, ctx: PlatformDep, who: PrincipalDep) -> JobDetailOut:
+    with ctx.db.reader() as session:
+        job = jobs.get_job(session, who, job_id)
+        base = JobOut.of(job, _position(ctx, job_id)).model_dump()
+        events = [EventOut.of(e) for e in jobs.events(session, job_id)]
+        tries = [AttemptOut.model_validate(a, from_attributes=True) for a in jobs.attempts(session, job_id)]
+    return JobDetailOut(**base, events=events, attempts_detail=tries)
+
+
+@router.post("/{job_id}/cancel", response_model=JobOut)
+def cancel(job_id: int, ctx: PlatformDep, who: PrincipalDep) -> JobOut:
+    with ctx.db.session() as session:
+        out = JobOut.of(jobs.cancel(session, who, job_id, ctx.clock.now()))
+    ctx.loop.wake()
+    return out
+
+
+@router.get("/{job_id}/events", response_model=list[EventOut])
+def events(
+    job_id: int, ctx: PlatformDep, who: PrincipalDep, after: Annotated[int, Query(ge=0)] = 0
+) -> list[EventOut]:
+    with ctx.db.reader() as session:
+        jobs.get_job(session, who, job_id)
+        return [EventOut.of(e) for e in jobs.events(session, job_id, after)]
+
+
+@router.get("/{job_id}/logs", response_model=LogChunk)
+def read_logs(
+    job_id: int,
+    ctx: PlatformDep,
+    who: PrincipalDep,
+    offset: Annotated[int, Query(ge=0)] = 0,
+    limit: Annotated[int, Query(ge=1, le=logs.MAX_CHUNK)] = logs.MAX_CHUNK,
+    attempt: Annotated[int | None, Query(ge=1)] = None,
+) -> LogChunk:
+    chunk, final = _read(ctx, who, job_id, attempt, offset, limit)
+    complete = final and chunk.next_offset == chunk.offset
+    return LogChunk(job_id=job_id, complete=complete, **chunk.__dict__)
+
+
+@router.get("/{job_id}/logs/stream", response_class=StreamingResponse)
+async def stream_logs(
+    job_id: int,
+    request: Request,
+    ctx: PlatformDep,
+    who: PrincipalDep,
+    offset: Annotated[int, Query(ge=0)] = 0,
+) -> StreamingResponse:
+    """Server-Sent Events: ``log`` (text), ``status`` (the job's status), then ``end``."""
+    await run_in_threadpool(_read, ctx, who, job_id, None, offset, 1)  # 404 before streaming
+    stream = _events(request, ctx, who, job_id, offset)
+    headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+    return StreamingResponse(stream, media_type="text/event-stream", headers=headers)
+
+
+async def _events(
+    request: Request, ctx: Platform, who: Principal, job_id: int, offset: int
+) -> AsyncIterator[str]:
+    last_status = None
+    while not await request.is_disconnected():
+        chunk, final = await run_in_threadpool(_read, ctx, who, job_id, None, offset, logs.MAX_CHUNK)
+        if chunk.text:
+            yield _sse("log", {"offset": chunk.offset, "next_offset": chunk.next_offset, "text": chunk.text})
+        offset = chunk.next_offset
+        current = await run_in_threadpool(_status, ctx, who, job_id)
+        if current != last_status:
+            yield _sse("status", current)
+            last_status = current
+        if final and not chunk.text:
+            yield _sse("end", {"next_offset": offset})
+            return
+        if not chunk.text:
+            await asyncio.sleep(STREAM_TICK)
+
+
+def _read(
+    ctx: Platform, who: Principal, job_id: int, attempt: int | None, offset: int, limit: int
+) -> tuple[logs.Chunk, bool]:
+    with ctx.db.reader() as session:
+        job = jobs.get_job(session, who, job_id)
+        final = JobStatus(job.status).is_final
+        number, path = logs.log_file(session, ctx.executor, job_id, attempt)
+    return logs.read_chunk(path, number, offset, limit), final
+
+
+def _status(ctx: Platform, who: Principal, job_id: int) -> dict:
+    with ctx.db.reader() as session:
+        job = jobs.get_job(session, who, job_id)
+        return {"status": job.status, "reason": job.reason, "message": job.message,
+                "exit_code": job.exit_code}
+
+
+def _position(ctx: Platform, job_id: int) -> int | None:
+    reason = ctx.loop.pending_reasons.get(job_id)
+    return reason.position if reason else None
+
+
+def _sse(event: str, data: dict) -> str:
+    return f"event: {event}\ndata: {json.dumps(data)}\n\n"

@@ -1,0 +1,53 @@
+"""Web sign-in (cookie + CSRF token), sign-out, whoami, health."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request, Response
+
+import gpupool
+from gpupool.api.deps import SESSION_COOKIE, PlatformDep, PrincipalDep
+from gpupool.api.schemas import LoginIn, WhoAmI
+from gpupool.services import auth
+from gpupool.store.models import UserModel
+
+router = APIRouter(tags=["session"])
+
+
+@router.get("/health")
+def health() -> dict[str, str]:
+    return {"status": "ok", "version": gpupool.__version__}
+
+
+@router.post("/session", response_model=WhoAmI)
+def sign_in(body: LoginIn, response: Response, ctx: PlatformDep) -> WhoAmI:
+    hours = ctx.settings.session_hours
+    with ctx.db.session() as session:
+        secret, web = auth.sign_in(session, body.user, body.password, ctx.clock.now(), hours)
+        user = session.get(UserModel, web.user_id)
+        out = WhoAmI(
+            user=user.name,
+            role=user.role,
+            teams=sorted(t.name for t in user.teams),
+            csrf_token=web.csrf_token,
+        )
+    response.set_cookie(
+        SESSION_COOKIE, secret, max_age=int(hours * 3600), httponly=True, samesite="strict"
+    )
+    return out
+
+
+@router.delete("/session", status_code=204)
+def sign_out(request: Request, response: Response, ctx: PlatformDep, _who: PrincipalDep) -> None:
+    cookie = request.cookies.get(SESSION_COOKIE)
+    if cookie:
+        with ctx.db.session() as session:
+            auth.sign_out(session, cookie)
+    response.delete_cookie(SESSION_COOKIE)
+
+
+@router.get("/whoami", response_model=WhoAmI)
+def whoami(ctx: PlatformDep, who: PrincipalDep) -> WhoAmI:
+    with ctx.db.reader() as session:
+        user = session.get(UserModel, who.user_id)
+        teams = sorted(t.name for t in user.teams)
+    return WhoAmI(user=who.name, role=who.role, teams=teams)

@@ -1,0 +1,180 @@
+"""A small synchronous client over httpx; errors become ``ApiError`` with the server's code."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+API = "/api/v1"
+FINAL = {"succeeded", "failed", "cancelled", "lost"}
+
+
+class ApiError(Exception):
+    """The server refused a request; ``code`` is stable, ``message`` says what to do."""
+
+    def __init__(self, status: int, code: str, message: str, details: Any = None) -> None:
+        super().__init__(f"{code}: {message}")
+        self.status, self.code, self.message, self.details = status, code, message, details or {}
+
+
+@dataclass
+class ClientConfig:
+    url: str
+    token: str
+
+
+def config_path() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(os.environ.get("GPUPOOL_CONFIG", Path(base) / "gpupool" / "config.json"))
+
+
+def load_config() -> ClientConfig | None:
+    """The URL and token from GPUPOOL_URL/GPUPOOL_TOKEN, else from the config file."""
+    url, token = os.environ.get("GPUPOOL_URL"), os.environ.get("GPUPOOL_TOKEN")
+    if url and token:
+        return ClientConfig(url, token)
+    path = config_path()
+    if not path.exists():
+        return None
+    data = json.loads(path.read_text())
+    return ClientConfig(data["url"], data["token"])
+
+
+def save_config(config: ClientConfig) -> Path:
+    """Write the config readable by its owner only (mode 0600)."""
+    path = config_path()
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    temporary = path.with_suffix(".tmp")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        json.dump({"url": config.url, "token": config.token}, handle)
+    os.chmod(temporary, 0o600)
+    os.replace(temporary, path)
+    return path
+
+
+class Client:
+    """One method per API operation; returns the decoded JSON."""
+
+    def __init__(self, url: str, token: str | None = None, timeout: float = 30.0) -> None:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.url = url.rstrip("/")
+        self.http = httpx.Client(base_url=self.url + API, headers=headers, timeout=timeout)
+
+    @classmethod
+    def from_config(cls, config: ClientConfig) -> Client:
+        return cls(config.url, config.token)
+
+    def close(self) -> None:
+        self.http.close()
+
+    # -- jobs --------------------------------------------------------------------------------
+
+    def submit(self, spec: dict[str, Any]) -> dict[str, Any]:
+        return self._call("POST", "/jobs", json=spec)
+
+    def jobs(self, **filters: Any) -> list[dict[str, Any]]:
+        params = {k: v for k, v in filters.items() if v not in (None, [], ())}
+        return self._call("GET", "/jobs", params=params)
+
+    def job(self, job_id: int) -> dict[str, Any]:
+        return self._call("GET", f"/jobs/{job_id}")
+
+    def cancel(self, job_id: int) -> dict[str, Any]:
+        return self._call("POST", f"/jobs/{job_id}/cancel")
+
+    def events(self, job_id: int, after: int = 0) -> list[dict[str, Any]]:
+        return self._call("GET", f"/jobs/{job_id}/events", params={"after": after})
+
+    def logs(self, job_id: int, offset: int = 0, attempt: int | None = None) -> dict[str, Any]:
+        params = {"offset": offset} | ({"attempt": attempt} if attempt else {})
+        return self._call("GET", f"/jobs/{job_id}/logs", params=params)
+
+    def follow_logs(self, job_id: int, poll: float = 0.25) -> Iterator[str]:
+        """Yield log text as it is written, until the job has ended and the log is read."""
+        offset = 0
+        while True:
+            chunk = self.logs(job_id, offset)
+            if chunk["text"]:
+                yield chunk["text"]
+            offset = chunk["next_offset"]
+            if chunk["complete"]:
+                return
+            if not chunk["text"]:
+                time.sleep(poll)
+
+    def wait(self, job_id: int, poll: float = 0.25, timeout: float | None = None) -> dict[str, Any]:
+        """Poll until the job has ended; return it."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            job = self.job(job_id)
+            if job["status"] in FINAL:
+                return job
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"job {job_id} still {job['status']} after {timeout} s")
+            time.sleep(poll)
+
+    # -- pool --------------------------------------------------------------------------------
+
+    def nodes(self) -> list[dict[str, Any]]:
+        return self._call("GET", "/nodes")
+
+    def whoami(self) -> dict[str, Any]:
+        return self._call("GET", "/whoami")
+
+    def health(self) -> dict[str, Any]:
+        return self._call("GET", "/health")
+
+    # -- admin -------------------------------------------------------------------------------
+
+    def teams(self) -> list[dict[str, Any]]:
+        return self._call("GET", "/teams")
+
+    def create_team(self, name: str) -> dict[str, Any]:
+        return self._call("POST", "/teams", json={"name": name})
+
+    def users(self) -> list[dict[str, Any]]:
+        return self._call("GET", "/users")
+
+    def create_user(self, name: str, role: str, teams: list[str], password: str | None = None) -> dict[str, Any]:
+        body = {"name": name, "role": role, "teams": teams, "password": password}
+        return self._call("POST", "/users", json=body)
+
+    def update_user(self, name: str, **changes: Any) -> dict[str, Any]:
+        return self._call("PATCH", f"/users/{name}", json=changes)
+
+    def tokens(self) -> list[dict[str, Any]]:
+        return self._call("GET", "/tokens")
+
+    def create_token(self, name: str, user: str | None = None, expires_in_days: float | None = None) -> dict[str, Any]:
+        body = {"name": name, "user": user, "expires_in_days": expires_in_days}
+        return self._call("POST", "/tokens", json={k: v for k, v in body.items() if v is not None})
+
+    def revoke_token(self, token_id: int) -> dict[str, Any]:
+        return self._call("DELETE", f"/tokens/{token_id}")
+
+    # -- transport ---------------------------------------------------------------------------
+
+    def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        try:
+            response = self.http.request(method, path, **kwargs)
+        except httpx.HTTPError as error:
+            raise ApiError(0, "unreachable", f"cannot reach {self.url}: {error}") from error
+        if response.status_code >= 400:
+            raise _error(response)
+        return response.json() if response.content else None
+
+
+def _error(response: httpx.Response) -> ApiError:
+    try:
+        error = response.json()["error"]
+        return ApiError(response.status_code, error["code"], error["message"], error.get("details"))
+    except (ValueError, KeyError, TypeError):
+        return ApiError(response.status_code, "http_error", response.text[:200] or response.reason_phrase)

@@ -1,0 +1,104 @@
+"""The executor contract (after JupyterHub's spawner): start / stop / poll / get_state / load_state.
+
+An executor launches the runner of one attempt of one job and reports what it observes. It
+makes no scheduling decisions. Handles round-trip through JSON so that a restarted server
+re-adopts running work instead of losing it.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """One attempt of one job, as the executor must launch it."""
+
+    job_id: int
+    attempt: int
+    node: str
+    command: list[str]
+    env: dict[str, str]
+    workdir: str | None
+    gpu_uuids: list[str]  # -> CUDA_VISIBLE_DEVICES; empty: no GPU visible
+    log_limit_bytes: int
+    stop_grace_seconds: float
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    multi_node: bool = False
+    fractional_gpus: bool = True
+
+
+class Observed(StrEnum):
+    STARTING = "starting"  # launched, the workload has not started yet
+    RUNNING = "running"
+    EXITED = "exited"
+    LOST = "lost"  # the runner is gone and left no exit record
+
+
+@dataclass(frozen=True)
+class PollResult:
+    observed: Observed
+    exit_code: int | None = None
+    started_at: float | None = None
+    ended_at: float | None = None
+    message: str | None = None
+
+
+@dataclass
+class Handle:
+    """What an executor needs to find its attempt again. ``state`` is JSON-serialisable."""
+
+    job_id: int
+    attempt: int
+    state: dict[str, Any] = field(default_factory=dict)
+
+
+class LaunchError(Exception):
+    """The attempt could not be launched.
+
+    ``user_message`` is what the user sees, ``str(self)`` what the operator's log gets and
+    ``reason`` a short label for metrics.
+    """
+
+    def __init__(self, log_message: str, *, user_message: str, reason: str) -> None:
+        super().__init__(log_message)
+        self.user_message = user_message
+        self.reason = reason
+
+
+class Executor(ABC):
+    """Runs attempts. ``stop`` is idempotent; ``poll`` never blocks for long."""
+
+    capabilities = Capabilities()
+
+    @abstractmethod
+    def start(self, task: TaskSpec) -> Handle:
+        """Launch the attempt; raise LaunchError if it cannot start."""
+
+    @abstractmethod
+    def stop(self, handle: Handle, grace_seconds: float) -> None:
+        """Ask the attempt to end: SIGTERM to its process group, then SIGKILL after grace."""
+
+    @abstractmethod
+    def poll(self, handle: Handle) -> PollResult:
+        """Report what the attempt is doing now."""
+
+    @abstractmethod
+    def log_path(self, handle: Handle) -> Path:
+        """The file that holds the attempt's combined stdout and stderr."""
+
+    def get_state(self, handle: Handle) -> dict[str, Any]:
+        return {"job_id": handle.job_id, "attempt": handle.attempt, "state": handle.state}
+
+    def load_state(self, state: dict[str, Any]) -> Handle:
+        return Handle(job_id=state["job_id"], attempt=state["attempt"], state=state["state"])
+
+    def release(self, handle: Handle) -> None:  # noqa: B027 - optional hook
+        """Forget an ended attempt (reap processes, close files)."""

@@ -1,0 +1,326 @@
+"""Runs attempts on this machine, each under its own runner (``python -m gpupool.runner``).
+
+On-disk layout under ``jobs_dir``::
+
+    <job_id>/checkpoints/            shared by the job's attempts (GPUPOOL_CHECKPOINT_DIR)
+    <job_id>/outputs/                shared by the job's attempts (GPUPOOL_OUTPUT_DIR)
+    <job_id>/attempts/<attempt>/     one attempt; files described in gpupool.runner.layout
+
+The runner is started in its own session, so it and the workload survive a server restart;
+a restarted server re-adopts them from ``Handle.state`` (``load_state``) and finds them by
+pid plus create time, and reads their fate from state.json.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from gpupool.executors.base import Executor, Handle, LaunchError, Observed, PollResult, TaskSpec
+from gpupool.runner import layout
+
+log = logging.getLogger(__name__)
+
+# What a workload inherits from the server's environment when no base_env is given.
+BASE_ENV_NAMES = frozenset(
+    {"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TMPDIR"}
+)
+# psutil and the runner compute create times the same way; allow for float noise and for a
+# boot time that the kernel reports slightly differently over time.
+CREATE_TIME_TOLERANCE_S = 1.0
+
+
+def default_base_env() -> dict[str, str]:
+    """The server's PATH, HOME, locale and similar: what a workload may reasonably inherit."""
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if name in BASE_ENV_NAMES or name.startswith("LC_")
+    }
+    env.setdefault("PATH", os.defpath)
+    return env
+
+
+class LocalExecutor(Executor):
+    """Launches each attempt's runner as a local process and watches it through its files."""
+
+    def __init__(
+        self, jobs_dir: Path, base_env: dict[str, str] | None = None, python: str = sys.executable
+    ) -> None:
+        self.jobs_dir = Path(jobs_dir)
+        self.base_env = dict(base_env) if base_env is not None else default_base_env()
+        self.python = python
+        self._children: dict[str, subprocess.Popen[bytes]] = {}  # attempt dir -> runner
+        self._unreaped: list[subprocess.Popen[bytes]] = []
+        self._adopted: dict[str, psutil.Process] = {}  # runners found again by pid
+        self._records: dict[str, tuple[tuple[int, int, int], dict[str, Any]]] = {}
+
+    # -- paths ----------------------------------------------------------------------------
+
+    def job_dir(self, job_id: int) -> Path:
+        return self.jobs_dir / str(job_id)
+
+    def attempt_dir(self, job_id: int, attempt: int) -> Path:
+        return self.job_dir(job_id) / "attempts" / str(attempt)
+
+    def log_path(self, handle: Handle) -> Path:
+        return Path(handle.state["attempt_dir"]) / layout.LOG_FILE
+
+    # -- start ----------------------------------------------------------------------------
+
+    def start(self, task: TaskSpec) -> Handle:
+        self._reap_released()
+        _validate(task)
+        attempt_dir = self.attempt_dir(task.job_id, task.attempt)
+        spec = self._spec(task)
+        try:
+            for directory in (attempt_dir, spec["checkpoint_dir"], spec["output_dir"]):
+                Path(directory).mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise LaunchError(
+                f"cannot create the directories of {attempt_dir}: {e}",
+                user_message="the node could not prepare the job's directories",
+                reason="io_error",
+            ) from e
+        _write_spec_once(attempt_dir, spec)
+        runner = self._spawn(attempt_dir)
+        self._children[str(attempt_dir)] = runner
+        state = {
+            "attempt_dir": str(attempt_dir),
+            "runner_pid": runner.pid,
+            "runner_create_time": _create_time(runner.pid),
+        }
+        return Handle(job_id=task.job_id, attempt=task.attempt, state=state)
+
+    def _spec(self, task: TaskSpec) -> dict[str, Any]:
+        job_dir = self.job_dir(task.job_id)
+        return {
+            "version": layout.SPEC_VERSION,
+            "job_id": task.job_id,
+            "attempt": task.attempt,
+            "command": list(task.command),
+            "env": {**self.base_env, **task.env},
+            "workdir": task.workdir,
+            "gpu_uuids": list(task.gpu_uuids),
+            "log_limit_bytes": task.log_limit_bytes,
+            "stop_grace_seconds": task.stop_grace_seconds,
+            "checkpoint_dir": str(job_dir / "checkpoints"),
+            "output_dir": str(job_dir / "outputs"),
+        }
+
+    def _spawn(self, attempt_dir: Path) -> subprocess.Popen[bytes]:
+        argv = [self.python, "-m", "gpupool.runner", str(attempt_dir)]
+        try:
+            with open(attempt_dir / layout.RUNNER_LOG_FILE, "ab") as runner_log:
+                return subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=runner_log,
+                    stderr=subprocess.STDOUT,
+                    cwd=attempt_dir,
+                    start_new_session=True,
+                    close_fds=True,
+                )
+        except OSError as e:
+            # Nothing ran: let a later start() of the same attempt try again.
+            (attempt_dir / layout.SPEC_FILE).unlink(missing_ok=True)
+            raise LaunchError(
+                f"cannot start the runner {argv}: {e}",
+                user_message="the node could not start the job's runner",
+                reason="spawn_failed",
+            ) from e
+
+    # -- poll -----------------------------------------------------------------------------
+
+    def poll(self, handle: Handle) -> PollResult:
+        attempt_dir = handle.state["attempt_dir"]
+        record = self._record(attempt_dir)
+        if record is not None and "exit_code" in record:
+            return _exited(record)
+        if self._runner_alive(handle):
+            if record is not None and record.get("started_at") is not None:
+                return PollResult(Observed.RUNNING, started_at=record["started_at"])
+            return PollResult(Observed.STARTING)
+        # The runner may have written its exit record just before it ended: look again.
+        record = self._record(attempt_dir)
+        if record is not None and "exit_code" in record:
+            return _exited(record)
+        started_at = record.get("started_at") if record else None
+        return PollResult(Observed.LOST, started_at=started_at, message=self._lost(handle))
+
+    def _record(self, attempt_dir: str) -> dict[str, Any] | None:
+        """state.json, re-read only when its inode, mtime or size changed."""
+        path = os.path.join(attempt_dir, layout.STATE_FILE)
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        key = (st.st_ino, st.st_mtime_ns, st.st_size)
+        cached = self._records.get(attempt_dir)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        record = layout.read_json(path)
+        if record is None:  # not expected (writes are atomic); keep what we knew
+            return cached[1] if cached else None
+        self._records[attempt_dir] = (key, record)
+        return record
+
+    def _runner_alive(self, handle: Handle) -> bool:
+        child = self._children.get(handle.state["attempt_dir"])
+        if child is not None:
+            return child.poll() is None  # also reaps it
+        return self._adopted_alive(handle)
+
+    def _adopted_alive(self, handle: Handle) -> bool:
+        """A runner this instance did not start: same pid and create time, and not a zombie."""
+        attempt_dir = handle.state["attempt_dir"]
+        try:
+            proc = self._adopted.get(attempt_dir)
+            if proc is None:
+                proc = _find_process(handle.state["runner_pid"], handle.state["runner_create_time"])
+                if proc is None:
+                    return False
+                self._adopted[attempt_dir] = proc
+            return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+        except psutil.Error:
+            return False
+
+    def _lost(self, handle: Handle) -> str:
+        child = self._children.get(handle.state["attempt_dir"])
+        if child is None:
+            return f"runner {handle.state['runner_pid']} is gone and left no exit record"
+        if child.returncode == layout.EXIT_REFUSED:
+            return "the runner refused to start: this attempt was already started"
+        return f"runner ended with code {child.returncode} and left no exit record"
+
+    # -- stop -----------------------------------------------------------------------------
+
+    def stop(self, handle: Handle, grace_seconds: float) -> None:
+        attempt_dir = Path(handle.state["attempt_dir"])
+        record = self._record(str(attempt_dir))
+        if record is not None and "exit_code" in record:
+            return
+        try:
+            # Read by the runner when it gets SIGTERM, and before it launches the workload.
+            stop_request = {"grace_seconds": grace_seconds}
+            layout.atomic_write_json(attempt_dir / layout.STOP_FILE, stop_request)
+        except OSError as e:
+            log.warning("cannot write the stop request of %s: %s", attempt_dir, e)
+        if not self._runner_alive(handle):
+            _kill_orphaned_workload(self._record(str(attempt_dir)))
+        elif (attempt_dir / layout.STARTED_FILE).exists():
+            # Without `started` the runner has not installed its handlers yet; it will see
+            # stop.json before it launches anything, so no signal is needed (or safe).
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(handle.state["runner_pid"], signal.SIGTERM)
+
+    # -- release --------------------------------------------------------------------------
+
+    def release(self, handle: Handle) -> None:
+        attempt_dir = handle.state["attempt_dir"]
+        self._records.pop(attempt_dir, None)
+        self._adopted.pop(attempt_dir, None)
+        child = self._children.pop(attempt_dir, None)
+        if child is not None and child.poll() is None:
+            self._unreaped.append(child)
+        self._reap_released()
+
+    def _reap_released(self) -> None:
+        self._unreaped = [child for child in self._unreaped if child.poll() is None]
+
+
+def _validate(task: TaskSpec) -> None:
+    problems = []
+    if not task.command or not all(isinstance(arg, str) for arg in task.command):
+        problems.append("the command must be a non-empty list of strings")
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in task.env.items()):
+        problems.append("environment names and values must be strings")
+    if task.log_limit_bytes < 0:
+        problems.append("log_limit_bytes must not be negative")
+    if task.stop_grace_seconds < 0:
+        problems.append("stop_grace_seconds must not be negative")
+    if problems:
+        text = "; ".join(problems)
+        raise LaunchError(f"invalid task: {text}", user_message=text, reason="invalid_task")
+
+
+def _write_spec_once(attempt_dir: Path, spec: dict[str, Any]) -> None:
+    """Publish spec.json atomically and exclusively: an attempt is launched at most once."""
+    if (attempt_dir / layout.STARTED_FILE).exists():
+        raise _already_started(attempt_dir)
+    tmp = attempt_dir / f".{layout.SPEC_FILE}.{os.getpid()}.tmp"
+    try:
+        layout.atomic_write_json(tmp, spec)
+        os.link(tmp, attempt_dir / layout.SPEC_FILE)  # fails if a spec is already there
+    except FileExistsError as e:
+        raise _already_started(attempt_dir) from e
+    except OSError as e:
+        raise LaunchError(
+            f"cannot write the spec of {attempt_dir}: {e}",
+            user_message="the node could not prepare the job",
+            reason="io_error",
+        ) from e
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _already_started(attempt_dir: Path) -> LaunchError:
+    return LaunchError(
+        f"attempt {attempt_dir} was already launched; refusing to launch it twice",
+        user_message="this attempt was already started",
+        reason="already_started",
+    )
+
+
+def _exited(record: dict[str, Any]) -> PollResult:
+    message = record.get("message")
+    if message is None and record.get("signal"):
+        message = f"killed by signal {record['signal']}"
+    return PollResult(
+        Observed.EXITED,
+        exit_code=record["exit_code"],
+        started_at=record.get("started_at"),
+        ended_at=record.get("ended_at"),
+        message=message,
+    )
+
+
+def _create_time(pid: int) -> float | None:
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return layout.process_create_time(pid)
+
+
+def _find_process(pid: Any, create_time: Any) -> psutil.Process | None:
+    """The process ``pid`` if it is the one that was started at ``create_time``."""
+    if not isinstance(pid, int):
+        return None
+    try:
+        proc = psutil.Process(pid)
+        if create_time is not None and abs(proc.create_time() - create_time) > (
+            CREATE_TIME_TOLERANCE_S
+        ):
+            return None
+    except psutil.Error:
+        return None
+    return proc
+
+
+def _kill_orphaned_workload(record: dict[str, Any] | None) -> None:
+    """The runner died without recording an exit: SIGKILL its workload's group if it lives."""
+    if not record or "exit_code" in record or record.get("pgid") is None:
+        return
+    leader = _find_process(record.get("pid"), record.get("workload_create_time"))
+    if leader is None:
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(record["pgid"], signal.SIGKILL)

@@ -1,0 +1,89 @@
+"""Files of an attempt directory, shared by the runner and the executors (stdlib only).
+
+ATTEMPT_DIR/
+    spec.json    what to run, written by the executor before it launches the runner
+    started      created with O_EXCL by the runner: the attempt runs at most once
+    state.json   written atomically by the runner: pids when the workload starts, plus the
+                 exit record when it ends
+    stop.json    written by the executor to ask for a stop: {"grace_seconds": x}
+    output.log   the workload's stdout and stderr, capped
+    runner.log   the runner's own stderr (tracebacks only; normally empty)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+# No pathlib or typing here: they would add milliseconds to every runner start.
+
+SPEC_VERSION = 1
+SPEC_FILE = "spec.json"
+STARTED_FILE = "started"
+STATE_FILE = "state.json"
+STOP_FILE = "stop.json"
+LOG_FILE = "output.log"
+RUNNER_LOG_FILE = "runner.log"
+
+EXIT_REFUSED = 3  # the runner's own exit code when the attempt was already started
+EXIT_USAGE = 2
+CODE_RUNNER_ERROR = 125  # recorded exit code: the runner could not set the workload up
+CODE_NOT_EXECUTABLE = 126
+CODE_NOT_FOUND = 127
+
+
+def atomic_write_json(path: str | os.PathLike[str], data: dict[str, object]) -> None:
+    """Write ``data`` to ``path`` so that a reader sees the old or the new file, never half."""
+    directory, name = os.path.split(os.fspath(path))
+    tmp = os.path.join(directory, f".{name}.{os.getpid()}.tmp")
+    payload = json.dumps(data, sort_keys=True).encode()
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    try:
+        view = memoryview(payload)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    _fsync_dir(directory)
+
+
+def _fsync_dir(directory: str) -> None:
+    try:
+        fd = os.open(directory or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def read_json(path: str | os.PathLike[str]) -> dict[str, object] | None:
+    """The JSON object in ``path``, or None when it is missing or not a JSON object."""
+    try:
+        with open(path, "rb") as f:
+            data = json.loads(f.read())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def process_create_time(pid: int | str = "self") -> float | None:
+    """Start time of a process in seconds since the epoch, as psutil's ``create_time()``.
+
+    Computed the same way psutil does on Linux (boot time from /proc/stat plus the start
+    time in clock ticks from /proc/PID/stat), so the two compare equal up to rounding.
+    """
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+        with open("/proc/stat", "rb") as f:
+            boot = next(line for line in f if line.startswith(b"btime"))
+    except (OSError, StopIteration):
+        return None
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    return float(fields[19]) / os.sysconf("SC_CLK_TCK") + float(boot.split()[1])

@@ -1,0 +1,189 @@
+"""Phase 1: free capacity, the nodes minus what allocations hold, indexed for placement.
+
+Two indexes keep placement away from scans of every node and every GPU:
+
+* ``buckets[k]``: the nodes (by rank, i.e. position in name order) with ``k`` free whole GPUs;
+* ``shared``: the GPUs partly in use, sorted by (free share, free memory, node rank, position),
+  so the best-fitting shared GPU for a fraction is found by bisection.
+
+Capacity only ever shrinks within a cycle: ``take`` subtracts a placement at once.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+
+from gpupool.scheduler.types import SHARE_EPSILON, Allocation, GpuCapacity, NodeCapacity
+
+GpuKey = tuple[float, int, int, int]
+
+
+@dataclass(slots=True)
+class GpuState:
+    """One GPU and what is used of it; ``whole`` when one task holds all of it."""
+
+    uuid: str
+    index: int
+    memory_bytes: int
+    rank: int  # the rank of its node
+    position: int  # its place in the node's GPUs, in index order
+    used_share: float = 0.0
+    used_memory: int = 0
+    whole: bool = False
+
+    @property
+    def is_free(self) -> bool:
+        return not self.whole and self.used_share == 0 and self.used_memory == 0
+
+    @property
+    def is_shared(self) -> bool:
+        return not self.whole and not self.is_free
+
+    @property
+    def free_share(self) -> float:
+        return 0.0 if self.whole else max(0.0, 1.0 - self.used_share)
+
+    @property
+    def free_memory(self) -> int:
+        return 0 if self.whole else max(0, self.memory_bytes - self.used_memory)
+
+    def key(self) -> GpuKey:
+        return (self.free_share, self.free_memory, self.rank, self.position)
+
+    def hold(self, share: float, memory: int) -> None:
+        self.used_share += share
+        self.used_memory += memory
+        if share >= 1.0 - SHARE_EPSILON:
+            self.whole = True
+
+
+@dataclass(slots=True)
+class NodeState:
+    """One node's free CPUs and memory, its GPUs, and how many of them are wholly free."""
+
+    name: str
+    rank: int
+    gpus: list[GpuState]
+    by_uuid: dict[str, GpuState]
+    cpus: float
+    memory_bytes: int
+    free_count: int = 0
+
+    def count_free(self) -> int:
+        return sum(1 for gpu in self.gpus if gpu.is_free)
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A spot chosen for a request: a node and, per GPU, the share and memory to hold."""
+
+    node: NodeState
+    parts: tuple[tuple[GpuState, float, int], ...]
+
+
+class FreeCapacity:
+    """The free capacity of the given nodes (all of them: filter unschedulable ones first)."""
+
+    def __init__(self, nodes: Sequence[NodeCapacity], allocations: Iterable[Allocation] = ()):
+        ordered = sorted(nodes, key=lambda node: node.name)
+        self.nodes = [_node_state(node, rank) for rank, node in enumerate(ordered)]
+        self.by_name = {node.name: node for node in self.nodes}
+        for allocation in allocations:
+            self._hold_allocation(allocation)
+        self.max_gpus = max((len(node.gpus) for node in self.nodes), default=0)
+        self.max_gpu_memory = max(
+            (gpu.memory_bytes for node in self.nodes for gpu in node.gpus), default=0
+        )
+        self.buckets: list[list[int]] = [[] for _ in range(self.max_gpus + 1)]
+        for node in self.nodes:
+            node.free_count = node.count_free()
+            self.buckets[node.free_count].append(node.rank)
+        self.shared: list[GpuKey] = sorted(
+            gpu.key() for node in self.nodes for gpu in node.gpus if gpu.is_shared
+        )
+
+    def _hold_allocation(self, allocation: Allocation) -> None:
+        node = self.by_name.get(allocation.node)
+        if node is None:  # a node that left the pool or is not schedulable
+            return
+        node.cpus -= allocation.cpus
+        node.memory_bytes -= allocation.memory_bytes
+        for part in allocation.gpus:
+            gpu = node.by_uuid.get(part.uuid)
+            if gpu is not None:
+                gpu.hold(part.share, part.memory_bytes)
+
+    def gpu_at(self, key: GpuKey) -> GpuState:
+        return self.nodes[key[2]].gpus[key[3]]
+
+    def nodes_by_free_count(self, least: int) -> Iterator[NodeState]:
+        """Nodes with at least ``least`` free whole GPUs: fewest free first, then by name."""
+        for count in range(max(least, 0), self.max_gpus + 1):
+            for rank in self.buckets[count]:
+                yield self.nodes[rank]
+
+    def shared_from(self, least_share: float) -> Iterator[GpuState]:
+        """Partly used GPUs with about ``least_share`` free or more: least free share first."""
+        start = bisect_left(self.shared, (least_share - 2 * SHARE_EPSILON,))
+        for key in self.shared[start:]:
+            yield self.gpu_at(key)
+
+    def largest_free_block(self) -> int:
+        for count in range(self.max_gpus, 0, -1):
+            if self.buckets[count]:
+                return count
+        return 0
+
+    def take(self, claim: Claim, cpus: float, memory_bytes: int) -> None:
+        """Subtract a placement from the free capacity and keep the indexes in step."""
+        node = claim.node
+        node.cpus -= cpus
+        node.memory_bytes -= memory_bytes
+        for gpu, share, memory in claim.parts:
+            if gpu.is_shared:
+                self._unindex(gpu)
+            gpu.hold(share, memory)
+            if gpu.is_shared:
+                insort(self.shared, gpu.key())
+        self._rebucket(node)
+
+    def _unindex(self, gpu: GpuState) -> None:
+        at = bisect_left(self.shared, gpu.key())
+        del self.shared[at]
+
+    def _rebucket(self, node: NodeState) -> None:
+        count = node.count_free()
+        if count == node.free_count:
+            return
+        bucket = self.buckets[node.free_count]
+        del bucket[bisect_left(bucket, node.rank)]
+        insort(self.buckets[count], node.rank)
+        node.free_count = count
+
+
+def _node_state(node: NodeCapacity, rank: int) -> NodeState:
+    ordered = sorted(node.gpus, key=lambda gpu: gpu.index)
+    gpus = [_gpu_state(gpu, rank, position) for position, gpu in enumerate(ordered)]
+    return NodeState(
+        name=node.name,
+        rank=rank,
+        gpus=gpus,
+        by_uuid={gpu.uuid: gpu for gpu in gpus},
+        cpus=node.cpus,
+        memory_bytes=node.memory_bytes,
+    )
+
+
+def _gpu_state(gpu: GpuCapacity, rank: int, position: int) -> GpuState:
+    return GpuState(
+        uuid=gpu.uuid, index=gpu.index, memory_bytes=gpu.memory_bytes, rank=rank, position=position
+    )
+
+
+def build_capacity(
+    nodes: Sequence[NodeCapacity], allocations: Iterable[Allocation]
+) -> FreeCapacity:
+    """Phase 1 of a cycle: the free capacity of the schedulable nodes."""
+    return FreeCapacity([node for node in nodes if node.schedulable], allocations)

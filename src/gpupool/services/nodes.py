@@ -1,0 +1,82 @@
+"""Nodes: registration of discovered inventories, capacity for the scheduler, who holds what."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from gpupool.domain.inventory import NodeInventory
+from gpupool.domain.jobs import JobStatus
+from gpupool.errors import NotFound
+from gpupool.scheduler.types import GpuCapacity, NodeCapacity
+from gpupool.store.models import JobModel, NodeModel
+
+ACTIVE = (JobStatus.STARTING.value, JobStatus.RUNNING.value)
+
+
+@dataclass(frozen=True)
+class Holder:
+    job_id: int
+    job_name: str | None
+    user: str
+    team: str
+    share: float
+    memory_bytes: int
+
+
+def register(session: Session, inventory: NodeInventory, now: float) -> NodeModel:
+    """Insert or refresh a node's inventory; it is schedulable at once."""
+    node = session.scalar(select(NodeModel).where(NodeModel.name == inventory.name))
+    data = inventory.model_dump(mode="json")
+    if node is None:
+        node = NodeModel(name=inventory.name, inventory=data, discovered_at=now, last_seen_at=now)
+        node.schedulable = True
+        session.add(node)
+    else:
+        node.inventory, node.discovered_at, node.last_seen_at = data, now, now
+    session.flush()
+    return node
+
+
+def list_nodes(session: Session) -> list[NodeModel]:
+    return list(session.scalars(select(NodeModel).order_by(NodeModel.name)))
+
+
+def get_node(session: Session, name: str) -> NodeModel:
+    node = session.scalar(select(NodeModel).where(NodeModel.name == name))
+    if node is None:
+        raise NotFound(f"no node named '{name}': list nodes with 'gpupool nodes'")
+    return node
+
+
+def capacities(session: Session) -> list[NodeCapacity]:
+    return [capacity(node) for node in list_nodes(session)]
+
+
+def capacity(node: NodeModel) -> NodeCapacity:
+    inventory = NodeInventory.model_validate(node.inventory)
+    gpus = tuple(
+        GpuCapacity(uuid=g.uuid, index=g.index, model=g.model, memory_bytes=g.memory_bytes)
+        for g in inventory.schedulable_gpus()
+    )
+    return NodeCapacity(
+        name=node.name,
+        gpus=gpus,
+        cpus=float(inventory.cpus),
+        memory_bytes=inventory.memory_bytes,
+        schedulable=node.schedulable,
+    )
+
+
+def holders(session: Session) -> dict[str, list[Holder]]:
+    """GPU UUID -> the jobs holding (part of) it now."""
+    held: dict[str, list[Holder]] = {}
+    jobs = session.scalars(select(JobModel).where(JobModel.status.in_(ACTIVE)))
+    for job in jobs:
+        for gpu in (job.placement or {}).get("gpus", []):
+            held.setdefault(gpu["uuid"], []).append(
+                Holder(job.id, job.name, job.user.name, job.team.name, gpu["share"], gpu["memory_bytes"])
+            )
+    return held

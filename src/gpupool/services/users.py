@@ -1,0 +1,114 @@
+"""Users, teams and memberships."""
+
+from __future__ import annotations
+
+import re
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from gpupool.domain.jobs import Role
+from gpupool.errors import Conflict, InvalidRequest, NotFound, UnknownTeam
+from gpupool.services.passwords import hash_password
+from gpupool.store.models import MembershipModel, TeamModel, UserModel
+
+NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
+DEFAULT_TEAM = "default"
+MIN_PASSWORD = 8
+
+
+def check_name(kind: str, name: str) -> str:
+    if not NAME.match(name):
+        raise InvalidRequest(
+            f"'{name}' is not a valid {kind} name: use 1-63 lower-case letters, digits, '.', "
+            "'_' or '-', starting with a letter or digit"
+        )
+    return name
+
+
+def create_team(session: Session, name: str, now: float) -> TeamModel:
+    check_name("team", name)
+    if session.scalar(select(TeamModel).where(TeamModel.name == name)):
+        raise Conflict(f"team '{name}' already exists")
+    team = TeamModel(name=name, created_at=now)
+    session.add(team)
+    session.flush()
+    return team
+
+
+def get_team(session: Session, name: str) -> TeamModel:
+    team = session.scalar(select(TeamModel).where(TeamModel.name == name))
+    if team is None:
+        raise UnknownTeam(f"no team named '{name}': list teams with 'gpupool teams'")
+    return team
+
+
+def list_teams(session: Session) -> list[TeamModel]:
+    return list(session.scalars(select(TeamModel).order_by(TeamModel.name)))
+
+
+def create_user(
+    session: Session,
+    name: str,
+    role: Role,
+    teams: list[str],
+    now: float,
+    password: str | None = None,
+) -> UserModel:
+    check_name("user", name)
+    if session.scalar(select(UserModel).where(UserModel.name == name)):
+        raise Conflict(f"user '{name}' already exists")
+    user = UserModel(name=name, role=role.value, created_at=now, disabled=False)
+    user.password_hash = _password_hash(password)
+    user.teams = [get_team(session, team) for team in teams]
+    session.add(user)
+    session.flush()
+    return user
+
+
+def get_user(session: Session, name: str) -> UserModel:
+    user = session.scalar(select(UserModel).where(UserModel.name == name))
+    if user is None:
+        raise NotFound(f"no user named '{name}': list users with 'gpupool users'")
+    return user
+
+
+def list_users(session: Session) -> list[UserModel]:
+    return list(session.scalars(select(UserModel).order_by(UserModel.name)))
+
+
+def update_user(
+    session: Session,
+    name: str,
+    *,
+    role: Role | None = None,
+    teams: list[str] | None = None,
+    password: str | None = None,
+    disabled: bool | None = None,
+) -> UserModel:
+    user = get_user(session, name)
+    if role is not None:
+        user.role = role.value
+    if teams is not None:
+        user.teams = [get_team(session, team) for team in teams]
+    if password is not None:
+        user.password_hash = _password_hash(password)
+    if disabled is not None:
+        user.disabled = disabled
+    session.flush()
+    return user
+
+
+def add_member(session: Session, user: UserModel, team: TeamModel) -> None:
+    if team not in user.teams:
+        session.add(MembershipModel(user_id=user.id, team_id=team.id))
+        session.flush()
+        session.refresh(user)
+
+
+def _password_hash(password: str | None) -> str | None:
+    if password is None:
+        return None
+    if len(password) < MIN_PASSWORD:
+        raise InvalidRequest(f"a password needs at least {MIN_PASSWORD} characters")
+    return hash_password(password)

@@ -1,0 +1,156 @@
+"""SQLAlchemy 2 ORM classes (suffix ``Model``). Times are UTC epoch seconds (floats)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+NAMING = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+Time = Float(precision=53)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+    type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON}
+
+
+class TeamModel(Base):
+    __tablename__ = "teams"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(100), unique=True)
+    created_at: Mapped[float] = mapped_column(Time)
+
+
+class UserModel(Base):
+    __tablename__ = "users"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(100), unique=True)
+    role: Mapped[str] = mapped_column(String(20))
+    password_hash: Mapped[str | None] = mapped_column(String(300))
+    disabled: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[float] = mapped_column(Time)
+    teams: Mapped[list[TeamModel]] = relationship(secondary="memberships", lazy="selectin")
+
+
+class MembershipModel(Base):
+    __tablename__ = "memberships"
+
+    user_id: Mapped[int] = mapped_column(
+        ForeignKey("users.id", ondelete="CASCADE"), primary_key=True
+    )
+    team_id: Mapped[int] = mapped_column(
+        ForeignKey("teams.id", ondelete="CASCADE"), primary_key=True
+    )
+
+
+class TokenModel(Base):
+    __tablename__ = "tokens"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(100))
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    prefix: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[float] = mapped_column(Time)
+    last_used_at: Mapped[float | None] = mapped_column(Time)
+    expires_at: Mapped[float | None] = mapped_column(Time)
+    revoked_at: Mapped[float | None] = mapped_column(Time)
+
+
+class WebSessionModel(Base):
+    __tablename__ = "web_sessions"
+
+    id_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    csrf_token: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[float] = mapped_column(Time)
+    expires_at: Mapped[float] = mapped_column(Time)
+
+
+class NodeModel(Base):
+    __tablename__ = "nodes"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    inventory: Mapped[dict[str, Any]] = mapped_column(JSON)
+    schedulable: Mapped[bool] = mapped_column(Boolean, default=True)
+    discovered_at: Mapped[float] = mapped_column(Time)
+    last_seen_at: Mapped[float] = mapped_column(Time)
+
+
+class JobModel(Base):
+    __tablename__ = "jobs"
+    __table_args__ = (Index("ix_jobs_status_team", "status", "team_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str | None] = mapped_column(String(200))
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id"), index=True)
+    team_id: Mapped[int] = mapped_column(ForeignKey("teams.id"), index=True)
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    status: Mapped[str] = mapped_column(String(20))
+    priority: Mapped[int] = mapped_column(Integer, default=0)
+    gpus: Mapped[float] = mapped_column(Float, default=0)
+    submitted_at: Mapped[float] = mapped_column(Time)
+    started_at: Mapped[float | None] = mapped_column(Time)
+    ended_at: Mapped[float | None] = mapped_column(Time)
+    exit_code: Mapped[int | None] = mapped_column(Integer)
+    reason: Mapped[str | None] = mapped_column(String(50))
+    message: Mapped[str | None] = mapped_column(Text)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    cancel_requested_at: Mapped[float | None] = mapped_column(Time)
+    node: Mapped[str | None] = mapped_column(String(200))
+    placement: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+
+    user: Mapped[UserModel] = relationship(lazy="joined")
+    team: Mapped[TeamModel] = relationship(lazy="joined")
+
+
+class AttemptModel(Base):
+    __tablename__ = "attempts"
+    __table_args__ = (UniqueConstraint("job_id", "number", name="uq_attempts_job_number"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    number: Mapped[int] = mapped_column(Integer)
+    node: Mapped[str] = mapped_column(String(200))
+    placement: Mapped[dict[str, Any]] = mapped_column(JSON)
+    executor_state: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    status: Mapped[str] = mapped_column(String(20), index=True)
+    created_at: Mapped[float] = mapped_column(Time)
+    started_at: Mapped[float | None] = mapped_column(Time)
+    ended_at: Mapped[float | None] = mapped_column(Time)
+    exit_code: Mapped[int | None] = mapped_column(Integer)
+
+
+class EventModel(Base):
+    __tablename__ = "events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[int | None] = mapped_column(
+        ForeignKey("jobs.id", ondelete="CASCADE"), index=True
+    )
+    at: Mapped[float] = mapped_column(Time)
+    reason: Mapped[str] = mapped_column(String(50))
+    message: Mapped[str] = mapped_column(Text)

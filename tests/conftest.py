@@ -1,0 +1,56 @@
+"""Shared fixtures: paths, a real server subprocess, a real PostgreSQL server."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.postgres import PostgresServer
+from tests.support.server import ServerProcess
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+
+
+@pytest.fixture(autouse=True)
+def _isolated_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No test reads or writes the user's real gpupool config."""
+    monkeypatch.setenv("GPUPOOL_CONFIG", str(tmp_path / "client-config.json"))
+    monkeypatch.delenv("GPUPOOL_URL", raising=False)
+    monkeypatch.delenv("GPUPOOL_TOKEN", raising=False)
+
+
+@pytest.fixture
+def shared_dir() -> Path:
+    if not SHARED.is_dir():
+        pytest.skip(f"{SHARED} is absent: captured data lives beside the repository in CI")
+    return SHARED
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[ServerProcess]:
+    """A real gpupool server with 4 declared A100 GPUs, on a fresh data directory."""
+    process = ServerProcess(tmp_path / "data").start()
+    yield process
+    process.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServer]:
+    server = PostgresServer.find(tmp_path_factory.mktemp("pg"))
+    if server is None:
+        pytest.skip(PostgresServer.missing_reason())
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh, empty database: a SQLite file, or a new database on the PostgreSQL server."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'test.db'}"
+    server: PostgresServer = request.getfixturevalue("postgres_server")
+    return server.new_database()

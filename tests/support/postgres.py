@@ -1,0 +1,68 @@
+"""A private PostgreSQL server from Debian's packages, on 127.0.0.1 and a free port."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import subprocess
+import uuid
+from pathlib import Path
+
+from tests.support.server import free_port
+
+BIN_DIRS = sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True)
+
+
+class PostgresServer:
+    def __init__(self, bin_dir: Path, root: Path) -> None:
+        self.bin_dir, self.root = bin_dir, root
+        self.data = root / "data"
+        self.port = free_port()
+        self.user = "postgres" if os.geteuid() == 0 else pwd.getpwuid(os.geteuid()).pw_name
+
+    @classmethod
+    def find(cls, root: Path) -> PostgresServer | None:
+        for bin_dir in BIN_DIRS:
+            if (bin_dir / "initdb").exists() and (bin_dir / "pg_ctl").exists():
+                if os.geteuid() == 0 and not _has_user("postgres"):
+                    return None
+                return cls(bin_dir, root)
+        return None
+
+    @staticmethod
+    def missing_reason() -> str:
+        return (
+            "PostgreSQL is not installed (Debian package postgresql): 'make test' installs it "
+            "when run as root"
+        )
+
+    def start(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        if os.geteuid() == 0:
+            shutil.chown(self.root, "postgres")
+        self._run("initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres", "-E", "UTF8")
+        options = f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.root} -c fsync=off"
+        self._run("pg_ctl", "-D", str(self.data), "-o", options, "-w", "-l", str(self.root / "log"), "start")
+
+    def stop(self) -> None:
+        self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop", check=False)
+
+    def new_database(self) -> str:
+        name = f"t_{uuid.uuid4().hex[:12]}"
+        self._run("createdb", "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", name)
+        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{name}"
+
+    def _run(self, tool: str, *args: str, check: bool = True) -> None:
+        command = [str(self.bin_dir / tool), *args]
+        if os.geteuid() == 0:
+            command = ["runuser", "-u", "postgres", "--", *command]
+        subprocess.run(command, check=check, capture_output=True, timeout=120, cwd="/")
+
+
+def _has_user(name: str) -> bool:
+    try:
+        pwd.getpwnam(name)
+        return True
+    except KeyError:
+        return False

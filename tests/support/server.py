@@ -1,0 +1,86 @@
+"""A real ``gpupool server`` subprocess on 127.0.0.1, for acceptance tests."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+TOKEN = re.compile(r"--token (\S+)")
+DECLARED = "4xA100-SXM4-80GB:80GiB"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class ServerProcess:
+    """Start, kill -9 and restart a real server on one data directory."""
+
+    def __init__(self, data_dir: Path, gpus: str = DECLARED, env: dict[str, str] | None = None):
+        self.data_dir, self.gpus = data_dir, gpus
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.extra_env = env or {}
+        self.token: str | None = None
+        self.process: subprocess.Popen | None = None
+        self.log_path = data_dir / "server-output.log"
+
+    def start(self, timeout: float = 60) -> ServerProcess:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        env = os.environ | {
+            "GPUPOOL_DATA_DIR": str(self.data_dir),
+            "GPUPOOL_DECLARED_CPUS": "64",
+            "GPUPOOL_DECLARED_MEMORY": "256GiB",
+            "GPUPOOL_STOP_GRACE_SECONDS": "2",
+            "PYTHONUNBUFFERED": "1",
+        } | self.extra_env
+        log = self.log_path.open("ab")
+        command = [sys.executable, "-m", "gpupool", "server", "--port", str(self.port),
+                   "--declare-gpus", self.gpus, "--log-level", "warning"]
+        self.process = subprocess.Popen(command, env=env, stdout=log, stderr=log)
+        self._wait_ready(timeout)
+        self._read_token()
+        return self
+
+    def kill9(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.kill9()
+
+    def output(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def _wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"server exited early:\n{self.output()}")
+            try:
+                if httpx.get(f"{self.url}/api/v1/health", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        raise RuntimeError(f"server not ready in {timeout} s:\n{self.output()}")
+
+    def _read_token(self) -> None:
+        found = TOKEN.findall(self.output())
+        if found:
+            self.token = self.token or found[0]
