@@ -38,8 +38,8 @@ def server(tmp_path: Path) -> Iterator[ServerProcess]:
 
 
 @pytest.fixture(scope="session")
-def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServer]:
-    server = PostgresServer.find(tmp_path_factory.mktemp("pg"))
+def postgres_server() -> Iterator[PostgresServer]:
+    server = PostgresServer.find()
     if server is None:
         pytest.skip(PostgresServer.missing_reason())
     server.start()

@@ -6,6 +6,7 @@ import os
 import pwd
 import shutil
 import subprocess
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -22,12 +23,13 @@ class PostgresServer:
         self.user = "postgres" if os.geteuid() == 0 else pwd.getpwuid(os.geteuid()).pw_name
 
     @classmethod
-    def find(cls, root: Path) -> PostgresServer | None:
+    def find(cls) -> PostgresServer | None:
+        """A server under a new folder of /tmp (the postgres user cannot enter pytest's)."""
         for bin_dir in BIN_DIRS:
             if (bin_dir / "initdb").exists() and (bin_dir / "pg_ctl").exists():
                 if os.geteuid() == 0 and not _has_user("postgres"):
                     return None
-                return cls(bin_dir, root)
+                return cls(bin_dir, Path(tempfile.mkdtemp(prefix="gpupool-pg-")))
         return None
 
     @staticmethod
@@ -41,12 +43,14 @@ class PostgresServer:
         self.root.mkdir(parents=True, exist_ok=True)
         if os.geteuid() == 0:
             shutil.chown(self.root, "postgres")
+            self.root.chmod(0o700)
         self._run("initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres", "-E", "UTF8")
         options = f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.root} -c fsync=off"
         self._run("pg_ctl", "-D", str(self.data), "-o", options, "-w", "-l", str(self.root / "log"), "start")
 
     def stop(self) -> None:
         self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop", check=False)
+        shutil.rmtree(self.root, ignore_errors=True)
 
     def new_database(self) -> str:
         name = f"t_{uuid.uuid4().hex[:12]}"
@@ -57,7 +61,9 @@ class PostgresServer:
         command = [str(self.bin_dir / tool), *args]
         if os.geteuid() == 0:
             command = ["runuser", "-u", "postgres", "--", *command]
-        subprocess.run(command, check=check, capture_output=True, timeout=120, cwd="/")
+        done = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd="/")
+        if check and done.returncode:
+            raise RuntimeError(f"{tool} failed ({done.returncode}): {done.stderr or done.stdout}")
 
 
 def _has_user(name: str) -> bool:

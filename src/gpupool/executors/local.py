@@ -36,6 +36,7 @@ BASE_ENV_NAMES = frozenset(
 # psutil and the runner compute create times the same way; allow for float noise and for a
 # boot time that the kernel reports slightly differently over time.
 CREATE_TIME_TOLERANCE_S = 1.0
+RELEASE_WAIT_S = 1.0
 
 
 def default_base_env() -> dict[str, str]:
@@ -141,6 +142,8 @@ class LocalExecutor(Executor):
     # -- poll -----------------------------------------------------------------------------
 
     def poll(self, handle: Handle) -> PollResult:
+        if self._unreaped:
+            self._reap_released()
         attempt_dir = handle.state["attempt_dir"]
         record = self._record(attempt_dir)
         if record is not None and "exit_code" in record:
@@ -226,11 +229,17 @@ class LocalExecutor(Executor):
 
     def release(self, handle: Handle) -> None:
         attempt_dir = handle.state["attempt_dir"]
+        record = self._record(attempt_dir)
         self._records.pop(attempt_dir, None)
         self._adopted.pop(attempt_dir, None)
         child = self._children.pop(attempt_dir, None)
         if child is not None and child.poll() is None:
-            self._unreaped.append(child)
+            if record is not None and "exit_code" in record:
+                # The runner exits right after writing its exit record: wait a moment.
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    child.wait(timeout=RELEASE_WAIT_S)
+            if child.poll() is None:  # a later start(), poll() or release() reaps it
+                self._unreaped.append(child)
         self._reap_released()
 
     def _reap_released(self) -> None:

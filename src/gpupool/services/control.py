@@ -142,6 +142,9 @@ class ControlLoop:
         return changed
 
     def _transition(self, active: ActiveAttempt, result: PollResult) -> None:
+        ended = result.observed in (Observed.EXITED, Observed.LOST)
+        if ended and active.observed == Observed.STARTING and result.started_at:
+            self._record_running(active, result)  # it started and ended between two polls
         if result.observed == Observed.RUNNING:
             self._record_running(active, result)
         elif result.observed == Observed.EXITED:

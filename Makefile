@@ -1,0 +1,48 @@
+# Two commands do all the set-up on a fresh machine:
+#   make serve   -> .venv with gpupool, then the server on 127.0.0.1:8765
+#   make test    -> .venv with test tools, system packages the tests use, then every test tier
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+ARGS ?=
+
+.PHONY: serve test lint format bench clean system-deps
+
+serve: $(VENV)/.runtime
+	$(BIN)/gpupool server $(ARGS)
+
+test: $(VENV)/.dev system-deps
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/pytest -q $(ARGS)
+
+system-deps:
+	bash scripts/install-system-deps.sh
+
+lint: $(VENV)/.dev
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
+
+format: $(VENV)/.dev
+	$(BIN)/ruff format src tests benchmarks
+	$(BIN)/ruff check --fix src tests benchmarks
+
+bench: $(VENV)/.dev
+	$(BIN)/python benchmarks/latency.py
+	$(BIN)/python benchmarks/submit_rate.py
+	$(BIN)/python benchmarks/drain.py
+
+$(VENV)/bin/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+$(VENV)/.runtime: pyproject.toml | $(VENV)/bin/python
+	$(BIN)/pip install -q -e .
+	touch $@
+
+$(VENV)/.dev: pyproject.toml | $(VENV)/bin/python
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $(VENV)/.runtime $@
+
+clean:
+	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache .ruff_cache

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs the system packages the tests use (PostgreSQL, Debian's chromium) when they are
+# missing and we may: as root with apt. Elsewhere it says what is missing; those tests skip.
+set -euo pipefail
+
+missing=()
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
+[ -x /usr/bin/chromium ] || missing+=(chromium)
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null; then
+  echo "note: ${missing[*]} missing and cannot be installed here (needs root and apt);" \
+       "the tests that use them will skip" >&2
+  exit 0
+fi
+echo "installing ${missing[*]} from Debian's packages" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+# The tests start their own private PostgreSQL on 127.0.0.1; the packaged cluster is not needed.
+if command -v pg_ctlcluster >/dev/null; then
+  pg_lsclusters -h 2>/dev/null | awk '{print $1, $2}' | while read -r version name; do
+    pg_ctlcluster "$version" "$name" stop 2>/dev/null || true
+  done
+fi

@@ -1,0 +1,369 @@
+"""Jobs: run, ls, show, logs, cancel."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+import time
+from collections.abc import Callable
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+
+from gpupool.cli.output import (
+    Output,
+    OutputOption,
+    age,
+    duration,
+    err,
+    memory,
+    new_table,
+    out,
+    print_json,
+    report_error,
+    share,
+    status_text,
+    timestamp,
+)
+from gpupool.cli.session import connect
+from gpupool.client import ApiError, Client
+
+ACTIVE = ["pending", "starting", "running"]
+WAITING = {"pending", "starting"}
+FINAL = {"succeeded", "failed", "cancelled", "lost"}
+POLL = 0.25
+RUN_SETTINGS = {"allow_interspersed_args": False}
+
+# -- run -------------------------------------------------------------------------------------
+
+
+def _check_env(values: list[str] | None) -> list[str]:
+    """Reject --env values without '=' as a usage error (exit 2)."""
+    for value in values or []:
+        if "=" not in value or value.startswith("="):
+            raise typer.BadParameter(f"'{value}' is not NAME=VALUE, e.g. --env BATCH=64")
+    return values or []
+
+
+def build_spec(
+    command: list[str],
+    *,
+    gpus: float | None = None,
+    gpu_memory: str | None = None,
+    cpus: float | None = None,
+    memory_: str | None = None,
+    name: str | None = None,
+    team: str | None = None,
+    priority: int | None = None,
+    env: list[str] | None = None,
+    workdir: str | None = None,
+) -> dict[str, Any]:
+    """The JobSpec JSON; fields left out take the server's defaults."""
+    resources = {"gpus": gpus, "gpu_memory_bytes": gpu_memory, "cpus": cpus, "memory_bytes": memory_}
+    spec: dict[str, Any] = {
+        "command": command,
+        "env": dict(item.split("=", 1) for item in env or []),
+        "resources": {k: v for k, v in resources.items() if v is not None},
+        "name": name,
+        "team": team,
+        "priority": priority,
+        "workdir": workdir,
+    }
+    return {k: v for k, v in spec.items() if v is not None}
+
+
+def run(
+    command: Annotated[list[str], typer.Argument(help="The program and its arguments, after --.")],
+    gpus: Annotated[
+        float | None, typer.Option(help="Whole GPUs (1, 2, 8) or a share of one GPU (0.5).")
+    ] = None,
+    gpu_memory: Annotated[
+        str | None, typer.Option(help="GPU memory to reserve, e.g. 20GiB.", metavar="BYTES")
+    ] = None,
+    cpus: Annotated[float | None, typer.Option(help="CPU cores (default 1).")] = None,
+    memory_: Annotated[
+        str | None, typer.Option("--memory", help="Host memory, e.g. 16GiB.", metavar="BYTES")
+    ] = None,
+    name: Annotated[str | None, typer.Option(help="A display name.")] = None,
+    team: Annotated[str | None, typer.Option(help="Team to charge (needed if you have several).")] = None,
+    priority: Annotated[int | None, typer.Option(help="Higher runs first, -1000..1000.")] = None,
+    env: Annotated[
+        list[str] | None,
+        typer.Option("--env", "-e", help="NAME=VALUE, repeatable.", callback=_check_env),
+    ] = None,
+    workdir: Annotated[str | None, typer.Option(help="Working directory of the job.")] = None,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Wait, stream the log, exit with the job's code.")
+    ] = False,
+    output: OutputOption = Output.TABLE,
+) -> None:
+    """Submit a job: gpupool run --gpus 1 -- python train.py. Prints the job id."""
+    spec = build_spec(
+        command, gpus=gpus, gpu_memory=gpu_memory, cpus=cpus, memory_=memory_, name=name,
+        team=team, priority=priority, env=env, workdir=workdir,
+    )  # fmt: skip
+    with connect() as client:
+        job = client.submit(spec)
+        if output == Output.JSON:
+            print_json(job)
+        elif follow:
+            err.print(f"[dim]job {job['id']} submitted[/dim]")
+        else:
+            typer.echo(job["id"])
+        if follow:
+            raise typer.Exit(follow_job(client, job))
+
+
+def follow_job(client: Client, job: dict[str, Any]) -> int:
+    """Wait for the job to start, stream its log to stdout, return the exit code to use."""
+    job = wait_until_started(client, job)
+    for text in client.follow_logs(job["id"], poll=POLL):
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    job = client.wait(job["id"], poll=POLL)
+    if job["status"] != "succeeded":
+        err.print(f"job {job['id']} {status_text(job['status'])}: {escape(ended_note(job))}")
+    return exit_code_of(job)
+
+
+def waiting_text(job: dict[str, Any]) -> str:
+    """'job 7 pending: InsufficientGpus (position 2): all 4 GPUs are busy'."""
+    position = f" (position {job['position']})" if job.get("position") else ""
+    reason = job.get("reason") or job["status"]
+    message = f": {job['message']}" if job.get("message") else ""
+    return f"job {job['id']} {job['status']}: {reason}{position}{message}"
+
+
+def wait_until_started(client: Client, job: dict[str, Any]) -> dict[str, Any]:
+    """Poll while the job is pending or starting, showing why on stderr."""
+    if job["status"] not in WAITING:
+        return job
+    if not err.is_terminal:  # a log file: one plain line per change, no spinner
+        return _poll_while_waiting(client, job, lambda text: err.print(escape(text)))
+    with err.status(escape(waiting_text(job))) as spinner:
+        return _poll_while_waiting(client, job, lambda text: spinner.update(escape(text)))
+
+
+def _poll_while_waiting(
+    client: Client, job: dict[str, Any], show: Callable[[str], None]
+) -> dict[str, Any]:
+    shown = ""
+    while job["status"] in WAITING:
+        text = waiting_text(job)
+        if text != shown:
+            show(text)
+            shown = text
+        time.sleep(POLL)
+        job = client.job(job["id"])
+    return job
+
+
+def ended_note(job: dict[str, Any]) -> str:
+    """Why a job ended, for a one-line note."""
+    code = f"exit code {job['exit_code']}" if job.get("exit_code") is not None else ""
+    parts = [part for part in (code, job.get("message") or job.get("reason")) if part]
+    return ", ".join(parts) or job["status"]
+
+
+def exit_code_of(job: dict[str, Any]) -> int:
+    """Succeeded 0; failed with code N: N (a signal s: 128+s); cancelled 130; otherwise 1."""
+    status, code = job["status"], job.get("exit_code")
+    if status == "succeeded":
+        return 0
+    if status == "cancelled":
+        return 130
+    if status != "failed" or not code:
+        return 1
+    if code < 0:
+        return min(128 - code, 255)
+    return code if code <= 255 else 1
+
+
+# -- ls --------------------------------------------------------------------------------------
+
+
+def gpus_text(resources: dict[str, Any]) -> str:
+    """'1', '0.5', '20 GiB' or '2 (>=40 GiB)' for a job's GPU request."""
+    count, gpu_memory = resources.get("gpus") or 0, resources.get("gpu_memory_bytes")
+    if not count and not gpu_memory:
+        return "-"
+    if not gpu_memory:
+        return share(count)
+    if not count:
+        return memory(gpu_memory)
+    return f"{share(count)} ({memory(gpu_memory)})"
+
+
+def age_text(job: dict[str, Any]) -> str:
+    """Pending: time since submission; running: time since start; ended: how long it ran."""
+    start = job.get("started_at") or job["submitted_at"]
+    if job["status"] == "pending":
+        return age(job["submitted_at"])
+    if job["status"] in FINAL:
+        return duration((job.get("ended_at") or start) - start)
+    return age(start)
+
+
+def reason_text(job: dict[str, Any]) -> str:
+    """The reason code, with the queue position of a pending job."""
+    reason = job.get("reason") or "-"
+    if job["status"] == "pending" and job.get("position"):
+        return f"{reason} (#{job['position']})"
+    if job["status"] == "failed" and job.get("exit_code") is not None:
+        return f"{reason} (exit {job['exit_code']})"
+    return reason
+
+
+def ls(
+    all_: Annotated[bool, typer.Option("--all", "-a", help="Include jobs that have ended.")] = False,
+    status: Annotated[
+        list[str] | None, typer.Option("--status", "-s", help="Only this status; repeatable.")
+    ] = None,
+    team: Annotated[str | None, typer.Option(help="Only this team's jobs.")] = None,
+    user: Annotated[str | None, typer.Option(help="Only this user's jobs.")] = None,
+    limit: Annotated[int, typer.Option(help="At most this many (newest first).", min=1)] = 100,
+    output: OutputOption = Output.TABLE,
+) -> None:
+    """List jobs (by default those pending, starting or running)."""
+    statuses = status or ([] if all_ else ACTIVE)
+    with connect() as client:
+        found = client.jobs(status=statuses, team=team, user=user, limit=limit)
+    if output == Output.JSON:
+        print_json(found)
+        return
+    table = new_table("ID", "NAME", "USER", "TEAM", "STATUS", "GPUS", "NODE", "AGE", "REASON")
+    for job in found:
+        placement = job.get("placement") or {}
+        table.add_row(
+            str(job["id"]),
+            escape(job.get("name") or "-"),
+            escape(job["user"]),
+            escape(job["team"]),
+            status_text(job["status"]),
+            gpus_text(job["spec"]["resources"]),
+            escape(placement.get("node") or "-"),
+            age_text(job),
+            escape(reason_text(job)),
+        )
+    out.print(table)
+
+
+# -- show ------------------------------------------------------------------------------------
+
+
+def _spec_lines(job: dict[str, Any]) -> list[str]:
+    spec, resources = job["spec"], job["spec"]["resources"]
+    lines = [
+        f"command:    {escape(shlex.join(spec['command']))}",
+        f"resources:  gpus {gpus_text(resources)}, cpus {share(resources.get('cpus') or 0)}, "
+        f"memory {memory(resources.get('memory_bytes'))}",
+    ]
+    if spec.get("env"):
+        pairs = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(spec["env"].items()))
+        lines.append(f"env:        {escape(pairs)}")
+    if spec.get("workdir"):
+        lines.append(f"workdir:    {escape(spec['workdir'])}")
+    return lines
+
+
+def _status_lines(job: dict[str, Any]) -> list[str]:
+    lines = [f"status:     {status_text(job['status'])}  {escape(reason_text(job))}"]
+    if job.get("message"):
+        lines.append(f"message:    {escape(job['message'])}")
+    lines += [
+        f"user/team:  {escape(job['user'])} / {escape(job['team'])}   priority {job['priority']}",
+        f"submitted:  {timestamp(job['submitted_at'])}",
+        f"started:    {timestamp(job.get('started_at'))}",
+        f"ended:      {timestamp(job.get('ended_at'))}",
+        f"exit code:  {'-' if job.get('exit_code') is None else job['exit_code']}",
+        f"attempts:   {job['attempts']}",
+    ]
+    return lines
+
+
+def _placement_lines(job: dict[str, Any]) -> list[str]:
+    placement = job.get("placement")
+    if not placement:
+        return ["placement:  -"]
+    lines = [
+        f"placement:  node {escape(placement['node'])}, cpus {share(placement['cpus'])}, "
+        f"memory {memory(placement.get('memory_bytes') or None)}"
+    ]
+    for gpu in placement["gpus"]:
+        reserved = f", {memory(gpu['memory_bytes'])}" if gpu.get("memory_bytes") else ""
+        lines.append(f"  gpu {escape(gpu['uuid'])}  share {share(gpu['share'])}{reserved}")
+    return lines
+
+
+def show(
+    job_id: Annotated[int, typer.Argument(metavar="JOB", help="The job id.")],
+    output: OutputOption = Output.TABLE,
+) -> None:
+    """Show one job: spec, placement, status, exit code, attempts and events."""
+    with connect() as client:
+        job = client.job(job_id)
+    if output == Output.JSON:
+        print_json(job)
+        return
+    title = f"job {job['id']}" + (f" ({escape(job['name'])})" if job.get("name") else "")
+    out.print(f"[bold]{title}[/bold]")
+    for line in _spec_lines(job) + _status_lines(job) + _placement_lines(job):
+        out.print(line)
+    events = new_table("TIME", "REASON", "MESSAGE")
+    for event in job.get("events", []):
+        events.add_row(timestamp(event["at"]), escape(event["reason"]), escape(event["message"]))
+    out.print("")
+    out.print(events)
+
+
+# -- logs, cancel ----------------------------------------------------------------------------
+
+
+def print_log(client: Client, job_id: int, attempt: int | None = None) -> None:
+    """Print the whole log as written so far."""
+    offset = 0
+    while True:
+        chunk = client.logs(job_id, offset, attempt)
+        if not chunk["text"]:
+            return
+        sys.stdout.write(chunk["text"])
+        sys.stdout.flush()
+        offset = chunk["next_offset"]
+
+
+def logs(
+    job_id: Annotated[int, typer.Argument(metavar="JOB", help="The job id.")],
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Follow until the job ends.")] = False,
+    attempt: Annotated[
+        int | None, typer.Option(help="An earlier attempt's log (default: the latest).", min=1)
+    ] = None,
+) -> None:
+    """Print a job's log; with -f, keep printing until the job has ended."""
+    with connect() as client:
+        if not follow:
+            print_log(client, job_id, attempt)
+            return
+        client.job(job_id)  # not_found before waiting
+        for text in client.follow_logs(job_id, poll=POLL):
+            sys.stdout.write(text)
+            sys.stdout.flush()
+
+
+def cancel(
+    job_ids: Annotated[list[int], typer.Argument(metavar="JOB...", help="Job ids.")],
+) -> None:
+    """Cancel jobs: pending ones at once, running ones are stopped."""
+    failed = False
+    with connect() as client:
+        for job_id in job_ids:
+            try:
+                job = client.cancel(job_id)
+            except ApiError as error:
+                report_error(error.code, error.message)
+                failed = True
+                continue
+            done = "cancelled" if job["status"] == "cancelled" else "cancel requested"
+            out.print(f"job {job_id}: {done}")
+    if failed:
+        raise typer.Exit(1)

@@ -1,0 +1,78 @@
+"""Nodes: what each node has, and who holds each GPU."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.markup import escape
+
+from gpupool.cli.output import Output, OutputOption, memory, new_table, out, print_json, share
+from gpupool.cli.session import connect
+
+
+def holder_text(holder: dict[str, Any]) -> str:
+    """'job 12 (alice, 0.5)'."""
+    return f"job {holder['job_id']} ({holder['user']}, {share(holder['share'])})"
+
+
+def nic_text(nic: dict[str, Any]) -> str:
+    """'eth0 25 Gb/s up mtu 9000 (rdma mlx5_0)'."""
+    parts = [nic["name"]]
+    if nic.get("speed_mbps"):
+        parts.append(f"{nic['speed_mbps'] / 1000:g} Gb/s")
+    if nic.get("operstate"):
+        parts.append(nic["operstate"])
+    if nic.get("mtu"):
+        parts.append(f"mtu {nic['mtu']}")
+    if nic.get("rdma_device"):
+        parts.append(f"(rdma {nic['rdma_device']})")
+    return " ".join(parts)
+
+
+def rdma_text(device: dict[str, Any]) -> str:
+    """'mlx5_0 port 1 InfiniBand 200 Gb/s ACTIVE'."""
+    ports = []
+    for port in device.get("ports", []):
+        fields = [f"port {port['port']}", port.get("link_layer"), port.get("state")]
+        if port.get("rate_gbps"):
+            fields.insert(2, f"{port['rate_gbps']:g} Gb/s")
+        ports.append(" ".join(f for f in fields if f))
+    hca = f" ({device['hca_type']})" if device.get("hca_type") else ""
+    return f"{device['name']}{hca}: " + ("; ".join(ports) or "no ports")
+
+
+def print_node(node: dict[str, Any]) -> None:
+    """One node: a header line, a GPU table, NIC and RDMA summary lines."""
+    state = "" if node["schedulable"] else "  [red]not schedulable[/red]"
+    out.print(
+        f"[bold]{escape(node['name'])}[/bold]  cpus {node['cpus']}  "
+        f"memory {memory(node['memory_bytes'])}{state}"
+    )
+    table = new_table("GPU", "MODEL", "MEMORY", "USED", "HOLDERS")
+    for gpu in node["gpus"]:
+        table.add_row(
+            str(gpu["index"]),
+            escape(gpu["model"]),
+            memory(gpu["memory_bytes"]),
+            share(gpu["used_share"]),
+            escape(", ".join(holder_text(h) for h in gpu["holders"]) or "-"),
+        )
+    out.print(table)
+    inventory = node.get("inventory") or {}
+    if inventory.get("nics"):
+        out.print("nics:  " + escape("; ".join(nic_text(n) for n in inventory["nics"])))
+    for device in inventory.get("rdma") or []:
+        out.print("rdma:  " + escape(rdma_text(device)))
+
+
+def nodes(output: OutputOption = Output.TABLE) -> None:
+    """List nodes: CPUs, memory, and each GPU with its used share and holders."""
+    with connect() as client:
+        found = client.nodes()
+    if output == Output.JSON:
+        print_json(found)
+        return
+    for number, node in enumerate(found):
+        if number:
+            out.print("")
+        print_node(node)

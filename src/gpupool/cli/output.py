@@ -1,0 +1,145 @@
+"""Shared rendering for the CLI, and its one error boundary.
+
+Everything the user asked for goes to stdout (tables, ids, JSON, logs); spinners, notes and
+errors go to stderr. An ``ApiError`` or ``CliError`` becomes one red line
+``error [code]: message`` on stderr and exit code 1; usage errors exit 2 (Click's own).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from enum import StrEnum
+from typing import Annotated, Any
+
+import click
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+from typer.core import TyperGroup
+
+from gpupool.client import ApiError
+from gpupool.domain.units import format_bytes
+
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False)
+
+
+class Output(StrEnum):
+    """How a command prints what it found."""
+
+    TABLE = "table"
+    JSON = "json"
+
+
+OutputOption = Annotated[
+    Output, typer.Option("--output", "-o", help="table (default) or json.", case_sensitive=False)
+]
+
+
+class CliError(Exception):
+    """A failure detected by the CLI itself (not logged in, a bad config file...)."""
+
+    def __init__(self, code: str, message: str, exit_code: int = 1) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code, self.message, self.exit_code = code, message, exit_code
+
+
+def report_error(code: str, message: str) -> None:
+    """Print the one-line form of an error on stderr."""
+    err.print(f"[red]error \\[{escape(code)}]: {escape(message)}[/red]")
+
+
+class CliGroup(TyperGroup):
+    """The top-level group: its ``invoke`` is the error boundary of every command."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except ApiError as error:
+            report_error(error.code, error.message)
+            raise typer.Exit(1) from None
+        except CliError as error:
+            report_error(error.code, error.message)
+            raise typer.Exit(error.exit_code) from None
+        except KeyboardInterrupt:
+            err.print("[yellow]interrupted[/yellow]")
+            raise typer.Exit(130) from None
+
+
+# -- plain output ----------------------------------------------------------------------------
+
+
+def print_json(data: Any) -> None:
+    """Print plain JSON on stdout and nothing else."""
+    typer.echo(json.dumps(data, indent=2))
+
+
+def new_table(*columns: str) -> Table:
+    """A borderless table with the given upper-case headers."""
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for column in columns:
+        table.add_column(column, overflow="fold")
+    return table
+
+
+# -- values ----------------------------------------------------------------------------------
+
+
+def timestamp(value: float | None) -> str:
+    """A Unix time as local 'YYYY-MM-DD HH:MM:SS', or '-'."""
+    if value is None:
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(value))
+
+
+def duration(seconds: float | None) -> str:
+    """A compact duration: 42s, 3m05s, 2h07m, 4d03h."""
+    if seconds is None:
+        return "-"
+    whole = max(0, int(seconds))
+    if whole < 60:
+        return f"{whole}s"
+    minutes, secs = divmod(whole, 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours}h{minutes:02d}m"
+    days, hours = divmod(hours, 24)
+    return f"{days}d{hours:02d}h"
+
+
+def age(since: float | None, until: float | None = None) -> str:
+    """The time from ``since`` to ``until`` (default: now)."""
+    if since is None:
+        return "-"
+    return duration((until if until is not None else time.time()) - since)
+
+
+def share(value: float) -> str:
+    """A GPU count or share without a useless '.0': 1, 0.5, 0.25."""
+    return f"{value:g}"
+
+
+def memory(count: int | None) -> str:
+    """A byte count with binary units ('80 GiB'), '-' when absent."""
+    return format_bytes(count)
+
+
+STATUS_STYLE = {
+    "pending": "yellow",
+    "starting": "cyan",
+    "running": "green",
+    "succeeded": "bold green",
+    "failed": "red",
+    "cancelled": "magenta",
+    "lost": "red",
+}
+
+
+def status_text(status: str) -> str:
+    """The status with Rich colour markup."""
+    style = STATUS_STYLE.get(status, "white")
+    return f"[{style}]{escape(status)}[/{style}]"

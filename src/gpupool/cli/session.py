@@ -1,0 +1,71 @@
+"""Logging in, who am I, and the connection every other command uses."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from gpupool.cli.output import CliError, Output, OutputOption, out, print_json
+from gpupool.client import Client, ClientConfig, load_config, save_config
+
+NOT_LOGGED_IN = "not logged in: run gpupool login URL --token T"
+
+
+def read_config() -> ClientConfig:
+    """The saved URL and token (or GPUPOOL_URL + GPUPOOL_TOKEN); CliError when absent."""
+    try:
+        config = load_config()
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise CliError("bad_config", f"cannot read the gpupool config: {error}") from error
+    if config is None:
+        raise CliError("not_logged_in", NOT_LOGGED_IN)
+    return config
+
+
+@contextmanager
+def connect() -> Iterator[Client]:
+    """A client for the configured server, closed afterwards."""
+    client = Client.from_config(read_config())
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+def describe(who: dict) -> str:
+    """'alice (member of ml, vision)' from a /whoami answer."""
+    teams = ", ".join(who.get("teams") or []) or "no team"
+    return f"{who['user']} ({who['role']} of {teams})"
+
+
+def login(
+    url: Annotated[str, typer.Argument(help="The server, e.g. http://gpu-box:8765.")],
+    token: Annotated[
+        str, typer.Option("--token", "-t", help="An API token (see 'gpupool tokens create').")
+    ],
+) -> None:
+    """Check a token against a server and save both for later commands (mode 0600)."""
+    client = Client(url, token)
+    try:
+        who = client.whoami()
+    finally:
+        client.close()
+    path = save_config(ClientConfig(client.url, token))
+    out.print(f"logged in to {escape(client.url)} as {escape(describe(who))}")
+    out.print(f"[dim]config saved in {escape(str(path))}[/dim]")
+
+
+def whoami(output: OutputOption = Output.TABLE) -> None:
+    """Show the user the saved token belongs to, its role and teams."""
+    config = read_config()
+    with connect() as client:
+        who = client.whoami()
+    if output == Output.JSON:
+        print_json({k: v for k, v in who.items() if v is not None} | {"url": config.url})
+        return
+    out.print(f"{escape(describe(who))} at {escape(config.url)}")
+

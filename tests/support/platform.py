@@ -1,0 +1,70 @@
+"""An in-process platform (real database, real local executor) behind FastAPI's TestClient."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from fastapi.testclient import TestClient
+
+from gpupool.api.app import create_app
+from gpupool.executors.base import Executor
+from gpupool.services.platform import Platform, open_platform
+from gpupool.settings import Settings
+
+FINAL = {"succeeded", "failed", "cancelled", "lost"}
+
+
+def make_settings(data_dir: Path, database_url: str | None = None, **overrides: Any) -> Settings:
+    values: dict[str, Any] = {
+        "data_dir": data_dir,
+        "database_url": database_url,
+        "declared_gpus": "4xA100-SXM4-80GB:80GiB",
+        "declared_cpus": 64,
+        "declared_memory": "256GiB",
+        "use_nvml": False,
+        "stop_grace_seconds": 2.0,
+        "node_name": "node-a",
+    }
+    return Settings(**(values | overrides))
+
+
+@contextmanager
+def running_app(
+    settings: Settings, executor: Executor | None = None
+) -> Iterator[tuple[TestClient, Platform]]:
+    platform = open_platform(settings, executor=executor)
+    with TestClient(create_app(platform)) as client:
+        if platform.first_start:
+            client.headers["Authorization"] = f"Bearer {platform.first_start.token}"
+        yield client, platform
+    platform.db.dispose()
+
+
+def wait_for(check: Callable[[], Any], timeout: float = 30.0, every: float = 0.05) -> Any:
+    """Poll until ``check`` returns something truthy; fail with its last value."""
+    deadline = time.monotonic() + timeout
+    value = None
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError(f"condition not met in {timeout} s; last value: {value!r}")
+
+
+def wait_job(client: TestClient, job_id: int, statuses: set[str] = FINAL, timeout: float = 30.0) -> dict:
+    def check() -> dict | None:
+        job = client.get(f"/api/v1/jobs/{job_id}").json()
+        return job if job["status"] in statuses else None
+
+    return wait_for(check, timeout)
+
+
+def submit(client: TestClient, command: list[str], **fields: Any) -> dict:
+    response = client.post("/api/v1/jobs", json={"command": command, **fields})
+    assert response.status_code == 201, response.text
+    return response.json()

@@ -1,0 +1,23 @@
+"""Fixtures of the executor tests."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from executor_helpers import kill_leftovers
+
+from gpupool.executors.local import LocalExecutor
+
+
+@pytest.fixture
+def jobs_dir(tmp_path: Path) -> Iterator[Path]:
+    path = tmp_path / "jobs"
+    yield path
+    kill_leftovers(path)
+
+
+@pytest.fixture
+def executor(jobs_dir: Path) -> LocalExecutor:
+    return LocalExecutor(jobs_dir)

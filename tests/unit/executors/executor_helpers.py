@@ -1,0 +1,98 @@
+"""Helpers for the executor tests: tasks, waiting, and killing what a test left behind."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import psutil
+
+from gpupool.executors.base import Executor, Handle, Observed, PollResult, TaskSpec
+
+T = TypeVar("T")
+
+
+def task(command: list[str], job_id: int = 1, attempt: int = 1, **overrides: Any) -> TaskSpec:
+    fields: dict[str, Any] = {
+        "job_id": job_id,
+        "attempt": attempt,
+        "node": "local",
+        "command": command,
+        "env": {},
+        "workdir": None,
+        "gpu_uuids": [],
+        "log_limit_bytes": 1 << 20,
+        "stop_grace_seconds": 10.0,
+    }
+    fields.update(overrides)
+    return TaskSpec(**fields)
+
+
+def py(code: str) -> list[str]:
+    return [sys.executable, "-c", code]
+
+
+def wait_until_file(path: Path) -> list[str]:
+    """A workload that prints 'ready', waits for ``path`` and exits with its content."""
+    code = (
+        "import os, sys, time\n"
+        "print('ready', flush=True)\n"
+        f"while not os.path.exists({str(path)!r}):\n"
+        "    time.sleep(0.01)\n"
+        f"sys.exit(int(open({str(path)!r}).read() or 0))\n"
+    )
+    return py(code)
+
+
+def wait_for(check: Callable[[], T], timeout: float = 30.0, what: str = "condition") -> T:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.01)
+
+
+def wait_observed(
+    executor: Executor, handle: Handle, observed: Observed, timeout: float = 30.0
+) -> PollResult:
+    """Poll until the attempt is observed in ``observed``; fail on a different end state."""
+    seen: list[PollResult] = []
+
+    def check() -> PollResult | None:
+        result = executor.poll(handle)
+        seen.append(result)
+        if result.observed == observed:
+            return result
+        ended = result.observed in (Observed.EXITED, Observed.LOST)
+        assert not ended, f"wanted {observed}, got {result}"
+        return None
+
+    return wait_for(check, timeout, what=f"{observed} (last: {seen[-1:]})")
+
+
+def is_alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def kill_leftovers(jobs_dir: Path) -> None:
+    """SIGKILL the runners and workload groups recorded under ``jobs_dir``."""
+    for state_file in jobs_dir.glob("*/attempts/*/state.json"):
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            state = json.loads(state_file.read_text())
+            for pid_key, pgid in (("runner_pid", state["runner_pid"]), ("pid", state["pgid"])):
+                if state.get(pid_key) and is_alive(state[pid_key]):
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.killpg(pgid, signal.SIGKILL)
