@@ -60,7 +60,9 @@ def build_spec(
     workdir: str | None = None,
 ) -> dict[str, Any]:
     """The JobSpec JSON; fields left out take the server's defaults."""
-    resources = {"gpus": gpus, "gpu_memory_bytes": gpu_memory, "cpus": cpus, "memory_bytes": memory_}
+    resources = {
+        "gpus": gpus, "gpu_memory_bytes": gpu_memory, "cpus": cpus, "memory_bytes": memory_,
+    }  # fmt: skip
     spec: dict[str, Any] = {
         "command": command,
         "env": dict(item.split("=", 1) for item in env or []),
@@ -74,7 +76,9 @@ def build_spec(
 
 
 def run(
-    command: Annotated[list[str], typer.Argument(help="The program and its arguments, after --.")],
+    command: Annotated[
+        list[str], typer.Argument(metavar="-- CMD [ARGS]...", help="The program and its arguments.")
+    ],
     gpus: Annotated[
         float | None, typer.Option(help="Whole GPUs (1, 2, 8) or a share of one GPU (0.5).")
     ] = None,
@@ -86,7 +90,7 @@ def run(
         str | None, typer.Option("--memory", help="Host memory, e.g. 16GiB.", metavar="BYTES")
     ] = None,
     name: Annotated[str | None, typer.Option(help="A display name.")] = None,
-    team: Annotated[str | None, typer.Option(help="Team to charge (needed if you have several).")] = None,
+    team: Annotated[str | None, typer.Option(help="Team to charge (if you have several).")] = None,
     priority: Annotated[int | None, typer.Option(help="Higher runs first, -1000..1000.")] = None,
     env: Annotated[
         list[str] | None,
@@ -161,9 +165,11 @@ def _poll_while_waiting(
 
 def ended_note(job: dict[str, Any]) -> str:
     """Why a job ended, for a one-line note."""
-    code = f"exit code {job['exit_code']}" if job.get("exit_code") is not None else ""
-    parts = [part for part in (code, job.get("message") or job.get("reason")) if part]
-    return ", ".join(parts) or job["status"]
+    if job.get("message"):
+        return job["message"]
+    if job.get("exit_code") is not None:
+        return f"exit code {job['exit_code']}"
+    return job.get("reason") or job["status"]
 
 
 def exit_code_of(job: dict[str, Any]) -> int:
@@ -216,7 +222,7 @@ def reason_text(job: dict[str, Any]) -> str:
 
 
 def ls(
-    all_: Annotated[bool, typer.Option("--all", "-a", help="Include jobs that have ended.")] = False,
+    all_: Annotated[bool, typer.Option("--all", "-a", help="Include ended jobs.")] = False,
     status: Annotated[
         list[str] | None, typer.Option("--status", "-s", help="Only this status; repeatable.")
     ] = None,
@@ -334,7 +340,7 @@ def print_log(client: Client, job_id: int, attempt: int | None = None) -> None:
 
 def logs(
     job_id: Annotated[int, typer.Argument(metavar="JOB", help="The job id.")],
-    follow: Annotated[bool, typer.Option("--follow", "-f", help="Follow until the job ends.")] = False,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Follow until it ends.")] = False,
     attempt: Annotated[
         int | None, typer.Option(help="An earlier attempt's log (default: the latest).", min=1)
     ] = None,

@@ -22,8 +22,12 @@ from typer.core import TyperGroup
 from gpupool.client import ApiError
 from gpupool.domain.units import format_bytes
 
+PIPED_WIDTH = 200  # tables written to a pipe or file are not folded at 80 columns
+
 out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False)
+if not out.is_terminal:
+    out = Console(highlight=False, soft_wrap=True, width=PIPED_WIDTH)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 class Output(StrEnum):

@@ -68,4 +68,3 @@ def whoami(output: OutputOption = Output.TABLE) -> None:
         print_json({k: v for k, v in who.items() if v is not None} | {"url": config.url})
         return
     out.print(f"{escape(describe(who))} at {escape(config.url)}")
-

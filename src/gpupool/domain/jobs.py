@@ -58,14 +58,15 @@ ByteCount = Annotated[int | None, Field(default=None, ge=0)]
 class ResourceRequest(BaseModel):
     """What one task asks for.
 
-    ``gpus``: a whole number of GPUs (1, 2, 8), or a fraction of one GPU (0.25, 0.5).
+    ``gpus``: a whole number of GPUs (1, 2, 8), or a fraction of one GPU (0.25, 0.5); leave it
+    out (None) for a job without a GPU.
     ``gpu_memory_bytes``: with a fraction or no ``gpus``, the GPU memory to reserve on one
     shared GPU; with whole GPUs, the least memory each GPU must have.
     """
 
     model_config = ConfigDict(extra="forbid")
 
-    gpus: float = 0
+    gpus: float | None = None
     gpu_memory_bytes: ByteCount = None
     cpus: float = Field(default=1.0, gt=0, le=4096)
     memory_bytes: ByteCount = None
@@ -86,9 +87,14 @@ class ResourceRequest(BaseModel):
 
     @field_validator("gpus")
     @classmethod
-    def _gpu_count(cls, value: float) -> float:
-        if value < 0:
-            raise ValueError("gpus must be 0 or more: write --gpus 1, --gpus 2 or --gpus 0.5")
+    def _gpu_count(cls, value: float | None) -> float | None:
+        if value is None:
+            return None
+        if value <= 0:
+            raise ValueError(
+                "gpus must be more than 0 (1, 2 or a fraction like 0.5); leave it out to run "
+                "without a GPU"
+            )
         if value > 1 and value != int(value):
             raise ValueError(
                 "a fraction of a GPU cannot be combined with more than one GPU: ask for a whole "
@@ -99,17 +105,22 @@ class ResourceRequest(BaseModel):
         return value
 
     @property
+    def gpu_count(self) -> float:
+        """The GPUs asked for as a number: 0 when none."""
+        return self.gpus or 0.0
+
+    @property
     def whole_gpus(self) -> int:
-        return int(self.gpus) if self.gpus >= 1 else 0
+        return int(self.gpu_count) if self.gpu_count >= 1 else 0
 
     @property
     def is_fractional(self) -> bool:
         """True when the task shares one GPU (a fraction, or GPU memory alone)."""
-        return (0 < self.gpus < 1) or (self.gpus == 0 and bool(self.gpu_memory_bytes))
+        return (0 < self.gpu_count < 1) or (self.gpu_count == 0 and bool(self.gpu_memory_bytes))
 
     @property
     def uses_gpus(self) -> bool:
-        return self.gpus > 0 or bool(self.gpu_memory_bytes)
+        return self.gpu_count > 0 or bool(self.gpu_memory_bytes)
 
 
 class JobSpec(BaseModel):

@@ -139,7 +139,7 @@ class FreeCapacity:
     def take(self, claim: Claim, cpus: float, memory_bytes: int) -> None:
         """Subtract a placement from the free capacity and keep the indexes in step."""
         node = claim.node
-        pass
+        node.cpus -= cpus
         node.memory_bytes -= memory_bytes
         for gpu, share, memory in claim.parts:
             if gpu.is_shared:

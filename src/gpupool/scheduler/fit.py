@@ -13,7 +13,12 @@ ShapeKey = tuple[float, int | None, float, int]
 
 def shape_key(request: ResourceRequest) -> ShapeKey:
     """What placement depends on: equal keys fit (or fail) the same way."""
-    return (request.gpus, request.gpu_memory_bytes, request.cpus, host_memory(request))
+    return (gpu_count(request), request.gpu_memory_bytes, request.cpus, host_memory(request))
+
+
+def gpu_count(request: ResourceRequest) -> float:
+    """The GPUs asked for as a number, 0 when none."""
+    return request.gpus or 0.0
 
 
 def host_memory(request: ResourceRequest) -> int:
@@ -30,10 +35,11 @@ def host_fits(node: NodeState, request: ResourceRequest) -> bool:
 
 def fraction_demand(request: ResourceRequest, gpu: GpuState) -> tuple[float, int]:
     """The share and memory a fractional (or GPU-memory-only) request takes on ``gpu``."""
-    if request.gpus > 0:
+    gpus = gpu_count(request)
+    if gpus > 0:
         if request.gpu_memory_bytes is not None:
-            return request.gpus, request.gpu_memory_bytes
-        return request.gpus, int(request.gpus * gpu.memory_bytes)
+            return gpus, request.gpu_memory_bytes
+        return gpus, int(gpus * gpu.memory_bytes)
     memory = request.gpu_memory_bytes or 0
     if gpu.memory_bytes <= 0:
         return 1.0, memory
@@ -42,8 +48,8 @@ def fraction_demand(request: ResourceRequest, gpu: GpuState) -> tuple[float, int
 
 def least_fraction_share(request: ResourceRequest, max_gpu_memory: int) -> float:
     """A lower bound of the share ``request`` takes on any GPU (for index look-ups)."""
-    if request.gpus > 0:
-        return request.gpus
+    if gpu_count(request) > 0:
+        return gpu_count(request)
     if max_gpu_memory <= 0:
         return 1.0
     return min(1.0, (request.gpu_memory_bytes or 0) / max_gpu_memory)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from gpupool.domain.jobs import Reason, ResourceRequest
 from gpupool.domain.units import format_bytes
-from gpupool.scheduler.fit import host_memory
+from gpupool.scheduler.fit import gpu_count, host_memory
 from gpupool.scheduler.shortfall import Shortfall
 from gpupool.scheduler.types import SHARE_EPSILON
 
@@ -35,9 +35,9 @@ def gpu_need(request: ResourceRequest) -> str:
         each = "" if memory is None else f" with at least {format_bytes(memory)}"
         each += " each" if memory is not None and count > 1 else ""
         return f"{count} {plural(count, 'GPU')}{each}"
-    if request.gpus > 0:
+    if gpu_count(request) > 0:
         with_memory = f" with {format_bytes(memory)} free" if memory is not None else ""
-        return f"{format_share(request.gpus)} of a GPU{with_memory}"
+        return f"{format_share(gpu_count(request))} of a GPU{with_memory}"
     return f"{format_bytes(memory)} of GPU memory"
 
 

@@ -19,6 +19,7 @@ from gpupool.scheduler.fit import (
     ShapeKey,
     cpus_fit,
     fraction_demand,
+    gpu_count,
     gpu_memory_fits,
     host_memory,
     shape_key,
@@ -93,7 +94,7 @@ class ShortfallFinder:
         return part.frontier.shortfall(request.cpus, host_memory(request))
 
     def _gpu_part(self, request: ResourceRequest) -> GpuPart:
-        key = (request.gpus, request.gpu_memory_bytes)
+        key = (gpu_count(request), request.gpu_memory_bytes)
         if key not in self._gpu_parts:
             self._gpu_parts[key] = self._analyse_gpus(request)
         return self._gpu_parts[key]

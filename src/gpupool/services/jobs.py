@@ -47,7 +47,7 @@ def submit(
         spec=spec.model_dump(mode="json"),
         status=JobStatus.PENDING.value,
         priority=spec.priority,
-        gpus=spec.resources.gpus,
+        gpus=spec.resources.gpu_count,
         submitted_at=now,
         reason=Reason.QUEUED.value,
         message="waiting for the scheduler",

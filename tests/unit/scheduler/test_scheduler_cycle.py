@@ -32,7 +32,9 @@ def test_two_half_gpu_jobs_share_one_gpu():
 
     uuids = {gpus[0].uuid for _, gpus in placed(decisions).values()}
     assert uuids == {gpu_uuid("node-a", 0)}
-    assert all(g.share == 0.5 and g.memory_bytes == 40 * GiB for p in decisions.placements for g in p.gpus)
+    assert all(
+        g.share == 0.5 and g.memory_bytes == 40 * GiB for p in decisions.placements for g in p.gpus
+    )
 
 
 def test_fractions_pack_onto_the_shared_gpu_with_least_room():

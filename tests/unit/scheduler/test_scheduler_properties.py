@@ -77,13 +77,11 @@ def node_allocations(draw, node: NodeCapacity, first_id: int) -> list[Allocation
 
 @st.composite
 def requests(draw) -> ResourceRequest:
-    gpus = draw(st.sampled_from([0, 0, 0.1, 0.25, 0.5, 0.75, 1, 1, 2, 3, 5]))
+    gpus = draw(st.sampled_from([None, None, 0.1, 0.25, 0.5, 0.75, 1, 1, 2, 3, 5]))
     gpu_memory = draw(st.sampled_from([None, None, 4 * GiB, 16 * GiB, 40 * GiB, 100 * GiB]))
     cpus = draw(st.sampled_from([0.5, 1.0, 2.0, 4.0, 20.0]))
     memory = draw(st.sampled_from([None, 1 * GiB, 8 * GiB, 32 * GiB]))
-    return ResourceRequest(
-        gpus=gpus, gpu_memory_bytes=gpu_memory, cpus=cpus, memory_bytes=memory
-    )
+    return ResourceRequest(gpus=gpus, gpu_memory_bytes=gpu_memory, cpus=cpus, memory_bytes=memory)
 
 
 @st.composite
@@ -148,7 +146,7 @@ def fits(request: ResourceRequest, node: NodeCapacity, usage: Usage) -> bool:
 def _fraction_fits(request: ResourceRequest, gpu: GpuCapacity, parts: list[GpuShare]) -> bool:
     if any(part.share >= 1 - EPS for part in parts):
         return False
-    if request.gpus > 0:
+    if request.gpus:
         share = request.gpus
         memory = request.gpu_memory_bytes
         memory = int(request.gpus * gpu.memory_bytes) if memory is None else memory

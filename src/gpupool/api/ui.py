@@ -1,0 +1,289 @@
+"""The web UI: server-rendered pages (Jinja2) and our own small CSS and JavaScript.
+
+Pages read through the same functions as the REST API, so a page's first render and the
+JSON its script polls afterwards have one shape. Nothing is loaded from outside the server:
+the UI works air-gapped. Every page is escaped (autoescape on) and served with a strict
+Content-Security-Policy: scripts and styles only from /static.
+"""
+
+from __future__ import annotations
+
+import shlex
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any
+from urllib.parse import quote, urlencode
+
+from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.staticfiles import StaticFiles
+from jinja2 import Environment, FileSystemLoader, StrictUndefined
+
+import gpupool
+from gpupool.api.deps import PlatformDep, optional_session
+from gpupool.api.routers import jobs as jobs_api
+from gpupool.api.routers import nodes as nodes_api
+from gpupool.domain.jobs import FINAL_STATUSES, JobStatus, Role
+from gpupool.domain.units import format_bytes
+from gpupool.errors import NotFound
+from gpupool.services import users
+from gpupool.services.access import Principal
+
+HERE = Path(__file__).resolve().parent
+TEMPLATES = HERE / "templates"
+STATIC = HERE / "static"
+REFRESH_MS = 2000
+ACTIVE = [JobStatus.PENDING, JobStatus.STARTING, JobStatus.RUNNING]
+ENDED = sorted(FINAL_STATUSES)
+SHOW = {"all": None, "active": ACTIVE, "ended": ENDED}
+
+CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; style-src-attr 'unsafe-inline'; "
+    "img-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri 'none'; "
+    "form-action 'self'; frame-ancestors 'none'"
+)
+PAGE_HEADERS = {
+    "Content-Security-Policy": CSP,
+    "Cache-Control": "no-store",
+    "Referrer-Policy": "same-origin",
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+}
+
+SignedIn = Annotated[tuple[Principal, str] | None, Depends(optional_session)]
+router = APIRouter(include_in_schema=False)
+
+
+def mount(app: FastAPI) -> None:
+    """Add the pages and /static to the app."""
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    app.include_router(router)
+
+
+# -- templates ---------------------------------------------------------------------------------
+
+
+def _when(epoch: float | None) -> str:
+    if epoch is None:
+        return "-"
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _iso(epoch: float | None) -> str:
+    return "" if epoch is None else datetime.fromtimestamp(epoch, UTC).isoformat()
+
+
+def _number(value: float | int | None) -> str:
+    """1.0 -> '1', 0.5 -> '0.5': how a GPU count reads."""
+    if value is None:
+        return "-"
+    return f"{value:g}"
+
+
+def _percent(fraction: float) -> int:
+    return round(fraction * 100)
+
+
+def _gpus(resources: dict[str, Any]) -> str:
+    """A job's GPU request in a few characters: '2', '0.5 · 20 GiB', '20 GiB of one GPU'."""
+    count, memory = resources.get("gpus") or 0, resources.get("gpu_memory_bytes")
+    if not count and not memory:
+        return "none"
+    if not count:
+        return f"{format_bytes(memory)} of one GPU"
+    return _number(count) + (f" · {format_bytes(memory)}" if memory else "")
+
+
+def _network(inventory: dict[str, Any]) -> list[str]:
+    nics = [n for n in inventory.get("nics", []) if n.get("name") != "lo"]
+    up = [n for n in nics if n.get("operstate") == "up"]
+    parts = []
+    for nic in up:
+        speed = nic.get("speed_mbps")
+        text = nic["name"] + (f" {speed / 1000:g} Gb/s" if speed else "")
+        parts.append(text + (f" (RDMA {nic['rdma_device']})" if nic.get("rdma_device") else ""))
+    down = len(nics) - len(up)
+    if down:
+        parts.append(f"{down} down")
+    return parts or ["none found"]
+
+
+def _rdma(inventory: dict[str, Any]) -> list[str]:
+    parts = []
+    for device in inventory.get("rdma", []):
+        ports = []
+        for port in device.get("ports", []):
+            bits = [port.get("link_layer"), port.get("rate_gbps") and f"{port['rate_gbps']:g} Gb/s"]
+            bits.append(port.get("state"))
+            ports.append(" ".join(str(b) for b in bits if b))
+        parts.append(device["name"] + (f": {', '.join(ports)}" if ports else ""))
+    return parts or ["none found"]
+
+
+ENV = Environment(
+    loader=FileSystemLoader(TEMPLATES),
+    autoescape=True,
+    undefined=StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+ENV.filters.update(
+    bytes=format_bytes, when=_when, iso=_iso, number=_number, percent=_percent, gpus=_gpus
+)
+ENV.globals.update(
+    version=gpupool.__version__,
+    refresh_ms=REFRESH_MS,
+    network=_network,
+    rdma=_rdma,
+    final_statuses=[s.value for s in FINAL_STATUSES],
+)
+
+
+def _static(name: str) -> str:
+    return f"/static/{name}?v={gpupool.__version__}"
+
+
+ENV.globals["static"] = _static
+
+
+def _render(
+    template: str, who: Principal | None, csrf: str | None, status: int = 200, **context: Any
+) -> HTMLResponse:
+    html = ENV.get_template(template).render(user=who, csrf_token=csrf, **context)
+    return HTMLResponse(html, status_code=status, headers=PAGE_HEADERS)
+
+
+def _to_login(request: Request) -> RedirectResponse:
+    target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    return RedirectResponse(f"/login?next={quote(target, safe='/')}", status_code=303)
+
+
+def _safe_next(target: str | None) -> str:
+    """Only a path on this server: no scheme, no host, no '//' (an open redirect)."""
+    if not target or not target.startswith("/") or target.startswith(("//", "/\\")):
+        return "/"
+    if any(ord(c) < 32 for c in target) or "\\" in target:
+        return "/"
+    return target
+
+
+# -- pages -------------------------------------------------------------------------------------
+
+
+@router.get("/login", response_class=HTMLResponse)
+def login_page(request: Request, signed_in: SignedIn, next: str | None = None) -> Response:
+    target = _safe_next(next)
+    if signed_in:
+        return RedirectResponse(target, status_code=303)
+    return _render("login.html", None, None, page="login", next=target)
+
+
+@router.get("/", response_class=HTMLResponse)
+def cluster_page(request: Request, ctx: PlatformDep, signed_in: SignedIn) -> Response:
+    if not signed_in:
+        return _to_login(request)
+    who, csrf = signed_in
+    found = [n.model_dump(mode="json") for n in nodes_api.list_nodes(ctx, who)]
+    gpus = [g for n in found for g in n["gpus"]]
+    used = sum(g["used_share"] for g in gpus)
+    return _render(
+        "cluster.html", who, csrf, page="cluster", nodes=found, total=len(gpus), used=used
+    )
+
+
+@router.get("/jobs", response_class=HTMLResponse)
+def jobs_page(
+    request: Request,
+    ctx: PlatformDep,
+    signed_in: SignedIn,
+    show: str = "all",
+    mine: bool = False,
+) -> Response:
+    if not signed_in:
+        return _to_login(request)
+    who, csrf = signed_in
+    show = show if show in SHOW else "all"
+    found = jobs_api.list_jobs(ctx, who, status=SHOW[show], user=who.name if mine else None)
+    rows = [j.model_dump(mode="json") for j in found]
+    return _render("jobs.html", who, csrf, page="jobs", jobs=rows, show=show, mine=mine)
+
+
+@router.get("/jobs/new", response_class=HTMLResponse)
+def submit_page(
+    request: Request, ctx: PlatformDep, signed_in: SignedIn, again: int | None = None
+) -> Response:
+    if not signed_in:
+        return _to_login(request)
+    who, csrf = signed_in
+    with ctx.db.reader() as session:
+        teams = [t.name for t in users.list_teams(session) if who.can_act_on_team(t.id)]
+        mine = [t.name for t in users.list_teams(session) if t.id in who.team_ids]
+    form = _form_from(ctx, who, again) if again else {}
+    chosen = form.get("team") or (mine[0] if mine else teams[0] if len(teams) == 1 else "")
+    return _render(
+        "submit.html",
+        who,
+        csrf,
+        page="submit",
+        teams=teams,
+        chosen_team=chosen,
+        form=form,
+        viewer=who.role == Role.VIEWER,
+    )
+
+
+@router.get("/jobs/{job_id}", response_class=HTMLResponse)
+def job_page(request: Request, job_id: str, ctx: PlatformDep, signed_in: SignedIn) -> Response:
+    if not signed_in:
+        return _to_login(request)
+    who, csrf = signed_in
+    try:
+        number = int(job_id) if job_id.isdigit() else None
+        if number is None:
+            raise NotFound()
+        job = jobs_api.show(number, ctx, who).model_dump(mode="json")
+    except NotFound:
+        return _render("not_found.html", who, csrf, status=404, page="job", job_id=job_id)
+    spec = job["spec"]
+    return _render(
+        "job.html",
+        who,
+        csrf,
+        page="job",
+        job=job,
+        command=shlex.join(spec["command"]),
+        final=job["status"] in {s.value for s in FINAL_STATUSES},
+        can_cancel=who.role != Role.VIEWER,
+        again=f"/jobs/new?{urlencode({'again': job['id']})}",
+    )
+
+
+def _form_from(ctx: Any, who: Principal, job_id: int) -> dict[str, Any]:
+    """The fields of an earlier job, to submit it again (only a job the user can see)."""
+    try:
+        job = jobs_api.show(job_id, ctx, who)
+    except NotFound:
+        return {}
+    spec, resources = job.spec, job.spec.resources
+    return {
+        "command": shlex.join(spec.command),
+        "name": spec.name or "",
+        "workdir": spec.workdir or "",
+        "env": "\n".join(f"{k}={v}" for k, v in spec.env.items()),
+        "gpus": _number(resources.gpus),
+        "gpu_memory": _exact_bytes(resources.gpu_memory_bytes),
+        "cpus": _number(resources.cpus),
+        "memory": _exact_bytes(resources.memory_bytes),
+        "team": job.team,
+        "priority": str(spec.priority),
+    }
+
+
+def _exact_bytes(count: int | None) -> str:
+    """A byte count the form sends back unchanged: '20GiB' when exact, else the number."""
+    if not count:
+        return ""
+    for unit, size in (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if count % size == 0:
+            return f"{count // size}{unit}"
+    return str(count)

@@ -1,0 +1,68 @@
+"""Migrations: the migrated schema equals the models; downgrade works; mismatches are refused."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import inspect, text
+
+from gpupool.errors import SchemaMismatch
+from gpupool.store import db as store
+from gpupool.store.models import Base
+
+
+def test_the_migrated_schema_equals_the_models(database_url: str) -> None:
+    store.upgrade(database_url)
+    database = store.Database(database_url)
+    with database.engine.connect() as connection:
+        context = MigrationContext.configure(connection, opts={"compare_type": True})
+        assert compare_metadata(context, Base.metadata) == []
+    assert store.current_revision(database.engine) == store.head_revision()
+    database.dispose()
+
+
+def test_downgrade_to_base_removes_every_table(database_url: str) -> None:
+    store.upgrade(database_url)
+    store.downgrade(database_url, "base")
+    database = store.Database(database_url)
+    assert set(inspect(database.engine).get_table_names()) <= {"alembic_version"}
+    database.dispose()
+
+
+def test_prepare_creates_an_empty_database_and_refuses_another_revision(database_url: str) -> None:
+    database = store.Database(database_url)
+    store.prepare(database)
+    assert store.current_revision(database.engine) == store.head_revision()
+    store.prepare(database)  # at head: nothing to do
+    with database.engine.begin() as connection:
+        connection.execute(text("UPDATE alembic_version SET version_num = 'future'"))
+    with pytest.raises(SchemaMismatch, match="gpupool db upgrade"):
+        store.prepare(database)
+    database.dispose()
+
+
+def test_the_server_refuses_to_start_on_a_schema_mismatch(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'gpupool.db'}"
+    store.upgrade(url)
+    store.downgrade(url, "base")
+    database = store.Database(url)
+    with database.engine.begin() as connection:
+        connection.execute(text("CREATE TABLE stray (id INTEGER)"))
+    database.dispose()
+    env = {"GPUPOOL_DATA_DIR": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    done = subprocess.run(
+        [sys.executable, "-m", "gpupool", "server", "--port", "1"],
+        env=env, capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 2
+    assert "gpupool db upgrade" in done.stderr
+    upgraded = subprocess.run(
+        [sys.executable, "-m", "gpupool", "db", "upgrade"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert upgraded.returncode == 0, upgraded.stderr
+    assert list(tmp_path.glob("gpupool.db.bak-*")), "the SQLite file is backed up before migrating"
