@@ -12,6 +12,7 @@ from fastapi.testclient import TestClient
 
 from gpupool.api.app import create_app
 from gpupool.executors.base import Executor
+from gpupool.services import auth, users
 from gpupool.services.platform import Platform, open_platform
 from gpupool.settings import Settings
 
@@ -38,10 +39,18 @@ def running_app(
 ) -> Iterator[tuple[TestClient, Platform]]:
     platform = open_platform(settings, executor=executor)
     with TestClient(create_app(platform)) as client:
-        if platform.first_start:
-            client.headers["Authorization"] = f"Bearer {platform.first_start.token}"
+        client.headers["Authorization"] = f"Bearer {admin_token(platform)}"
         yield client, platform
     platform.db.dispose()
+
+
+def admin_token(platform: Platform) -> str:
+    """The first start's token, or a new one for the admin of an existing database."""
+    if platform.first_start:
+        return platform.first_start.token
+    with platform.db.session() as session:
+        admin = users.get_user(session, auth.ADMIN)
+        return auth.create_token(session, admin, "test", platform.clock.now())[0]
 
 
 def wait_for(check: Callable[[], Any], timeout: float = 30.0, every: float = 0.05) -> Any:

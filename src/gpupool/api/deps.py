@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, Path, Query, Request
 
 from gpupool.errors import CsrfFailed, Unauthenticated
 from gpupool.services import auth
@@ -63,3 +63,8 @@ def _from_token(ctx: Platform, secret: str) -> Principal:
 
 
 PrincipalDep = Annotated[Principal, Depends(principal)]
+
+MAX_ID = 2**31 - 1
+MAX_OFFSET = 2**53
+Id = Annotated[int, Path(ge=1, le=MAX_ID, description="a numeric id")]
+Offset = Annotated[int, Query(ge=0, le=MAX_OFFSET)]

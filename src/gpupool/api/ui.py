@@ -36,6 +36,8 @@ REFRESH_MS = 2000
 ACTIVE = [JobStatus.PENDING, JobStatus.STARTING, JobStatus.RUNNING]
 ENDED = sorted(FINAL_STATUSES)
 SHOW = {"all": None, "active": ACTIVE, "ended": ENDED}
+BLANK_FORM = dict.fromkeys(("command", "name", "workdir", "env", "gpu_memory", "memory", "team"), "")
+BLANK_FORM |= {"gpus": "1", "cpus": "1", "priority": "0"}
 
 CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self'; style-src-attr 'unsafe-inline'; "
@@ -218,7 +220,7 @@ def submit_page(
     with ctx.db.reader() as session:
         teams = [t.name for t in users.list_teams(session) if who.can_act_on_team(t.id)]
         mine = [t.name for t in users.list_teams(session) if t.id in who.team_ids]
-    form = _form_from(ctx, who, again) if again else {}
+    form = BLANK_FORM | (_form_from(ctx, who, again) if again else {})
     chosen = form.get("team") or (mine[0] if mine else teams[0] if len(teams) == 1 else "")
     return _render(
         "submit.html",

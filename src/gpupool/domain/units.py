@@ -30,7 +30,7 @@ GiB = 1024**3
 MiB = 1024**2
 
 
-def parse_bytes(text: str | int | float) -> int:
+def parse_bytes(text: object) -> int:
     """Return a byte count from "20GiB", "1.5G", "512MiB" or a plain number; ValueError if not."""
     if isinstance(text, bool):
         raise ValueError("a byte quantity must be a number or a string like '20GiB'")
@@ -38,6 +38,8 @@ def parse_bytes(text: str | int | float) -> int:
         if text != text or text < 0:  # NaN or negative
             raise ValueError("a byte quantity must be a non-negative number")
         return int(text)
+    if not isinstance(text, str):
+        raise ValueError("a byte quantity must be a number or a string like '20GiB'")
     match = _PATTERN.match(text)
     if not match or match.group(2).lower() not in _UNITS:
         raise ValueError(f"'{text}' is not a byte quantity; write it like 20GiB, 512MiB or 1.5GB")

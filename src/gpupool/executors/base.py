@@ -100,5 +100,10 @@ class Executor(ABC):
     def load_state(self, state: dict[str, Any]) -> Handle:
         return Handle(job_id=state["job_id"], attempt=state["attempt"], state=state["state"])
 
+    def recover(self, job_id: int, attempt: int) -> Handle | None:
+        """A handle for an attempt recorded but never confirmed launched (the server died in
+        between), or None when it never launched: then it never will, and may be retried."""
+        return None
+
     def release(self, handle: Handle) -> None:  # noqa: B027 - optional hook
         """Forget an ended attempt (reap processes, close files)."""

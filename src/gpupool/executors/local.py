@@ -204,6 +204,26 @@ class LocalExecutor(Executor):
             return "the runner refused to start: this attempt was already started"
         return f"runner ended with code {child.returncode} and left no exit record"
 
+    # -- recover --------------------------------------------------------------------------
+
+    def recover(self, job_id: int, attempt: int) -> Handle | None:
+        """Find an attempt launched just before a crash, by its directory and ``started`` file."""
+        attempt_dir = self.attempt_dir(job_id, attempt)
+        started = attempt_dir / layout.STARTED_FILE
+        if not started.exists():
+            if attempt_dir.is_dir():  # a runner spawned this late must never run the workload
+                layout.atomic_write_json(attempt_dir / layout.STOP_FILE, {"grace_seconds": 0})
+            if not started.exists():
+                return None
+        pid = _int(started.read_text().strip())
+        proc = _find_process(pid, None)
+        state = {
+            "attempt_dir": str(attempt_dir),
+            "runner_pid": pid,
+            "runner_create_time": proc.create_time() if proc else 0.0,
+        }
+        return Handle(job_id=job_id, attempt=attempt, state=state)
+
     # -- stop -----------------------------------------------------------------------------
 
     def stop(self, handle: Handle, grace_seconds: float) -> None:
@@ -333,3 +353,7 @@ def _kill_orphaned_workload(record: dict[str, Any] | None) -> None:
         return
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(record["pgid"], signal.SIGKILL)
+
+
+def _int(text: str) -> int | None:
+    return int(text) if text.isdigit() else None

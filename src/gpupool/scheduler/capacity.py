@@ -32,14 +32,11 @@ class GpuState:
     used_share: float = 0.0
     used_memory: int = 0
     whole: bool = False
-
-    @property
-    def is_free(self) -> bool:
-        return not self.whole and self.used_share == 0 and self.used_memory == 0
+    free: bool = True  # nothing of it is held
 
     @property
     def is_shared(self) -> bool:
-        return not self.whole and not self.is_free
+        return not self.whole and not self.free
 
     @property
     def free_share(self) -> float:
@@ -57,6 +54,7 @@ class GpuState:
         self.used_memory += memory
         if share >= 1.0 - SHARE_EPSILON:
             self.whole = True
+        self.free = not self.whole and self.used_share == 0 and self.used_memory == 0
 
 
 @dataclass(slots=True)
@@ -72,10 +70,10 @@ class NodeState:
     free_count: int = 0
 
     def count_free(self) -> int:
-        return sum(1 for gpu in self.gpus if gpu.is_free)
+        return sum(1 for gpu in self.gpus if gpu.free)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Claim:
     """A spot chosen for a request: a node and, per GPU, the share and memory to hold."""
 
@@ -141,22 +139,23 @@ class FreeCapacity:
         node = claim.node
         node.cpus -= cpus
         node.memory_bytes -= memory_bytes
+        taken = 0  # GPUs free before and not after
         for gpu, share, memory in claim.parts:
             if gpu.is_shared:
                 self._unindex(gpu)
+            was_free = gpu.free
             gpu.hold(share, memory)
+            taken += was_free and not gpu.free
             if gpu.is_shared:
                 insort(self.shared, gpu.key())
-        self._rebucket(node)
+        if taken:
+            self._rebucket(node, node.free_count - taken)
 
     def _unindex(self, gpu: GpuState) -> None:
         at = bisect_left(self.shared, gpu.key())
         del self.shared[at]
 
-    def _rebucket(self, node: NodeState) -> None:
-        count = node.count_free()
-        if count == node.free_count:
-            return
+    def _rebucket(self, node: NodeState, count: int) -> None:
         bucket = self.buckets[node.free_count]
         del bucket[bisect_left(bucket, node.rank)]
         insort(self.buckets[count], node.rank)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gpupool.scheduler.capacity import FreeCapacity, build_capacity
-from gpupool.scheduler.fit import ShapeKey, shape_key
+from gpupool.scheduler.fit import Demand, DemandCache
 from gpupool.scheduler.ordering import QueuedJob, order_pending
 from gpupool.scheduler.placement import find_spot, take_spot
 from gpupool.scheduler.reasons import explain_unplaced
@@ -26,37 +26,27 @@ def place_in_order(
 ) -> tuple[list[Placement], list[QueuedJob]]:
     """BestEffortFIFO: try each job in turn; one that does not fit does not block the rest.
 
-    A placed job's capacity is taken at once. Capacity only shrinks, so once a request shape
-    has not fitted, later jobs of the same shape are passed over without a search.
+    A placed job's capacity is taken at once. Capacity only shrinks, so once a demand has
+    not fitted, later jobs with the same demand are passed over without a search.
     """
     placements: list[Placement] = []
     unplaced: list[QueuedJob] = []
-    failed: set[ShapeKey] = set()
+    demands = DemandCache()
+    failed: set[Demand] = set()
     for queued in queue:
-        placement = _try_place(queued, capacity, failed)
-        if placement is None:
-            unplaced.append(queued)
-        else:
+        demand = demands.of(queued.job.request)
+        placement = None if demand in failed else _place(queued.job.job_id, demand, capacity)
+        if placement is not None:
             placements.append(placement)
+        else:
+            failed.add(demand)
+            unplaced.append(queued)
     return placements, unplaced
 
 
-def _try_place(
-    queued: QueuedJob, capacity: FreeCapacity, failed: set[ShapeKey]
-) -> Placement | None:
-    request = queued.job.request
-    key = shape_key(request)
-    if key in failed:
-        return None
-    claim = find_spot(request, capacity)
+def _place(job_id: int, demand: Demand, capacity: FreeCapacity) -> Placement | None:
+    claim = find_spot(demand, capacity)
     if claim is None:
-        failed.add(key)
         return None
-    gpus = take_spot(claim, request, capacity)
-    return Placement(
-        job_id=queued.job.job_id,
-        node=claim.node.name,
-        gpus=gpus,
-        cpus=request.cpus,
-        memory_bytes=request.memory_bytes or 0,
-    )
+    gpus = take_spot(claim, demand, capacity)
+    return Placement(job_id, claim.node.name, gpus, demand.cpus, demand.memory)

@@ -1,6 +1,8 @@
-"""Whether a request fits a GPU or a node: the predicates placement and reasons both use."""
+"""Whether a demand fits a GPU or a node: the predicates placement and reasons both use."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
 
 from gpupool.domain.jobs import ResourceRequest
 from gpupool.scheduler.capacity import GpuState, NodeState
@@ -8,66 +10,94 @@ from gpupool.scheduler.types import SHARE_EPSILON
 
 CPU_EPSILON = 1e-9
 
-ShapeKey = tuple[float, int | None, float, int]
+
+@dataclass(frozen=True, slots=True)
+class Demand:
+    """A request as plain numbers. Equal demands fit (or fail) the same way."""
+
+    gpus: float  # 0 when none
+    gpu_memory: int | None
+    cpus: float
+    memory: int  # host memory
+    whole: int = field(init=False, compare=False)  # whole GPUs; 0 for none or a fraction
+    fractional: bool = field(init=False, compare=False)  # a share of one GPU
+    uses_gpus: bool = field(init=False, compare=False)
+
+    def __post_init__(self) -> None:
+        shares = 0 < self.gpus < 1 or (self.gpus == 0 and bool(self.gpu_memory))
+        object.__setattr__(self, "whole", int(self.gpus) if self.gpus >= 1 else 0)
+        object.__setattr__(self, "fractional", shares)
+        object.__setattr__(self, "uses_gpus", self.gpus > 0 or bool(self.gpu_memory))
 
 
-def shape_key(request: ResourceRequest) -> ShapeKey:
-    """What placement depends on: equal keys fit (or fail) the same way."""
-    return (gpu_count(request), request.gpu_memory_bytes, request.cpus, host_memory(request))
+def demand_of(request: ResourceRequest) -> Demand:
+    return Demand(
+        gpus=request.gpus or 0.0,
+        gpu_memory=request.gpu_memory_bytes,
+        cpus=request.cpus,
+        memory=request.memory_bytes or 0,
+    )
 
 
-def gpu_count(request: ResourceRequest) -> float:
-    """The GPUs asked for as a number, 0 when none."""
-    return request.gpus or 0.0
+class DemandCache:
+    """One ``Demand`` per request shape: most pending jobs share a few shapes."""
 
+    def __init__(self) -> None:
+        self._demands: dict[tuple[object, ...], Demand] = {}
 
-def host_memory(request: ResourceRequest) -> int:
-    return request.memory_bytes or 0
+    def of(self, request: ResourceRequest) -> Demand:
+        key = (request.gpus, request.gpu_memory_bytes, request.cpus, request.memory_bytes)
+        demand = self._demands.get(key)
+        if demand is None:
+            demand = self._demands[key] = demand_of(request)
+        return demand
 
 
 def cpus_fit(free_cpus: float, cpus: float) -> bool:
     return free_cpus >= cpus - CPU_EPSILON
 
 
-def host_fits(node: NodeState, request: ResourceRequest) -> bool:
-    return cpus_fit(node.cpus, request.cpus) and node.memory_bytes >= host_memory(request)
+def host_fits(node: NodeState, demand: Demand) -> bool:
+    return node.cpus >= demand.cpus - CPU_EPSILON and node.memory_bytes >= demand.memory
 
 
-def fraction_demand(request: ResourceRequest, gpu: GpuState) -> tuple[float, int]:
-    """The share and memory a fractional (or GPU-memory-only) request takes on ``gpu``."""
-    gpus = gpu_count(request)
-    if gpus > 0:
-        if request.gpu_memory_bytes is not None:
-            return gpus, request.gpu_memory_bytes
-        return gpus, int(gpus * gpu.memory_bytes)
-    memory = request.gpu_memory_bytes or 0
+def fraction_demand(demand: Demand, gpu: GpuState) -> tuple[float, int]:
+    """The share and memory a fractional (or GPU-memory-only) demand takes on ``gpu``."""
+    if demand.gpus > 0:
+        if demand.gpu_memory is not None:
+            return demand.gpus, demand.gpu_memory
+        return demand.gpus, int(demand.gpus * gpu.memory_bytes)
+    memory = demand.gpu_memory or 0
     if gpu.memory_bytes <= 0:
         return 1.0, memory
     return min(1.0, memory / gpu.memory_bytes), memory
 
 
-def least_fraction_share(request: ResourceRequest, max_gpu_memory: int) -> float:
-    """A lower bound of the share ``request`` takes on any GPU (for index look-ups)."""
-    if gpu_count(request) > 0:
-        return gpu_count(request)
+def least_fraction_share(demand: Demand, max_gpu_memory: int) -> float:
+    """A lower bound of the share ``demand`` takes on any GPU (for index look-ups)."""
+    if demand.gpus > 0:
+        return demand.gpus
     if max_gpu_memory <= 0:
         return 1.0
-    return min(1.0, (request.gpu_memory_bytes or 0) / max_gpu_memory)
+    return min(1.0, (demand.gpu_memory or 0) / max_gpu_memory)
+
+
+def fraction_fits(gpu: GpuState, share: float, memory: int) -> bool:
+    """A share fits a GPU not held whole with room for both the share and the memory."""
+    return (
+        not gpu.whole
+        and gpu.used_share + share <= 1.0 + SHARE_EPSILON
+        and gpu.used_memory + memory <= gpu.memory_bytes
+    )
 
 
 def share_fits(gpu: GpuState, share: float) -> bool:
     return not gpu.whole and gpu.used_share + share <= 1.0 + SHARE_EPSILON
 
 
-def gpu_memory_fits(gpu: GpuState, memory: int) -> bool:
-    return not gpu.whole and gpu.used_memory + memory <= gpu.memory_bytes
-
-
-def whole_fits(gpu: GpuState, request: ResourceRequest) -> bool:
-    least = request.gpu_memory_bytes
-    return gpu.is_free and (least is None or gpu.memory_bytes >= least)
-
-
-def whole_gpus_on(node: NodeState, request: ResourceRequest) -> list[GpuState]:
-    """The free GPUs of ``node`` a whole-GPU request may take, in index order."""
-    return [gpu for gpu in node.gpus if whole_fits(gpu, request)]
+def whole_gpus_on(node: NodeState, demand: Demand) -> list[GpuState]:
+    """The free GPUs of ``node`` a whole-GPU demand may take, in index order."""
+    least = demand.gpu_memory
+    if least is None:
+        return [gpu for gpu in node.gpus if gpu.free]
+    return [gpu for gpu in node.gpus if gpu.free and gpu.memory_bytes >= least]

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from gpupool.scheduler.types import PendingJob
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class QueuedJob:
     job: PendingJob
     position: int  # 1-based, in its team's queue

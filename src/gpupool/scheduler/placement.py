@@ -1,4 +1,4 @@
-"""Phase 3: where one request goes, if anywhere (best fit), and taking it from capacity.
+"""Phase 3: where one demand goes, if anywhere (best fit), and taking it from capacity.
 
 * Whole GPUs: the node with the fewest free whole GPUs that still has enough (ties: name);
   the GPUs in index order, all on that one node.
@@ -10,78 +10,74 @@
 
 from __future__ import annotations
 
-from gpupool.domain.jobs import ResourceRequest
 from gpupool.scheduler.capacity import Claim, FreeCapacity
 from gpupool.scheduler.fit import (
+    Demand,
     fraction_demand,
-    gpu_memory_fits,
+    fraction_fits,
     host_fits,
-    host_memory,
     least_fraction_share,
-    share_fits,
     whole_gpus_on,
 )
 from gpupool.scheduler.types import GpuShare
 
 
-def find_spot(request: ResourceRequest, capacity: FreeCapacity) -> Claim | None:
-    """The best spot for ``request`` in the free capacity, or None when it fits nowhere."""
-    if request.whole_gpus:
-        return _whole_spot(request, capacity)
-    if request.is_fractional:
-        return _shared_spot(request, capacity) or _fresh_spot(request, capacity)
-    return _host_spot(request, capacity)
+def find_spot(demand: Demand, capacity: FreeCapacity) -> Claim | None:
+    """The best spot for ``demand`` in the free capacity, or None when it fits nowhere."""
+    if demand.whole:
+        return _whole_spot(demand, capacity)
+    if demand.fractional:
+        return _shared_spot(demand, capacity) or _fresh_spot(demand, capacity)
+    return _host_spot(demand, capacity)
 
 
-def take_spot(
-    claim: Claim, request: ResourceRequest, capacity: FreeCapacity
-) -> tuple[GpuShare, ...]:
+def take_spot(claim: Claim, demand: Demand, capacity: FreeCapacity) -> tuple[GpuShare, ...]:
     """Subtract the claim from capacity; the GPU shares it holds, for the placement."""
-    capacity.take(claim, request.cpus, host_memory(request))
-    return tuple(GpuShare(gpu.uuid, share, memory) for gpu, share, memory in claim.parts)
+    capacity.take(claim, demand.cpus, demand.memory)
+    return tuple([GpuShare(gpu.uuid, share, memory) for gpu, share, memory in claim.parts])
 
 
-def _whole_spot(request: ResourceRequest, capacity: FreeCapacity) -> Claim | None:
-    wanted = request.whole_gpus
+def _whole_spot(demand: Demand, capacity: FreeCapacity) -> Claim | None:
+    wanted = demand.whole
     if wanted > capacity.largest_free_block():
         return None
     for node in capacity.nodes_by_free_count(wanted):
-        if not host_fits(node, request):
+        if not host_fits(node, demand):
             continue
-        gpus = whole_gpus_on(node, request)
+        gpus = whole_gpus_on(node, demand)
         if len(gpus) >= wanted:
-            parts = tuple((gpu, 1.0, gpu.memory_bytes) for gpu in gpus[:wanted])
+            parts = tuple([(gpu, 1.0, gpu.memory_bytes) for gpu in gpus[:wanted]])
             return Claim(node, parts)
     return None
 
 
-def _shared_spot(request: ResourceRequest, capacity: FreeCapacity) -> Claim | None:
-    least = least_fraction_share(request, capacity.max_gpu_memory)
+def _shared_spot(demand: Demand, capacity: FreeCapacity) -> Claim | None:
+    least = least_fraction_share(demand, capacity.max_gpu_memory)
     for gpu in capacity.shared_from(least):
-        share, memory = fraction_demand(request, gpu)
-        if not (share_fits(gpu, share) and gpu_memory_fits(gpu, memory)):
+        share, memory = fraction_demand(demand, gpu)
+        if not fraction_fits(gpu, share, memory):
             continue
         node = capacity.nodes[gpu.rank]
-        if host_fits(node, request):
+        if host_fits(node, demand):
             return Claim(node, ((gpu, share, memory),))
     return None
 
 
-def _fresh_spot(request: ResourceRequest, capacity: FreeCapacity) -> Claim | None:
+def _fresh_spot(demand: Demand, capacity: FreeCapacity) -> Claim | None:
     for node in capacity.nodes_by_free_count(1):
-        if not host_fits(node, request):
+        if not host_fits(node, demand):
             continue
         for gpu in node.gpus:
-            if not gpu.is_free:
+            if not gpu.free:
                 continue
-            share, memory = fraction_demand(request, gpu)
-            if share_fits(gpu, share) and gpu_memory_fits(gpu, memory):
+            share, memory = fraction_demand(demand, gpu)
+            if fraction_fits(gpu, share, memory):
                 return Claim(node, ((gpu, share, memory),))
     return None
 
 
-def _host_spot(request: ResourceRequest, capacity: FreeCapacity) -> Claim | None:
+def _host_spot(demand: Demand, capacity: FreeCapacity) -> Claim | None:
     for node in capacity.nodes_by_free_count(0):
-        if host_fits(node, request):
+        if host_fits(node, demand):
             return Claim(node, ())
     return None

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from gpupool.domain.jobs import Reason, ResourceRequest
 from gpupool.scheduler.capacity import FreeCapacity
-from gpupool.scheduler.fit import ShapeKey, shape_key
+from gpupool.scheduler.fit import Demand, DemandCache, demand_of
 from gpupool.scheduler.messages import NO_NODES_MESSAGE, size_message, waiting_message
 from gpupool.scheduler.ordering import QueuedJob
 from gpupool.scheduler.shortfall import ShortfallFinder
@@ -29,8 +29,9 @@ def infeasible_reason(request: ResourceRequest, nodes: Sequence[NodeCapacity]) -
     """
     if not nodes:
         return None
-    shortfall = ShortfallFinder(FreeCapacity(nodes)).find(request)
-    return None if shortfall is None else size_message(request, shortfall)
+    demand = demand_of(request)
+    shortfall = ShortfallFinder(FreeCapacity(nodes)).find(demand)
+    return None if shortfall is None else size_message(demand, shortfall)
 
 
 class Explainer:
@@ -40,24 +41,25 @@ class Explainer:
         self._has_nodes = bool(capacity.nodes)
         self._now = ShortfallFinder(capacity)
         self._empty = ShortfallFinder(FreeCapacity(schedulable)) if schedulable else None
-        self._memo: dict[ShapeKey, tuple[Reason, str]] = {}
+        self._demands = DemandCache()
+        self._memo: dict[Demand, tuple[Reason, str]] = {}
 
     def reason(self, request: ResourceRequest) -> tuple[Reason, str]:
-        key = shape_key(request)
-        if key not in self._memo:
-            self._memo[key] = self._reason(request)
-        return self._memo[key]
+        demand = self._demands.of(request)
+        if demand not in self._memo:
+            self._memo[demand] = self._reason(demand)
+        return self._memo[demand]
 
-    def _reason(self, request: ResourceRequest) -> tuple[Reason, str]:
+    def _reason(self, demand: Demand) -> tuple[Reason, str]:
         if not self._has_nodes or self._empty is None:
             return Reason.NO_NODES, NO_NODES_MESSAGE
-        too_big = self._empty.find(request)
+        too_big = self._empty.find(demand)
         if too_big is not None:
-            return Reason.NO_NODE_BIG_ENOUGH, size_message(request, too_big)
-        waiting = self._now.find(request)
+            return Reason.NO_NODE_BIG_ENOUGH, size_message(demand, too_big)
+        waiting = self._now.find(demand)
         if waiting is None:
             return Reason.QUEUED, UNPLACED_MESSAGE
-        return waiting.code, waiting_message(request, waiting)
+        return waiting.code, waiting_message(demand, waiting)
 
 
 def explain_unplaced(

@@ -1,9 +1,9 @@
-"""Why a request does not fit a capacity: the first resource short, with the best figure.
+"""Why a demand does not fit a capacity: the first resource short, with the best figure.
 
 The same analysis serves the free capacity at the end of a cycle (why a job waits) and the
-capacity of empty nodes (whether a job could ever run). Work is shared between requests of
+capacity of empty nodes (whether a job could ever run). Work is shared between demands of
 one GPU shape: the nodes that fit the GPU part are summarised once as a ``HostFrontier``,
-after which the CPU and memory check of each request is a bisection.
+after which the CPU and memory check of each demand is a bisection.
 """
 
 from __future__ import annotations
@@ -12,19 +12,17 @@ from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gpupool.domain.jobs import Reason, ResourceRequest
+from gpupool.domain.jobs import Reason
 from gpupool.scheduler.capacity import FreeCapacity, GpuState, NodeState
 from gpupool.scheduler.fit import (
     CPU_EPSILON,
-    ShapeKey,
+    Demand,
     cpus_fit,
     fraction_demand,
-    gpu_count,
-    gpu_memory_fits,
-    host_memory,
-    shape_key,
+    fraction_fits,
+    least_fraction_share,
     share_fits,
-    whole_fits,
+    whole_gpus_on,
 )
 
 
@@ -73,89 +71,103 @@ class GpuPart:
 
 
 class ShortfallFinder:
-    """Finds the shortfall of requests against one capacity, reusing work between them."""
+    """Finds the shortfall of demands against one capacity, reusing work between them."""
 
     def __init__(self, capacity: FreeCapacity):
         self._capacity = capacity
         self._gpu_parts: dict[tuple[float, int | None], GpuPart] = {}
-        self._found: dict[ShapeKey, Shortfall | None] = {}
+        self._found: dict[Demand, Shortfall | None] = {}
 
-    def find(self, request: ResourceRequest) -> Shortfall | None:
-        """The shortfall of ``request``, or None if it fits (``capacity.nodes`` not empty)."""
-        key = shape_key(request)
-        if key not in self._found:
-            self._found[key] = self._find(request)
-        return self._found[key]
+    def find(self, demand: Demand) -> Shortfall | None:
+        """The shortfall of ``demand``, or None if it fits (``capacity.nodes`` not empty)."""
+        if demand not in self._found:
+            self._found[demand] = self._find(demand)
+        return self._found[demand]
 
-    def _find(self, request: ResourceRequest) -> Shortfall | None:
-        part = self._gpu_part(request)
+    def _find(self, demand: Demand) -> Shortfall | None:
+        part = self._gpu_part(demand)
         if part.frontier is None:
             return part.shortfall
-        return part.frontier.shortfall(request.cpus, host_memory(request))
+        return part.frontier.shortfall(demand.cpus, demand.memory)
 
-    def _gpu_part(self, request: ResourceRequest) -> GpuPart:
-        key = (gpu_count(request), request.gpu_memory_bytes)
+    def _gpu_part(self, demand: Demand) -> GpuPart:
+        key = (demand.gpus, demand.gpu_memory)
         if key not in self._gpu_parts:
-            self._gpu_parts[key] = self._analyse_gpus(request)
+            self._gpu_parts[key] = self._analyse_gpus(demand)
         return self._gpu_parts[key]
 
-    def _analyse_gpus(self, request: ResourceRequest) -> GpuPart:
-        if request.whole_gpus:
-            return whole_gpu_part(self._capacity, request)
-        if request.is_fractional:
-            return fraction_gpu_part(self._capacity, request)
+    def _analyse_gpus(self, demand: Demand) -> GpuPart:
+        if demand.whole:
+            return whole_gpu_part(self._capacity, demand)
+        if demand.fractional:
+            return fraction_gpu_part(self._capacity, demand)
         return GpuPart(HostFrontier(self._capacity.nodes), None)
 
 
-def whole_gpu_part(capacity: FreeCapacity, request: ResourceRequest) -> GpuPart:
-    wanted = request.whole_gpus
+def whole_gpu_part(capacity: FreeCapacity, demand: Demand) -> GpuPart:
+    """The nodes with enough free whole GPUs, else the largest free block (earliest node)."""
     fitting: list[NodeState] = []
-    best_count, best_node = 0, None
-    for node in capacity.nodes:
-        if request.gpu_memory_bytes is None:
-            count = node.free_count
-        else:
-            count = sum(1 for gpu in node.gpus if whole_fits(gpu, request))
-        if count >= wanted:
+    best: tuple[int, int] = (0, 0)  # (count, -rank)
+    for node in capacity.nodes_by_free_count(1):
+        count = node.free_count
+        if demand.gpu_memory is not None:
+            count = len(whole_gpus_on(node, demand))
+        if count >= demand.whole:
             fitting.append(node)
-        if count > best_count:
-            best_count, best_node = count, node.name
+        best = max(best, (count, -node.rank))
     if fitting:
         return GpuPart(HostFrontier(fitting), None)
-    return GpuPart(None, Shortfall(Reason.INSUFFICIENT_GPUS, best_node, count=best_count))
+    count, rank = best
+    node = capacity.nodes[-rank].name if count else None
+    return GpuPart(None, Shortfall(Reason.INSUFFICIENT_GPUS, node, count=count))
 
 
-def fraction_gpu_part(capacity: FreeCapacity, request: ResourceRequest) -> GpuPart:
-    fitting: list[NodeState] = []
-    most_share: GpuState | None = None  # the most free share, then memory
-    most_memory: GpuState | None = None  # among GPUs whose share fits: the most free memory
-    for node in capacity.nodes:
-        node_fits = False
-        for gpu in node.gpus:
-            share, memory = fraction_demand(request, gpu)
-            most_share = _more(most_share, gpu, by_share=True)
-            if not share_fits(gpu, share):
-                continue
-            most_memory = _more(most_memory, gpu, by_share=False)
-            node_fits = node_fits or gpu_memory_fits(gpu, memory)
-        if node_fits:
-            fitting.append(node)
-    if fitting:
-        return GpuPart(HostFrontier(fitting), None)
-    if most_memory is not None:
-        return GpuPart(None, _gpu_shortfall(Reason.INSUFFICIENT_GPU_MEMORY, capacity, most_memory))
-    return GpuPart(None, _gpu_shortfall(Reason.INSUFFICIENT_GPUS, capacity, most_share))
+def fraction_gpu_part(capacity: FreeCapacity, demand: Demand) -> GpuPart:
+    """The nodes with a GPU the fraction fits, else the GPU with the most room."""
+    ranks = _fraction_ranks(capacity, demand)
+    if ranks:
+        return GpuPart(HostFrontier([capacity.nodes[rank] for rank in sorted(ranks)]), None)
+    return GpuPart(None, _fraction_shortfall(capacity, demand))
 
 
-def _more(best: GpuState | None, gpu: GpuState, by_share: bool) -> GpuState:
-    """The GPU with more free room (earlier node and index on ties)."""
-    if best is None:
-        return gpu
-    if by_share:
-        gain = (gpu.free_share, gpu.free_memory) > (best.free_share, best.free_memory)
-    else:
-        gain = (gpu.free_memory, gpu.free_share) > (best.free_memory, best.free_share)
-    return gpu if gain else best
+def _fraction_ranks(capacity: FreeCapacity, demand: Demand) -> set[int]:
+    """The ranks of the nodes with a free or partly used GPU the fraction fits."""
+    ranks: set[int] = set()
+    for node in capacity.nodes_by_free_count(1):
+        if any(gpu.free and _fits(gpu, demand) for gpu in node.gpus):
+            ranks.add(node.rank)
+    for gpu in capacity.shared_from(least_fraction_share(demand, capacity.max_gpu_memory)):
+        if gpu.rank not in ranks and _fits(gpu, demand):
+            ranks.add(gpu.rank)
+    return ranks
+
+
+def _fits(gpu: GpuState, demand: Demand) -> bool:
+    share, memory = fraction_demand(demand, gpu)
+    return fraction_fits(gpu, share, memory)
+
+
+def _fraction_shortfall(capacity: FreeCapacity, demand: Demand) -> Shortfall:
+    """No GPU fits: the most free memory where the share fits, else the most free share."""
+    least = least_fraction_share(demand, capacity.max_gpu_memory)
+    roomy = [gpu for node in capacity.nodes_by_free_count(1) for gpu in node.gpus if gpu.free]
+    roomy += [
+        gpu
+        for gpu in capacity.shared_from(least)
+        if share_fits(gpu, fraction_demand(demand, gpu)[0])
+    ]
+    if roomy:
+        best = max(roomy, key=lambda gpu: (gpu.free_memory, gpu.free_share, -gpu.rank))
+        return _gpu_shortfall(Reason.INSUFFICIENT_GPU_MEMORY, capacity, best)
+    return _gpu_shortfall(Reason.INSUFFICIENT_GPUS, capacity, _most_free_share(capacity))
+
+
+def _most_free_share(capacity: FreeCapacity) -> GpuState | None:
+    """The partly used GPU with the most free share, then memory; else any GPU, or None."""
+    if capacity.shared:
+        best = max(capacity.shared, key=lambda key: (key[0], key[1], -key[2], -key[3]))
+        return capacity.gpu_at(best)
+    return next((gpu for node in capacity.nodes for gpu in node.gpus), None)
 
 
 def _gpu_shortfall(code: Reason, capacity: FreeCapacity, gpu: GpuState | None) -> Shortfall:

@@ -119,8 +119,16 @@ class ControlLoop:
                 self._readopt_one(session, row)
 
     def _readopt_one(self, session, row: AttemptModel) -> None:  # noqa: ANN001
-        state = row.executor_state or {"job_id": row.job_id, "attempt": row.number, "state": {}}
-        handle = self.executor.load_state(state)
+        if row.executor_state:
+            handle = self.executor.load_state(row.executor_state)
+        else:  # recorded, then the server died before it could record the launch
+            handle = self.executor.recover(row.job_id, row.number)
+        if handle is None:
+            row.status, row.ended_at = "never_launched", self.clock.now()
+            job = session.get(JobModel, row.job_id)
+            self._requeue(session, job, self.clock.now(), f"attempt {row.number} never launched; requeued")
+            return
+        row.executor_state = self.executor.get_state(handle)
         observed = Observed.RUNNING if row.status == "running" else Observed.STARTING
         self._active[row.id] = ActiveAttempt(row.id, row.job_id, row.number, handle, observed)
         job_service.record(
@@ -196,6 +204,9 @@ class ControlLoop:
         self._forget(active)
 
     def _requeue(self, session, job: JobModel, now: float, message: str) -> None:  # noqa: ANN001
+        if job.cancel_requested_at is not None:
+            job_service.finish(session, job, JobStatus.CANCELLED, now, Reason.CANCELLED, message)
+            return
         job.status, job.node, job.placement = JobStatus.PENDING.value, None, None
         job.reason, job.message = Reason.REQUEUED.value, message
         job_service.record(session, job.id, now, Reason.REQUEUED, message)

@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-from gpupool.domain.jobs import Reason
-from gpupool.domain.units import GiB
-from gpupool.scheduler import schedule
-from gpupool.scheduler.types import GpuShare
 from scheduler_builders import (
     FakeClock,
     allocation,
@@ -16,6 +12,11 @@ from scheduler_builders import (
     run,
     snapshot,
 )
+
+from gpupool.domain.jobs import Reason
+from gpupool.domain.units import GiB
+from gpupool.scheduler import schedule
+from gpupool.scheduler.types import GpuShare
 
 
 def test_one_gpu_job_is_placed():
@@ -60,7 +61,8 @@ def test_gpu_memory_is_respected_for_fractions():
     reason = decisions.pending[2]
     assert reason.code is Reason.INSUFFICIENT_GPU_MEMORY
     assert reason.message == (
-        "needs 0.25 of a GPU with 16 GiB free; the most free on any GPU is 0.75 with 8 GiB on node-a"
+        "needs 0.25 of a GPU with 16 GiB free; "
+        "the most free on any GPU is 0.75 with 8 GiB on node-a"
     )
 
 

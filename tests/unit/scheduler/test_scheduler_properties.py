@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from scheduler_builders import FakeClock
 
 from gpupool.domain.jobs import Reason, ResourceRequest
 from gpupool.domain.units import GiB
@@ -20,7 +21,6 @@ from gpupool.scheduler.types import (
     PendingJob,
     Snapshot,
 )
-from scheduler_builders import FakeClock
 
 EPS = 1e-9
 GPU_MEMORY = [16 * GiB, 24 * GiB, 40 * GiB, 80 * GiB]

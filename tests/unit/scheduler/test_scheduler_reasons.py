@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from scheduler_builders import allocation, job, node, run
+
 from gpupool.domain.jobs import Reason, ResourceRequest
 from gpupool.domain.units import GiB
 from gpupool.scheduler import infeasible_reason
-from scheduler_builders import allocation, job, node, run
 
 
 def nodes(*builders):

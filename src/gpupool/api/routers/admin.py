@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, status
 
-from gpupool.api.deps import PlatformDep, PrincipalDep
+from gpupool.api.deps import Id, PlatformDep, PrincipalDep
 from gpupool.api.schemas import (
     TeamCreate,
     TeamOut,
@@ -86,7 +86,7 @@ def create_token(body: TokenCreate, ctx: PlatformDep, who: PrincipalDep) -> Toke
 
 
 @router.delete("/tokens/{token_id}", response_model=TokenOut)
-def revoke_token(token_id: int, ctx: PlatformDep, who: PrincipalDep) -> TokenOut:
+def revoke_token(token_id: Id, ctx: PlatformDep, who: PrincipalDep) -> TokenOut:
     with ctx.db.session() as session:
         token = auth.revoke_token(session, token_id, who, ctx.clock.now())
         owner = session.get(UserModel, token.user_id)

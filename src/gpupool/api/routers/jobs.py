@@ -11,7 +11,7 @@ from fastapi import APIRouter, Query, Request, status
 from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
-from gpupool.api.deps import Platform, PlatformDep, PrincipalDep
+from gpupool.api.deps import MAX_ID, Id, Offset, Platform, PlatformDep, PrincipalDep
 from gpupool.api.schemas import AttemptOut, EventOut, JobDetailOut, JobOut, LogChunk
 from gpupool.domain.jobs import JobSpec, JobStatus
 from gpupool.services import jobs, logs, nodes
@@ -46,7 +46,7 @@ def list_jobs(
 
 
 @router.get("/{job_id}", response_model=JobDetailOut)
-def show(job_id: int, ctx: PlatformDep, who: PrincipalDep) -> JobDetailOut:
+def show(job_id: Id, ctx: PlatformDep, who: PrincipalDep) -> JobDetailOut:
     with ctx.db.reader() as session:
         job = jobs.get_job(session, who, job_id)
         base = JobOut.of(job, _position(ctx, job_id)).model_dump()
@@ -56,7 +56,7 @@ def show(job_id: int, ctx: PlatformDep, who: PrincipalDep) -> JobDetailOut:
 
 
 @router.post("/{job_id}/cancel", response_model=JobOut)
-def cancel(job_id: int, ctx: PlatformDep, who: PrincipalDep) -> JobOut:
+def cancel(job_id: Id, ctx: PlatformDep, who: PrincipalDep) -> JobOut:
     with ctx.db.session() as session:
         out = JobOut.of(jobs.cancel(session, who, job_id, ctx.clock.now()))
     ctx.loop.wake()
@@ -65,7 +65,7 @@ def cancel(job_id: int, ctx: PlatformDep, who: PrincipalDep) -> JobOut:
 
 @router.get("/{job_id}/events", response_model=list[EventOut])
 def events(
-    job_id: int, ctx: PlatformDep, who: PrincipalDep, after: Annotated[int, Query(ge=0)] = 0
+    job_id: Id, ctx: PlatformDep, who: PrincipalDep, after: Offset = 0
 ) -> list[EventOut]:
     with ctx.db.reader() as session:
         jobs.get_job(session, who, job_id)
@@ -74,12 +74,12 @@ def events(
 
 @router.get("/{job_id}/logs", response_model=LogChunk)
 def read_logs(
-    job_id: int,
+    job_id: Id,
     ctx: PlatformDep,
     who: PrincipalDep,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Offset = 0,
     limit: Annotated[int, Query(ge=1, le=logs.MAX_CHUNK)] = logs.MAX_CHUNK,
-    attempt: Annotated[int | None, Query(ge=1)] = None,
+    attempt: Annotated[int | None, Query(ge=1, le=MAX_ID)] = None,
 ) -> LogChunk:
     chunk, final = _read(ctx, who, job_id, attempt, offset, limit)
     complete = final and chunk.next_offset == chunk.offset
@@ -88,11 +88,11 @@ def read_logs(
 
 @router.get("/{job_id}/logs/stream", response_class=StreamingResponse)
 async def stream_logs(
-    job_id: int,
+    job_id: Id,
     request: Request,
     ctx: PlatformDep,
     who: PrincipalDep,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Offset = 0,
 ) -> StreamingResponse:
     """Server-Sent Events: ``log`` (text), ``status`` (the job's status), then ``end``."""
     await run_in_threadpool(_read, ctx, who, job_id, None, offset, 1)  # 404 before streaming
@@ -102,7 +102,7 @@ async def stream_logs(
 
 
 async def _events(
-    request: Request, ctx: Platform, who: Principal, job_id: int, offset: int
+    request: Request, ctx: Platform, who: Principal, job_id: Id, offset: int
 ) -> AsyncIterator[str]:
     last_status = None
     while not await request.is_disconnected():
@@ -122,7 +122,7 @@ async def _events(
 
 
 def _read(
-    ctx: Platform, who: Principal, job_id: int, attempt: int | None, offset: int, limit: int
+    ctx: Platform, who: Principal, job_id: Id, attempt: int | None, offset: int, limit: int
 ) -> tuple[logs.Chunk, bool]:
     with ctx.db.reader() as session:
         job = jobs.get_job(session, who, job_id)

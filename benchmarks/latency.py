@@ -1,0 +1,85 @@
+"""Submit -> process-start latency of trivial jobs on an idle pool of 8 declared GPUs.
+
+Each job is submitted through the REST API to a real server, one after the other; the latency
+is the runner's recorded start of the workload minus the server's acknowledged submit time.
+Baselines in the same run: the bare cost of spawning a process, and the local executor alone
+(runner launch without server, database or scheduler).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from harness import FINAL, client, start_server, summary, wait_until
+
+from gpupool.executors.base import Observed, TaskSpec
+from gpupool.executors.local import LocalExecutor
+
+JOBS = 200
+
+
+def bare_spawn(n: int) -> list[float]:
+    """Popen of a trivial program until it has exited: the floor of any launch."""
+    times = []
+    for _ in range(n):
+        start = time.perf_counter()
+        subprocess.Popen(["true"]).wait()
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def executor_only(n: int) -> list[float]:
+    executor = LocalExecutor(Path(tempfile.mkdtemp(prefix="gpupool-bench-exec-")))
+    times = []
+    for job_id in range(1, n + 1):
+        task = TaskSpec(job_id, 1, "local", ["true"], {}, None, [], 1 << 20, 1.0)
+        start = time.time()
+        handle = executor.start(task)
+        wait_until(lambda h=handle: executor.poll(h).observed in (Observed.EXITED,), 30, 0.001)
+        times.append(executor.poll(handle).started_at - start)
+        executor.release(handle)
+    return times
+
+
+def platform(n: int) -> list[float]:
+    server = start_server()
+    try:
+        with client(server) as api:
+            times = []
+            for _ in range(n):
+                job = api.post("/jobs", json={"command": ["true"], "resources": {"gpus": 1}}).json()
+                done = _wait_final(api, job["id"])
+                times.append(done["started_at"] - done["submitted_at"])
+            return times
+    finally:
+        server.stop()
+
+
+def _wait_final(api, job_id: int) -> dict:  # noqa: ANN001
+    while True:
+        job = api.get(f"/jobs/{job_id}").json()
+        if job["status"] in FINAL:
+            return job
+        time.sleep(0.005)
+
+
+def main() -> None:
+    print(f"submit -> process start, {JOBS} trivial 1-GPU jobs, idle pool of 8 declared GPUs")
+    spawn = bare_spawn(JOBS)
+    print(f"  baseline: bare process spawn      {summary(spawn)}")
+    runner = executor_only(JOBS)
+    print(f"  baseline: local executor alone    {summary(runner)}")
+    full = platform(JOBS)
+    print(f"  gpupool: REST submit -> start     {summary(full)}")
+    p50 = sorted(full)[len(full) // 2]
+    print(f"  ratio p50 gpupool / executor alone: {p50 / sorted(runner)[len(runner) // 2]:.2f}")
+    print("  reference (Slurm 22.05, same kind of machine): 2.27 s default, 0.26 s tuned")
+    print(f"  ratio Slurm tuned / gpupool p50: {0.26 / p50:.1f}x")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

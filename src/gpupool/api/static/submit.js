@@ -1,0 +1,229 @@
+// Submit page: split the command line into argv, post the spec to /api/v1/jobs, go to the job.
+"use strict";
+
+class CommandError extends Error {}
+
+// Split one command line into arguments the way a POSIX shell would, without running a shell:
+// whitespace separates words; '…' keeps everything literally; "…" keeps everything except that
+// \" \\ \$ \` are unescaped; a backslash outside quotes keeps the next character. What a shell
+// would interpret and we cannot (operators, variables, command substitution, comments) is an
+// error that says how to write it instead, never a silent surprise.
+function splitCommand(line) {
+  const args = [];
+  let word = "";
+  let inWord = false;
+  let i = 0;
+  const SH = "write sh -c '…' to run it through a shell";
+  const expansion = (next) => /[A-Za-z_{(0-9@*#?$!-]/.test(next || "");
+  while (i < line.length) {
+    const c = line[i];
+    if (c === "'") {
+      const end = line.indexOf("'", i + 1);
+      if (end < 0) throw new CommandError("a single quote (') is not closed");
+      word += line.slice(i + 1, end);
+      inWord = true;
+      i = end + 1;
+    } else if (c === '"') {
+      inWord = true;
+      i += 1;
+      let closed = false;
+      while (i < line.length) {
+        const d = line[i];
+        if (d === '"') {
+          closed = true;
+          i += 1;
+          break;
+        }
+        if (d === "\\" && i + 1 < line.length && '"\\$`'.includes(line[i + 1])) {
+          word += line[i + 1];
+          i += 2;
+          continue;
+        }
+        if (d === "$" && expansion(line[i + 1])) {
+          throw new CommandError(`"$" inside double quotes would be expanded by a shell, and no shell runs your command: write \\$ or use single quotes for a literal $, or ${SH}`);
+        }
+        if (d === "`") throw new CommandError(`a backquote (\`) is command substitution in a shell: ${SH}`);
+        word += d;
+        i += 1;
+      }
+      if (!closed) throw new CommandError('a double quote (") is not closed');
+    } else if (c === "\\") {
+      if (i + 1 >= line.length) throw new CommandError("the line ends with a backslash");
+      word += line[i + 1];
+      inWord = true;
+      i += 2;
+    } else if (/\s/.test(c)) {
+      if (inWord) args.push(word);
+      word = "";
+      inWord = false;
+      i += 1;
+    } else if ("|&;<>()".includes(c)) {
+      throw new CommandError(`"${c}" is a shell operator, and no shell runs your command: quote it ('${c}') to pass it as text, or ${SH}`);
+    } else if (c === "$" && expansion(line[i + 1])) {
+      throw new CommandError(`variables ($NAME) are not expanded: set values under Environment, quote it ('$') to pass it as text, or ${SH}`);
+    } else if (c === "`") {
+      throw new CommandError(`a backquote (\`) is command substitution in a shell: ${SH}`);
+    } else if (c === "#" && !inWord) {
+      throw new CommandError(`"#" starts a comment in a shell: quote it ('#') to pass it as text`);
+    } else {
+      word += c;
+      inWord = true;
+      i += 1;
+    }
+  }
+  if (inWord) args.push(word);
+  return args;
+}
+
+// "A=1\nB=two=2" -> {A: "1", B: "two=2"}
+function parseEnv(text) {
+  const env = {};
+  text.split(/\r?\n/).forEach((raw, index) => {
+    const line = raw.trim();
+    if (!line || line.startsWith("#")) return;
+    const eq = line.indexOf("=");
+    if (eq < 1) throw new CommandError(`line ${index + 1} of the environment: write NAME=value`);
+    env[line.slice(0, eq).trim()] = line.slice(eq + 1);
+  });
+  return env;
+}
+
+(() => {
+  // API field (error.details.fields[].field) -> the form's input
+  const FIELDS = {
+    command: "command",
+    name: "name",
+    workdir: "workdir",
+    env: "env",
+    team: "team",
+    priority: "priority",
+    "resources.gpus": "gpus",
+    "resources.gpu_memory_bytes": "gpu_memory",
+    "resources.cpus": "cpus",
+    "resources.memory_bytes": "memory",
+    resources: "gpus",
+  };
+
+  function inputFor(field) {
+    let name = field;
+    while (name && !(name in FIELDS)) name = name.includes(".") ? name.slice(0, name.lastIndexOf(".")) : "";
+    return name ? FIELDS[name] : null;
+  }
+
+  function fieldError(form, id, message) {
+    const input = form.elements[id];
+    const box = document.getElementById(`${id}-error`);
+    if (input) input.setAttribute("aria-invalid", message ? "true" : "false");
+    if (!box) return;
+    box.textContent = message || "";
+    box.hidden = !message;
+  }
+
+  function clearErrors(form, summary) {
+    summary.hidden = true;
+    for (const box of form.querySelectorAll(".field-error")) {
+      fieldError(form, box.id.replace(/-error$/, ""), "");
+    }
+  }
+
+  function preview(form) {
+    const box = document.getElementById("command-preview");
+    const line = form.elements.command.value;
+    if (!line.trim()) {
+      box.hidden = true;
+      fieldError(form, "command", "");
+      return;
+    }
+    try {
+      const args = splitCommand(line);
+      gp.replaceChildren(box, "Runs: ", args.map((arg) => gp.el("span", { class: "arg" }, arg)));
+      box.hidden = false;
+      fieldError(form, "command", "");
+    } catch (error) {
+      box.hidden = true;
+      fieldError(form, "command", error.message);
+    }
+  }
+
+  function numberOr(value, fallback) {
+    const text = value.trim();
+    return text === "" ? fallback : Number(text);
+  }
+
+  // the spec to post, or throws {field, message}
+  function spec(form) {
+    const v = (name) => form.elements[name].value;
+    const problems = [];
+    const body = { resources: {} };
+    try {
+      body.command = splitCommand(v("command"));
+      if (!body.command.length) problems.push(["command", "give the program to run, e.g. python train.py"]);
+    } catch (error) {
+      problems.push(["command", error.message]);
+    }
+    try {
+      body.env = parseEnv(v("env"));
+    } catch (error) {
+      problems.push(["env", error.message]);
+    }
+    if (v("name").trim()) body.name = v("name").trim();
+    if (v("workdir").trim()) body.workdir = v("workdir").trim();
+    if (v("team")) body.team = v("team");
+    body.priority = numberOr(v("priority"), 0);
+    body.resources.gpus = numberOr(v("gpus"), 0);
+    body.resources.cpus = numberOr(v("cpus"), 1);
+    if (v("gpu_memory").trim()) body.resources.gpu_memory_bytes = v("gpu_memory").trim();
+    if (v("memory").trim()) body.resources.memory_bytes = v("memory").trim();
+    for (const [name, label] of [["gpus", "GPUs"], ["cpus", "CPUs"], ["priority", "the priority"]]) {
+      const value = name === "priority" ? body.priority : body.resources[name];
+      if (!Number.isFinite(value)) problems.push([name, `${label}: write a number`]);
+    }
+    if (Number.isFinite(body.priority) && !Number.isInteger(body.priority)) {
+      problems.push(["priority", "the priority is a whole number from -1000 to 1000"]);
+    }
+    return { body, problems };
+  }
+
+  function report(form, summary, message, problems) {
+    for (const [id, text] of problems) fieldError(form, id, text);
+    gp.showError(summary, message);
+    const first = problems.length ? form.elements[problems[0][0]] : null;
+    (first || summary).focus();
+  }
+
+  document.addEventListener("DOMContentLoaded", () => {
+    const form = document.getElementById("submit-form");
+    const summary = document.getElementById("form-error");
+    const button = document.getElementById("submit-job");
+    form.elements.command.addEventListener("input", () => preview(form));
+    preview(form);
+
+    form.addEventListener("submit", async (event) => {
+      event.preventDefault();
+      clearErrors(form, summary);
+      const { body, problems } = spec(form);
+      if (problems.length) {
+        const more = problems.length > 1 ? ` (and ${problems.length - 1} more)` : "";
+        report(form, summary, `${problems[0][1]}${more}`, problems);
+        return;
+      }
+      button.disabled = true;
+      button.textContent = "Submitting…";
+      try {
+        const job = await gp.api("POST", "/jobs", body);
+        location.assign(`/jobs/${Number(job.id)}`);
+      } catch (error) {
+        const fields = Array.isArray(error.details.fields) ? error.details.fields : [];
+        const mapped = [];
+        for (const item of fields) {
+          const id = inputFor(item.field);
+          if (id) mapped.push([id, item.message]);
+        }
+        if (!mapped.length && error.code === "unknown_team") mapped.push(["team", error.message]);
+        report(form, summary, error.message, mapped);
+        button.disabled = false;
+        button.textContent = "Submit job";
+      }
+    });
+  });
+})();

@@ -1,0 +1,293 @@
+"""Acceptance tests of the `gpupool` CLI, run as a subprocess against a real server.
+
+The helpers here (Cli, refused, wait_for, wait_status, hold) are shared with test_cli_admin.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from tests.support.server import ServerProcess
+
+T = TypeVar("T")
+CLI_TIMEOUT = 120.0
+FINAL = {"succeeded", "failed", "cancelled", "lost"}
+
+
+@dataclass
+class Cli:
+    """Runs ``python -m gpupool ARGS``; with a token, as that user via GPUPOOL_URL/TOKEN."""
+
+    url: str
+    token: str | None = None
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        if self.token:
+            env |= {"GPUPOOL_URL": self.url, "GPUPOOL_TOKEN": self.token}
+        return env
+
+    def __call__(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+        command = [sys.executable, "-m", "gpupool", *args]
+        return subprocess.run(
+            command, env=self.env(), input=stdin, capture_output=True, text=True,
+            timeout=CLI_TIMEOUT,
+        )  # fmt: skip
+
+    def popen(self, *args: str) -> subprocess.Popen:
+        command = [sys.executable, "-m", "gpupool", *args]
+        return subprocess.Popen(
+            command, env=self.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+
+    def ok(self, *args: str, stdin: str | None = None) -> str:
+        """Stdout of a command that must succeed."""
+        result = self(*args, stdin=stdin)
+        assert result.returncode == 0, f"gpupool {args} -> {result.returncode}: {result.stderr}"
+        assert "Traceback" not in result.stderr
+        return result.stdout
+
+    def json(self, *args: str) -> Any:
+        """The parsed ``-o json`` output of a command."""
+        return json.loads(self.ok(*args, "-o", "json"))
+
+    def submit(self, *args: str) -> int:
+        """Submit with ``gpupool run ARGS`` and return the printed job id."""
+        return int(self.ok("run", *args).strip())
+
+    def job(self, job_id: int) -> dict[str, Any]:
+        return self.json("show", str(job_id))
+
+
+def refused(result: subprocess.CompletedProcess, code: str) -> bool:
+    """True when the CLI printed one 'error [code]: ...' line, exit 1, and no traceback."""
+    lines = result.stderr.strip().splitlines()
+    return (
+        result.returncode == 1
+        and len(lines) == 1
+        and lines[0].startswith(f"error [{code}]: ")
+        and "Traceback" not in result.stderr
+    )
+
+
+def wait_for(probe: Callable[[], T | None], timeout: float = 90.0, what: str = "condition") -> T:
+    """Poll ``probe`` until it returns something truthy; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.2)
+
+
+def wait_status(cli: Cli, job_id: int, statuses: set[str], timeout: float = 90.0) -> dict:
+    """Poll ``gpupool show -o json`` until the job has one of ``statuses``."""
+
+    def probe() -> dict | None:
+        job = cli.job(job_id)
+        return job if job["status"] in statuses else None
+
+    return wait_for(probe, timeout, f"job {job_id} to be {'/'.join(sorted(statuses))}")
+
+
+def hold(marker: Path, before: str = "", after: str = "") -> list[str]:
+    """``-- sh -c SCRIPT``: ``before``, wait until ``marker`` exists (120 s at most), ``after``."""
+    loop = f'i=0; while [ ! -e "{marker}" ] && [ $i -lt 1200 ]; do sleep 0.1; i=$((i+1)); done'
+    return ["--", "sh", "-c", f"{before}{loop}{after}"]
+
+
+# -- fixtures --------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """One real server (4 declared A100s) for this module: each test ends the jobs it starts."""
+    process = ServerProcess(tmp_path_factory.mktemp("cli") / "data").start()
+    yield process
+    process.stop()
+
+
+@pytest.fixture
+def admin(pool: ServerProcess) -> Cli:
+    """The CLI as the pool's first admin (GPUPOOL_URL + GPUPOOL_TOKEN)."""
+    assert pool.token
+    return Cli(pool.url, pool.token)
+
+
+@pytest.fixture
+def release(tmp_path: Path) -> Iterator[Path]:
+    """A marker file; held jobs (see ``hold``) end once it exists, at the latest at teardown."""
+    marker = tmp_path / "release"
+    yield marker
+    marker.touch()
+
+
+# -- session ---------------------------------------------------------------------------------
+
+
+def test_login_writes_a_private_config_used_by_later_commands(pool: ServerProcess) -> None:
+    anonymous = Cli(pool.url)
+    missing = anonymous("ls")
+    assert refused(missing, "not_logged_in")
+    assert "not logged in: run gpupool login URL --token T" in missing.stderr
+
+    assert refused(anonymous("login", pool.url, "--token", "gpt_wrong"), "unauthenticated")
+    config = Path(os.environ["GPUPOOL_CONFIG"])
+    assert not config.exists()
+
+    assert "admin" in anonymous.ok("login", pool.url + "/", "--token", str(pool.token))
+    assert stat.S_IMODE(config.stat().st_mode) == 0o600
+    assert json.loads(config.read_text()) == {"url": pool.url, "token": pool.token}
+    assert json.loads(anonymous.ok("whoami", "-o", "json"))["user"] == "admin"
+    assert anonymous.ok("whoami").startswith("admin (admin of default)")
+
+
+# -- run -------------------------------------------------------------------------------------
+
+
+def test_run_follow_prints_one_gpu_uuid_and_exits_0(admin: Cli) -> None:
+    program = 'import os; print(os.environ["CUDA_VISIBLE_DEVICES"])'
+    result = admin("run", "--gpus", "1", "--follow", "--", "python", "-c", program)
+    assert result.returncode == 0, result.stderr
+    uuids = {gpu["uuid"] for node in admin.json("nodes") for gpu in node["gpus"]}
+    assert result.stdout.splitlines() in ([uuid] for uuid in uuids)
+
+
+def test_run_follow_exits_with_the_job_exit_code(admin: Cli) -> None:
+    result = admin("run", "--follow", "--", "sh", "-c", "echo out; exit 3")
+    assert result.returncode == 3
+    assert result.stdout == "out\n"
+    assert "failed" in result.stderr
+
+
+def test_run_prints_only_the_job_id_or_its_json(admin: Cli) -> None:
+    printed = admin.ok("run", "--name", "quiet", "--env", "A=1", "--env", "B=x=y", "--", "true")
+    assert printed.strip().isdigit() and printed.count("\n") == 1
+    job = json.loads(admin.ok("run", "-o", "json", "--cpus", "2", "--memory", "1GiB", "--", "true"))
+    assert job["spec"]["command"] == ["true"] and job["status"] == "pending"
+    resources = job["spec"]["resources"]
+    assert (resources["cpus"], resources["memory_bytes"], resources["gpu_memory_bytes"]) == (
+        2, 2**30, None,
+    )  # fmt: skip
+    first = wait_status(admin, int(printed), FINAL)
+    assert first["status"] == "succeeded" and first["spec"]["env"] == {"A": "1", "B": "x=y"}
+
+
+def test_two_half_gpu_jobs_run_at_once_on_one_gpu(admin: Cli, release: Path) -> None:
+    first = admin.submit("--gpus", "0.5", *hold(release))
+    second = admin.submit("--gpus", "0.5", *hold(release))
+    jobs = [wait_status(admin, job_id, {"running"}) for job_id in (first, second)]
+    placed = [job["placement"]["gpus"] for job in jobs]
+    assert len(placed[0]) == len(placed[1]) == 1
+    assert placed[0][0]["uuid"] == placed[1][0]["uuid"]
+    assert placed[0][0]["share"] == placed[1][0]["share"] == 0.5
+    assert all(job["status"] == "running" for job in (admin.job(first), admin.job(second)))
+    release.touch()
+    for job_id in (first, second):
+        assert wait_status(admin, job_id, FINAL)["status"] == "succeeded"
+
+
+def test_requests_no_node_can_run_are_refused(admin: Cli) -> None:
+    too_many = admin("run", "--gpus", "8", "--", "true")
+    assert refused(too_many, "unsatisfiable")
+    assert "4 GPUs" in too_many.stderr
+    fraction = admin("run", "--gpus", "1.5", "--", "true")
+    assert refused(fraction, "invalid_request") and "fraction" in fraction.stderr
+    bad_name = admin("run", "--env", "1BAD=x", "--", "true")
+    assert refused(bad_name, "invalid_request") and "1BAD" in bad_name.stderr
+
+
+def test_usage_errors_exit_2_without_a_traceback(admin: Cli) -> None:
+    for args in (["--env", "NOEQUALS"], ["--gpus", "lots"], []):
+        result = admin("run", *args, "--", "true") if args else admin("run")
+        assert result.returncode == 2, (args, result.stderr)
+        assert "Traceback" not in result.stderr and result.stdout == ""
+    assert "NAME=VALUE" in admin("run", "--env", "NOEQUALS", "--", "true").stderr
+
+
+# -- ls, show, logs, cancel ------------------------------------------------------------------
+
+
+def test_ls_show_logs_and_cancel_of_a_running_job(admin: Cli, release: Path) -> None:
+    job_id = admin.submit("--name", "sleepy", "--gpus", "1", *hold(release, "echo hello; "))
+    wait_status(admin, job_id, {"running"})
+    wait_for(lambda: admin.ok("logs", str(job_id)) == "hello\n", what="the job's log")
+
+    listed = admin.json("ls")
+    assert [job["status"] for job in listed if job["id"] == job_id] == ["running"]
+    row = next(line for line in admin.ok("ls").splitlines() if line.startswith(f"{job_id} "))
+    assert "sleepy" in row and "running" in row and "admin" in row
+
+    shown = admin.ok("show", str(job_id))
+    assert "command:" in shown and "echo hello" in shown
+    assert "GPU-" in shown and "share 1" in shown and "Started" in shown
+
+    assert admin.ok("cancel", str(job_id)).strip() == f"job {job_id}: cancel requested"
+    assert wait_status(admin, job_id, FINAL)["status"] == "cancelled"
+    assert job_id not in [job["id"] for job in admin.json("ls")]
+    assert job_id in [job["id"] for job in admin.json("ls", "--all")]
+    assert job_id in [job["id"] for job in admin.json("ls", "--status", "cancelled")]
+    assert refused(admin("cancel", "999999"), "not_found")
+
+
+def test_logs_follow_ends_with_the_job(admin: Cli, release: Path) -> None:
+    job_id = admin.submit(*hold(release, "echo one; ", "; echo two"))
+    wait_status(admin, job_id, {"running"})
+    follower = admin.popen("logs", "-f", str(job_id))
+    release.touch()
+    out, err = follower.communicate(timeout=CLI_TIMEOUT)
+    assert follower.returncode == 0, err
+    assert out == "one\ntwo\n"
+
+
+def test_run_follow_of_a_cancelled_job_exits_130(admin: Cli, release: Path) -> None:
+    follower = admin.popen("run", "--follow", *hold(release, "echo started; "))
+    job_id = wait_for(lambda: _running_job_with(admin, "echo started"), what="the job to run")
+    admin.ok("cancel", str(job_id))
+    out, err = follower.communicate(timeout=CLI_TIMEOUT)
+    assert follower.returncode == 130, err
+    assert out == "started\n"
+
+
+def _running_job_with(cli: Cli, text: str) -> int | None:
+    for job in cli.json("ls", "--status", "running"):
+        if text in " ".join(job["spec"]["command"]):
+            return job["id"]
+    return None
+
+
+# -- nodes -----------------------------------------------------------------------------------
+
+
+def test_nodes_show_four_gpus_and_who_holds_a_busy_one(admin: Cli, release: Path) -> None:
+    nodes = admin.json("nodes")
+    assert sum(len(node["gpus"]) for node in nodes) == 4
+    job_id = admin.submit("--gpus", "1", "--name", "holder", *hold(release))
+    wait_status(admin, job_id, {"running"})
+
+    def held() -> dict | None:
+        gpus = [gpu for node in admin.json("nodes") for gpu in node["gpus"]]
+        return next((g for g in gpus if any(h["job_id"] == job_id for h in g["holders"])), None)
+
+    gpu = wait_for(held, what="a GPU held by the job")
+    assert gpu["used_share"] == 1
+    assert [(h["user"], h["share"], h["job_name"]) for h in gpu["holders"]] == [
+        ("admin", 1, "holder")
+    ]
+    table = admin.ok("nodes")
+    assert f"job {job_id} (admin, 1)" in table and "A100-SXM4-80GB" in table and "80 GiB" in table
+    release.touch()
+    wait_status(admin, job_id, FINAL)
