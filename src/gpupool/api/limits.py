@@ -9,10 +9,6 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from gpupool.api.errors import error_body
 
 
-class BodyTooLarge(Exception):
-    pass
-
-
 class BodyLimit:
     def __init__(self, app: ASGIApp, max_bytes: int) -> None:
         self.app, self.max_bytes = app, max_bytes
@@ -25,20 +21,27 @@ class BodyLimit:
         if declared and declared.isdigit() and int(declared) > self.max_bytes:
             await self._refuse(send)
             return
-        seen = 0
+        seen, refused = 0, False
 
         async def counted() -> Message:
-            nonlocal seen
+            nonlocal seen, refused
             message = await receive()
             seen += len(message.get("body", b""))
-            if seen > self.max_bytes:
-                raise BodyTooLarge
+            if seen > self.max_bytes and not refused:
+                refused = True
+                await self._refuse(send)
+                return {"type": "http.disconnect"}  # the app stops reading; its reply is dropped
             return message
 
+        async def guarded(message: Message) -> None:
+            if not refused:
+                await send(message)
+
         try:
-            await self.app(scope, counted, send)
-        except BodyTooLarge:
-            await self._refuse(send)
+            await self.app(scope, counted, guarded)
+        except Exception:
+            if not refused:
+                raise
 
     async def _refuse(self, send: Send) -> None:
         message = f"the request body is larger than {self.max_bytes} bytes; send less"

@@ -272,7 +272,7 @@ def _form_from(ctx: Any, who: Principal, job_id: int) -> dict[str, Any]:
         "name": spec.name or "",
         "workdir": spec.workdir or "",
         "env": "\n".join(f"{k}={v}" for k, v in spec.env.items()),
-        "gpus": _number(resources.gpus),
+        "gpus": _number(resources.gpus) if resources.gpus else "",
         "gpu_memory": _exact_bytes(resources.gpu_memory_bytes),
         "cpus": _number(resources.cpus),
         "memory": _exact_bytes(resources.memory_bytes),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import re
 from enum import StrEnum
 from typing import Annotated, Any
@@ -66,9 +65,9 @@ class ResourceRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    gpus: float | None = None
+    gpus: float | None = Field(default=None, allow_inf_nan=False)
     gpu_memory_bytes: ByteCount = None
-    cpus: float = Field(default=1.0, gt=0, le=4096)
+    cpus: float = Field(default=1.0, gt=0, le=4096, allow_inf_nan=False)
     memory_bytes: ByteCount = None
 
     @field_validator("gpu_memory_bytes", "memory_bytes", mode="before")
@@ -78,11 +77,9 @@ class ResourceRequest(BaseModel):
 
     @field_validator("gpus", "cpus", mode="before")
     @classmethod
-    def _finite(cls, value: Any) -> Any:
+    def _not_bool(cls, value: Any) -> Any:
         if isinstance(value, bool):
             raise ValueError("must be a number")
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ValueError("must be a finite number")
         return value
 
     @field_validator("gpus")

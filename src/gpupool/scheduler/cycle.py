@@ -32,14 +32,16 @@ def place_in_order(
     placements: list[Placement] = []
     unplaced: list[QueuedJob] = []
     demands = DemandCache()
-    failed: set[Demand] = set()
+    failed: set[int] = set()  # ids of demands that did not fit (the cache makes one per shape)
     for queued in queue:
         demand = demands.of(queued.job.request)
-        placement = None if demand in failed else _place(queued.job.job_id, demand, capacity)
+        placement = None
+        if id(demand) not in failed:
+            placement = _place(queued.job.job_id, demand, capacity)
         if placement is not None:
             placements.append(placement)
         else:
-            failed.add(demand)
+            failed.add(id(demand))
             unplaced.append(queued)
     return placements, unplaced
 

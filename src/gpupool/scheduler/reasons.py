@@ -42,13 +42,14 @@ class Explainer:
         self._now = ShortfallFinder(capacity)
         self._empty = ShortfallFinder(FreeCapacity(schedulable)) if schedulable else None
         self._demands = DemandCache()
-        self._memo: dict[Demand, tuple[Reason, str]] = {}
+        self._memo: dict[int, tuple[Reason, str]] = {}  # by id: the cache makes one per shape
 
     def reason(self, request: ResourceRequest) -> tuple[Reason, str]:
         demand = self._demands.of(request)
-        if demand not in self._memo:
-            self._memo[demand] = self._reason(demand)
-        return self._memo[demand]
+        found = self._memo.get(id(demand))
+        if found is None:
+            found = self._memo[id(demand)] = self._reason(demand)
+        return found
 
     def _reason(self, demand: Demand) -> tuple[Reason, str]:
         if not self._has_nodes or self._empty is None:

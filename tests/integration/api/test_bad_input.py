@@ -32,7 +32,7 @@ def refused(client: TestClient, body: object, status: int, code: str) -> str:
 
 @pytest.mark.parametrize(
     "gpus",
-    [0, -1, -0.5, "NaN", "nan", "inf", "two", True, None, [1], 1.5, 2.25],
+    [0, -1, -0.5, "NaN", "nan", "inf", "two", True, [1], {}, 1.5, 2.25],
 )
 def test_invalid_gpu_counts(client: TestClient, gpus: object) -> None:
     refused(client, OK | {"resources": {"gpus": gpus}}, 422, "invalid_request")

@@ -170,12 +170,13 @@ function parseEnv(text) {
     if (v("workdir").trim()) body.workdir = v("workdir").trim();
     if (v("team")) body.team = v("team");
     body.priority = numberOr(v("priority"), 0);
-    body.resources.gpus = numberOr(v("gpus"), 0);
+    const gpus = numberOr(v("gpus"), 0);
+    if (gpus !== 0) body.resources.gpus = gpus; // no GPU: leave it out
     body.resources.cpus = numberOr(v("cpus"), 1);
     if (v("gpu_memory").trim()) body.resources.gpu_memory_bytes = v("gpu_memory").trim();
     if (v("memory").trim()) body.resources.memory_bytes = v("memory").trim();
     for (const [name, label] of [["gpus", "GPUs"], ["cpus", "CPUs"], ["priority", "the priority"]]) {
-      const value = name === "priority" ? body.priority : body.resources[name];
+      const value = name === "priority" ? body.priority : name === "gpus" ? gpus : body.resources[name];
       if (!Number.isFinite(value)) problems.push([name, `${label}: write a number`]);
     }
     if (Number.isFinite(body.priority) && !Number.isInteger(body.priority)) {

@@ -1,0 +1,210 @@
+"""The web UI in a real browser (Debian's chromium, driven by Playwright) on a real server."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.support.server import ServerProcess
+
+CHROMIUM = Path("/usr/bin/chromium")
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(
+        not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium"
+    ),
+]
+sync_api = pytest.importorskip("playwright.sync_api")
+expect = sync_api.expect
+SLOW = 30_000  # ms: an upper bound for what a loaded machine may take, never a pace
+SHOTS = Path("/tmp")
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[object]:
+    with sync_api.sync_playwright() as playwright:
+        launched = playwright.chromium.launch(
+            executable_path=str(CHROMIUM),
+            headless=True,
+            args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"],
+        )
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def page(browser, server: ServerProcess) -> Iterator[object]:  # noqa: ANN001
+    context = browser.new_context(base_url=server.url, viewport={"width": 1280, "height": 900})
+    opened = context.new_page()
+    errors: list[str] = []
+    opened.on("pageerror", lambda error: errors.append(str(error)))
+    yield opened
+    context.close()
+    assert not errors, f"JavaScript errors: {errors}"
+
+
+def sign_in(page, server: ServerProcess, target: str = "/") -> None:  # noqa: ANN001
+    page.goto(f"/login?next={target}")
+    page.get_by_label("User name").fill("admin")
+    page.get_by_label("Password or API token").fill(server.token)
+    page.get_by_role("button", name="Sign in").click()
+    expect(page).to_have_url(re.compile(re.escape(server.url + target) + "$"), timeout=SLOW)
+
+
+def api_submit(server: ServerProcess, **spec: object) -> int:
+    body = {"command": ["sleep", "300"]} | spec
+    headers = {"Authorization": f"Bearer {server.token}"}
+    answer = httpx.post(f"{server.url}/api/v1/jobs", json=body, headers=headers, timeout=10)
+    assert answer.status_code == 201, answer.text
+    return answer.json()["id"]
+
+
+def test_sign_in_shows_the_servers_error_then_signs_in(page, server: ServerProcess) -> None:  # noqa: ANN001
+    page.goto("/jobs")
+    expect(page).to_have_url(re.compile(r"/login\?next=/jobs$"))
+    page.screenshot(path=str(SHOTS / "ui-login.png"), full_page=True)
+    page.get_by_label("User name").fill("admin")
+    page.get_by_label("Password or API token").fill("wrong-password")
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.locator("#login-error")).to_contain_text("wrong user name or password")
+    page.get_by_label("Password or API token").fill(server.token)
+    page.get_by_role("button", name="Sign in").click()
+    expect(page).to_have_url(f"{server.url}/jobs", timeout=SLOW)
+    expect(page.locator("#who")).to_contain_text("admin")
+    page.get_by_role("button", name="Sign out").click()
+    expect(page).to_have_url(re.compile(r"/login"), timeout=SLOW)
+    page.goto("/")
+    expect(page).to_have_url(re.compile(r"/login\?next=/$"))
+
+
+def test_a_job_submitted_in_the_form_streams_its_output_live(page, server: ServerProcess) -> None:  # noqa: ANN001
+    program = (
+        "import time; print('first line', flush=True); time.sleep(2); "
+        "print('second line', flush=True)"
+    )
+    sign_in(page, server, "/jobs/new")
+    page.get_by_label("Command").fill(f'{shlex.quote(sys.executable)} -c "{program}"')
+    expect(page.locator("#command-preview")).to_contain_text(program)
+    page.get_by_label("Name").fill("two-lines")
+    page.get_by_label("GPUs").fill("0.5")
+    page.get_by_label("GPU memory").fill("10GiB")
+    page.get_by_label("Environment").fill("GREETING=hello\n# a comment\n")
+    page.screenshot(path=str(SHOTS / "ui-new.png"), full_page=True)
+    page.get_by_role("button", name="Submit job").click()
+
+    expect(page).to_have_url(re.compile(r"/jobs/\d+$"), timeout=SLOW)
+    expect(page.get_by_role("heading", level=1)).to_contain_text("two-lines")
+    log = page.locator("#log")
+    expect(log).to_contain_text("first line", timeout=SLOW)
+    # the job sleeps between its lines: seeing the first without the second is seeing it live
+    assert "second line" not in log.text_content()
+    expect(page.locator("#status-line")).not_to_contain_text("succeeded")
+
+    expect(log).to_contain_text("second line", timeout=SLOW)
+    expect(page.locator("#status-line")).to_contain_text("succeeded", timeout=SLOW)
+    expect(page.locator("#log-state")).to_contain_text("End of output", timeout=SLOW)
+    expect(page.locator("#events")).to_contain_text("Exited", timeout=SLOW)
+    expect(page.locator("#attempts")).to_contain_text("1")
+    expect(page.locator("#cancel")).to_be_hidden()
+    page.screenshot(path=str(SHOTS / "ui-job.png"), full_page=True)
+
+
+def test_the_form_shows_the_servers_errors_inline(page, server: ServerProcess) -> None:  # noqa: ANN001
+    sign_in(page, server, "/jobs/new")
+    page.get_by_label("Command").fill("echo hi | wc")
+    expect(page.locator("#command-error")).to_contain_text("shell operator")
+    page.get_by_label("Command").fill("true")
+    page.get_by_label("GPUs").fill("1.5")
+    page.get_by_role("button", name="Submit job").click()
+    expect(page.locator("#gpus-error")).to_contain_text("fraction of a GPU")
+    expect(page.locator("#form-error")).to_contain_text("resources.gpus")
+    expect(page.get_by_label("GPUs")).to_have_attribute("aria-invalid", "true")
+    page.get_by_label("GPUs").fill("64")
+    page.get_by_role("button", name="Submit job").click()
+    expect(page.locator("#form-error")).to_contain_text("no node can run this job")
+    expect(page.locator("#gpus-error")).to_be_hidden()
+    page.get_by_label("GPUs").fill("1")
+    page.get_by_label("Environment").fill("not a pair")
+    page.get_by_role("button", name="Submit job").click()
+    expect(page.locator("#env-error")).to_contain_text("NAME=value")
+
+
+def test_the_command_is_split_like_a_shell_would(page, server: ServerProcess) -> None:  # noqa: ANN001
+    sign_in(page, server, "/jobs/new")
+    cases = {
+        "python train.py --lr 0.1": ["python", "train.py", "--lr", "0.1"],
+        '  a   \'b c\'  "d \\"e\\" $ f"  ': ["a", "b c", 'd "e" $ f'],
+        "echo 'it'\\''s' x\\ y \"\"": ["echo", "it's", "x y", ""],
+        "find . -exec rm {} \\;": ["find", ".", "-exec", "rm", "{}", ";"],
+        "sh -c 'echo $HOME | wc -c'": ["sh", "-c", "echo $HOME | wc -c"],
+        "a#b 'x#'": ["a#b", "x#"],
+        "": [],
+    }
+    for line, argv in cases.items():
+        assert page.evaluate("line => splitCommand(line)", line) == argv, line
+    for line, message in {
+        "echo 'open": "not closed",
+        'echo "open': "not closed",
+        "echo hi > out": "shell operator",
+        "a && b": "shell operator",
+        "echo $HOME": "not expanded",
+        'echo "$HOME"': "expanded by a shell",
+        "echo `date`": "command substitution",
+        "run # note": "comment",
+        "trailing \\": "backslash",
+    }.items():
+        thrown = page.evaluate(
+            "line => { try { splitCommand(line); return null } catch (e) { return e.message } }",
+            line,
+        )
+        assert thrown and message in thrown, (line, thrown)
+
+
+def test_the_cluster_page_shows_four_gpus_and_refreshes(page, server: ServerProcess) -> None:  # noqa: ANN001
+    sign_in(page, server, "/")
+    expect(page.locator("li.gpu")).to_have_count(4)
+    expect(page.locator("#summary")).to_contain_text("4 GPUs")
+    expect(page.locator("li.gpu").first).to_contain_text("A100-SXM4-80GB")
+    expect(page.locator("li.gpu").first).to_contain_text("80 GiB")
+    expect(page.locator(".node .facts")).to_contain_text("64")
+    job = api_submit(server, name="holder", resources={"gpus": 0.5, "gpu_memory_bytes": "20GiB"})
+    holder = page.locator(".holders a", has_text=f"#{job}")
+    expect(holder).to_be_visible(timeout=SLOW)  # the page polls /api/v1/nodes every 2 s
+    expect(page.locator("#summary")).to_contain_text("0.5 in use")
+    expect(page.locator(".bar[aria-valuenow='50']")).to_have_count(1)
+    page.screenshot(path=str(SHOTS / "ui-cluster.png"), full_page=True)
+    holder.click()
+    expect(page).to_have_url(f"{server.url}/jobs/{job}")
+
+
+def test_a_job_is_cancelled_through_the_ui(page, server: ServerProcess) -> None:  # noqa: ANN001
+    sign_in(page, server, "/jobs")
+    job = api_submit(server, name="to-cancel")
+    row = page.locator(f"tr[data-id='{job}']")
+    expect(row).to_contain_text("to-cancel", timeout=SLOW)  # the table polls every 2 s
+    expect(row).to_contain_text("running", timeout=SLOW)
+    page.get_by_label("Show").select_option("ended")
+    expect(row).to_have_count(0, timeout=SLOW)
+    page.get_by_label("Show").select_option("active")
+    expect(row).to_contain_text("running", timeout=SLOW)
+    page.screenshot(path=str(SHOTS / "ui-jobs.png"), full_page=True)
+
+    row.get_by_role("link", name=f"#{job}").click()
+    expect(page).to_have_url(f"{server.url}/jobs/{job}")
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.get_by_role("button", name="Cancel job").click()
+    expect(page.locator("#status-line")).to_contain_text("cancelled", timeout=SLOW)
+    expect(page.locator("#events")).to_contain_text("CancelRequested", timeout=SLOW)
+    expect(page.get_by_role("button", name="Cancel job")).to_be_hidden()
+
+    page.goto("/jobs?show=ended")
+    expect(page.locator(f"tr[data-id='{job}']")).to_contain_text("cancelled")
+    page.goto("/jobs/999999")
+    expect(page.get_by_role("heading", level=1)).to_contain_text("No job 999999")
+    page.screenshot(path=str(SHOTS / "ui-404.png"), full_page=True)

@@ -1,0 +1,103 @@
+"""Acceptance tests of the admin commands (users, teams, tokens) and what roles may do."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.acceptance.test_cli import FINAL, Cli, refused, wait_status
+from tests.support.server import ServerProcess
+
+
+@pytest.fixture(scope="module")
+def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """One real server for this module; each test creates the teams and users it needs."""
+    process = ServerProcess(tmp_path_factory.mktemp("cli-admin") / "data").start()
+    yield process
+    process.stop()
+
+
+@pytest.fixture
+def admin(pool: ServerProcess) -> Cli:
+    assert pool.token
+    return Cli(pool.url, pool.token)
+
+
+def new_user(admin: Cli, name: str, role: str, team: str) -> Cli:
+    """Create a user in ``team`` with a token; return the CLI as that user."""
+    admin.ok("users", "create", name, "--role", role, "--team", team)
+    secret = admin.ok("tokens", "create", "--user", name, "--name", f"{name}-cli").strip()
+    assert secret and "\n" not in secret
+    return Cli(admin.url, secret)
+
+
+def test_a_member_sees_only_its_teams_jobs(admin: Cli) -> None:
+    assert "team ml created" in admin.ok("teams", "create", "ml")
+    assert "ml" in [team["name"] for team in admin.json("teams")]
+    alice = new_user(admin, "alice", "member", "ml")
+    users = {user["name"]: user for user in admin.json("users")}
+    assert (users["alice"]["role"], users["alice"]["teams"]) == ("member", ["ml"])
+    assert "alice" in admin.ok("users")
+
+    theirs = admin.submit("--team", "default", "--", "true")
+    mine = alice.submit("--", "true")
+    assert wait_status(alice, mine, FINAL)["team"] == "ml"
+    assert [job["id"] for job in alice.json("ls", "--all")] == [mine]
+    assert {theirs, mine} <= {job["id"] for job in admin.json("ls", "--all")}
+
+    assert refused(alice("show", str(theirs)), "not_found")
+    assert refused(alice("logs", str(theirs)), "not_found")
+    assert refused(alice("cancel", str(theirs)), "not_found")
+    assert refused(alice("run", "--team", "default", "--", "true"), "unknown_team")
+    assert refused(alice("users"), "forbidden")
+
+
+def test_a_viewer_cannot_submit_until_made_a_member(admin: Cli) -> None:
+    admin.ok("teams", "create", "vision")
+    viewer = new_user(admin, "vic", "viewer", "vision")
+    assert viewer.ok("whoami").startswith("vic (viewer of vision)")
+    assert refused(viewer("run", "--", "true"), "forbidden")
+    assert viewer.json("ls", "--all") == []
+
+    assert "vic is now member" in admin.ok("users", "set-role", "vic", "member")
+    job_id = viewer.submit("--", "true")
+    assert wait_status(viewer, job_id, FINAL)["status"] == "succeeded"
+    assert admin("users", "set-role", "vic", "emperor").returncode == 2
+
+
+def test_passwords_are_read_from_stdin(admin: Cli) -> None:
+    admin.ok("users", "create", "pat", "--team", "default", "--password-stdin", stdin="first\n")
+    assert _user(admin, "pat")["has_password"]
+    admin.ok("users", "create", "quinn", "--team", "default")
+    assert not _user(admin, "quinn")["has_password"]
+    admin.ok("users", "set-password", "quinn", "--password-stdin", stdin="s3cret-enough\n")
+    assert _user(admin, "quinn")["has_password"]
+    assert refused(
+        admin("users", "set-password", "quinn", "--password-stdin", stdin=""), "invalid_request"
+    )
+    assert refused(
+        admin("users", "set-password", "nobody", "--password-stdin", stdin="x\n"), "not_found"
+    )
+
+
+def test_tokens_are_listed_and_revoked(admin: Cli) -> None:
+    admin.ok("users", "create", "rita", "--team", "default")
+    rita = Cli(
+        admin.url, admin.ok("tokens", "create", "--user", "rita", "--expires-in-days", "7").strip()
+    )
+    assert rita.ok("whoami").startswith("rita (member of default)")
+    mine = [token for token in rita.json("tokens") if token["user"] == "rita"]
+    assert len(mine) == 1 and mine[0]["expires_at"] is not None and not mine[0]["revoked"]
+    assert "rita" in admin.ok("tokens")
+
+    assert f"token {mine[0]['id']} of rita revoked" in admin.ok(
+        "tokens", "revoke", str(mine[0]["id"])
+    )
+    assert refused(rita("whoami"), "unauthenticated")
+    revoked = [token for token in admin.json("tokens") if token["id"] == mine[0]["id"]]
+    assert revoked[0]["revoked"]
+
+
+def _user(admin: Cli, name: str) -> dict:
+    return next(user for user in admin.json("users") if user["name"] == name)

@@ -1,0 +1,195 @@
+"""The web UI against a real server: sign-in, redirects, CSRF, escaping, static files."""
+
+from __future__ import annotations
+
+import html
+import re
+import shlex
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+import gpupool.api
+from tests.support.server import ServerProcess
+
+UI_FILES = Path(gpupool.api.__file__).parent
+PAGES = ["/", "/jobs", "/jobs/new", "/jobs/1"]
+CSRF_META = re.compile(r'<meta name="csrf-token" content="([^"]+)">')
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """The real server of tests/conftest.py, started once for this module: these tests read
+    pages and make their own jobs, so they can share it (and run in seconds, not minutes)."""
+    process = ServerProcess(tmp_path_factory.mktemp("ui") / "data").start()
+    yield process
+    process.stop()
+
+
+@pytest.fixture
+def admin(server: ServerProcess) -> Iterator[tuple[httpx.Client, str]]:
+    """A browser-like client signed in as the admin (its token as the password), and its CSRF."""
+    with httpx.Client(base_url=server.url, timeout=10) as client:
+        answer = client.post("/api/v1/session", json={"user": "admin", "password": server.token})
+        assert answer.status_code == 200, answer.text
+        yield client, answer.json()["csrf_token"]
+
+
+def submit(client: httpx.Client, csrf: str, **spec: object) -> dict:
+    body = {"command": ["sleep", "300"]} | spec
+    answer = client.post("/api/v1/jobs", json=body, headers={"x-csrf-token": csrf})
+    assert answer.status_code == 201, answer.text
+    return answer.json()
+
+
+def test_login_page_renders(server: ServerProcess) -> None:
+    page = httpx.get(f"{server.url}/login")
+    assert page.status_code == 200
+    assert page.headers["content-type"].startswith("text/html")
+    assert "script-src 'self'" in page.headers["content-security-policy"]
+    assert '<form id="login-form"' in page.text
+    assert '<label for="user">' in page.text and '<label for="password">' in page.text
+    assert "csrf-token" not in page.text
+
+
+@pytest.mark.parametrize("path", PAGES)
+def test_pages_redirect_to_login_without_a_session(server: ServerProcess, path: str) -> None:
+    page = httpx.get(f"{server.url}{path}")
+    assert page.status_code == 303
+    assert page.headers["location"] == f"/login?next={path}"
+
+
+def test_a_stale_cookie_is_sent_to_login(server: ServerProcess) -> None:
+    page = httpx.get(f"{server.url}/jobs?show=ended", cookies={"gpupool_session": "forged"})
+    assert page.status_code == 303
+    assert page.headers["location"] == "/login?next=/jobs%3Fshow%3Dended"
+
+
+def test_signed_in_pages_render_with_the_csrf_meta(
+    server: ServerProcess, admin: tuple[httpx.Client, str]
+) -> None:
+    client, csrf = admin
+    job = submit(client, csrf, name="ui-check")
+    for path in ["/", "/jobs", "/jobs/new", f"/jobs/{job['id']}"]:
+        page = client.get(path)
+        assert page.status_code == 200, path
+        assert CSRF_META.search(page.text).group(1) == csrf, path
+        assert 'class="who-name"' in page.text and "admin" in page.text
+        assert page.headers["cache-control"] == "no-store"
+    cluster = client.get("/").text
+    assert cluster.count('<li class="gpu"') == 4
+    assert "A100-SXM4-80GB" in cluster
+    assert f'data-id="{job["id"]}"' in client.get("/jobs").text
+    detail = client.get(f"/jobs/{job['id']}").text
+    assert "ui-check" in detail and 'id="cancel"' in detail and "Submitted" in detail
+    assert '<option value="default" selected>' in client.get("/jobs/new").text
+
+
+def test_login_redirects_a_signed_in_user_to_a_local_page_only(
+    admin: tuple[httpx.Client, str],
+) -> None:
+    client, _ = admin
+    assert client.get("/login?next=/jobs").headers["location"] == "/jobs"
+    for target in ["//evil.example/x", "https://evil.example/", "/\\evil.example", "jobs"]:
+        assert client.get("/login", params={"next": target}).headers["location"] == "/"
+
+
+def test_api_writes_with_the_cookie_need_the_csrf_header(
+    admin: tuple[httpx.Client, str],
+) -> None:
+    client, csrf = admin
+    body = {"command": ["true"]}
+    missing = client.post("/api/v1/jobs", json=body)
+    assert missing.status_code == 403
+    assert missing.json()["error"]["code"] == "csrf_failed"
+    wrong = client.post("/api/v1/jobs", json=body, headers={"x-csrf-token": "not-it"})
+    assert wrong.status_code == 403
+    accepted = client.post("/api/v1/jobs", json=body, headers={"x-csrf-token": csrf})
+    assert accepted.status_code == 201, accepted.text
+
+
+def test_sign_out_ends_the_session(admin: tuple[httpx.Client, str]) -> None:
+    client, csrf = admin
+    assert client.delete("/api/v1/session", headers={"x-csrf-token": csrf}).status_code == 204
+    assert client.get("/jobs").status_code == 303
+
+
+def test_unknown_jobs_get_a_404_page(admin: tuple[httpx.Client, str]) -> None:
+    client, _ = admin
+    for path in ["/jobs/999999", "/jobs/abc"]:
+        page = client.get(path)
+        assert page.status_code == 404
+        assert page.headers["content-type"].startswith("text/html")
+        assert "that you can see" in page.text
+
+
+def test_a_member_cannot_see_another_teams_job(
+    server: ServerProcess, admin: tuple[httpx.Client, str]
+) -> None:
+    client, csrf = admin
+    hidden = submit(client, csrf)
+    write = {"x-csrf-token": csrf}
+    assert client.post("/api/v1/teams", json={"name": "vision"}, headers=write).status_code == 201
+    user = {"name": "alice", "role": "member", "teams": ["vision"], "password": "alice-secret"}
+    assert client.post("/api/v1/users", json=user, headers=write).status_code == 201
+    with httpx.Client(base_url=server.url, timeout=10) as alice:
+        signed = alice.post("/api/v1/session", json={"user": "alice", "password": "alice-secret"})
+        assert signed.status_code == 200
+        assert alice.get(f"/jobs/{hidden['id']}").status_code == 404
+        assert f'data-id="{hidden["id"]}"' not in alice.get("/jobs").text
+        form = alice.get("/jobs/new").text
+        assert '<option value="vision" selected>' in form and 'value="default"' not in form
+        assert '<span class="role">member</span>' in alice.get("/").text
+
+
+def test_data_is_escaped(admin: tuple[httpx.Client, str]) -> None:
+    client, csrf = admin
+    evil = "<script>alert('x')</script>"
+    job = submit(client, csrf, name=evil, command=["echo", evil], env={"X": '"><img src=x>'})
+    for page in [client.get("/jobs").text, client.get(f"/jobs/{job['id']}").text]:
+        assert "<script>alert" not in page and "<img src=x>" not in page
+        assert "&lt;script&gt;" in page
+
+
+def test_submit_again_prefills_the_form(admin: tuple[httpx.Client, str]) -> None:
+    client, csrf = admin
+    job = submit(
+        client,
+        csrf,
+        command=["python", "-c", "print('a b')"],
+        name="again",
+        env={"A": "1"},
+        resources={"gpus": 0.5, "gpu_memory_bytes": "20GiB", "cpus": 2},
+    )
+    form = client.get(f"/jobs/new?again={job['id']}").text
+    command = re.search(r'id="command"[^>]*?value="([^"]*)"', form, re.S).group(1)
+    assert shlex.split(html.unescape(command)) == ["python", "-c", "print('a b')"]
+    assert 'value="20GiB"' in form and 'value="0.5"' in form and 'value="again"' in form
+    assert ">A=1</textarea>" in form
+
+
+def test_static_files_are_served(server: ServerProcess) -> None:
+    for name, kind in [
+        ("gpupool.css", "text/css"),
+        ("common.js", "javascript"),
+        ("job.js", "javascript"),
+        ("favicon.svg", "image/svg+xml"),
+    ]:
+        answer = httpx.get(f"{server.url}/static/{name}")
+        assert answer.status_code == 200, name
+        assert kind in answer.headers["content-type"], name
+    assert httpx.get(f"{server.url}/static/nope.js").status_code == 404
+
+
+def test_the_ui_loads_nothing_from_outside() -> None:
+    """Air-gapped: no CDN, no external font or script, no inline script."""
+    files = [*(UI_FILES / "templates").glob("*.html"), *(UI_FILES / "static").glob("*")]
+    assert files
+    for path in files:
+        text = path.read_text()
+        assert not re.search(r"(src|href)=\"(https?:)?//", text), path
+        assert "@import" not in text and "url(http" not in text, path
+        if path.suffix == ".html":
+            assert not re.search(r"<script(?![^>]*\bsrc=)[^>]*>", text), f"inline script in {path}"
