@@ -28,7 +28,9 @@ def platform() -> float:
     server = start_server()
     try:
         with client(server) as api:
-            hold = api.post("/jobs", json={"command": ["sleep", "600"], "resources": {"gpus": GPUS}}).json()
+            hold = api.post(
+                "/jobs", json={"command": ["sleep", "600"], "resources": {"gpus": GPUS}}
+            ).json()
             wait_until(lambda: api.get(f"/jobs/{hold['id']}").json()["status"] == "running", 60)
             spec = {"command": ["sleep", str(SLEEP)], "resources": {"gpus": 1}}
             ids = [api.post("/jobs", json=spec).json()["id"] for _ in range(JOBS)]
@@ -36,7 +38,12 @@ def platform() -> float:
             api.post(f"/jobs/{hold['id']}/cancel")
             wait_until(lambda: _all_done(api, ids), 600, 0.25)
             elapsed = time.monotonic() - start
-            failed = [j for j in api.get("/jobs", params={"limit": 1000, "status": ["failed", "lost"]}).json()]
+            failed = [
+                j
+                for j in api.get(
+                    "/jobs", params={"limit": 1000, "status": ["failed", "lost"]}
+                ).json()
+            ]
             assert not failed, f"{len(failed)} jobs failed"
             return elapsed
     finally:
@@ -49,7 +56,9 @@ def _all_done(api, ids: list[int]) -> bool:  # noqa: ANN001
 
 
 def main() -> None:
-    print(f"drain of {JOBS} queued 1-GPU jobs sleeping {SLEEP} s on {GPUS} GPUs (ideal {IDEAL:.1f} s)")
+    print(
+        f"drain of {JOBS} queued 1-GPU jobs sleeping {SLEEP} s on {GPUS} GPUs (ideal {IDEAL:.1f} s)"
+    )
     floor = baseline()
     print(f"  baseline: {GPUS} threads running the processes directly   {floor:6.1f} s")
     took = platform()

@@ -41,13 +41,17 @@ def measure(label: str, env: dict[str, str] | None = None) -> None:
     server = start_server(env)
     try:
         with client(server) as api:
-            hold = api.post("/jobs", json={"command": ["sleep", "600"], "resources": {"gpus": 8}}).json()
+            hold = api.post(
+                "/jobs", json={"command": ["sleep", "600"], "resources": {"gpus": 8}}
+            ).json()
             wait_until(lambda: api.get(f"/jobs/{hold['id']}").json()["status"] == "running", 60)
             health = rate(server, "GET", "/health", None)
             submits = rate(server, "POST", "/jobs", {"command": ["true"], "resources": {"gpus": 1}})
             api.post(f"/jobs/{hold['id']}/cancel")
-        print(f"  {label:<11} submits {submits:7.0f}/s   baseline GET /health {health:7.0f}/s   "
-              f"ratio {submits / health:.2f}")
+        print(
+            f"  {label:<11} submits {submits:7.0f}/s   baseline GET /health {health:7.0f}/s   "
+            f"ratio {submits / health:.2f}"
+        )
     finally:
         server.stop()
 

@@ -11,7 +11,6 @@ import uvicorn
 from rich.console import Console
 
 import gpupool
-
 from gpupool.errors import SchemaMismatch
 from gpupool.settings import Settings
 from gpupool.store import db as store
@@ -23,17 +22,23 @@ db_app = typer.Typer(help="Database schema: upgrade, current revision.", no_args
 def serve(
     host: Annotated[str | None, typer.Option(help="Address to bind (default 127.0.0.1).")] = None,
     port: Annotated[int | None, typer.Option(help="Port (default 8765).")] = None,
-    data_dir: Annotated[Path | None, typer.Option(help="Data directory (GPUPOOL_DATA_DIR).")] = None,
+    data_dir: Annotated[
+        Path | None, typer.Option(help="Data directory (GPUPOOL_DATA_DIR).")
+    ] = None,
     declare_gpus: Annotated[
         str | None,
-        typer.Option(help="GPUs to declare where no NVIDIA driver answers, e.g. 4xA100-SXM4-80GB:80GiB."),
+        typer.Option(
+            help="GPUs to declare where no NVIDIA driver answers, e.g. 4xA100-SXM4-80GB:80GiB."
+        ),
     ] = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning.")] = "info",
 ) -> None:
     """Run the gpupool server (API, web UI, scheduler) in the foreground."""
     overrides = {"host": host, "port": port, "data_dir": data_dir, "declared_gpus": declare_gpus}
     settings = Settings(**{k: v for k, v in overrides.items() if v is not None})
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     from gpupool.api.app import create_app
     from gpupool.services.platform import open_platform
 
@@ -60,7 +65,9 @@ def db_upgrade() -> None:
 def db_current() -> None:
     """Print the database's schema revision and the one this gpupool needs."""
     database = store.Database(Settings().database)
-    console.print(f"current: {store.current_revision(database.engine)}  needed: {store.head_revision()}")
+    console.print(
+        f"current: {store.current_revision(database.engine)}  needed: {store.head_revision()}"
+    )
 
 
 def _banner(settings: Settings, first) -> None:  # noqa: ANN001

@@ -146,6 +146,7 @@ def test_the_command_is_split_like_a_shell_would(page, server: ServerProcess) ->
         "a#b 'x#'": ["a#b", "x#"],
         "": [],
     }
+    page.wait_for_function("() => typeof splitCommand === 'function'")  # submit.js is deferred
     for line, argv in cases.items():
         assert page.evaluate("line => splitCommand(line)", line) == argv, line
     for line, message in {

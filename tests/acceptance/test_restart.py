@@ -47,12 +47,18 @@ def test_kill_9_then_restart_loses_nothing_and_runs_nothing_twice(tmp_path: Path
     server = ServerProcess(tmp_path / "data").start()
     try:
         with api(server) as client:
-            short = client.post("/jobs", json={"command": job_script(marker, "short", 2, 7),
-                                                "resources": {"gpus": 1}}).json()
-            long = client.post("/jobs", json={"command": job_script(marker, "long", 60, 0),
-                                               "resources": {"gpus": 1}}).json()
-            whole = client.post("/jobs", json={"command": job_script(marker, "whole", 0, 0),
-                                                "resources": {"gpus": 4}}).json()
+            short = client.post(
+                "/jobs",
+                json={"command": job_script(marker, "short", 2, 7), "resources": {"gpus": 1}},
+            ).json()
+            long = client.post(
+                "/jobs",
+                json={"command": job_script(marker, "long", 60, 0), "resources": {"gpus": 1}},
+            ).json()
+            whole = client.post(
+                "/jobs",
+                json={"command": job_script(marker, "whole", 0, 0), "resources": {"gpus": 4}},
+            ).json()
             for job in (short, long):
                 wait_status(client, job["id"], {"running"})
             assert client.get(f"/jobs/{whole['id']}").json()["status"] == "pending"
@@ -83,10 +89,14 @@ def test_acknowledged_submits_survive_kill_9(tmp_path: Path) -> None:
     server = ServerProcess(tmp_path / "data").start()
     try:
         with api(server) as client:
-            hold = client.post("/jobs", json={"command": ["sleep", "60"], "resources": {"gpus": 4}}).json()
+            hold = client.post(
+                "/jobs", json={"command": ["sleep", "60"], "resources": {"gpus": 4}}
+            ).json()
             wait_status(client, hold["id"], {"running"})
             ids = [
-                client.post("/jobs", json={"command": ["true"], "resources": {"gpus": 1}}).json()["id"]
+                client.post("/jobs", json={"command": ["true"], "resources": {"gpus": 1}}).json()[
+                    "id"
+                ]
                 for _ in range(50)
             ]
         server.kill9()

@@ -57,12 +57,19 @@ def test_the_server_refuses_to_start_on_a_schema_mismatch(tmp_path: Path) -> Non
     env = {"GPUPOOL_DATA_DIR": str(tmp_path), "PATH": "/usr/bin:/bin"}
     done = subprocess.run(
         [sys.executable, "-m", "gpupool", "server", "--port", "1"],
-        env=env, capture_output=True, text=True, timeout=60,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert done.returncode == 2
     assert "gpupool db upgrade" in done.stderr
     upgraded = subprocess.run(
-        [sys.executable, "-m", "gpupool", "db", "upgrade"], env=env, capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "gpupool", "db", "upgrade"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert upgraded.returncode == 0, upgraded.stderr
     assert list(tmp_path.glob("gpupool.db.bak-*")), "the SQLite file is backed up before migrating"

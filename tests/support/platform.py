@@ -65,7 +65,9 @@ def wait_for(check: Callable[[], Any], timeout: float = 30.0, every: float = 0.0
     raise AssertionError(f"condition not met in {timeout} s; last value: {value!r}")
 
 
-def wait_job(client: TestClient, job_id: int, statuses: set[str] = FINAL, timeout: float = 30.0) -> dict:
+def wait_job(
+    client: TestClient, job_id: int, statuses: set[str] = FINAL, timeout: float = 30.0
+) -> dict:
     def check() -> dict | None:
         job = client.get(f"/api/v1/jobs/{job_id}").json()
         return job if job["status"] in statuses else None

@@ -37,16 +37,30 @@ class ServerProcess:
 
     def start(self, timeout: float = 60) -> ServerProcess:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        env = os.environ | {
-            "GPUPOOL_DATA_DIR": str(self.data_dir),
-            "GPUPOOL_DECLARED_CPUS": "64",
-            "GPUPOOL_DECLARED_MEMORY": "256GiB",
-            "GPUPOOL_STOP_GRACE_SECONDS": "2",
-            "PYTHONUNBUFFERED": "1",
-        } | self.extra_env
+        env = (
+            os.environ
+            | {
+                "GPUPOOL_DATA_DIR": str(self.data_dir),
+                "GPUPOOL_DECLARED_CPUS": "64",
+                "GPUPOOL_DECLARED_MEMORY": "256GiB",
+                "GPUPOOL_STOP_GRACE_SECONDS": "2",
+                "PYTHONUNBUFFERED": "1",
+            }
+            | self.extra_env
+        )
         log = self.log_path.open("ab")
-        command = [sys.executable, "-m", "gpupool", "server", "--port", str(self.port),
-                   "--declare-gpus", self.gpus, "--log-level", "warning"]
+        command = [
+            sys.executable,
+            "-m",
+            "gpupool",
+            "server",
+            "--port",
+            str(self.port),
+            "--declare-gpus",
+            self.gpus,
+            "--log-level",
+            "warning",
+        ]
         self.process = subprocess.Popen(command, env=env, stdout=log, stderr=log)
         self._wait_ready(timeout)
         self._read_token()

@@ -46,9 +46,7 @@ async def _validation_error(_request: Request, error: RequestValidationError) ->
     message = f"{first['field']}: {first['message']}" + (
         f" (and {len(fields) - 1} more)" if len(fields) > 1 else ""
     )
-    return JSONResponse(
-        error_body("invalid_request", message, {"fields": fields}), status_code=422
-    )
+    return JSONResponse(error_body("invalid_request", message, {"fields": fields}), status_code=422)
 
 
 async def _http_error(_request: Request, error: HTTPException) -> JSONResponse:
@@ -69,4 +67,8 @@ async def _unexpected(request: Request, error: Exception) -> JSONResponse:
 def _field(error: dict[str, Any]) -> dict[str, str]:
     location = [str(part) for part in error.get("loc", ()) if part not in ("body",)]
     message = str(error.get("msg", "invalid")).removeprefix("Value error, ")
-    return {"field": ".".join(location) or "body", "message": message, "type": error.get("type", "")}
+    return {
+        "field": ".".join(location) or "body",
+        "message": message,
+        "type": error.get("type", ""),
+    }

@@ -46,6 +46,9 @@ class BodyLimit:
     async def _refuse(self, send: Send) -> None:
         message = f"the request body is larger than {self.max_bytes} bytes; send less"
         body = json.dumps(error_body("payload_too_large", message)).encode()
-        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+        ]
         await send({"type": "http.response.start", "status": 413, "headers": headers})
         await send({"type": "http.response.body", "body": body})

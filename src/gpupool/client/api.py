@@ -143,7 +143,9 @@ class Client:
     def users(self) -> list[dict[str, Any]]:
         return self._call("GET", "/users")
 
-    def create_user(self, name: str, role: str, teams: list[str], password: str | None = None) -> dict[str, Any]:
+    def create_user(
+        self, name: str, role: str, teams: list[str], password: str | None = None
+    ) -> dict[str, Any]:
         body = {"name": name, "role": role, "teams": teams, "password": password}
         return self._call("POST", "/users", json=body)
 
@@ -153,7 +155,9 @@ class Client:
     def tokens(self) -> list[dict[str, Any]]:
         return self._call("GET", "/tokens")
 
-    def create_token(self, name: str, user: str | None = None, expires_in_days: float | None = None) -> dict[str, Any]:
+    def create_token(
+        self, name: str, user: str | None = None, expires_in_days: float | None = None
+    ) -> dict[str, Any]:
         body = {"name": name, "user": user, "expires_in_days": expires_in_days}
         return self._call("POST", "/tokens", json={k: v for k, v in body.items() if v is not None})
 
@@ -177,4 +181,6 @@ def _error(response: httpx.Response) -> ApiError:
         error = response.json()["error"]
         return ApiError(response.status_code, error["code"], error["message"], error.get("details"))
     except (ValueError, KeyError, TypeError):
-        return ApiError(response.status_code, "http_error", response.text[:200] or response.reason_phrase)
+        return ApiError(
+            response.status_code, "http_error", response.text[:200] or response.reason_phrase
+        )

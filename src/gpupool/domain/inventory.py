@@ -128,7 +128,10 @@ class NodeInventory(_Model):
             elif not gpu.mig_enabled:
                 devices.append(
                     SchedulableGpu(
-                        uuid=gpu.uuid, index=gpu.index, model=gpu.name, memory_bytes=gpu.memory_bytes
+                        uuid=gpu.uuid,
+                        index=gpu.index,
+                        model=gpu.name,
+                        memory_bytes=gpu.memory_bytes,
                     )
                 )
         return devices

@@ -32,4 +32,6 @@ class Principal:
 
     def require_member(self) -> None:
         if self.role == Role.VIEWER:
-            raise Forbidden("viewers cannot submit or change jobs; ask an admin for the member role")
+            raise Forbidden(
+                "viewers cannot submit or change jobs; ask an admin for the member role"
+            )

@@ -126,13 +126,18 @@ class ControlLoop:
         if handle is None:
             row.status, row.ended_at = "never_launched", self.clock.now()
             job = session.get(JobModel, row.job_id)
-            self._requeue(session, job, self.clock.now(), f"attempt {row.number} never launched; requeued")
+            self._requeue(
+                session, job, self.clock.now(), f"attempt {row.number} never launched; requeued"
+            )
             return
         row.executor_state = self.executor.get_state(handle)
         observed = Observed.RUNNING if row.status == "running" else Observed.STARTING
         self._active[row.id] = ActiveAttempt(row.id, row.job_id, row.number, handle, observed)
         job_service.record(
-            session, row.job_id, self.clock.now(), Reason.READOPTED,
+            session,
+            row.job_id,
+            self.clock.now(),
+            Reason.READOPTED,
             f"server restarted; attempt {row.number} re-adopted on {row.node}",
         )
 
@@ -171,7 +176,10 @@ class ControlLoop:
                 job.status, job.started_at = JobStatus.RUNNING.value, now
                 job.reason, job.message = Reason.STARTED.value, f"running on {attempt.node}"
                 job_service.record(
-                    session, job.id, now, Reason.STARTED,
+                    session,
+                    job.id,
+                    now,
+                    Reason.STARTED,
                     f"attempt {attempt.number} started on {attempt.node}",
                 )
 
@@ -246,7 +254,8 @@ class ControlLoop:
     def _record_reasons(self, reasons: dict[int, PendingReason]) -> None:
         """Write a pending job's reason only when it changes (positions stay in memory)."""
         changed = {
-            job_id: r for job_id, r in reasons.items()
+            job_id: r
+            for job_id, r in reasons.items()
             if self._last_codes.get(job_id) != (r.code.value, r.message)
         }
         if not changed:
@@ -309,12 +318,18 @@ class ControlLoop:
             job = session.get(JobModel, placement.job_id)
             session.refresh(job)
             attempt = AttemptModel(
-                job_id=job.id, number=job.attempts, node=placement.node, placement=data,
-                status="starting", created_at=now,
+                job_id=job.id,
+                number=job.attempts,
+                node=placement.node,
+                placement=data,
+                status="starting",
+                created_at=now,
             )
             session.add(attempt)
             session.flush()
-            job_service.record(session, job.id, now, Reason.PLACED, f"placed on {describe(placement)}")
+            job_service.record(
+                session, job.id, now, Reason.PLACED, f"placed on {describe(placement)}"
+            )
             return attempt.id, self._task(job, attempt.number, placement)
 
     def _task(self, job: JobModel, number: int, placement: Placement) -> TaskSpec:
@@ -351,16 +366,26 @@ def build_snapshot(session) -> Snapshot:  # noqa: ANN001
     allocations = tuple(allocation(job_id, data) for job_id, data in active if data)
     pending = session.execute(
         select(
-            JobModel.id, TeamModel.name, UserModel.name, JobModel.priority,
-            JobModel.submitted_at, JobModel.spec,
+            JobModel.id,
+            TeamModel.name,
+            UserModel.name,
+            JobModel.priority,
+            JobModel.submitted_at,
+            JobModel.spec,
         )
         .join(TeamModel, TeamModel.id == JobModel.team_id)
         .join(UserModel, UserModel.id == JobModel.user_id)
         .where(JobModel.status == JobStatus.PENDING.value, JobModel.cancel_requested_at.is_(None))
     )
     queue = tuple(
-        PendingJob(job_id, team, user, priority, submitted,
-                   ResourceRequest.model_validate(spec["resources"]))
+        PendingJob(
+            job_id,
+            team,
+            user,
+            priority,
+            submitted,
+            ResourceRequest.model_validate(spec["resources"]),
+        )
         for job_id, team, user, priority, submitted, spec in pending
     )
     return Snapshot(nodes=nodes, allocations=allocations, pending=queue)
@@ -391,15 +416,17 @@ def placement_json(placement: Placement) -> dict:
 def describe(placement: Placement) -> str:
     if not placement.gpus:
         return f"{placement.node} (no GPU)"
-    parts = [
-        g.uuid if g.share >= 1 else f"{g.uuid} ({g.share:g} of it)" for g in placement.gpus
-    ]
+    parts = [g.uuid if g.share >= 1 else f"{g.uuid} ({g.share:g} of it)" for g in placement.gpus]
     return f"{placement.node}: " + ", ".join(parts)
 
 
 def _exit_outcome(job: JobModel, code: int | None) -> tuple[JobStatus, Reason, str]:
     if job.cancel_requested_at is not None:
-        return JobStatus.CANCELLED, Reason.CANCELLED, f"cancelled; the process ended with code {code}"
+        return (
+            JobStatus.CANCELLED,
+            Reason.CANCELLED,
+            f"cancelled; the process ended with code {code}",
+        )
     if code == 0:
         return JobStatus.SUCCEEDED, Reason.EXITED, "exited with code 0"
     return JobStatus.FAILED, Reason.EXITED, f"exited with code {code}"

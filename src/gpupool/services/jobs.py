@@ -99,7 +99,9 @@ def cancel(session: Session, principal: Principal, job_id: int, now: float) -> J
         .values(cancel_requested_at=now)
     )
     if flagged.rowcount:
-        record(session, job_id, now, Reason.CANCEL_REQUESTED, f"cancel requested by {principal.name}")
+        record(
+            session, job_id, now, Reason.CANCEL_REQUESTED, f"cancel requested by {principal.name}"
+        )
     message = "cancelled before it started"
     ended = session.execute(
         update(JobModel)

@@ -22,7 +22,9 @@ class Chunk:
     text: str
 
 
-def log_file(session: Session, executor: Executor, job_id: int, attempt: int | None) -> tuple[int | None, Path | None]:
+def log_file(
+    session: Session, executor: Executor, job_id: int, attempt: int | None
+) -> tuple[int | None, Path | None]:
     """The log of the given attempt (default: the latest one that was launched)."""
     query = select(AttemptModel).where(
         AttemptModel.job_id == job_id, AttemptModel.executor_state.is_not(None)
@@ -35,7 +37,9 @@ def log_file(session: Session, executor: Executor, job_id: int, attempt: int | N
     return row.number, executor.log_path(executor.load_state(row.executor_state))
 
 
-def read_chunk(path: Path | None, attempt: int | None, offset: int, limit: int = MAX_CHUNK) -> Chunk:
+def read_chunk(
+    path: Path | None, attempt: int | None, offset: int, limit: int = MAX_CHUNK
+) -> Chunk:
     if path is None or not path.exists():
         return Chunk(attempt, offset, offset, "")
     with path.open("rb") as handle:

@@ -77,6 +77,13 @@ def holders(session: Session) -> dict[str, list[Holder]]:
     for job in jobs:
         for gpu in (job.placement or {}).get("gpus", []):
             held.setdefault(gpu["uuid"], []).append(
-                Holder(job.id, job.name, job.user.name, job.team.name, gpu["share"], gpu["memory_bytes"])
+                Holder(
+                    job.id,
+                    job.name,
+                    job.user.name,
+                    job.team.name,
+                    gpu["share"],
+                    gpu["memory_bytes"],
+                )
             )
     return held

@@ -13,9 +13,8 @@ _N, _R, _P = 2**14, 8, 1
 def hash_password(password: str) -> str:
     salt = secrets.token_bytes(16)
     digest = hashlib.scrypt(password.encode(), salt=salt, n=_N, r=_R, p=_P, dklen=32)
-    return "scrypt${}${}${}${}${}".format(
-        _N, _R, _P, base64.b64encode(salt).decode(), base64.b64encode(digest).decode()
-    )
+    encoded = (base64.b64encode(part).decode() for part in (salt, digest))
+    return "$".join(["scrypt", str(_N), str(_R), str(_P), *encoded])
 
 
 def verify_password(password: str, stored: str | None) -> bool:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.support.platform import make_settings, running_app, submit
+from tests.support.platform import make_settings, running_app, submit, wait_job
 
 OK = {"command": ["true"]}
 
@@ -46,7 +46,9 @@ def test_a_fraction_with_more_than_one_gpu_says_what_to_do(client: TestClient) -
 def test_more_gpus_than_any_node_is_refused_at_submit(client: TestClient) -> None:
     message = refused(client, OK | {"resources": {"gpus": 8}}, 422, "unsatisfiable")
     assert "needs 8 GPUs" in message and "Ask for less" in message
-    refused(client, OK | {"resources": {"gpus": 1, "gpu_memory_bytes": "200GiB"}}, 422, "unsatisfiable")
+    refused(
+        client, OK | {"resources": {"gpus": 1, "gpu_memory_bytes": "200GiB"}}, 422, "unsatisfiable"
+    )
     refused(client, OK | {"resources": {"cpus": 1000}}, 422, "unsatisfiable")
     assert not [j for j in client.get("/api/v1/jobs").json() if j["status"] == "pending"]
 
@@ -63,8 +65,16 @@ def test_empty_or_malformed_commands(client: TestClient, command: object) -> Non
 
 @pytest.mark.parametrize(
     "env",
-    [{"1BAD": "x"}, {"A-B": "x"}, {"": "x"}, {"A B": "x"}, {"GPUPOOL_JOB_ID": "7"},
-     {"CUDA_VISIBLE_DEVICES": "0"}, {"OK": 3}, {"OK": "a\x00"}],
+    [
+        {"1BAD": "x"},
+        {"A-B": "x"},
+        {"": "x"},
+        {"A B": "x"},
+        {"GPUPOOL_JOB_ID": "7"},
+        {"CUDA_VISIBLE_DEVICES": "0"},
+        {"OK": 3},
+        {"OK": "a\x00"},
+    ],
 )
 def test_invalid_environment(client: TestClient, env: dict) -> None:
     refused(client, OK | {"env": env}, 422, "invalid_request")
@@ -88,12 +98,16 @@ def test_other_invalid_bodies(client: TestClient, body: object) -> None:
 
 
 def test_invalid_json_and_oversized_bodies(client: TestClient) -> None:
-    broken = client.post("/api/v1/jobs", content=b"{not json", headers={"content-type": "application/json"})
+    broken = client.post(
+        "/api/v1/jobs", content=b"{not json", headers={"content-type": "application/json"}
+    )
     assert broken.status_code == 422 and broken.json()["error"]["code"] == "invalid_request"
     huge = {"command": ["true"], "env": {"BIG": "x" * 100_000}}
     refused(client, huge, 413, "payload_too_large")
     chunks = (b"x" * 16_384 for _ in range(10))
-    streamed = client.post("/api/v1/jobs", content=chunks, headers={"content-type": "application/json"})
+    streamed = client.post(
+        "/api/v1/jobs", content=chunks, headers={"content-type": "application/json"}
+    )
     assert streamed.status_code == 413
 
 
@@ -118,14 +132,15 @@ def test_a_job_that_writes_gigabytes_is_capped_and_the_server_stays_responsive(
     tmp_path: Path,
 ) -> None:
     settings = make_settings(tmp_path / "data", log_limit_bytes=1024**2)
-    writer = "import sys\nchunk = b'x' * 1048575 + b'\\n'\nfor _ in range(2048): sys.stdout.buffer.write(chunk)"
+    writer = (
+        "import sys\nchunk = b'x' * 1048575 + b'\\n'\n"
+        "for _ in range(2048): sys.stdout.buffer.write(chunk)"
+    )
     with running_app(settings) as (client, _platform):
         job = submit(client, [sys.executable, "-c", writer])
         for _ in range(20):  # the API answers while the job writes 2 GiB
             assert client.get("/api/v1/health").status_code == 200
             assert client.get(f"/api/v1/jobs/{job['id']}").status_code == 200
-        from tests.support.platform import wait_job
-
         done = wait_job(client, job["id"], timeout=120)
         assert done["status"] == "succeeded"
         chunk = client.get(f"/api/v1/jobs/{job['id']}/logs", params={"offset": 1024**2 - 10}).json()

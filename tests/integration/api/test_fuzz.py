@@ -21,7 +21,9 @@ from tests.support.platform import make_settings
 DATA = Path(tempfile.mkdtemp(prefix="gpupool-fuzz-")) / "data"
 PLATFORM = open_platform(make_settings(DATA), executor=NeverStartsExecutor())
 TOKEN = PLATFORM.first_start.token
-schema = schemathesis.openapi.from_asgi("/api/v1/openapi.json", create_app(PLATFORM, start_loop=False))
+schema = schemathesis.openapi.from_asgi(
+    "/api/v1/openapi.json", create_app(PLATFORM, start_loop=False)
+)
 
 
 @schema.parametrize()

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.support.platform import running_app, submit, make_settings, wait_for, wait_job
+from tests.support.platform import make_settings, running_app, submit, wait_for, wait_job
 
 PRINT_GPUS = [sys.executable, "-c", "import os; print(os.environ['CUDA_VISIBLE_DEVICES'])"]
 
@@ -59,7 +59,9 @@ def test_two_half_gpu_jobs_share_one_gpu(client: TestClient) -> None:
 
 
 def test_a_job_that_needs_more_than_is_free_waits_with_a_reason(client: TestClient) -> None:
-    hold = submit(client, [sys.executable, "-c", "import time; time.sleep(60)"], resources={"gpus": 3})
+    hold = submit(
+        client, [sys.executable, "-c", "import time; time.sleep(60)"], resources={"gpus": 3}
+    )
     wait_job(client, hold["id"], {"running"})
     big = submit(client, ["true"], resources={"gpus": 2})
     waiting = wait_for(lambda: _with_reason(client, big["id"], "InsufficientGpus"))
@@ -73,7 +75,9 @@ def test_a_job_that_needs_more_than_is_free_waits_with_a_reason(client: TestClie
 
 
 def test_cancel_a_pending_job_and_a_finished_one(client: TestClient) -> None:
-    hold = submit(client, [sys.executable, "-c", "import time; time.sleep(60)"], resources={"gpus": 4})
+    hold = submit(
+        client, [sys.executable, "-c", "import time; time.sleep(60)"], resources={"gpus": 4}
+    )
     wait_job(client, hold["id"], {"running"})
     queued = submit(client, ["true"], resources={"gpus": 1})
     assert client.post(f"/api/v1/jobs/{queued['id']}/cancel").json()["status"] == "cancelled"

@@ -51,7 +51,10 @@ def show(job_id: Id, ctx: PlatformDep, who: PrincipalDep) -> JobDetailOut:
         job = jobs.get_job(session, who, job_id)
         base = JobOut.of(job, _position(ctx, job_id)).model_dump()
         events = [EventOut.of(e) for e in jobs.events(session, job_id)]
-        tries = [AttemptOut.model_validate(a, from_attributes=True) for a in jobs.attempts(session, job_id)]
+        tries = [
+            AttemptOut.model_validate(a, from_attributes=True)
+            for a in jobs.attempts(session, job_id)
+        ]
     return JobDetailOut(**base, events=events, attempts_detail=tries)
 
 
@@ -64,9 +67,7 @@ def cancel(job_id: Id, ctx: PlatformDep, who: PrincipalDep) -> JobOut:
 
 
 @router.get("/{job_id}/events", response_model=list[EventOut])
-def events(
-    job_id: Id, ctx: PlatformDep, who: PrincipalDep, after: Offset = 0
-) -> list[EventOut]:
+def events(job_id: Id, ctx: PlatformDep, who: PrincipalDep, after: Offset = 0) -> list[EventOut]:
     with ctx.db.reader() as session:
         jobs.get_job(session, who, job_id)
         return [EventOut.of(e) for e in jobs.events(session, job_id, after)]
@@ -106,9 +107,14 @@ async def _events(
 ) -> AsyncIterator[str]:
     last_status = None
     while not await request.is_disconnected():
-        chunk, final = await run_in_threadpool(_read, ctx, who, job_id, None, offset, logs.MAX_CHUNK)
+        chunk, final = await run_in_threadpool(
+            _read, ctx, who, job_id, None, offset, logs.MAX_CHUNK
+        )
         if chunk.text:
-            yield _sse("log", {"offset": chunk.offset, "next_offset": chunk.next_offset, "text": chunk.text})
+            yield _sse(
+                "log",
+                {"offset": chunk.offset, "next_offset": chunk.next_offset, "text": chunk.text},
+            )
         offset = chunk.next_offset
         current = await run_in_threadpool(_status, ctx, who, job_id)
         if current != last_status:
@@ -134,8 +140,12 @@ def _read(
 def _status(ctx: Platform, who: Principal, job_id: int) -> dict:
     with ctx.db.reader() as session:
         job = jobs.get_job(session, who, job_id)
-        return {"status": job.status, "reason": job.reason, "message": job.message,
-                "exit_code": job.exit_code}
+        return {
+            "status": job.status,
+            "reason": job.reason,
+            "message": job.message,
+            "exit_code": job.exit_code,
+        }
 
 
 def _position(ctx: Platform, job_id: int) -> int | None:

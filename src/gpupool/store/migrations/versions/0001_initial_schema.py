@@ -8,7 +8,6 @@ Create Date: 2026-11-30 15:49:27.391078
 import sqlalchemy as sa
 from alembic import op
 
-
 revision = "0001"
 down_revision = None
 branch_labels = None
@@ -162,7 +161,6 @@ def upgrade() -> None:
     )
     with op.batch_alter_table("events", schema=None) as batch_op:
         batch_op.create_index(batch_op.f("ix_events_job_id"), ["job_id"], unique=False)
-
 
 
 def downgrade() -> None:
