@@ -41,9 +41,13 @@ class Cli:
     def __call__(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
         command = [sys.executable, "-m", "gpupool", *args]
         return subprocess.run(
-            command, env=self.env(), input=stdin, capture_output=True, text=True,
+            command,
+            env=self.env(),
+            input=stdin,
+            capture_output=True,
+            text=True,
             timeout=CLI_TIMEOUT,
-        )  # fmt: skip
+        )
 
     def popen(self, *args: str) -> subprocess.Popen:
         command = [sys.executable, "-m", "gpupool", *args]
@@ -180,8 +184,10 @@ def test_run_prints_only_the_job_id_or_its_json(admin: Cli) -> None:
     assert job["spec"]["command"] == ["true"] and job["status"] == "pending"
     resources = job["spec"]["resources"]
     assert (resources["cpus"], resources["memory_bytes"], resources["gpu_memory_bytes"]) == (
-        2, 2**30, None,
-    )  # fmt: skip
+        2,
+        2**30,
+        None,
+    )
     first = wait_status(admin, int(printed), FINAL)
     assert first["status"] == "succeeded" and first["spec"]["env"] == {"A": "1", "B": "x=y"}
 

@@ -67,7 +67,9 @@ def test_a_viewer_cannot_submit_until_made_a_member(admin: Cli) -> None:
 
 
 def test_passwords_are_read_from_stdin(admin: Cli) -> None:
-    admin.ok("users", "create", "pat", "--team", "default", "--password-stdin", stdin="first\n")
+    admin.ok(
+        "users", "create", "pat", "--team", "default", "--password-stdin", stdin="first-password\n"
+    )
     assert _user(admin, "pat")["has_password"]
     admin.ok("users", "create", "quinn", "--team", "default")
     assert not _user(admin, "quinn")["has_password"]

@@ -8,6 +8,7 @@ Content-Security-Policy: scripts and styles only from /static.
 
 from __future__ import annotations
 
+import re
 import shlex
 from datetime import UTC, datetime
 from pathlib import Path
@@ -28,16 +29,18 @@ from gpupool.domain.units import format_bytes
 from gpupool.errors import NotFound
 from gpupool.services import users
 from gpupool.services.access import Principal
+from gpupool.services.platform import Platform
 
 HERE = Path(__file__).resolve().parent
 TEMPLATES = HERE / "templates"
 STATIC = HERE / "static"
 REFRESH_MS = 2000
+JOB_ID = re.compile(r"[0-9]{1,18}")
 ACTIVE = [JobStatus.PENDING, JobStatus.STARTING, JobStatus.RUNNING]
 ENDED = sorted(FINAL_STATUSES)
 SHOW = {"all": None, "active": ACTIVE, "ended": ENDED}
-BLANK_FORM = dict.fromkeys(("command", "name", "workdir", "env", "gpu_memory", "memory", "team"), "")
-BLANK_FORM |= {"gpus": "1", "cpus": "1", "priority": "0"}
+TEXT_FIELDS = ("command", "name", "workdir", "env", "gpu_memory", "memory", "team")
+BLANK_FORM = dict.fromkeys(TEXT_FIELDS, "") | {"gpus": "1", "cpus": "1", "priority": "0"}
 
 CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self'; style-src-attr 'unsafe-inline'; "
@@ -199,12 +202,13 @@ def jobs_page(
     ctx: PlatformDep,
     signed_in: SignedIn,
     show: str = "all",
-    mine: bool = False,
+    mine: str = "",
 ) -> Response:
     if not signed_in:
         return _to_login(request)
     who, csrf = signed_in
     show = show if show in SHOW else "all"
+    mine = mine.lower() in ("1", "true", "on", "yes")
     found = jobs_api.list_jobs(ctx, who, status=SHOW[show], user=who.name if mine else None)
     rows = [j.model_dump(mode="json") for j in found]
     return _render("jobs.html", who, csrf, page="jobs", jobs=rows, show=show, mine=mine)
@@ -212,7 +216,7 @@ def jobs_page(
 
 @router.get("/jobs/new", response_class=HTMLResponse)
 def submit_page(
-    request: Request, ctx: PlatformDep, signed_in: SignedIn, again: int | None = None
+    request: Request, ctx: PlatformDep, signed_in: SignedIn, again: str = ""
 ) -> Response:
     if not signed_in:
         return _to_login(request)
@@ -220,7 +224,8 @@ def submit_page(
     with ctx.db.reader() as session:
         teams = [t.name for t in users.list_teams(session) if who.can_act_on_team(t.id)]
         mine = [t.name for t in users.list_teams(session) if t.id in who.team_ids]
-    form = BLANK_FORM | (_form_from(ctx, who, again) if again else {})
+    earlier = _job_number(again)
+    form = BLANK_FORM | (_form_from(ctx, who, earlier) if earlier else {})
     chosen = form.get("team") or (mine[0] if mine else teams[0] if len(teams) == 1 else "")
     return _render(
         "submit.html",
@@ -240,7 +245,7 @@ def job_page(request: Request, job_id: str, ctx: PlatformDep, signed_in: SignedI
         return _to_login(request)
     who, csrf = signed_in
     try:
-        number = int(job_id) if job_id.isdigit() else None
+        number = _job_number(job_id)
         if number is None:
             raise NotFound()
         job = jobs_api.show(number, ctx, who).model_dump(mode="json")
@@ -260,7 +265,12 @@ def job_page(request: Request, job_id: str, ctx: PlatformDep, signed_in: SignedI
     )
 
 
-def _form_from(ctx: Any, who: Principal, job_id: int) -> dict[str, Any]:
+def _job_number(text: str) -> int | None:
+    """A job id from a URL: plain ASCII digits that fit the database, else None."""
+    return int(text) if JOB_ID.fullmatch(text) else None
+
+
+def _form_from(ctx: Platform, who: Principal, job_id: int) -> dict[str, Any]:
     """The fields of an earlier job, to submit it again (only a job the user can see)."""
     try:
         job = jobs_api.show(job_id, ctx, who)

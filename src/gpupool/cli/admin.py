@@ -22,10 +22,12 @@ from gpupool.cli.session import connect
 from gpupool.domain.jobs import Role
 
 users_app = typer.Typer(help="Users of the pool (admins only).", invoke_without_command=True)
-teams_app = typer.Typer(help="Teams: jobs are charged to, and visible within, a team.",
-                        invoke_without_command=True)  # fmt: skip
-tokens_app = typer.Typer(help="API tokens (yours; an admin's: everyone's).",
-                         invoke_without_command=True)  # fmt: skip
+teams_app = typer.Typer(
+    help="Teams: jobs are charged to, and visible within, a team.", invoke_without_command=True
+)
+tokens_app = typer.Typer(
+    help="API tokens (yours; an admin's: everyone's).", invoke_without_command=True
+)
 
 PasswordStdin = Annotated[
     bool, typer.Option("--password-stdin", help="Read the password from stdin's first line.")

@@ -61,8 +61,11 @@ def build_spec(
 ) -> dict[str, Any]:
     """The JobSpec JSON; fields left out take the server's defaults."""
     resources = {
-        "gpus": gpus, "gpu_memory_bytes": gpu_memory, "cpus": cpus, "memory_bytes": memory_,
-    }  # fmt: skip
+        "gpus": gpus,
+        "gpu_memory_bytes": gpu_memory,
+        "cpus": cpus,
+        "memory_bytes": memory_,
+    }
     spec: dict[str, Any] = {
         "command": command,
         "env": dict(item.split("=", 1) for item in env or []),
@@ -104,9 +107,17 @@ def run(
 ) -> None:
     """Submit a job: gpupool run --gpus 1 -- python train.py. Prints the job id."""
     spec = build_spec(
-        command, gpus=gpus, gpu_memory=gpu_memory, cpus=cpus, memory_=memory_, name=name,
-        team=team, priority=priority, env=env, workdir=workdir,
-    )  # fmt: skip
+        command,
+        gpus=gpus,
+        gpu_memory=gpu_memory,
+        cpus=cpus,
+        memory_=memory_,
+        name=name,
+        team=team,
+        priority=priority,
+        env=env,
+        workdir=workdir,
+    )
     with connect() as client:
         job = client.submit(spec)
         if output == Output.JSON:
@@ -116,7 +127,16 @@ def run(
         else:
             typer.echo(job["id"])
         if follow:
-            raise typer.Exit(follow_job(client, job))
+            raise typer.Exit(follow_until_end(client, job))
+
+
+def follow_until_end(client: Client, job: dict[str, Any]) -> int:
+    """``follow_job``; on Ctrl-C, say that the job goes on and exit 130."""
+    try:
+        return follow_job(client, job)
+    except KeyboardInterrupt:
+        err.print(f"stopped following job {job['id']}; it goes on (gpupool cancel {job['id']})")
+        return 130
 
 
 def follow_job(client: Client, job: dict[str, Any]) -> int:
@@ -145,8 +165,14 @@ def wait_until_started(client: Client, job: dict[str, Any]) -> dict[str, Any]:
         return job
     if not err.is_terminal:  # a log file: one plain line per change, no spinner
         return _poll_while_waiting(client, job, lambda text: err.print(escape(text)))
-    with err.status(escape(waiting_text(job))) as spinner:
-        return _poll_while_waiting(client, job, lambda text: spinner.update(escape(text)))
+    with err.status(escape(_fit(waiting_text(job)))) as spinner:
+        return _poll_while_waiting(client, job, lambda text: spinner.update(escape(_fit(text))))
+
+
+def _fit(text: str) -> str:
+    """Cut a spinner line to the terminal's width, so that it redraws in place."""
+    room = max(err.width - 3, 10)
+    return text if len(text) <= room else text[: room - 1] + "…"
 
 
 def _poll_while_waiting(

@@ -2,26 +2,32 @@
 
 Everything the user asked for goes to stdout (tables, ids, JSON, logs); spinners, notes and
 errors go to stderr. An ``ApiError`` or ``CliError`` becomes one red line
-``error [code]: message`` on stderr and exit code 1; usage errors exit 2 (Click's own).
+``error [code]: message`` on stderr and exit code 1; usage errors exit 2 (Typer's own).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
 from enum import StrEnum
 from typing import Annotated, Any
 
-import click
 import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 from typer.core import TyperGroup
 
+try:
+    from typer.exceptions import TyperException as UsageProblem
+except ImportError:  # Typer before it vendored Click
+    from click import ClickException as UsageProblem
+
 from gpupool.client import ApiError
 from gpupool.domain.units import format_bytes
 
+MAX_ERROR = 500  # characters of an error message shown
 PIPED_WIDTH = 200  # tables written to a pipe or file are not folded at 80 columns
 
 out = Console(highlight=False, soft_wrap=True)
@@ -51,14 +57,17 @@ class CliError(Exception):
 
 
 def report_error(code: str, message: str) -> None:
-    """Print the one-line form of an error on stderr."""
-    err.print(f"[red]error \\[{escape(code)}]: {escape(message)}[/red]")
+    """Print the one-line form of an error on stderr (whitespace folded, long text cut)."""
+    line = " ".join(str(message).split())
+    if len(line) > MAX_ERROR:
+        line = line[: MAX_ERROR - 1] + "…"
+    err.print(f"[red]error \\[{escape(code)}]: {escape(line)}[/red]")
 
 
 class CliGroup(TyperGroup):
     """The top-level group: its ``invoke`` is the error boundary of every command."""
 
-    def invoke(self, ctx: click.Context) -> Any:
+    def invoke(self, ctx: typer.Context) -> Any:
         try:
             return super().invoke(ctx)
         except ApiError as error:
@@ -70,6 +79,14 @@ class CliGroup(TyperGroup):
         except KeyboardInterrupt:
             err.print("[yellow]interrupted[/yellow]")
             raise typer.Exit(130) from None
+        except (typer.Exit, typer.Abort, UsageProblem):
+            raise
+        except Exception as error:  # a bug or a surprise: one line, unless debugging
+            if os.environ.get("GPUPOOL_DEBUG"):
+                raise
+            name = type(error).__name__
+            report_error("unexpected", f"{name}: {error} (GPUPOOL_DEBUG=1 shows more)")
+            raise typer.Exit(1) from None
 
 
 # -- plain output ----------------------------------------------------------------------------

@@ -49,6 +49,8 @@ def login(
     ],
 ) -> None:
     """Check a token against a server and save both for later commands (mode 0600)."""
+    if "://" not in url:
+        url = f"http://{url}"
     client = Client(url, token)
     try:
         who = client.whoami()

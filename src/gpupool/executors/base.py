@@ -105,5 +105,8 @@ class Executor(ABC):
         between), or None when it never launched: then it never will, and may be retried."""
         return None
 
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Free the executor's own resources; running attempts are not touched."""
+
     def release(self, handle: Handle) -> None:  # noqa: B027 - optional hook
         """Forget an ended attempt (reap processes, close files)."""

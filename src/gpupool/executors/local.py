@@ -19,6 +19,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -54,11 +55,16 @@ class LocalExecutor(Executor):
     """Launches each attempt's runner as a local process and watches it through its files."""
 
     def __init__(
-        self, jobs_dir: Path, base_env: dict[str, str] | None = None, python: str = sys.executable
+        self,
+        jobs_dir: Path,
+        base_env: dict[str, str] | None = None,
+        python: str = sys.executable,
+        fork_server: bool = True,
     ) -> None:
         self.jobs_dir = Path(jobs_dir)
         self.base_env = dict(base_env) if base_env is not None else default_base_env()
         self.python = python
+        self._fork_server = ForkServer(python) if fork_server else None
         self._children: dict[str, subprocess.Popen[bytes]] = {}  # attempt dir -> runner
         self._unreaped: list[subprocess.Popen[bytes]] = []
         self._adopted: dict[str, psutil.Process] = {}  # runners found again by pid
@@ -92,12 +98,11 @@ class LocalExecutor(Executor):
                 reason="io_error",
             ) from e
         _write_spec_once(attempt_dir, spec)
-        runner = self._spawn(attempt_dir)
-        self._children[str(attempt_dir)] = runner
+        pid = self._spawn(attempt_dir)
         state = {
             "attempt_dir": str(attempt_dir),
-            "runner_pid": runner.pid,
-            "runner_create_time": _create_time(runner.pid),
+            "runner_pid": pid,
+            "runner_create_time": _create_time(pid),
         }
         return Handle(job_id=task.job_id, attempt=task.attempt, state=state)
 
@@ -117,7 +122,24 @@ class LocalExecutor(Executor):
             "output_dir": str(job_dir / "outputs"),
         }
 
-    def _spawn(self, attempt_dir: Path) -> subprocess.Popen[bytes]:
+    def _spawn(self, attempt_dir: Path) -> int:
+        """Launch the runner: forked by the fork server when it answers, else a new process."""
+        if self._fork_server is not None:
+            try:
+                return self._fork_server.spawn(attempt_dir)
+            except OSError as e:
+                log.warning("runner fork server failed (%s); starting runners directly", e)
+                self._fork_server = None
+        runner = self._popen(attempt_dir)
+        self._children[str(attempt_dir)] = runner
+        return runner.pid
+
+    def close(self) -> None:
+        """Stop the fork server; runners it launched keep running."""
+        if self._fork_server is not None:
+            self._fork_server.close()
+
+    def _popen(self, attempt_dir: Path) -> subprocess.Popen[bytes]:
         argv = [self.python, "-m", "gpupool.runner", str(attempt_dir)]
         try:
             with open(attempt_dir / layout.RUNNER_LOG_FILE, "ab") as runner_log:
@@ -353,6 +375,62 @@ def _kill_orphaned_workload(record: dict[str, Any] | None) -> None:
         return
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(record["pgid"], signal.SIGKILL)
+
+
+class ForkServer:
+    """The executor's side of ``gpupool.runner.forkserver``: started on first use, restarted
+    once if it went away. Requests are serialised; each answer is the new runner's pid."""
+
+    def __init__(self, python: str) -> None:
+        self.python = python
+        self._process: subprocess.Popen[bytes] | None = None
+        self._lock = threading.Lock()
+
+    def spawn(self, attempt_dir: Path) -> int:
+        with self._lock:
+            for _ in range(2):
+                answer = self._ask(f"{attempt_dir}\n".encode())
+                if answer is not None:
+                    return answer
+                self._discard()
+        raise OSError("the runner fork server does not answer")
+
+    def close(self) -> None:
+        with self._lock:
+            self._discard()
+
+    def _ask(self, request: bytes) -> int | None:
+        process = self._ensure()
+        try:
+            process.stdin.write(request)
+            process.stdin.flush()
+            line = process.stdout.readline().strip()
+        except OSError:
+            return None
+        return int(line) if line.isdigit() else None
+
+    def _ensure(self) -> subprocess.Popen[bytes]:
+        if self._process is None or self._process.poll() is not None:
+            self._process = subprocess.Popen(
+                [self.python, "-m", "gpupool.runner", "--fork-server"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                start_new_session=True,
+                close_fds=True,
+            )
+        return self._process
+
+    def _discard(self) -> None:
+        if self._process is None:
+            return
+        with contextlib.suppress(OSError):
+            self._process.stdin.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self._process.wait(timeout=5)
+        if self._process.poll() is None:
+            self._process.kill()
+            self._process.wait()
+        self._process = None
 
 
 def _int(text: str) -> int | None:

@@ -32,6 +32,7 @@ class Platform:
 
     def close(self) -> None:
         self.loop.stop()
+        self.executor.close()
         self.db.dispose()
 
 

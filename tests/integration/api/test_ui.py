@@ -118,11 +118,13 @@ def test_sign_out_ends_the_session(admin: tuple[httpx.Client, str]) -> None:
 
 def test_unknown_jobs_get_a_404_page(admin: tuple[httpx.Client, str]) -> None:
     client, _ = admin
-    for path in ["/jobs/999999", "/jobs/abc"]:
+    for path in ["/jobs/999999", "/jobs/abc", "/jobs/99999999999999999999999", "/jobs/-1"]:
         page = client.get(path)
         assert page.status_code == 404
         assert page.headers["content-type"].startswith("text/html")
         assert "that you can see" in page.text
+    for path in ["/jobs/new?again=abc", "/jobs/new?again=424242", "/jobs?show=nope&mine=x"]:
+        assert client.get(path).status_code == 200, path
 
 
 def test_a_member_cannot_see_another_teams_job(

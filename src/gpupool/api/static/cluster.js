@@ -79,7 +79,8 @@
         "p",
         { class: "gpu-usage" },
         el("strong", {}, `${used}%`),
-        ` in use · ${bytes(gpu.used_memory_bytes)} reserved · utilisation ${utilization}`,
+        ` in use · ${gpu.used_memory_bytes ? `${bytes(gpu.used_memory_bytes)} reserved` : "no memory reserved"}`,
+        ` · utilisation ${utilization}`,
       ),
       gpu.holders.length
         ? el("ul", { class: "holders", "aria-label": `Jobs on GPU ${gpu.index}` }, gpu.holders.map((holder) => holderItem(holder)))

@@ -220,6 +220,7 @@
       source.addEventListener("end", () => {
         finished = true;
         source.close();
+        document.getElementById("log").classList.add("ended");
         logState("End of output: the job has ended.", "idle");
       });
       source.addEventListener("error", () => {
