@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
+from rich.table import Table
 
 from gpupool.cli.output import (
     CliError,
@@ -19,6 +21,7 @@ from gpupool.cli.output import (
     timestamp,
 )
 from gpupool.cli.session import connect
+from gpupool.client import Client
 from gpupool.domain.jobs import Role
 
 users_app = typer.Typer(help="Users of the pool (admins only).", invoke_without_command=True)
@@ -42,12 +45,17 @@ def read_password_stdin() -> str:
     return password
 
 
-def _listing(ctx: typer.Context, output: Output, fetch: str, render: Any) -> None:
+def _listing(
+    ctx: typer.Context,
+    output: Output,
+    fetch: Callable[[Client], list[dict[str, Any]]],
+    render: Callable[[list[dict[str, Any]]], Table],
+) -> None:
     """Run the list action of a sub-app when no sub-command is given."""
     if ctx.invoked_subcommand is not None:
         return
     with connect() as client:
-        found = getattr(client, fetch)()
+        found = fetch(client)
     if output == Output.JSON:
         print_json(found)
     else:
@@ -57,7 +65,7 @@ def _listing(ctx: typer.Context, output: Output, fetch: str, render: Any) -> Non
 # -- users -----------------------------------------------------------------------------------
 
 
-def users_table(found: list[dict[str, Any]]) -> Any:
+def users_table(found: list[dict[str, Any]]) -> Table:
     table = new_table("ID", "NAME", "ROLE", "TEAMS", "PASSWORD", "DISABLED")
     for user in found:
         table.add_row(
@@ -74,7 +82,7 @@ def users_table(found: list[dict[str, Any]]) -> Any:
 @users_app.callback()
 def users(ctx: typer.Context, output: OutputOption = Output.TABLE) -> None:
     """List users, or manage them with a sub-command."""
-    _listing(ctx, output, "users", users_table)
+    _listing(ctx, output, Client.users, users_table)
 
 
 @users_app.command("create")
@@ -123,7 +131,7 @@ def users_set_role(
 # -- teams -----------------------------------------------------------------------------------
 
 
-def teams_table(found: list[dict[str, Any]]) -> Any:
+def teams_table(found: list[dict[str, Any]]) -> Table:
     table = new_table("ID", "NAME")
     for team in found:
         table.add_row(str(team["id"]), escape(team["name"]))
@@ -133,7 +141,7 @@ def teams_table(found: list[dict[str, Any]]) -> Any:
 @teams_app.callback()
 def teams(ctx: typer.Context, output: OutputOption = Output.TABLE) -> None:
     """List teams, or create one with 'gpupool teams create NAME'."""
-    _listing(ctx, output, "teams", teams_table)
+    _listing(ctx, output, Client.teams, teams_table)
 
 
 @teams_app.command("create")
@@ -147,7 +155,7 @@ def teams_create(name: Annotated[str, typer.Argument(help="The team's name.")]) 
 # -- tokens ----------------------------------------------------------------------------------
 
 
-def tokens_table(found: list[dict[str, Any]]) -> Any:
+def tokens_table(found: list[dict[str, Any]]) -> Table:
     table = new_table("ID", "USER", "NAME", "PREFIX", "CREATED", "LAST USED", "EXPIRES", "STATE")
     for token in found:
         table.add_row(
@@ -166,7 +174,7 @@ def tokens_table(found: list[dict[str, Any]]) -> Any:
 @tokens_app.callback()
 def tokens(ctx: typer.Context, output: OutputOption = Output.TABLE) -> None:
     """List API tokens, or create and revoke them."""
-    _listing(ctx, output, "tokens", tokens_table)
+    _listing(ctx, output, Client.tokens, tokens_table)
 
 
 @tokens_app.command("create")

@@ -16,24 +16,16 @@ from dataclasses import dataclass
 
 from sqlalchemy import select, update
 
-from gpupool.domain.jobs import JobSpec, JobStatus, Reason, ResourceRequest
+from gpupool.domain.jobs import JobSpec, JobStatus, Reason
 from gpupool.executors.base import Executor, Handle, LaunchError, Observed, PollResult, TaskSpec
 from gpupool.scheduler import schedule
-from gpupool.scheduler.types import (
-    Allocation,
-    Clock,
-    Decisions,
-    GpuShare,
-    PendingJob,
-    PendingReason,
-    Placement,
-    Snapshot,
-)
+from gpupool.scheduler.types import Clock, Decisions, PendingReason, Placement, Snapshot
 from gpupool.services import jobs as job_service
 from gpupool.services import nodes as node_service
+from gpupool.services.snapshots import SnapshotBuilder, placement_json
 from gpupool.settings import Settings
 from gpupool.store.db import Database
-from gpupool.store.models import AttemptModel, JobModel, TeamModel, UserModel
+from gpupool.store.models import AttemptModel, JobModel
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +63,7 @@ class ControlLoop:
         self._thread: threading.Thread | None = None
         self._last_codes: dict[int, tuple[str, str]] = {}
         self._last_schedule = 0.0
+        self.snapshots = SnapshotBuilder()
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -244,7 +237,7 @@ class ControlLoop:
 
     def schedule_and_dispatch(self) -> None:
         with self.db.reader() as session:
-            snapshot = build_snapshot(session)
+            snapshot = self.snapshots.build(session)
         decisions = self.decide(snapshot, self.clock)
         self.pending_reasons = decisions.pending
         self._record_reasons(decisions.pending)
@@ -355,62 +348,6 @@ class ControlLoop:
             job_service.finish(
                 session, job, JobStatus.FAILED, now, Reason.LAUNCH_FAILED, error.user_message
             )
-
-
-def build_snapshot(session) -> Snapshot:  # noqa: ANN001
-    """Nodes, what active jobs hold, and the pending queue, read in one transaction."""
-    nodes = tuple(node_service.capacities(session))
-    active = session.execute(
-        select(JobModel.id, JobModel.placement).where(JobModel.status.in_(node_service.ACTIVE))
-    )
-    allocations = tuple(allocation(job_id, data) for job_id, data in active if data)
-    pending = session.execute(
-        select(
-            JobModel.id,
-            TeamModel.name,
-            UserModel.name,
-            JobModel.priority,
-            JobModel.submitted_at,
-            JobModel.spec,
-        )
-        .join(TeamModel, TeamModel.id == JobModel.team_id)
-        .join(UserModel, UserModel.id == JobModel.user_id)
-        .where(JobModel.status == JobStatus.PENDING.value, JobModel.cancel_requested_at.is_(None))
-    )
-    queue = tuple(
-        PendingJob(
-            job_id,
-            team,
-            user,
-            priority,
-            submitted,
-            ResourceRequest.model_validate(spec["resources"]),
-        )
-        for job_id, team, user, priority, submitted, spec in pending
-    )
-    return Snapshot(nodes=nodes, allocations=allocations, pending=queue)
-
-
-def allocation(job_id: int, data: dict) -> Allocation:
-    return Allocation(
-        job_id=job_id,
-        node=data["node"],
-        gpus=tuple(GpuShare(g["uuid"], g["share"], g["memory_bytes"]) for g in data["gpus"]),
-        cpus=data["cpus"],
-        memory_bytes=data["memory_bytes"],
-    )
-
-
-def placement_json(placement: Placement) -> dict:
-    return {
-        "node": placement.node,
-        "gpus": [
-            {"uuid": g.uuid, "share": g.share, "memory_bytes": g.memory_bytes}
-            for g in placement.gpus
-        ],
-        "cpus": placement.cpus,
-        "memory_bytes": placement.memory_bytes,
-    }
 
 
 def describe(placement: Placement) -> str:
