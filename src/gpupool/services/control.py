@@ -17,11 +17,12 @@ from dataclasses import dataclass
 from sqlalchemy import select, update
 
 from gpupool.domain.jobs import JobSpec, JobStatus, Reason
-from gpupool.executors.base import Executor, Handle, LaunchError, Observed, PollResult, TaskSpec
+from gpupool.executors.base import Executor, Handle, LaunchError, Observed, TaskSpec
 from gpupool.scheduler import schedule
 from gpupool.scheduler.types import Clock, Decisions, PendingReason, Placement, Snapshot
 from gpupool.services import jobs as job_service
 from gpupool.services import nodes as node_service
+from gpupool.services import transitions
 from gpupool.services.snapshots import SnapshotBuilder, placement_json
 from gpupool.settings import Settings
 from gpupool.store.db import Database
@@ -119,9 +120,8 @@ class ControlLoop:
         if handle is None:
             row.status, row.ended_at = "never_launched", self.clock.now()
             job = session.get(JobModel, row.job_id)
-            self._requeue(
-                session, job, self.clock.now(), f"attempt {row.number} never launched; requeued"
-            )
+            message = f"attempt {row.number} never launched; requeued"
+            transitions.requeue(session, job, self.clock.now(), message)
             return
         row.executor_state = self.executor.get_state(handle)
         observed = Observed.RUNNING if row.status == "running" else Observed.STARTING
@@ -137,80 +137,37 @@ class ControlLoop:
     # -- (1) reconcile -----------------------------------------------------------------------
 
     def reconcile(self) -> bool:
-        """Poll every active attempt; record what changed. True if anything did."""
-        changed = False
-        for active in list(self._active.values()):
-            result = self.executor.poll(active.handle)
-            if result.observed == active.observed:
-                continue
-            changed = True
-            self._transition(active, result)
-        return changed
-
-    def _transition(self, active: ActiveAttempt, result: PollResult) -> None:
-        ended = result.observed in (Observed.EXITED, Observed.LOST)
-        if ended and active.observed == Observed.STARTING and result.started_at:
-            self._record_running(active, result)  # it started and ended between two polls
-        if result.observed == Observed.RUNNING:
-            self._record_running(active, result)
-        elif result.observed == Observed.EXITED:
-            self._record_exit(active, result)
-        elif result.observed == Observed.LOST:
-            self._record_lost(active, result)
-        active.observed = result.observed
-
-    def _record_running(self, active: ActiveAttempt, result: PollResult) -> None:
-        now = result.started_at or self.clock.now()
-        with self.db.session() as session:
-            attempt = session.get(AttemptModel, active.attempt_id)
-            attempt.status, attempt.started_at = "running", now
-            job = session.get(JobModel, active.job_id)
-            if job.status == JobStatus.STARTING.value:
-                job.status, job.started_at = JobStatus.RUNNING.value, now
-                job.reason, job.message = Reason.STARTED.value, f"running on {attempt.node}"
-                job_service.record(
-                    session,
-                    job.id,
-                    now,
-                    Reason.STARTED,
-                    f"attempt {attempt.number} started on {attempt.node}",
-                )
-
-    def _record_exit(self, active: ActiveAttempt, result: PollResult) -> None:
-        now = result.ended_at or self.clock.now()
-        code = result.exit_code
-        with self.db.session() as session:
-            attempt = session.get(AttemptModel, active.attempt_id)
-            attempt.status, attempt.ended_at, attempt.exit_code = "exited", now, code
-            attempt.started_at = attempt.started_at or result.started_at
-            job = session.get(JobModel, active.job_id)
-            job.started_at = job.started_at or result.started_at
-            status, reason, message = _exit_outcome(job, code)
-            job_service.finish(session, job, status, now, reason, message, exit_code=code)
-        self._forget(active)
-
-    def _record_lost(self, active: ActiveAttempt, result: PollResult) -> None:
+        """Poll every active attempt; record all that changed in one transaction."""
+        seen = [(active, self.executor.poll(active.handle)) for active in self._active.values()]
+        changed = [
+            (active, result) for active, result in seen if result.observed != active.observed
+        ]
+        if not changed:
+            return False
         now = self.clock.now()
-        message = result.message or (
-            f"the runner of attempt {active.number} vanished without recording an exit"
-        )
         with self.db.session() as session:
-            attempt = session.get(AttemptModel, active.attempt_id)
-            attempt.status, attempt.ended_at = "lost", now
-            job = session.get(JobModel, active.job_id)
-            if result.started_at is None and not job.cancel_requested_at and not attempt.started_at:
-                self._requeue(session, job, now, f"attempt {active.number} never started; requeued")
-            else:
-                job_service.finish(session, job, JobStatus.LOST, now, Reason.LOST, message)
-        self._forget(active)
+            attempts, jobs = self._rows(session, [active for active, _ in changed])
+            for active, result in changed:
+                attempt = attempts[active.attempt_id]
+                if attempt.executor_state is None:
+                    attempt.executor_state = self.executor.get_state(active.handle)
+                transitions.apply(session, attempt, jobs[active.job_id], result, now)
+                active.observed = result.observed
+        for active, result in changed:
+            if result.observed in (Observed.EXITED, Observed.LOST):
+                self._forget(active)
+        return True
 
-    def _requeue(self, session, job: JobModel, now: float, message: str) -> None:  # noqa: ANN001
-        if job.cancel_requested_at is not None:
-            job_service.finish(session, job, JobStatus.CANCELLED, now, Reason.CANCELLED, message)
-            return
-        job.status, job.node, job.placement = JobStatus.PENDING.value, None, None
-        job.reason, job.message = Reason.REQUEUED.value, message
-        job_service.record(session, job.id, now, Reason.REQUEUED, message)
+    def _rows(
+        self,
+        session,
+        actives: list[ActiveAttempt],  # noqa: ANN001
+    ) -> tuple[dict[int, AttemptModel], dict[int, JobModel]]:
+        attempt_ids = [active.attempt_id for active in actives]
+        job_ids = [active.job_id for active in actives]
+        attempts = session.scalars(select(AttemptModel).where(AttemptModel.id.in_(attempt_ids)))
+        jobs = session.scalars(select(JobModel).where(JobModel.id.in_(job_ids)))
+        return {a.id: a for a in attempts}, {j.id: j for j in jobs}
 
     def _forget(self, active: ActiveAttempt) -> None:
         self._active.pop(active.attempt_id, None)
@@ -241,8 +198,8 @@ class ControlLoop:
         decisions = self.decide(snapshot, self.clock)
         self.pending_reasons = decisions.pending
         self._record_reasons(decisions.pending)
-        for placement in decisions.placements:
-            self._dispatch(placement)
+        if decisions.placements:
+            self._dispatch(decisions.placements)
 
     def _record_reasons(self, reasons: dict[int, PendingReason]) -> None:
         """Write a pending job's reason only when it changes (positions stay in memory)."""
@@ -269,66 +226,72 @@ class ControlLoop:
             if job_id not in reasons:
                 del self._last_codes[job_id]
 
-    def _dispatch(self, placement: Placement) -> None:
-        """Record the attempt durably, then launch it (at most once)."""
-        task = self._claim(placement)
-        if task is None:
-            return
-        attempt_id, spec = task
-        try:
-            handle = self.executor.start(spec)
-        except LaunchError as error:
-            log.warning("launch of job %s failed: %s", spec.job_id, error)
-            self._launch_failed(attempt_id, spec, error)
-            return
-        with self.db.session() as session:
-            attempt = session.get(AttemptModel, attempt_id)
-            attempt.executor_state = self.executor.get_state(handle)
-        self._active[attempt_id] = ActiveAttempt(attempt_id, spec.job_id, spec.attempt, handle)
+    def _dispatch(self, placements: list[Placement]) -> None:
+        """Record every attempt durably in one transaction, then launch them (at most once).
 
-    def _claim(self, placement: Placement) -> tuple[int, TaskSpec] | None:
+        The launch itself is recorded with the attempt's next transition; a crash before that
+        is covered by ``Executor.recover`` when the server starts again.
+        """
+        claimed = self._claim(placements)
+        failed = []
+        for attempt_id, task in claimed:
+            try:
+                handle = self.executor.start(task)
+            except LaunchError as error:
+                log.warning("launch of job %s failed: %s", task.job_id, error)
+                failed.append((attempt_id, task, error))
+                continue
+            self._active[attempt_id] = ActiveAttempt(attempt_id, task.job_id, task.attempt, handle)
+        if failed:
+            self._launch_failed(failed)
+
+    def _claim(self, placements: list[Placement]) -> list[tuple[int, TaskSpec]]:
         now = self.clock.now()
-        data = placement_json(placement)
+        claimed = []
         with self.db.session() as session:
-            claimed = session.execute(
-                update(JobModel)
-                .where(
-                    JobModel.id == placement.job_id,
-                    JobModel.status == JobStatus.PENDING.value,
-                    JobModel.cancel_requested_at.is_(None),
-                )
-                .values(
-                    status=JobStatus.STARTING.value,
-                    attempts=JobModel.attempts + 1,
-                    node=placement.node,
-                    placement=data,
-                    reason=Reason.PLACED.value,
-                    message=f"placed on {describe(placement)}",
-                )
-            )
-            if not claimed.rowcount:
-                return None
-            job = session.get(JobModel, placement.job_id)
-            session.refresh(job)
-            attempt = AttemptModel(
-                job_id=job.id,
-                number=job.attempts,
-                node=placement.node,
-                placement=data,
-                status="starting",
-                created_at=now,
-            )
-            session.add(attempt)
-            session.flush()
-            job_service.record(
-                session, job.id, now, Reason.PLACED, f"placed on {describe(placement)}"
-            )
-            return attempt.id, self._task(job, attempt.number, placement)
+            for placement in placements:
+                row = session.execute(
+                    update(JobModel)
+                    .where(
+                        JobModel.id == placement.job_id,
+                        JobModel.status == JobStatus.PENDING.value,
+                        JobModel.cancel_requested_at.is_(None),
+                    )
+                    .values(
+                        status=JobStatus.STARTING.value,
+                        attempts=JobModel.attempts + 1,
+                        node=placement.node,
+                        placement=placement_json(placement),
+                        reason=Reason.PLACED.value,
+                        message=f"placed on {describe(placement)}",
+                    )
+                    .returning(JobModel.attempts, JobModel.spec)
+                ).first()
+                if row is not None:
+                    claimed.append(self._new_attempt(session, placement, row, now))
+        return claimed
 
-    def _task(self, job: JobModel, number: int, placement: Placement) -> TaskSpec:
-        spec = JobSpec.model_validate(job.spec)
+    def _new_attempt(self, session, placement: Placement, row, now: float) -> tuple[int, TaskSpec]:  # noqa: ANN001
+        number, spec = row
+        attempt = AttemptModel(
+            job_id=placement.job_id,
+            number=number,
+            node=placement.node,
+            placement=placement_json(placement),
+            status="starting",
+            created_at=now,
+        )
+        session.add(attempt)
+        session.flush()
+        job_service.record(
+            session, placement.job_id, now, Reason.PLACED, f"placed on {describe(placement)}"
+        )
+        return attempt.id, self._task(placement.job_id, number, spec, placement)
+
+    def _task(self, job_id: int, number: int, data: dict, placement: Placement) -> TaskSpec:
+        spec = JobSpec.model_validate(data)
         return TaskSpec(
-            job_id=job.id,
+            job_id=job_id,
             attempt=number,
             node=placement.node,
             command=spec.command,
@@ -339,15 +302,16 @@ class ControlLoop:
             stop_grace_seconds=self.settings.stop_grace_seconds,
         )
 
-    def _launch_failed(self, attempt_id: int, task: TaskSpec, error: LaunchError) -> None:
+    def _launch_failed(self, failed: list[tuple[int, TaskSpec, LaunchError]]) -> None:
         now = self.clock.now()
         with self.db.session() as session:
-            attempt = session.get(AttemptModel, attempt_id)
-            attempt.status, attempt.ended_at = "launch_failed", now
-            job = session.get(JobModel, task.job_id)
-            job_service.finish(
-                session, job, JobStatus.FAILED, now, Reason.LAUNCH_FAILED, error.user_message
-            )
+            for attempt_id, task, error in failed:
+                attempt = session.get(AttemptModel, attempt_id)
+                attempt.status, attempt.ended_at = "launch_failed", now
+                job = session.get(JobModel, task.job_id)
+                job_service.finish(
+                    session, job, JobStatus.FAILED, now, Reason.LAUNCH_FAILED, error.user_message
+                )
 
 
 def describe(placement: Placement) -> str:
@@ -355,15 +319,3 @@ def describe(placement: Placement) -> str:
         return f"{placement.node} (no GPU)"
     parts = [g.uuid if g.share >= 1 else f"{g.uuid} ({g.share:g} of it)" for g in placement.gpus]
     return f"{placement.node}: " + ", ".join(parts)
-
-
-def _exit_outcome(job: JobModel, code: int | None) -> tuple[JobStatus, Reason, str]:
-    if job.cancel_requested_at is not None:
-        return (
-            JobStatus.CANCELLED,
-            Reason.CANCELLED,
-            f"cancelled; the process ended with code {code}",
-        )
-    if code == 0:
-        return JobStatus.SUCCEEDED, Reason.EXITED, "exited with code 0"
-    return JobStatus.FAILED, Reason.EXITED, f"exited with code {code}"

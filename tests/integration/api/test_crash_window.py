@@ -24,7 +24,7 @@ def crash_after_recording(settings: Settings, command: list[str], launch: bool) 
         job = jobs.submit(session, ADMIN, spec, nodes.capacities(session), platform.clock.now())
     with platform.db.reader() as session:
         placement = platform.loop.decide(build_snapshot(session), platform.clock).placements[0]
-    _attempt_id, task = platform.loop._claim(placement)
+    [(_attempt_id, task)] = platform.loop._claim([placement])
     if launch:
         platform.executor.start(task)  # launched, but the server dies before recording it
     platform.db.dispose()

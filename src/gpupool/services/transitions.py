@@ -1,0 +1,78 @@
+"""How observed attempt states change job and attempt rows (inside a caller's transaction)."""
+
+from __future__ import annotations
+
+from sqlalchemy.orm import Session
+
+from gpupool.domain.jobs import JobStatus, Reason
+from gpupool.executors.base import Observed, PollResult
+from gpupool.services import jobs as job_service
+from gpupool.store.models import AttemptModel, JobModel
+
+
+def apply(
+    session: Session, attempt: AttemptModel, job: JobModel, result: PollResult, now: float
+) -> None:
+    """Record one observation; an attempt seen ending before it was seen running gets both."""
+    if result.observed == Observed.RUNNING or (
+        result.started_at and attempt.started_at is None and result.observed != Observed.STARTING
+    ):
+        started(session, attempt, job, result.started_at or now)
+    if result.observed == Observed.EXITED:
+        exited(session, attempt, job, result, now)
+    elif result.observed == Observed.LOST:
+        lost(session, attempt, job, result, now)
+
+
+def started(session: Session, attempt: AttemptModel, job: JobModel, at: float) -> None:
+    attempt.status, attempt.started_at = "running", at
+    if job.status != JobStatus.STARTING.value:
+        return
+    job.status, job.started_at = JobStatus.RUNNING.value, at
+    job.reason, job.message = Reason.STARTED.value, f"running on {attempt.node}"
+    message = f"attempt {attempt.number} started on {attempt.node}"
+    job_service.record(session, job.id, at, Reason.STARTED, message)
+
+
+def exited(
+    session: Session, attempt: AttemptModel, job: JobModel, result: PollResult, now: float
+) -> None:
+    at, code = result.ended_at or now, result.exit_code
+    attempt.status, attempt.ended_at, attempt.exit_code = "exited", at, code
+    status, reason, message = outcome(job, code)
+    job_service.finish(session, job, status, at, reason, message, exit_code=code)
+
+
+def lost(
+    session: Session, attempt: AttemptModel, job: JobModel, result: PollResult, now: float
+) -> None:
+    attempt.status, attempt.ended_at = "lost", now
+    if attempt.started_at is None and result.started_at is None:
+        requeue(session, job, now, f"attempt {attempt.number} never started; requeued")
+        return
+    message = result.message or (
+        f"the runner of attempt {attempt.number} vanished without recording an exit"
+    )
+    job_service.finish(session, job, JobStatus.LOST, now, Reason.LOST, message)
+
+
+def requeue(session: Session, job: JobModel, now: float, message: str) -> None:
+    """Back to the queue (the attempt never ran), unless a cancel was asked for meanwhile."""
+    if job.cancel_requested_at is not None:
+        job_service.finish(session, job, JobStatus.CANCELLED, now, Reason.CANCELLED, message)
+        return
+    job.status, job.node, job.placement = JobStatus.PENDING.value, None, None
+    job.reason, job.message = Reason.REQUEUED.value, message
+    job_service.record(session, job.id, now, Reason.REQUEUED, message)
+
+
+def outcome(job: JobModel, code: int | None) -> tuple[JobStatus, Reason, str]:
+    if job.cancel_requested_at is not None:
+        return (
+            JobStatus.CANCELLED,
+            Reason.CANCELLED,
+            f"cancelled; the process ended with code {code}",
+        )
+    if code == 0:
+        return JobStatus.SUCCEEDED, Reason.EXITED, "exited with code 0"
+    return JobStatus.FAILED, Reason.EXITED, f"exited with code {code}"
