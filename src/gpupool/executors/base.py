@@ -105,6 +105,14 @@ class Executor(ABC):
         between), or None when it never launched: then it never will, and may be retried."""
         return None
 
+    def change_fd(self) -> int | None:
+        """A file descriptor that becomes readable when some attempt may have changed, so the
+        control loop can wait on it instead of polling fast; None when there is none."""
+        return None
+
+    def clear_changes(self) -> None:  # noqa: B027 - optional hook
+        """Consume the pending change notifications."""
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Free the executor's own resources; running attempts are not touched."""
 

@@ -28,6 +28,8 @@ import psutil
 from gpupool.executors.base import Executor, Handle, LaunchError, Observed, PollResult, TaskSpec
 from gpupool.runner import layout
 
+NOTIFY_FIFO = ".notify"
+
 log = logging.getLogger(__name__)
 
 # What a workload inherits from the server's environment when no base_env is given.
@@ -65,6 +67,7 @@ class LocalExecutor(Executor):
         self.base_env = dict(base_env) if base_env is not None else default_base_env()
         self.python = python
         self._fork_server = ForkServer(python) if fork_server else None
+        self._changes: int | None = None  # read end of jobs_dir/.notify
         self._children: dict[str, subprocess.Popen[bytes]] = {}  # attempt dir -> runner
         self._unreaped: list[subprocess.Popen[bytes]] = []
         self._adopted: dict[str, psutil.Process] = {}  # runners found again by pid
@@ -120,6 +123,7 @@ class LocalExecutor(Executor):
             "stop_grace_seconds": task.stop_grace_seconds,
             "checkpoint_dir": str(job_dir / "checkpoints"),
             "output_dir": str(job_dir / "outputs"),
+            "notify_fifo": str(self.jobs_dir / NOTIFY_FIFO),
         }
 
     def _spawn(self, attempt_dir: Path) -> int:
@@ -134,10 +138,31 @@ class LocalExecutor(Executor):
         self._children[str(attempt_dir)] = runner
         return runner.pid
 
+    def change_fd(self) -> int | None:
+        """The FIFO that runners write a byte into whenever they rewrite state.json."""
+        if self._changes is None:
+            fifo = self.jobs_dir / NOTIFY_FIFO
+            self.jobs_dir.mkdir(parents=True, exist_ok=True)
+            with contextlib.suppress(FileExistsError):
+                os.mkfifo(fifo, 0o600)
+            # Read-write, so that the FIFO never reports end-of-file when no runner has it open.
+            self._changes = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)
+        return self._changes
+
+    def clear_changes(self) -> None:
+        if self._changes is None:
+            return
+        with contextlib.suppress(BlockingIOError):
+            while os.read(self._changes, 4096):
+                pass
+
     def close(self) -> None:
         """Stop the fork server; runners it launched keep running."""
         if self._fork_server is not None:
             self._fork_server.close()
+        if self._changes is not None:
+            os.close(self._changes)
+            self._changes = None
 
     def _popen(self, attempt_dir: Path) -> subprocess.Popen[bytes]:
         argv = [self.python, "-m", "gpupool.runner", str(attempt_dir)]

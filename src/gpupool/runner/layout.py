@@ -87,3 +87,23 @@ def process_create_time(pid: int | str = "self") -> float | None:
         return None
     fields = stat[stat.rfind(b")") + 2 :].split()
     return float(fields[19]) / os.sysconf("SC_CLK_TCK") + float(boot.split()[1])
+
+
+def notify(fifo: str | None) -> None:
+    """Tell a listening executor that a state file changed: one byte into its FIFO.
+
+    Never blocks and never fails: with no reader (no server) or a full FIFO there is nothing
+    to do, since the executor also polls.
+    """
+    if not fifo:
+        return
+    try:
+        fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError:
+        return
+    try:
+        os.write(fd, b"!")
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

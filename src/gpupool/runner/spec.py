@@ -29,6 +29,7 @@ class RunnerSpec:
         "stop_grace_seconds",
         "checkpoint_dir",
         "output_dir",
+        "notify_fifo",
     )
 
     def __init__(self, raw: dict[str, object]) -> None:
@@ -45,6 +46,7 @@ class RunnerSpec:
         self.stop_grace_seconds: float = float(_non_negative(raw, "stop_grace_seconds"))
         self.checkpoint_dir: str = _str(raw, "checkpoint_dir")
         self.output_dir: str = _str(raw, "output_dir")
+        self.notify_fifo: str | None = _optional_str(raw, "notify_fifo")
 
     def workload_env(self) -> dict[str, str]:
         """The base env from the spec plus the variables gpupool owns (these always win)."""

@@ -28,6 +28,7 @@ from gpupool.runner.layout import (
     STATE_FILE,
     STOP_FILE,
     atomic_write_json,
+    notify,
     process_create_time,
     read_json,
 )
@@ -90,6 +91,7 @@ class Runner:
             "pgid": None,
             "started_at": None,
         }
+        self.notify_fifo: str | None = None
         self.stop_requested = False
         self.stop_forwarded = False
         self.kill_deadline: float | None = None  # time.monotonic()
@@ -158,6 +160,7 @@ class Runner:
             self.log = CappedLog(self._path(LOG_FILE), FALLBACK_LOG_LIMIT)
             self._fail(CODE_RUNNER_ERROR, f"invalid attempt spec: {e}")
             return None
+        self.notify_fifo = spec.notify_fifo
         self.log = CappedLog(self._path(LOG_FILE), spec.log_limit_bytes)
         for directory in (spec.checkpoint_dir, spec.output_dir):
             try:
@@ -297,6 +300,7 @@ class Runner:
         except OSError as e:
             print(f"gpupool runner: cannot write {STATE_FILE}: {e}", file=sys.stderr)
             return False
+        notify(self.notify_fifo)
         return True
 
 

@@ -8,7 +8,10 @@ polling) happens outside any transaction; every write is guarded by a conditiona
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import select as io_select
 import threading
 import time
 from collections.abc import Callable
@@ -31,7 +34,9 @@ from gpupool.store.models import AttemptModel, JobModel
 log = logging.getLogger(__name__)
 
 ACTIVE_ATTEMPT = ("starting", "running", "stopping")
-BUSY_TICK = 0.02  # seconds between polls while work runs; exits are seen this fast
+# Runners announce every state change through the executor's change_fd, so polling is only
+# a safety net (a runner killed with SIGKILL announces nothing).
+BUSY_POLL = 0.25
 
 
 @dataclass
@@ -59,7 +64,9 @@ class ControlLoop:
         self.decide = decide
         self.pending_reasons: dict[int, PendingReason] = {}
         self._active: dict[int, ActiveAttempt] = {}
-        self._wake = threading.Event()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._last_codes: dict[int, tuple[str, str]] = {}
@@ -75,23 +82,38 @@ class ControlLoop:
 
     def stop(self) -> None:
         self._stopping.set()
-        self._wake.set()
+        self.wake()
         if self._thread:
             self._thread.join(timeout=10)
 
     def wake(self) -> None:
-        self._wake.set()
+        """Make the loop schedule at once (after a submit, a cancel, a node change)."""
+        with contextlib.suppress(BlockingIOError):
+            os.write(self._wake_w, b"!")
 
     def _run(self) -> None:
+        woken = True
         while not self._stopping.is_set():
-            woken = self._wake.is_set()
-            self._wake.clear()
             try:
                 self.run_once(force_schedule=woken)
             except Exception:  # the loop must outlive any one bad pass
                 log.exception("control loop pass failed")
-            tick = BUSY_TICK if self._active else self.settings.schedule_interval_seconds
-            self._wake.wait(tick)
+            tick = BUSY_POLL if self._active else self.settings.schedule_interval_seconds
+            woken = self._wait(tick)
+
+    def _wait(self, timeout: float) -> bool:
+        """Sleep until woken, an attempt changes, or the timeout; True if woken."""
+        changes = self.executor.change_fd()
+        fds = [self._wake_r] if changes is None else [self._wake_r, changes]
+        ready, _, _ = io_select.select(fds, [], [], timeout)
+        if changes in ready:
+            self.executor.clear_changes()
+        if self._wake_r not in ready:
+            return False
+        with contextlib.suppress(BlockingIOError):
+            while os.read(self._wake_r, 4096):
+                pass
+        return True
 
     # -- one pass ----------------------------------------------------------------------------
 
