@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import Depends, Path, Query, Request
+from starlette.concurrency import run_in_threadpool
 
 from gpupool.errors import CsrfFailed, Unauthenticated
 from gpupool.services import auth
@@ -16,18 +17,27 @@ CSRF_HEADER = "x-csrf-token"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
-def platform(request: Request) -> Platform:
+async def platform(request: Request) -> Platform:
     return request.app.state.platform
 
 
 PlatformDep = Annotated[Platform, Depends(platform)]
 
 
-def principal(request: Request, ctx: PlatformDep) -> Principal:
-    """Bearer token first; else the session cookie, with the CSRF check on unsafe methods."""
+async def principal(request: Request, ctx: PlatformDep) -> Principal:
+    """Bearer token first; else the session cookie, with the CSRF check on unsafe methods.
+
+    Async, so that a token already known costs no thread hop; database reads go to a thread.
+    """
     header = request.headers.get("authorization", "")
     if header.lower().startswith("bearer "):
-        return _from_token(ctx, header[7:].strip())
+        secret, now = header[7:].strip(), ctx.clock.now()
+        known = ctx.tokens.known(secret, now)
+        return known or await run_in_threadpool(ctx.tokens.principal, ctx.db, secret, now)
+    return await run_in_threadpool(_from_cookie, request, ctx)
+
+
+def _from_cookie(request: Request, ctx: Platform) -> Principal:
     cookie = request.cookies.get(SESSION_COOKIE)
     if not cookie:
         raise Unauthenticated()
@@ -49,17 +59,6 @@ def optional_session(request: Request, ctx: PlatformDep) -> tuple[Principal, str
     except Unauthenticated:
         return None
     return who, web.csrf_token
-
-
-def _from_token(ctx: Platform, secret: str) -> Principal:
-    now = ctx.clock.now()
-    with ctx.db.reader() as session:
-        who = auth.principal_from_token(session, secret, now)
-        stale = auth.token_needs_touch(session, secret, now)
-    if stale:
-        with ctx.db.session() as session:
-            auth.touch_token(session, secret, now)
-    return who
 
 
 PrincipalDep = Annotated[Principal, Depends(principal)]

@@ -58,11 +58,12 @@ class JobOut(BaseModel):
     placement: PlacementOut | None
 
     @classmethod
-    def of(cls, job: JobModel, position: int | None = None) -> JobOut:
+    def of(cls, job: JobModel, position: int | None = None, user: str | None = None) -> JobOut:
+        """``user``: the owner's name when the caller knows it (saves loading the user)."""
         return cls(
             id=job.id,
             name=job.name,
-            user=job.user.name,
+            user=user or job.user.name,
             team=job.team.name,
             status=JobStatus(job.status),
             priority=job.priority,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import secrets
+import threading
 from dataclasses import dataclass
 
 from sqlalchemy import select
@@ -13,6 +14,7 @@ from gpupool.errors import NotFound, Unauthenticated
 from gpupool.services import users
 from gpupool.services.access import Principal
 from gpupool.services.passwords import new_secret, secret_hash, verify_password
+from gpupool.store.db import Database
 from gpupool.store.models import TokenModel, UserModel, WebSessionModel
 
 TOKEN_PREFIX = "gpt"
@@ -70,24 +72,63 @@ def revoke_token(session: Session, token_id: int, principal: Principal, now: flo
 
 
 def principal_from_token(session: Session, secret: str, now: float) -> Principal:
+    return check_token(session, secret, now)[0]
+
+
+def check_token(session: Session, secret: str, now: float) -> tuple[Principal, TokenModel]:
     token = session.scalar(select(TokenModel).where(TokenModel.token_hash == secret_hash(secret)))
     if token is None or token.revoked_at or (token.expires_at and token.expires_at < now):
         raise Unauthenticated("the token is unknown, revoked or expired: ask an admin for one")
-    return _principal(session.get(UserModel, token.user_id))
+    return _principal(session.get(UserModel, token.user_id)), token
 
 
-def token_needs_touch(session: Session, secret: str, now: float) -> bool:
-    """Whether last_used_at is stale; it is written at most once a minute to keep reads cheap."""
-    used = session.scalar(
-        select(TokenModel.last_used_at).where(TokenModel.token_hash == secret_hash(secret))
-    )
-    return used is None or now - used > 60
+@dataclass
+class _Seen:
+    principal: Principal
+    expires_at: float | None
+    checked_at: float
 
 
-def touch_token(session: Session, secret: str, now: float) -> None:
-    token = session.scalar(select(TokenModel).where(TokenModel.token_hash == secret_hash(secret)))
-    if token is not None:
-        token.last_used_at = now
+class TokenCache:
+    """Who recently seen API tokens belong to, so that a request costs no database read.
+
+    Changes to users and tokens made through this server clear it at once; ``ttl`` bounds how
+    long a change made elsewhere (another server on the same database) can go unseen. The
+    token's last use is written at most once per ``ttl``.
+    """
+
+    def __init__(self, ttl: float = 10.0) -> None:
+        self.ttl = ttl
+        self._seen: dict[str, _Seen] = {}
+        self._lock = threading.Lock()
+
+    def known(self, secret: str, now: float) -> Principal | None:
+        """The principal of a token seen recently, or None (then call ``principal``)."""
+        seen = self._seen.get(secret_hash(secret))
+        if seen and now - seen.checked_at < self.ttl and not _expired(seen.expires_at, now):
+            return seen.principal
+        return None
+
+    def principal(self, db: Database, secret: str, now: float) -> Principal:
+        key = secret_hash(secret)
+        if known := self.known(secret, now):
+            return known
+        with db.session() as session:
+            who, token = check_token(session, secret, now)
+            token.last_used_at = now
+        with self._lock:
+            if len(self._seen) > 10_000:
+                self._seen.clear()
+            self._seen[key] = _Seen(who, token.expires_at, now)
+        return who
+
+    def clear(self) -> None:
+        with self._lock:
+            self._seen.clear()
+
+
+def _expired(expires_at: float | None, now: float) -> bool:
+    return expires_at is not None and expires_at < now
 
 
 def sign_in(

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sqlalchemy import select, update
+from sqlalchemy import bindparam, insert, select, update
 
 from gpupool.domain.jobs import JobSpec, JobStatus, Reason
 from gpupool.executors.base import Executor, Handle, LaunchError, Observed, TaskSpec
@@ -29,7 +29,7 @@ from gpupool.services import transitions
 from gpupool.services.snapshots import SnapshotBuilder, placement_json
 from gpupool.settings import Settings
 from gpupool.store.db import Database
-from gpupool.store.models import AttemptModel, JobModel
+from gpupool.store.models import AttemptModel, EventModel, JobModel
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +37,8 @@ ACTIVE_ATTEMPT = ("starting", "running", "stopping")
 # Runners announce every state change through the executor's change_fd, so polling is only
 # a safety net (a runner killed with SIGKILL announces nothing).
 BUSY_POLL = 0.25
+MAX_REST = 0.05
+BATCH_WINDOW = 0.01
 
 
 @dataclass
@@ -94,12 +96,19 @@ class ControlLoop:
     def _run(self) -> None:
         woken = True
         while not self._stopping.is_set():
+            began = time.monotonic()
             try:
                 self.run_once(force_schedule=woken)
             except Exception:  # the loop must outlive any one bad pass
                 log.exception("control loop pass failed")
+            # Under a stream of submits, passes back to back would starve the API of the CPU
+            # (and of the database's write lock): rest as long as the pass took, so that the
+            # loop uses at most about half, and one pass handles many changes.
+            self._stopping.wait(min(time.monotonic() - began, MAX_REST))
             tick = BUSY_POLL if self._active else self.settings.schedule_interval_seconds
             woken = self._wait(tick)
+            if woken:  # submits come in bursts: let a burst gather into one pass
+                self._stopping.wait(BATCH_WINDOW)
 
     def _wait(self, timeout: float) -> bool:
         """Sleep until woken, an attempt changes, or the timeout; True if woken."""
@@ -224,29 +233,49 @@ class ControlLoop:
             self._dispatch(decisions.placements)
 
     def _record_reasons(self, reasons: dict[int, PendingReason]) -> None:
-        """Write a pending job's reason only when it changes (positions stay in memory)."""
+        """Write a pending job's reason only when it changes (positions stay in memory).
+
+        One transaction and two bulk statements per pass, however many jobs changed.
+        """
         changed = {
             job_id: r
             for job_id, r in reasons.items()
             if self._last_codes.get(job_id) != (r.code.value, r.message)
         }
+        for job_id in self._last_codes.keys() - reasons.keys():
+            del self._last_codes[job_id]
         if not changed:
             return
-        now = self.clock.now()
         with self.db.session() as session:
-            for job_id, reason in changed.items():
-                done = session.execute(
-                    update(JobModel)
-                    .where(JobModel.id == job_id, JobModel.status == JobStatus.PENDING.value)
-                    .values(reason=reason.code.value, message=reason.message)
+            still = set(
+                session.scalars(
+                    select(JobModel.id).where(
+                        JobModel.id.in_(changed), JobModel.status == JobStatus.PENDING.value
+                    )
                 )
-                previous = self._last_codes.get(job_id, ("",))[0]
-                if done.rowcount and previous != reason.code.value:
-                    job_service.record(session, job_id, now, reason.code, reason.message)
-                self._last_codes[job_id] = (reason.code.value, reason.message)
-        for job_id in list(self._last_codes):
-            if job_id not in reasons:
-                del self._last_codes[job_id]
+            )
+            self._write_reasons(session, {k: v for k, v in changed.items() if k in still})
+        for job_id, reason in changed.items():
+            self._last_codes[job_id] = (reason.code.value, reason.message)
+
+    def _write_reasons(self, session, reasons: dict[int, PendingReason]) -> None:  # noqa: ANN001
+        if not reasons:
+            return
+        jobs = JobModel.__table__
+        session.execute(
+            jobs.update()
+            .where(jobs.c.id == bindparam("job"))
+            .values(reason=bindparam("code"), message=bindparam("text")),
+            [{"job": k, "code": r.code.value, "text": r.message} for k, r in reasons.items()],
+        )
+        now = self.clock.now()
+        new_codes = [
+            {"job_id": k, "at": now, "reason": r.code.value, "message": r.message}
+            for k, r in reasons.items()
+            if self._last_codes.get(k, ("",))[0] != r.code.value
+        ]
+        if new_codes:
+            session.execute(insert(EventModel), new_codes)
 
     def _dispatch(self, placements: list[Placement]) -> None:
         """Record every attempt durably in one transaction, then launch them (at most once).

@@ -53,6 +53,7 @@ def submit(
         message="waiting for the scheduler",
         attempts=0,
     )
+    job.team = team
     session.add(job)
     session.flush()
     record(session, job.id, now, Reason.SUBMITTED, f"submitted by {principal.name} to {team.name}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gpupool.discovery import discover_node
 from gpupool.executors.base import Executor
@@ -29,6 +29,7 @@ class Platform:
     loop: ControlLoop
     clock: Clock
     first_start: auth.Bootstrap | None = None
+    tokens: auth.TokenCache = field(default_factory=auth.TokenCache)
 
     def close(self) -> None:
         self.loop.stop()

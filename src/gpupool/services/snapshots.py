@@ -7,6 +7,7 @@ placements of active ones, and the nodes' inventory stamps.
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from sqlalchemy import select
@@ -25,16 +26,41 @@ from gpupool.services import nodes as node_service
 from gpupool.store.models import JobModel, NodeModel, TeamModel, UserModel
 
 
-class SnapshotBuilder:
-    """Keeps parsed pending jobs and node capacities between passes of the control loop."""
+class NodeCache:
+    """Parsed node capacities, re-read only when a node's inventory stamp changes.
+
+    Shared by the control loop and the API (submits check feasibility against it).
+    """
 
     def __init__(self) -> None:
-        self._pending: dict[int, PendingJob] = {}
         self._nodes: dict[str, tuple[float, bool, NodeCapacity]] = {}
+        self._lock = threading.Lock()
+
+    def capacities(self, session: Session) -> tuple[NodeCapacity, ...]:
+        rows = session.execute(
+            select(NodeModel.name, NodeModel.discovered_at, NodeModel.schedulable)
+        ).all()
+        with self._lock:
+            for name in self._nodes.keys() - {row.name for row in rows}:
+                del self._nodes[name]
+            for name, stamp, schedulable in rows:
+                known = self._nodes.get(name)
+                if known is None or known[:2] != (stamp, schedulable):
+                    node = node_service.get_node(session, name)
+                    self._nodes[name] = (stamp, schedulable, node_service.capacity(node))
+            return tuple(entry[2] for entry in self._nodes.values())
+
+
+class SnapshotBuilder:
+    """Keeps parsed pending jobs (and node capacities) between passes of the control loop."""
+
+    def __init__(self, nodes: NodeCache | None = None) -> None:
+        self._pending: dict[int, PendingJob] = {}
+        self.nodes = nodes or NodeCache()
 
     def build(self, session: Session) -> Snapshot:
         return Snapshot(
-            nodes=self._node_capacities(session),
+            nodes=self.nodes.capacities(session),
             allocations=active_allocations(session),
             pending=self._pending_jobs(session),
         )
@@ -53,19 +79,6 @@ class SnapshotBuilder:
         if new := ids - self._pending.keys():
             self._pending.update((job.job_id, job) for job in pending_jobs(session, new))
         return tuple(self._pending.values())
-
-    def _node_capacities(self, session: Session) -> tuple[NodeCapacity, ...]:
-        rows = session.execute(
-            select(NodeModel.name, NodeModel.discovered_at, NodeModel.schedulable)
-        ).all()
-        for name in self._nodes.keys() - {row.name for row in rows}:
-            del self._nodes[name]
-        for name, stamp, schedulable in rows:
-            known = self._nodes.get(name)
-            if known is None or known[:2] != (stamp, schedulable):
-                node = node_service.get_node(session, name)
-                self._nodes[name] = (stamp, schedulable, node_service.capacity(node))
-        return tuple(entry[2] for entry in self._nodes.values())
 
 
 def pending_jobs(session: Session, ids: set[int]) -> list[PendingJob]:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import shutil
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -32,6 +34,9 @@ class Database:
         # that reads then writes waits its turn instead of failing; readers never wait.
         self.read_engine = make_engine(url, immediate=False) if self.is_sqlite else self.engine
         self._reader = sessionmaker(self.read_engine, expire_on_commit=False)
+        # SQLite has one writer at a time; its busy handler waits with growing sleeps, which
+        # leaves the lock idle under contention. Writers of this process queue here instead.
+        self._write_lock = threading.Lock() if self.is_sqlite else contextlib.nullcontext()
 
     @property
     def is_sqlite(self) -> bool:
@@ -40,7 +45,7 @@ class Database:
     @contextmanager
     def session(self) -> Iterator[Session]:
         """A unit of work that may write: commits on success, rolls back on error."""
-        with self._writer() as session, session.begin():
+        with self._write_lock, self._writer() as session, session.begin():
             yield session
 
     @contextmanager

@@ -61,7 +61,9 @@ def update_user(name: str, body: UserUpdate, ctx: PlatformDep, who: PrincipalDep
     who.require_admin()
     with ctx.db.session() as session:
         user = users.update_user(session, name, **body.model_dump(exclude_unset=True))
-        return user_out(user)
+        out = user_out(user)
+    ctx.tokens.clear()
+    return out
 
 
 @router.get("/tokens", response_model=list[TokenOut])
@@ -92,7 +94,9 @@ def revoke_token(token_id: Id, ctx: PlatformDep, who: PrincipalDep) -> TokenOut:
         owner = session.get(UserModel, token.user_id)
         if owner is None:
             raise NotFound(f"no token {token_id}")
-        return token_out(token, owner.name)
+        out = token_out(token, owner.name)
+    ctx.tokens.clear()
+    return out
 
 
 def user_out(user: UserModel) -> UserOut:

@@ -14,7 +14,7 @@ from starlette.concurrency import run_in_threadpool
 from gpupool.api.deps import MAX_ID, Id, Offset, Platform, PlatformDep, PrincipalDep
 from gpupool.api.schemas import AttemptOut, EventOut, JobDetailOut, JobOut, LogChunk
 from gpupool.domain.jobs import JobSpec, JobStatus
-from gpupool.services import jobs, logs, nodes
+from gpupool.services import jobs, logs
 from gpupool.services.access import Principal
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
@@ -22,10 +22,16 @@ STREAM_TICK = 0.25
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=JobOut)
-def submit(spec: JobSpec, ctx: PlatformDep, who: PrincipalDep) -> JobOut:
+async def submit(spec: JobSpec, ctx: PlatformDep, who: PrincipalDep) -> JobOut:
+    return await run_in_threadpool(_submit, ctx, who, spec)
+
+
+def _submit(ctx: Platform, who: Principal, spec: JobSpec) -> JobOut:
+    with ctx.db.reader() as session:
+        capacities = ctx.loop.snapshots.nodes.capacities(session)
     with ctx.db.session() as session:
-        job = jobs.submit(session, who, spec, nodes.capacities(session), ctx.clock.now())
-        out = JobOut.of(job)
+        job = jobs.submit(session, who, spec, capacities, ctx.clock.now())
+        out = JobOut.of(job, user=who.name)
     ctx.loop.wake()
     return out
 
