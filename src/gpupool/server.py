@@ -7,13 +7,12 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-import uvicorn
 from rich.console import Console
 
 import gpupool
-from gpupool.errors import SchemaMismatch
-from gpupool.settings import Settings
-from gpupool.store import db as store
+
+# The server's heavy modules (uvicorn, SQLAlchemy, Alembic, the app) are imported inside the
+# commands, so that every other CLI command starts fast.
 
 console = Console(stderr=True)
 db_app = typer.Typer(help="Database schema: upgrade, current revision.", no_args_is_help=True)
@@ -34,12 +33,17 @@ def serve(
     log_level: Annotated[str, typer.Option(help="debug, info, warning.")] = "info",
 ) -> None:
     """Run the gpupool server (API, web UI, scheduler) in the foreground."""
+    from gpupool.settings import Settings
+
     overrides = {"host": host, "port": port, "data_dir": data_dir, "declared_gpus": declare_gpus}
     settings = Settings(**{k: v for k, v in overrides.items() if v is not None})
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    import uvicorn
+
     from gpupool.api.app import create_app
+    from gpupool.errors import SchemaMismatch
     from gpupool.services.platform import open_platform
 
     try:
@@ -55,6 +59,9 @@ def serve(
 @db_app.command("upgrade")
 def db_upgrade() -> None:
     """Migrate the database to this gpupool's schema (a SQLite file is backed up first)."""
+    from gpupool.settings import Settings
+    from gpupool.store import db as store
+
     settings = Settings()
     settings.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     store.upgrade(settings.database)
@@ -64,13 +71,16 @@ def db_upgrade() -> None:
 @db_app.command("current")
 def db_current() -> None:
     """Print the database's schema revision and the one this gpupool needs."""
+    from gpupool.settings import Settings
+    from gpupool.store import db as store
+
     database = store.Database(Settings().database)
     console.print(
         f"current: {store.current_revision(database.engine)}  needed: {store.head_revision()}"
     )
 
 
-def _banner(settings: Settings, first) -> None:  # noqa: ANN001
+def _banner(settings, first) -> None:  # noqa: ANN001
     url = f"http://{settings.host}:{settings.port}"
     lines = [f"gpupool {gpupool.__version__} serving {url}  (data in {settings.data_dir})"]
     if first is not None:

@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager
 from fastapi import APIRouter, FastAPI
 
 import gpupool
-from gpupool.api import errors
+from gpupool.api import errors, ui
 from gpupool.api.limits import BodyLimit
 from gpupool.api.routers import admin, jobs, nodes, session
 from gpupool.services.platform import Platform
@@ -42,14 +42,6 @@ def create_app(platform: Platform, start_loop: bool = True) -> FastAPI:
     for module in (session, jobs, nodes, admin):
         api.include_router(module.router)
     app.include_router(api)
-    _mount_ui(app)
+    ui.mount(app)
     app.add_middleware(BodyLimit, max_bytes=platform.settings.max_body_bytes)
     return app
-
-
-def _mount_ui(app: FastAPI) -> None:
-    try:
-        from gpupool.api import ui
-    except ImportError:  # the web UI module is optional while it is being built
-        return
-    ui.mount(app)

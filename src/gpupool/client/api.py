@@ -173,7 +173,13 @@ class Client:
             raise ApiError(0, "unreachable", f"cannot reach {self.url}: {error}") from error
         if response.status_code >= 400:
             raise _error(response)
-        return response.json() if response.content else None
+        if not response.content:
+            return None
+        try:
+            return response.json()
+        except ValueError as error:
+            message = f"{self.url} answered {method} {path} with something other than JSON"
+            raise ApiError(response.status_code, "bad_response", message) from error
 
 
 def _error(response: httpx.Response) -> ApiError:

@@ -111,16 +111,20 @@ async def stream_logs(
 async def _events(
     request: Request, ctx: Platform, who: Principal, job_id: Id, offset: int
 ) -> AsyncIterator[str]:
-    last_status = None
+    last_status, attempt = None, None
     while not await request.is_disconnected():
         chunk, final = await run_in_threadpool(
             _read, ctx, who, job_id, None, offset, logs.MAX_CHUNK
         )
-        if chunk.text:
-            yield _sse(
-                "log",
-                {"offset": chunk.offset, "next_offset": chunk.next_offset, "text": chunk.text},
+        if attempt is not None and chunk.attempt != attempt:  # requeued: a new log begins
+            offset = 0
+            chunk, final = await run_in_threadpool(
+                _read, ctx, who, job_id, None, offset, logs.MAX_CHUNK
             )
+        attempt = chunk.attempt if chunk.attempt is not None else attempt
+        if chunk.text:
+            data = {"attempt": chunk.attempt, "offset": chunk.offset, "text": chunk.text}
+            yield _sse("log", data | {"next_offset": chunk.next_offset})
         offset = chunk.next_offset
         current = await run_in_threadpool(_status, ctx, who, job_id)
         if current != last_status:
