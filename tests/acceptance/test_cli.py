@@ -38,11 +38,14 @@ class Cli:
             env |= {"GPUPOOL_URL": self.url, "GPUPOOL_TOKEN": self.token}
         return env
 
-    def __call__(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    def __call__(
+        self, *args: str, stdin: str | None = None, cwd: Path | None = None
+    ) -> subprocess.CompletedProcess:
         command = [sys.executable, "-m", "gpupool", *args]
         return subprocess.run(
             command,
             env=self.env(),
+            cwd=cwd,
             input=stdin,
             capture_output=True,
             text=True,
@@ -175,6 +178,20 @@ def test_run_follow_exits_with_the_job_exit_code(admin: Cli) -> None:
     assert result.returncode == 3
     assert result.stdout == "out\n"
     assert "failed" in result.stderr
+
+
+def test_a_job_runs_where_it_was_submitted_or_in_its_output_directory(
+    admin: Cli, tmp_path: Path
+) -> None:
+    (tmp_path / "train.py").write_text("import os; print(os.getcwd())")
+    here = admin("run", "--follow", "--", "python", "train.py", cwd=tmp_path)
+    assert here.returncode == 0, here.stderr
+    assert here.stdout.strip() == str(tmp_path)
+    own = admin(
+        "run", "--workdir", "", "--follow", "--", "python", "-c", "import os; print(os.getcwd())"
+    )
+    assert own.returncode == 0, own.stderr
+    assert own.stdout.strip().endswith("/outputs")
 
 
 def test_run_prints_only_the_job_id_or_its_json(admin: Cli) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 import sys
 import time
@@ -99,7 +100,13 @@ def run(
         list[str] | None,
         typer.Option("--env", "-e", help="NAME=VALUE, repeatable.", callback=_check_env),
     ] = None,
-    workdir: Annotated[str | None, typer.Option(help="Working directory of the job.")] = None,
+    workdir: Annotated[
+        str | None,
+        typer.Option(
+            help="Working directory of the job (default: this directory; '' for the job's "
+            "own output directory)."
+        ),
+    ] = None,
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="Wait, stream the log, exit with the job's code.")
     ] = False,
@@ -116,7 +123,7 @@ def run(
         team=team,
         priority=priority,
         env=env,
-        workdir=workdir,
+        workdir=os.getcwd() if workdir is None else (workdir or None),
     )
     with connect() as client:
         job = client.submit(spec)

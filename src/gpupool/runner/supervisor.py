@@ -188,7 +188,7 @@ class Runner:
                 stdout=pipe_w,
                 stderr=pipe_w,
                 env=spec.workload_env(),
-                cwd=spec.workdir,
+                cwd=spec.workdir or spec.output_dir,
                 start_new_session=True,
                 close_fds=True,
             )
