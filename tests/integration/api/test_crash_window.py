@@ -8,8 +8,8 @@ from pathlib import Path
 from gpupool.domain.jobs import JobSpec, Role
 from gpupool.services import jobs, nodes
 from gpupool.services.access import Principal
-from gpupool.services.snapshots import build_snapshot
 from gpupool.services.platform import open_platform
+from gpupool.services.snapshots import build_snapshot
 from gpupool.settings import Settings
 from tests.support.platform import make_settings, running_app, wait_job
 
