@@ -53,7 +53,12 @@ def serve(
         raise typer.Exit(2) from error
     _banner(settings, platform.first_start)
     app = create_app(platform)
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level=log_level, access_log=False)
+    try:
+        uvicorn.run(
+            app, host=settings.host, port=settings.port, log_level=log_level, access_log=False
+        )
+    finally:
+        platform.close()
 
 
 @db_app.command("upgrade")

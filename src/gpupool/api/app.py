@@ -27,6 +27,7 @@ def create_app(platform: Platform, start_loop: bool = True) -> FastAPI:
             yield
         finally:
             platform.loop.stop()
+            platform.executor.close()
 
     app = FastAPI(
         title="gpupool",

@@ -33,11 +33,12 @@ from gpupool.store.models import AttemptModel, EventModel, JobModel
 
 log = logging.getLogger(__name__)
 
-ACTIVE_ATTEMPT = ("starting", "running", "stopping")
+ACTIVE_ATTEMPT = ("starting", "running")
 # Runners announce every state change through the executor's change_fd, so polling is only
 # a safety net (a runner killed with SIGKILL announces nothing).
 BUSY_POLL = 0.25
-MAX_REST = 0.05
+MAX_REST = 0.1
+SUBMIT_REST_FACTOR = 3
 BATCH_WINDOW = 0.01
 
 
@@ -83,28 +84,39 @@ class ControlLoop:
         self._thread.start()
 
     def stop(self) -> None:
+        """End the loop; running attempts are left to run (a restart re-adopts them)."""
+        if self._stopping.is_set():
+            return
         self._stopping.set()
         self.wake()
         if self._thread:
             self._thread.join(timeout=10)
+        wake_r, wake_w, self._wake_r, self._wake_w = self._wake_r, self._wake_w, -1, -1
+        os.close(wake_r)
+        os.close(wake_w)
 
     def wake(self) -> None:
         """Make the loop schedule at once (after a submit, a cancel, a node change)."""
-        with contextlib.suppress(BlockingIOError):
+        if self._wake_w < 0:  # stopped: never write into a number the OS may have reused
+            return
+        with contextlib.suppress(OSError):  # full: a wake is pending anyway
             os.write(self._wake_w, b"!")
 
     def _run(self) -> None:
         woken = True
         while not self._stopping.is_set():
             began = time.monotonic()
+            ended_work = False
             try:
-                self.run_once(force_schedule=woken)
+                ended_work = self.run_once(force_schedule=woken)
             except Exception:  # the loop must outlive any one bad pass
                 log.exception("control loop pass failed")
-            # Under a stream of submits, passes back to back would starve the API of the CPU
-            # (and of the database's write lock): rest as long as the pass took, so that the
-            # loop uses at most about half, and one pass handles many changes.
-            self._stopping.wait(min(time.monotonic() - began, MAX_REST))
+            # A pass costs time in proportion to the queue. Under a stream of submits, passes
+            # back to back would starve the API of the CPU and the database's write lock, so
+            # the loop rests a few times as long as its pass took and one pass serves many
+            # submits. When work just ended, GPUs are idle: it rests only as long.
+            factor = 1 if ended_work else SUBMIT_REST_FACTOR
+            self._stopping.wait(min(factor * (time.monotonic() - began), MAX_REST))
             tick = BUSY_POLL if self._active else self.settings.schedule_interval_seconds
             woken = self._wait(tick)
             if woken:  # submits come in bursts: let a burst gather into one pass
@@ -126,13 +138,15 @@ class ControlLoop:
 
     # -- one pass ----------------------------------------------------------------------------
 
-    def run_once(self, force_schedule: bool = True) -> None:
+    def run_once(self, force_schedule: bool = True) -> bool:
+        """One pass; True if some attempt changed state."""
         changed = self.reconcile()
         self.stop_cancelled()
         overdue = time.monotonic() - self._last_schedule > self.settings.schedule_interval_seconds
         if changed or force_schedule or overdue:
             self._last_schedule = time.monotonic()
             self.schedule_and_dispatch()
+        return changed
 
     def readopt(self) -> None:
         """After a (re)start: take back every attempt that was launched and not yet ended."""

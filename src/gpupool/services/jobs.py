@@ -160,6 +160,10 @@ def _team_for(session: Session, principal: Principal, name: str | None) -> TeamM
                 f"you are not a member of team '{name}': submit to one of your teams"
             )
         return team
+    if len(principal.team_ids) == 1:
+        team = session.get(TeamModel, next(iter(principal.team_ids)))
+        if team is not None:
+            return team
     mine = [t for t in users.list_teams(session) if t.id in principal.team_ids]
     if len(mine) == 1:
         return mine[0]

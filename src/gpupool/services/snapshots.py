@@ -8,6 +8,7 @@ placements of active ones, and the nodes' inventory stamps.
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 from sqlalchemy import select
@@ -23,6 +24,7 @@ from gpupool.scheduler.types import (
     Snapshot,
 )
 from gpupool.services import nodes as node_service
+from gpupool.store.db import Database
 from gpupool.store.models import JobModel, NodeModel, TeamModel, UserModel
 
 
@@ -32,9 +34,22 @@ class NodeCache:
     Shared by the control loop and the API (submits check feasibility against it).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, max_age: float = 1.0) -> None:
         self._nodes: dict[str, tuple[float, bool, NodeCapacity]] = {}
         self._lock = threading.Lock()
+        self.max_age = max_age
+        self._checked_at = -max_age
+
+    def recent(self, db: Database) -> tuple[NodeCapacity, ...]:
+        """Capacities checked against the database at most ``max_age`` seconds ago.
+
+        For the submit path, which needs them only to refuse requests no node could ever run.
+        """
+        if time.monotonic() - self._checked_at > self.max_age:
+            with db.reader() as session:
+                return self.capacities(session)
+        with self._lock:
+            return tuple(entry[2] for entry in self._nodes.values())
 
     def capacities(self, session: Session) -> tuple[NodeCapacity, ...]:
         rows = session.execute(
@@ -48,6 +63,7 @@ class NodeCache:
                 if known is None or known[:2] != (stamp, schedulable):
                     node = node_service.get_node(session, name)
                     self._nodes[name] = (stamp, schedulable, node_service.capacity(node))
+            self._checked_at = time.monotonic()
             return tuple(entry[2] for entry in self._nodes.values())
 
 

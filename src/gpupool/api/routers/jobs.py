@@ -27,8 +27,7 @@ async def submit(spec: JobSpec, ctx: PlatformDep, who: PrincipalDep) -> JobOut:
 
 
 def _submit(ctx: Platform, who: Principal, spec: JobSpec) -> JobOut:
-    with ctx.db.reader() as session:
-        capacities = ctx.loop.snapshots.nodes.capacities(session)
+    capacities = ctx.loop.snapshots.nodes.recent(ctx.db)
     with ctx.db.session() as session:
         job = jobs.submit(session, who, spec, capacities, ctx.clock.now())
         out = JobOut.of(job, user=who.name)
