@@ -40,6 +40,7 @@ def serve(
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    logging.getLogger("alembic").setLevel(logging.WARNING)  # it narrates every step at INFO
     import uvicorn
 
     from gpupool.api.app import create_app

@@ -36,6 +36,7 @@ class Settings(BaseSettings):
     stop_grace_seconds: float = 30.0
     max_body_bytes: int = 1024**2
     schedule_interval_seconds: float = 0.5  # the loop also wakes at once on every change
+    discovery_interval_seconds: float = 30.0  # re-discovery of this node; 0: only at start
     session_hours: float = 12.0
 
     @property

@@ -22,12 +22,11 @@ def create_app(platform: Platform, start_loop: bool = True) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         if start_loop:
-            platform.loop.start()
+            platform.start()
         try:
             yield
         finally:
-            platform.loop.stop()
-            platform.executor.close()
+            platform.stop()
 
     app = FastAPI(
         title="gpupool",
