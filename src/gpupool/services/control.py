@@ -37,8 +37,8 @@ ACTIVE_ATTEMPT = ("starting", "running")
 # Runners announce every state change through the executor's change_fd, so polling is only
 # a safety net (a runner killed with SIGKILL announces nothing).
 BUSY_POLL = 0.25
-MAX_REST = 0.1
-SUBMIT_REST_FACTOR = 3
+MAX_REST = 0.25
+SUBMIT_REST_FACTOR = 5
 BATCH_WINDOW = 0.01
 
 
