@@ -1,146 +1,14 @@
-"""Acceptance tests of the `gpupool` CLI, run as a subprocess against a real server.
-
-The helpers here (Cli, refused, wait_for, wait_status, hold) are shared with test_cli_admin.py.
-"""
+"""Acceptance tests of the `gpupool` CLI, run as a subprocess against a real server."""
 
 from __future__ import annotations
 
 import json
 import os
 import stat
-import subprocess
-import sys
-import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
 
-import pytest
-
+from tests.support.cli import CLI_TIMEOUT, FINAL, Cli, hold, refused, wait_for, wait_status
 from tests.support.server import ServerProcess
-
-T = TypeVar("T")
-CLI_TIMEOUT = 120.0
-FINAL = {"succeeded", "failed", "cancelled", "lost"}
-
-
-@dataclass
-class Cli:
-    """Runs ``python -m gpupool ARGS``; with a token, as that user via GPUPOOL_URL/TOKEN."""
-
-    url: str
-    token: str | None = None
-
-    def env(self) -> dict[str, str]:
-        env = dict(os.environ)
-        if self.token:
-            env |= {"GPUPOOL_URL": self.url, "GPUPOOL_TOKEN": self.token}
-        return env
-
-    def __call__(
-        self, *args: str, stdin: str | None = None, cwd: Path | None = None
-    ) -> subprocess.CompletedProcess:
-        command = [sys.executable, "-m", "gpupool", *args]
-        return subprocess.run(
-            command,
-            env=self.env(),
-            cwd=cwd,
-            input=stdin,
-            capture_output=True,
-            text=True,
-            timeout=CLI_TIMEOUT,
-        )
-
-    def popen(self, *args: str) -> subprocess.Popen:
-        command = [sys.executable, "-m", "gpupool", *args]
-        return subprocess.Popen(
-            command, env=self.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-        )
-
-    def ok(self, *args: str, stdin: str | None = None) -> str:
-        """Stdout of a command that must succeed."""
-        result = self(*args, stdin=stdin)
-        assert result.returncode == 0, f"gpupool {args} -> {result.returncode}: {result.stderr}"
-        assert "Traceback" not in result.stderr
-        return result.stdout
-
-    def json(self, *args: str) -> Any:
-        """The parsed ``-o json`` output of a command."""
-        return json.loads(self.ok(*args, "-o", "json"))
-
-    def submit(self, *args: str) -> int:
-        """Submit with ``gpupool run ARGS`` and return the printed job id."""
-        return int(self.ok("run", *args).strip())
-
-    def job(self, job_id: int) -> dict[str, Any]:
-        return self.json("show", str(job_id))
-
-
-def refused(result: subprocess.CompletedProcess, code: str) -> bool:
-    """True when the CLI printed one 'error [code]: ...' line, exit 1, and no traceback."""
-    lines = result.stderr.strip().splitlines()
-    return (
-        result.returncode == 1
-        and len(lines) == 1
-        and lines[0].startswith(f"error [{code}]: ")
-        and "Traceback" not in result.stderr
-    )
-
-
-def wait_for(probe: Callable[[], T | None], timeout: float = 90.0, what: str = "condition") -> T:
-    """Poll ``probe`` until it returns something truthy; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
-
-
-def wait_status(cli: Cli, job_id: int, statuses: set[str], timeout: float = 90.0) -> dict:
-    """Poll ``gpupool show -o json`` until the job has one of ``statuses``."""
-
-    def probe() -> dict | None:
-        job = cli.job(job_id)
-        return job if job["status"] in statuses else None
-
-    return wait_for(probe, timeout, f"job {job_id} to be {'/'.join(sorted(statuses))}")
-
-
-def hold(marker: Path, before: str = "", after: str = "") -> list[str]:
-    """``-- sh -c SCRIPT``: ``before``, wait until ``marker`` exists (120 s at most), ``after``."""
-    loop = f'i=0; while [ ! -e "{marker}" ] && [ $i -lt 1200 ]; do sleep 0.1; i=$((i+1)); done'
-    return ["--", "sh", "-c", f"{before}{loop}{after}"]
-
-
-# -- fixtures --------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    """One real server (4 declared A100s) for this module: each test ends the jobs it starts."""
-    process = ServerProcess(tmp_path_factory.mktemp("cli") / "data").start()
-    yield process
-    process.stop()
-
-
-@pytest.fixture
-def admin(pool: ServerProcess) -> Cli:
-    """The CLI as the pool's first admin (GPUPOOL_URL + GPUPOOL_TOKEN)."""
-    assert pool.token
-    return Cli(pool.url, pool.token)
-
-
-@pytest.fixture
-def release(tmp_path: Path) -> Iterator[Path]:
-    """A marker file; held jobs (see ``hold``) end once it exists, at the latest at teardown."""
-    marker = tmp_path / "release"
-    yield marker
-    marker.touch()
-
 
 # -- session ---------------------------------------------------------------------------------
 

@@ -2,26 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
-
-from tests.acceptance.test_cli import FINAL, Cli, refused, wait_status
-from tests.support.server import ServerProcess
-
-
-@pytest.fixture(scope="module")
-def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    """One real server for this module; each test creates the teams and users it needs."""
-    process = ServerProcess(tmp_path_factory.mktemp("cli-admin") / "data").start()
-    yield process
-    process.stop()
-
-
-@pytest.fixture
-def admin(pool: ServerProcess) -> Cli:
-    assert pool.token
-    return Cli(pool.url, pool.token)
+from tests.support.cli import FINAL, Cli, refused, wait_status
 
 
 def new_user(admin: Cli, name: str, role: str, team: str) -> Cli:

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ from gpupool.executors.base import Executor
 from gpupool.services import auth, users
 from gpupool.services.platform import Platform, open_platform
 from gpupool.settings import Settings
+from tests.support.waiting import wait_for
 
 FINAL = {"succeeded", "failed", "cancelled", "lost"}
 
@@ -53,18 +53,6 @@ def admin_token(platform: Platform) -> str:
         return auth.create_token(session, admin, "test", platform.clock.now())[0]
 
 
-def wait_for(check: Callable[[], Any], timeout: float = 30.0, every: float = 0.05) -> Any:
-    """Poll until ``check`` returns something truthy; fail with its last value."""
-    deadline = time.monotonic() + timeout
-    value = None
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(every)
-    raise AssertionError(f"condition not met in {timeout} s; last value: {value!r}")
-
-
 def wait_job(
     client: TestClient, job_id: int, statuses: set[str] = FINAL, timeout: float = 30.0
 ) -> dict:
@@ -72,7 +60,7 @@ def wait_job(
         job = client.get(f"/api/v1/jobs/{job_id}").json()
         return job if job["status"] in statuses else None
 
-    return wait_for(check, timeout)
+    return wait_for(check, timeout, f"job {job_id} to be {'/'.join(sorted(statuses))}", 0.05)
 
 
 def submit(client: TestClient, command: list[str], **fields: Any) -> dict:

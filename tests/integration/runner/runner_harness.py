@@ -8,27 +8,14 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import psutil
+from tests.support.waiting import wait_for  # noqa: F401 - used by the tests through here
 
 T = TypeVar("T")
 PYTHON = sys.executable
-
-
-def wait_for(check: Callable[[], T], timeout: float = 30.0, what: str = "condition") -> T:
-    """Poll ``check`` until it returns something truthy; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.01)
 
 
 def is_alive(pid: int) -> bool:

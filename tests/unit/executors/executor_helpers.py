@@ -7,12 +7,11 @@ import json
 import os
 import signal
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import psutil
+from tests.support.waiting import wait_for  # noqa: F401 - used by the tests through here
 
 from gpupool.executors.base import Executor, Handle, Observed, PollResult, TaskSpec
 
@@ -49,17 +48,6 @@ def wait_until_file(path: Path) -> list[str]:
         f"sys.exit(int(open({str(path)!r}).read() or 0))\n"
     )
     return py(code)
-
-
-def wait_for(check: Callable[[], T], timeout: float = 30.0, what: str = "condition") -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.01)
 
 
 def wait_observed(
