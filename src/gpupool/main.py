@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from gpupool.cli.main import app
 from gpupool.server import db_app, serve
+from gpupool.sim.cli import simulate
 
 app.command("server")(serve)
 app.add_typer(db_app, name="db")
+app.command("simulate")(simulate)
 
 
 def main() -> None:

@@ -1,0 +1,290 @@
+"""The trace replay engine: exact timelines on tiny traces, invariants on random ones."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from gpupool.domain.jobs import ResourceRequest
+from gpupool.domain.units import GiB
+from gpupool.main import app
+from gpupool.scheduler import schedule
+from gpupool.scheduler.messages import NO_NODES_MESSAGE
+from gpupool.scheduler.types import Clock, Decisions, NodeCapacity, Placement, Snapshot
+from gpupool.sim.engine import STUCK_MESSAGE, SimResult, VirtualClock, cluster, simulate
+from gpupool.sim.metrics import summarize
+from gpupool.sim.report import render
+from gpupool.sim.traces import TraceJob, load_trace
+
+REPO = Path(__file__).resolve().parents[3]
+TRACES = REPO.parent / "shared" / "data" / "traces"
+EPS = 1e-9
+
+
+def job(job_id: int, submit: float, duration: float, gpus: float, team: str = "a") -> TraceJob:
+    return TraceJob(job_id, submit, duration, team, team, ResourceRequest(gpus=gpus))
+
+
+def times(result: SimResult) -> dict[int, tuple[float, float]]:
+    return {record.job_id: (record.start, record.end) for record in result.records}
+
+
+# -- exact timelines on a 1x2 cluster ---------------------------------------------------------
+
+ONE_TEAM = [job(1, 0, 10, 1), job(2, 1, 4, 1), job(3, 2, 3, 2), job(4, 3, 2, 1)]
+TWO_TEAMS = [job(1, 0, 4, 2, "b"), job(2, 1, 2, 1, "a"), job(3, 1, 2, 1, "b"), job(4, 1, 2, 1, "a")]
+
+
+def test_a_job_that_does_not_fit_lets_smaller_ones_pass():
+    result = simulate(ONE_TEAM, cluster("1x2"))
+    # Job 3 (2 GPUs) waits for both; job 4 takes the GPU job 2 frees at 5.
+    assert times(result) == {1: (0, 10), 2: (1, 5), 3: (10, 13), 4: (5, 7)}
+    assert [record.gpus for record in result.records] == [1, 1, 2, 1]
+    assert result.unscheduled == ()
+    assert result.total_gpus == 2
+    assert result.cycles == 7  # times 0 1 2 3 5 7 10; at 13 nothing is pending
+
+
+def test_one_team_metrics():
+    metrics = summarize(simulate(ONE_TEAM, cluster("1x2")))
+    assert metrics.jobs == 4
+    assert metrics.avg_jct == pytest.approx(29 / 4)  # JCTs 10 4 11 4
+    assert metrics.median_jct == pytest.approx(7)
+    assert metrics.avg_queueing_delay == pytest.approx(10 / 4)  # delays 0 0 8 2
+    assert metrics.utilisation == pytest.approx(22 / (2 * 13))  # 22 GPU-seconds in 13 s
+    assert metrics.makespan == 13
+    assert metrics.bounds.min_avg_jct == pytest.approx(19 / 4)
+    assert metrics.bounds.offered_load == pytest.approx(22 / (2 * 10))
+    assert metrics.worst_team_slowdown == pytest.approx((1 + 1 + 11 / 3 + 2) / 4)
+
+
+def test_teams_are_served_in_turn():
+    result = simulate(TWO_TEAMS, cluster("1x2"))
+    # At 4 the heads of a (job 2) and b (job 3) start; job 4, a's second, waits for a GPU.
+    assert times(result) == {1: (0, 4), 2: (4, 6), 3: (4, 6), 4: (6, 8)}
+    metrics = summarize(result)
+    assert metrics.worst_team == "a"
+    assert metrics.worst_team_slowdown == pytest.approx(3.0)  # slowdowns 2.5 and 3.5
+    assert metrics.jain_fairness == pytest.approx(4.75**2 / (2 * (3.0**2 + 1.75**2)))
+    assert metrics.utilisation == pytest.approx(14 / 16)
+
+
+def test_fractions_share_a_gpu():
+    jobs = [job(1, 0, 6, 0.5), job(2, 0, 6, 0.5), job(3, 0, 6, 0.5), job(4, 1, 2, 1)]
+    result = simulate(jobs, cluster("1x2"))
+    assert times(result) == {1: (0, 6), 2: (0, 6), 3: (0, 6), 4: (6, 8)}
+    assert [record.gpus for record in result.records] == [0.5, 0.5, 0.5, 1]
+    assert len({record.shares[0].uuid for record in result.records[:2]}) == 1
+
+
+def test_a_job_that_can_never_fit_is_unscheduled_at_submit():
+    result = simulate([job(1, 0, 5, 1), job(2, 1, 5, 3)], cluster("1x2"))
+    assert times(result) == {1: (0, 5)}
+    [refused] = result.unscheduled
+    assert (refused.job_id, refused.gpus, refused.submit) == (2, 3, 1)
+    assert "3 GPUs" in refused.reason
+
+
+def test_jobs_without_nodes_are_reported_not_looped_on():
+    result = simulate([job(1, 0, 5, 1), job(2, 3, 5, 1)], ())
+    assert result.records == ()
+    assert [(item.job_id, item.reason) for item in result.unscheduled] == [
+        (1, NO_NODES_MESSAGE),
+        (2, NO_NODES_MESSAGE),
+    ]
+
+
+def test_a_policy_that_never_places_leaves_the_jobs_unscheduled():
+    def idle(snapshot: Snapshot, clock: Clock) -> Decisions:
+        return Decisions()
+
+    result = simulate([job(1, 0, 5, 1), job(2, 7, 5, 1)], cluster("1x2"), idle)
+    assert result.cycles == 2
+    assert [(item.job_id, item.reason) for item in result.unscheduled] == [
+        (1, STUCK_MESSAGE),
+        (2, STUCK_MESSAGE),
+    ]
+
+
+def test_the_policy_sees_each_event_time_once_with_the_running_jobs():
+    seen: list[tuple[float, list[int], list[int]]] = []
+
+    def spy(snapshot: Snapshot, clock: Clock) -> Decisions:
+        running = sorted(allocation.job_id for allocation in snapshot.allocations)
+        seen.append((clock.now(), running, [pending.job_id for pending in snapshot.pending]))
+        return schedule(snapshot, clock)
+
+    simulate(ONE_TEAM, cluster("1x2"), spy)
+    assert seen == [
+        (0, [], [1]),
+        (1, [1], [2]),
+        (2, [1, 2], [3]),
+        (3, [1, 2], [3, 4]),
+        (5, [1], [3, 4]),
+        (7, [1], [3]),
+        (10, [], [3]),
+    ]
+
+
+def test_equal_inputs_give_equal_results():
+    jobs = [*TWO_TEAMS, job(5, 2, 3, 0.25, "c"), job(6, 2, 1, 2, "c")]
+    assert simulate(jobs, cluster("1x2")) == simulate(list(reversed(jobs)), cluster("1x2"))
+
+
+def test_a_placement_of_a_job_not_pending_is_a_policy_bug():
+    def rogue(snapshot: Snapshot, clock: Clock) -> Decisions:
+        return Decisions(placements=[Placement(99, "node-000", (), 1.0, 0)])
+
+    with pytest.raises(ValueError, match="job 99"):
+        simulate([job(1, 0, 5, 1)], cluster("1x2"), rogue)
+
+
+@dataclass
+class DecisionsWithPreemptions(Decisions):
+    preemptions: list[int] = field(default_factory=list)
+
+
+def test_preemptions_are_a_hook_left_for_the_scheduler():
+    def preempting(snapshot: Snapshot, clock: Clock) -> Decisions:
+        return DecisionsWithPreemptions(preemptions=[1])
+
+    with pytest.raises(NotImplementedError, match="apply_preemptions"):
+        simulate([job(1, 0, 5, 1)], cluster("1x2"), preempting)
+    assert simulate([job(1, 0, 5, 1)], cluster("1x2"), restart_cost=60).preemptions == 0
+
+
+def test_bad_traces_are_refused():
+    with pytest.raises(ValueError, match="twice"):
+        simulate([job(1, 0, 5, 1), job(1, 2, 5, 1)], cluster("1x2"))
+    with pytest.raises(ValueError, match="restart_cost"):
+        simulate([], cluster("1x2"), restart_cost=-1)
+
+
+def test_the_virtual_clock_only_moves_forward():
+    clock = VirtualClock()
+    clock.advance_to(5)
+    assert clock.now() == 5
+    with pytest.raises(ValueError):
+        clock.advance_to(4)
+
+
+# -- clusters ----------------------------------------------------------------------------------
+
+
+def test_cluster_of_one_group():
+    nodes = cluster("4x4")
+    assert [node.name for node in nodes] == ["node-000", "node-001", "node-002", "node-003"]
+    gpus = nodes[0].gpus
+    assert [(gpu.index, gpu.model, gpu.memory_bytes) for gpu in gpus] == [
+        (index, "GPU", 80 * GiB) for index in range(4)
+    ]
+    assert len({gpu.uuid for node in nodes for gpu in node.gpus}) == 16
+
+
+def test_cluster_of_several_groups():
+    nodes = cluster("1x8:A100:40, 2x4:T4:16GiB")
+    assert [(len(node.gpus), node.gpus[0].model, node.gpus[0].memory_bytes) for node in nodes] == [
+        (8, "A100", 40 * GiB),
+        (4, "T4", 16 * GiB),
+        (4, "T4", 16 * GiB),
+    ]
+
+
+@pytest.mark.parametrize("spec", ["16", "x4", "0x4", "4x", "4x4:A:80:9", "4x4:A:lots", ""])
+def test_bad_cluster_specs(spec: str):
+    with pytest.raises(ValueError, match="4x4|GPU memory"):
+        cluster(spec)
+
+
+# -- invariants on random traces ---------------------------------------------------------------
+
+
+@st.composite
+def traces(draw) -> list[TraceJob]:
+    count = draw(st.integers(1, 12))
+    return [
+        job(
+            job_id,
+            submit=float(draw(st.integers(0, 20))),
+            duration=float(draw(st.integers(1, 15))),
+            gpus=draw(st.sampled_from([0.25, 0.5, 1, 1, 2, 3])),
+            team=draw(st.sampled_from(["a", "b", "c"])),
+        )
+        for job_id in range(1, count + 1)
+    ]
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(traces(), st.sampled_from(["1x2", "2x2", "1x4,1x1"]))
+def test_replay_invariants(jobs: list[TraceJob], spec: str):
+    nodes = cluster(spec)
+    result = simulate(jobs, nodes)
+    by_id = {item.job_id: item for item in jobs}
+    ran = {record.job_id for record in result.records}
+    assert ran | {item.job_id for item in result.unscheduled} == set(by_id)
+    assert not ran & {item.job_id for item in result.unscheduled}
+    for record in result.records:
+        assert record.start >= by_id[record.job_id].submit
+        assert record.end - record.start == by_id[record.job_id].duration
+    check_never_over_allocated(result, nodes)
+    metrics = summarize(result)
+    assert metrics.avg_jct >= metrics.bounds.min_avg_jct - EPS
+    assert metrics.utilisation <= metrics.bounds.max_utilisation + EPS
+
+
+def check_never_over_allocated(result: SimResult, nodes: tuple[NodeCapacity, ...]) -> None:
+    """At every start, the shares held of each GPU add up to at most the whole GPU."""
+    gpus = {gpu.uuid for node in nodes for gpu in node.gpus}
+    for moment in {record.start for record in result.records}:
+        held: dict[str, float] = defaultdict(float)
+        for record in result.records:
+            if record.start <= moment < record.end:
+                for part in record.shares:
+                    held[part.uuid] += part.share
+        assert set(held) <= gpus
+        assert all(total <= 1 + EPS for total in held.values()), held
+
+
+# -- the real Philly subset --------------------------------------------------------------------
+
+TIRESIAS_SUBSET = "?teams=11cb48&start=2017-10-01&end=2017-11-01"
+
+
+@pytest.mark.skipif(not TRACES.is_dir(), reason=f"{TRACES} is absent: traces live beside the repo")
+def test_philly_11cb48_october_on_4x4_keeps_the_invariants():
+    trace = load_trace(f"philly:{TRACES / 'philly.csv'}{TIRESIAS_SUBSET}")
+    result = simulate(trace.jobs, cluster("4x4"))
+    metrics = summarize(result)
+    print(render([("default", metrics)]))
+    assert len(result.records) + len(result.unscheduled) == len(trace.jobs)
+    assert all(item.gpus > 4 for item in result.unscheduled)  # only what no 4-GPU node holds
+    assert all(math.isfinite(record.end) for record in result.records)
+    assert metrics.utilisation <= metrics.bounds.max_utilisation + EPS
+    assert all(record.jct >= record.duration for record in result.records)
+    assert metrics.avg_jct >= metrics.bounds.min_avg_jct
+
+
+# -- the simulate command ----------------------------------------------------------------------
+
+
+def test_the_command_prints_a_row_per_policy_and_the_bounds(tmp_path: Path):
+    trace = tmp_path / "tiny.csv"
+    trace.write_text("submit,duration,gpus,team\n0,10,1,a\n1,4,1,a\n2,3,2,a\n3,2,1,a\n")
+    result = CliRunner().invoke(app, ["simulate", "--trace", f"csv:{trace}", "--cluster", "1x2"])
+    assert result.exit_code == 0, result.output
+    assert "default" in result.stdout
+    assert "avg JCT >= 5 s (mean isolated runtime)" in result.stdout
+
+
+def test_an_unknown_policy_is_a_usage_error_listing_the_known_ones(tmp_path: Path):
+    args = ["simulate", "--trace", "x.csv", "--cluster", "1x2", "--policy", "fifo"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2
+    assert "unknown policy 'fifo'; known: default" in result.output
