@@ -14,6 +14,7 @@ from gpupool.executors.base import Executor
 from gpupool.services import auth, users
 from gpupool.services.platform import Platform, open_platform
 from gpupool.settings import Settings
+from tests.support.cleanup import kill_leftovers
 from tests.support.waiting import wait_for
 
 FINAL = {"succeeded", "failed", "cancelled", "lost"}
@@ -42,6 +43,7 @@ def running_app(
         client.headers["Authorization"] = f"Bearer {admin_token(platform)}"
         yield client, platform
     platform.db.dispose()
+    kill_leftovers(settings.jobs_dir)
 
 
 def admin_token(platform: Platform) -> str:

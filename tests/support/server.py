@@ -13,6 +13,8 @@ from pathlib import Path
 
 import httpx
 
+from tests.support.cleanup import kill_leftovers
+
 TOKEN = re.compile(r"--token (\S+)")
 DECLARED = "4xA100-SXM4-80GB:80GiB"
 
@@ -72,12 +74,14 @@ class ServerProcess:
         self.process.wait(timeout=30)
 
     def stop(self) -> None:
+        """Stop the server and the jobs it left running (a real server leaves them to run)."""
         if self.process and self.process.poll() is None:
             self.process.terminate()
             try:
                 self.process.wait(timeout=15)
             except subprocess.TimeoutExpired:
                 self.kill9()
+        kill_leftovers(self.data_dir / "jobs")
 
     def output(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
-import signal
 import sys
 from pathlib import Path
 from typing import Any, TypeVar
 
 import psutil
+from tests.support.cleanup import kill_leftovers  # noqa: F401 - used by the tests through here
 from tests.support.waiting import wait_for  # noqa: F401 - used by the tests through here
 
 from gpupool.executors.base import Executor, Handle, Observed, PollResult, TaskSpec
@@ -73,14 +70,3 @@ def is_alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
-
-
-def kill_leftovers(jobs_dir: Path) -> None:
-    """SIGKILL the runners and workload groups recorded under ``jobs_dir``."""
-    for state_file in jobs_dir.glob("*/attempts/*/state.json"):
-        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-            state = json.loads(state_file.read_text())
-            for pid_key, pgid in (("runner_pid", state["runner_pid"]), ("pid", state["pgid"])):
-                if state.get(pid_key) and is_alive(state[pid_key]):
-                    with contextlib.suppress(ProcessLookupError, PermissionError):
-                        os.killpg(pgid, signal.SIGKILL)
