@@ -14,6 +14,9 @@ SPEC_VERSION = 1
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 RESERVED_ENV = ("GPUPOOL_", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")
 MAX_PRIORITY = 1000
+MAX_GPU_TYPES = 16
+MAX_GPU_TYPE_LENGTH = 64
+MAX_RUNTIME_SECONDS = 90 * 86400.0
 
 
 class JobStatus(StrEnum):
@@ -37,6 +40,14 @@ class JobStatus(StrEnum):
 FINAL_STATUSES = frozenset(
     {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.LOST}
 )
+
+
+class StopReason(StrEnum):
+    """Why gpupool stopped a running attempt (recorded on the attempt when it asks)."""
+
+    PREEMPTED = "preempted"  # the job goes back to the queue when the attempt ends
+    MAX_RUNTIME = "max_runtime"  # the job fails with MaxRuntimeExceeded
+    CANCELLED = "cancelled"
 
 
 class Role(StrEnum):
@@ -121,7 +132,16 @@ class ResourceRequest(BaseModel):
 
 
 class JobSpec(BaseModel):
-    """A job as its user submitted it; stored as versioned JSON."""
+    """A job as its user submitted it; stored as versioned JSON.
+
+    ``preemptible``: the scheduler may stop it (SIGTERM, grace, SIGKILL) and requeue it when
+    another team reclaims its guarantee or a more urgent job needs the GPUs.
+    ``gpu_types``: GPU models it may run on, each matched case-insensitively as part of the
+    model name ("a100" matches "NVIDIA A100-SXM4-80GB"); empty: any.
+    ``max_runtime_seconds``: a running attempt is stopped, and the job fails, after this.
+    ``grace_period_seconds``: between SIGTERM and SIGKILL when stopped (default: the
+    server's ``stop_grace_seconds``; at most its ``max_grace_seconds``).
+    """
 
     model_config = ConfigDict(extra="forbid")
 
@@ -133,6 +153,12 @@ class JobSpec(BaseModel):
     resources: ResourceRequest = Field(default_factory=ResourceRequest)
     team: str | None = Field(default=None, max_length=100)
     priority: int = Field(default=0, ge=-MAX_PRIORITY, le=MAX_PRIORITY)
+    preemptible: bool = True
+    gpu_types: list[str] = Field(default_factory=list, max_length=MAX_GPU_TYPES)
+    max_runtime_seconds: float | None = Field(
+        default=None, gt=0, le=MAX_RUNTIME_SECONDS, allow_inf_nan=False
+    )
+    grace_period_seconds: float | None = Field(default=None, ge=0, allow_inf_nan=False)
 
     @field_validator("version")
     @classmethod
@@ -167,6 +193,21 @@ class JobSpec(BaseModel):
             raise ValueError("at most 1000 environment variables")
         return value
 
+    @field_validator("gpu_types")
+    @classmethod
+    def _gpu_types(cls, value: list[str]) -> list[str]:
+        """Stripped, each 1-64 characters; duplicates (ignoring case) dropped, order kept."""
+        kept: dict[str, str] = {}
+        for raw in value:
+            name = raw.strip()
+            if not name or len(name) > MAX_GPU_TYPE_LENGTH:
+                raise ValueError(
+                    f"a GPU type is 1-{MAX_GPU_TYPE_LENGTH} characters, part of a GPU model "
+                    "name such as A100 or H100-80GB"
+                )
+            kept.setdefault(name.lower(), name)
+        return list(kept.values())
+
     @model_validator(mode="after")
     def _display_name(self) -> JobSpec:
         if self.name is not None and not self.name.strip():
@@ -186,6 +227,15 @@ class Reason(StrEnum):
     INSUFFICIENT_MEMORY = "InsufficientMemory"
     WAITING_FOR_HIGHER_PRIORITY = "WaitingForHigherPriority"
     NO_NODE_BIG_ENOUGH = "NoNodeBigEnough"
+    NO_GPU_OF_TYPE = "NoGpuOfType"
+    OVER_QUOTA = "OverQuota"  # the team is at its limit
+    NOT_GUARANTEED = "NotGuaranteed"  # non-preemptible work beyond the team's guarantee
+    FAIR_SHARE = "WaitingForFairShare"  # others come first by fair share
+    RESERVED = "Reserved"  # the spot it fits is held for a blocked, earlier job
+    PREEMPTING = "Preempting"  # waiting for the jobs it preempted to stop
+    PREEMPTED = "Preempted"
+    MAX_RUNTIME_EXCEEDED = "MaxRuntimeExceeded"
+    CHECKPOINTED = "Checkpointed"
     PLACED = "Placed"
     STARTED = "Started"
     LAUNCH_FAILED = "LaunchFailed"

@@ -27,6 +27,8 @@ class GpuState:
     uuid: str
     index: int
     memory_bytes: int
+    model: str
+    domain: int
     rank: int  # the rank of its node
     position: int  # its place in the node's GPUs, in index order
     used_share: float = 0.0
@@ -56,6 +58,16 @@ class GpuState:
             self.whole = True
         self.free = not self.whole and self.used_share == 0 and self.used_memory == 0
 
+    def unhold(self, share: float, memory: int) -> None:
+        """Give back what ``hold`` took (a gang that could not start in full)."""
+        self.used_share = max(0.0, self.used_share - share)
+        self.used_memory = max(0, self.used_memory - memory)
+        if share >= 1.0 - SHARE_EPSILON:
+            self.whole = False
+        if self.used_share <= SHARE_EPSILON:
+            self.used_share = 0.0
+        self.free = not self.whole and self.used_share == 0 and self.used_memory == 0
+
 
 @dataclass(slots=True)
 class NodeState:
@@ -67,6 +79,7 @@ class NodeState:
     by_uuid: dict[str, GpuState]
     cpus: float
     memory_bytes: int
+    models: frozenset[str] = frozenset()
     free_count: int = 0
 
     def count_free(self) -> int:
@@ -151,6 +164,23 @@ class FreeCapacity:
         if taken:
             self._rebucket(node, node.free_count - taken)
 
+    def give_back(self, claim: Claim, cpus: float, memory_bytes: int) -> None:
+        """Undo ``take`` (a gang whose later tasks found no room starts none of its tasks)."""
+        node = claim.node
+        node.cpus += cpus
+        node.memory_bytes += memory_bytes
+        freed = 0
+        for gpu, share, memory in claim.parts:
+            if gpu.is_shared:
+                self._unindex(gpu)
+            was_free = gpu.free
+            gpu.unhold(share, memory)
+            freed += gpu.free and not was_free
+            if gpu.is_shared:
+                insort(self.shared, gpu.key())
+        if freed:
+            self._rebucket(node, node.free_count + freed)
+
     def _unindex(self, gpu: GpuState) -> None:
         at = bisect_left(self.shared, gpu.key())
         del self.shared[at]
@@ -172,12 +202,19 @@ def _node_state(node: NodeCapacity, rank: int) -> NodeState:
         by_uuid={gpu.uuid: gpu for gpu in gpus},
         cpus=node.cpus,
         memory_bytes=node.memory_bytes,
+        models=frozenset(gpu.model for gpu in gpus),
     )
 
 
 def _gpu_state(gpu: GpuCapacity, rank: int, position: int) -> GpuState:
     return GpuState(
-        uuid=gpu.uuid, index=gpu.index, memory_bytes=gpu.memory_bytes, rank=rank, position=position
+        uuid=gpu.uuid,
+        index=gpu.index,
+        memory_bytes=gpu.memory_bytes,
+        model=gpu.model,
+        domain=gpu.domain,
+        rank=rank,
+        position=position,
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gpupool.domain.jobs import ResourceRequest
@@ -53,6 +54,55 @@ class DemandCache:
         return demand
 
 
+def model_matches(types: tuple[str, ...], model: str) -> bool:
+    """A GPU model is allowed by ``types`` (empty: any): a case-insensitive substring match,
+    so ``A100`` matches ``NVIDIA A100-SXM4-80GB``."""
+    if not types:
+        return True
+    lowered = model.lower()
+    return any(kind.lower() in lowered for kind in types)
+
+
+class Where:
+    """Where the tasks of one job may go: GPUs of the allowed models, on allowed nodes.
+
+    ``node_ok`` (optional) vetoes a node for a given demand, e.g. one whose free GPUs are
+    reserved for a blocked job that came first.
+    """
+
+    __slots__ = ("_models", "node_ok", "types")
+
+    def __init__(
+        self,
+        types: tuple[str, ...] = (),
+        node_ok: Callable[[NodeState, Demand], bool] | None = None,
+    ) -> None:
+        self.types = types
+        self.node_ok = node_ok
+        self._models: dict[str, bool] = {}
+
+    @property
+    def restricted(self) -> bool:
+        return bool(self.types) or self.node_ok is not None
+
+    def gpu_ok(self, gpu: GpuState) -> bool:
+        return not self.types or self.model_ok(gpu.model)
+
+    def model_ok(self, model: str) -> bool:
+        found = self._models.get(model)
+        if found is None:
+            found = self._models[model] = model_matches(self.types, model)
+        return found
+
+    def node_allowed(self, node: NodeState, demand: Demand) -> bool:
+        if self.types and not any(self.model_ok(model) for model in node.models):
+            return False
+        return self.node_ok is None or self.node_ok(node, demand)
+
+
+ANYWHERE = Where()
+
+
 def cpus_fit(free_cpus: float, cpus: float) -> bool:
     return free_cpus >= cpus - CPU_EPSILON
 
@@ -95,9 +145,12 @@ def share_fits(gpu: GpuState, share: float) -> bool:
     return not gpu.whole and gpu.used_share + share <= 1.0 + SHARE_EPSILON
 
 
-def whole_gpus_on(node: NodeState, demand: Demand) -> list[GpuState]:
+def whole_gpus_on(node: NodeState, demand: Demand, where: Where = ANYWHERE) -> list[GpuState]:
     """The free GPUs of ``node`` a whole-GPU demand may take, in index order."""
     least = demand.gpu_memory
-    if least is None:
+    if least is None and not where.types:
         return [gpu for gpu in node.gpus if gpu.free]
-    return [gpu for gpu in node.gpus if gpu.free and gpu.memory_bytes >= least]
+    least = least or 0
+    return [
+        gpu for gpu in node.gpus if gpu.free and gpu.memory_bytes >= least and where.gpu_ok(gpu)
+    ]

@@ -1,48 +1,217 @@
-"""Phase 2: the order in which pending jobs are tried (the policy a later issue replaces).
+"""Phase 2: the order in which pending jobs are tried, kept current as the cycle goes.
 
-One queue per team, each by priority (higher first), then submit time, then job id; the
-teams (in name order) are served round-robin, each queue's head in turn. A job's position
-is its 1-based place in its own team's queue.
+Teams take turns through a heap: teams under their guarantee first (the least served
+first), then the others by GPUs held per unit of weight, so the pool's spare capacity is
+shared in proportion to weights. A team's key changes as its jobs are placed (or its work
+preempted), so the next turn goes to whoever is then furthest behind.
+
+Inside a team, each user has a queue; users take turns by the head job's priority (higher
+first) and least-attained-service level (lower first), then by the user's decayed past
+usage per unit of weight (Slurm's fair-share factor orders the same way), then by submit
+time. Inside a user's queue: priority, level, then the time the job (re)entered the queue.
+
+Levels are Tiresias' discretised least-attained-service: a job's level is how many of the
+``las_thresholds`` (GPU-seconds) its attained service has passed, so short experiments run
+ahead of week-long runs without anyone knowing durations. A job that has waited
+``starvation_factor`` times its attained service goes back to level 0.
+
+A job's position is its 1-based place in its team's order.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import heapq
+from bisect import bisect_right
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
-from gpupool.scheduler.types import PendingJob
+from gpupool.scheduler.ledger import Ledger
+from gpupool.scheduler.types import Allocation, PendingJob, Policy
+
+FIFO_TEAM = ""  # the single queue of the fifo baseline
 
 
 @dataclass(slots=True)
 class QueuedJob:
     job: PendingJob
     position: int  # 1-based, in its team's queue
+    level: int = 0
 
 
-def order_pending(pending: Iterable[PendingJob], now: float) -> list[QueuedJob]:
-    """The jobs in the order to try them. ``now`` is for policies that age or decay."""
-    return round_robin(team_queues(pending))
+def level_of(attained: float, policy: Policy) -> int:
+    return bisect_right(policy.las_thresholds, attained) if policy.order == "las" else 0
 
 
-def queue_key(job: PendingJob) -> tuple[int, float, int]:
-    return (-job.priority, job.submitted_at, job.job_id)
+def pending_level(job: PendingJob, now: float, policy: Policy) -> int:
+    level = level_of(job.attained, policy)
+    if level and policy.starvation_factor > 0:
+        waited = now - (job.queued_at if job.queued_at is not None else job.submitted_at)
+        if waited >= max(policy.starvation_min_wait, policy.starvation_factor * job.attained):
+            return 0
+    return level
 
 
-def team_queues(pending: Iterable[PendingJob]) -> dict[str, list[PendingJob]]:
-    queues: dict[str, list[PendingJob]] = {}
-    for job in pending:
-        queues.setdefault(job.team, []).append(job)
-    for queue in queues.values():
-        queue.sort(key=queue_key)
-    return queues
+def running_attained(allocation: Allocation, now: float) -> float:
+    """Service so far: earlier attempts plus this one (GPUs held times time run)."""
+    gpus = sum(part.share for part in allocation.gpus)
+    return allocation.attained + gpus * max(0.0, now - allocation.started_at)
 
 
-def round_robin(queues: dict[str, list[PendingJob]]) -> list[QueuedJob]:
-    active = [queues[team] for team in sorted(queues)]
-    ordered: list[QueuedJob] = []
-    depth = 0
-    while active:
-        ordered.extend(QueuedJob(queue[depth], depth + 1) for queue in active)
-        depth += 1
-        active = [queue for queue in active if len(queue) > depth]
-    return ordered
+class UserQueue:
+    __slots__ = ("jobs", "next", "user", "weight")
+
+    def __init__(self, user: str, jobs: list[tuple[tuple, PendingJob]], weight: float):
+        jobs.sort(key=lambda entry: entry[0])
+        self.user = user
+        self.jobs = jobs
+        self.next = 0
+        self.weight = weight
+
+    def head(self) -> tuple[tuple, PendingJob] | None:
+        return self.jobs[self.next] if self.next < len(self.jobs) else None
+
+
+class TeamQueue:
+    """One team's users, in fair-share turns."""
+
+    __slots__ = ("_last", "heap", "served", "team", "usage")
+
+    def __init__(self, team: str, users: list[UserQueue], usage: Mapping[str, float]):
+        self.team = team
+        self.usage = {queue.user: usage.get(queue.user, 0.0) for queue in users}
+        self.served = 0
+        self.heap: list[tuple] = []
+        for queue in users:
+            self._push(queue)
+
+    def _push(self, queue: UserQueue) -> None:
+        head = queue.head()
+        if head is None:
+            return
+        key, _ = head
+        share = self.usage[queue.user] / queue.weight
+        # key = (-priority, level, seq...): priority and level outrank the user's usage
+        heapq.heappush(self.heap, (key[0], key[1], share, key[2:], queue.user, queue))
+
+    def pop(self) -> PendingJob | None:
+        if not self.heap:
+            return None
+        queue: UserQueue = heapq.heappop(self.heap)[-1]
+        _, job = queue.jobs[queue.next]
+        queue.next += 1
+        self.served += 1
+        self._last = queue
+        return job
+
+    def charge(self, user: str, usage: float) -> None:
+        if user in self.usage:
+            self.usage[user] += usage
+
+    def requeue_user(self, queue: UserQueue) -> None:
+        self._push(queue)
+
+    def __bool__(self) -> bool:
+        return bool(self.heap)
+
+
+class Queues:
+    """The pending jobs in turn: ``next()`` gives a job, then ``done(job)`` hands the turn on.
+
+    ``drop_team`` ends a team's turns for this cycle (strict queues whose head is blocked).
+    """
+
+    def __init__(
+        self,
+        pending: Iterable[PendingJob],
+        ledger: Ledger,
+        policy: Policy,
+        now: float,
+        usage: Mapping[str, float],
+        weights: Mapping[str, float],
+        remaining: Mapping[int, float],
+    ) -> None:
+        self.ledger = ledger
+        self.policy = policy
+        by_team: dict[str, dict[str, list[tuple[tuple, PendingJob]]]] = {}
+        self.levels: dict[int, int] = {}
+        fifo = policy.order == "fifo"
+        for job in pending:
+            key = self._job_key(job, now, remaining)
+            team = FIFO_TEAM if fifo else job.team
+            user = FIFO_TEAM if fifo else job.user
+            by_team.setdefault(team, {}).setdefault(user, []).append((key, job))
+        fair = policy.fair_share and not fifo
+        self.teams: dict[str, TeamQueue] = {}
+        for team, users in by_team.items():
+            queues = [
+                UserQueue(user, jobs, weights.get(user, 1.0) if fair else 1.0)
+                for user, jobs in users.items()
+            ]
+            self.teams[team] = TeamQueue(team, queues, usage if fair else {})
+        self.heap: list[tuple] = []
+        self.version: dict[str, int] = dict.fromkeys(self.teams, 0)
+        for team in self.teams:
+            self._push(team)
+        self.dropped: set[str] = set()
+        self._current: TeamQueue | None = None
+
+    def _job_key(self, job: PendingJob, now: float, remaining: Mapping[int, float]) -> tuple:
+        queued = job.queued_at if job.queued_at is not None else job.submitted_at
+        if self.policy.order == "fifo":
+            return (0, 0, job.submitted_at, job.job_id)
+        if self.policy.order == "srtf":
+            return (-job.priority, remaining.get(job.job_id, 0.0), queued, job.job_id)
+        level = pending_level(job, now, self.policy)
+        if level:
+            self.levels[job.job_id] = level
+        return (-job.priority, level, queued, job.job_id)
+
+    def _push(self, team: str) -> None:
+        key = (0, 0.0) if team == FIFO_TEAM else self.ledger.order_key(team)
+        heapq.heappush(self.heap, (key, team, self.version[team]))
+
+    def rekey(self, team: str) -> None:
+        """The team's held GPUs changed (placed, or preempted): its turn moves."""
+        if team in self.teams and team not in self.dropped and self.teams[team]:
+            self.version[team] += 1
+            self._push(team)
+
+    def __iter__(self) -> Iterator[QueuedJob]:
+        while self.heap:
+            _, team, version = heapq.heappop(self.heap)
+            if version != self.version[team] or team in self.dropped:
+                continue
+            queue = self.teams[team]
+            job = queue.pop()
+            if job is None:
+                continue
+            yield QueuedJob(job, queue.served, self.levels.get(job.job_id, 0))
+            queue.requeue_user(queue._last)
+            if queue:
+                self.version[team] += 1
+                self._push(team)
+
+    def charge_user(self, job: PendingJob) -> None:
+        """A placed job's user counts as having used ``placement_charge`` more per GPU."""
+        queue = self.teams.get(job.team)
+        if queue is not None:
+            gpus = job.request.gpu_count * job.tasks
+            queue.charge(job.user, gpus * self.policy.placement_charge)
+
+    def drop_team(self, team: str) -> list[QueuedJob]:
+        """End a team's turns for this cycle; its jobs not yet tried, in order."""
+        self.dropped.add(team)
+        queue = self.teams[team]
+        rest: list[QueuedJob] = []
+        while (job := queue.pop()) is not None:
+            rest.append(QueuedJob(job, queue.served, self.levels.get(job.job_id, 0)))
+            queue.requeue_user(queue._last)
+        return rest
+
+    def rest(self) -> list[QueuedJob]:
+        """Every job not yet tried (when nothing more can start), in turn order."""
+        rest: list[QueuedJob] = []
+        for team in list(self.teams):
+            if team not in self.dropped:
+                rest.extend(self.drop_team(team))
+        return rest

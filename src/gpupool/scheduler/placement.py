@@ -1,34 +1,42 @@
-"""Phase 3: where one demand goes, if anywhere (best fit), and taking it from capacity.
+"""Phase 3: where one task goes, if anywhere (best fit), and taking it from capacity.
 
-* Whole GPUs: the node with the fewest free whole GPUs that still has enough (ties: name);
-  the GPUs in index order, all on that one node.
+* Whole GPUs: the node with the fewest free whole GPUs that still has enough (ties: name).
+  On that node, GPUs of one connectivity domain (NVLink or one PCIe switch) when a domain
+  has enough free, the fullest such domain first; else the largest domains first.
 * A fraction (or GPU memory alone): first the partly used GPU with the least free share that
   still fits, then the least free memory; else a free GPU on the node with the fewest free
   GPUs, so whole GPUs stay free for whole-GPU jobs.
 * No GPUs: the node with the fewest free GPUs whose CPUs and memory fit.
+
+``where`` narrows the GPUs (models) and nodes (reservations) a task may use. A gang (a job
+of several tasks) places its tasks one by one and gives everything back if one does not fit.
 """
 
 from __future__ import annotations
 
-from gpupool.scheduler.capacity import Claim, FreeCapacity
+from collections import defaultdict
+
+from gpupool.scheduler.capacity import Claim, FreeCapacity, GpuState, NodeState
 from gpupool.scheduler.fit import (
+    ANYWHERE,
     Demand,
+    Where,
     fraction_demand,
     fraction_fits,
     host_fits,
     least_fraction_share,
     whole_gpus_on,
 )
-from gpupool.scheduler.types import GpuShare
+from gpupool.scheduler.types import GpuShare, Placement
 
 
-def find_spot(demand: Demand, capacity: FreeCapacity) -> Claim | None:
+def find_spot(demand: Demand, capacity: FreeCapacity, where: Where = ANYWHERE) -> Claim | None:
     """The best spot for ``demand`` in the free capacity, or None when it fits nowhere."""
     if demand.whole:
-        return _whole_spot(demand, capacity)
+        return _whole_spot(demand, capacity, where)
     if demand.fractional:
-        return _shared_spot(demand, capacity) or _fresh_spot(demand, capacity)
-    return _host_spot(demand, capacity)
+        return _shared_spot(demand, capacity, where) or _fresh_spot(demand, capacity, where)
+    return _host_spot(demand, capacity, where)
 
 
 def take_spot(claim: Claim, demand: Demand, capacity: FreeCapacity) -> tuple[GpuShare, ...]:
@@ -37,38 +45,81 @@ def take_spot(claim: Claim, demand: Demand, capacity: FreeCapacity) -> tuple[Gpu
     return tuple([GpuShare(gpu.uuid, share, memory) for gpu, share, memory in claim.parts])
 
 
-def _whole_spot(demand: Demand, capacity: FreeCapacity) -> Claim | None:
+def place_tasks(
+    job_id: int, tasks: int, demand: Demand, capacity: FreeCapacity, where: Where = ANYWHERE
+) -> list[Placement] | None:
+    """All ``tasks`` of a job placed (and taken from capacity), or none of them (None)."""
+    claims: list[Claim] = []
+    placements: list[Placement] = []
+    for task in range(tasks):
+        claim = find_spot(demand, capacity, where)
+        if claim is None:
+            for taken in reversed(claims):
+                capacity.give_back(taken, demand.cpus, demand.memory)
+            return None
+        gpus = take_spot(claim, demand, capacity)
+        claims.append(claim)
+        placements.append(
+            Placement(job_id, claim.node.name, gpus, demand.cpus, demand.memory, task)
+        )
+    return placements
+
+
+def _whole_spot(demand: Demand, capacity: FreeCapacity, where: Where) -> Claim | None:
     wanted = demand.whole
     if wanted > capacity.largest_free_block():
         return None
     for node in capacity.nodes_by_free_count(wanted):
         if not host_fits(node, demand):
             continue
-        gpus = whole_gpus_on(node, demand)
+        if where.restricted and not where.node_allowed(node, demand):
+            continue
+        gpus = whole_gpus_on(node, demand, where)
         if len(gpus) >= wanted:
-            parts = tuple([(gpu, 1.0, gpu.memory_bytes) for gpu in gpus[:wanted]])
-            return Claim(node, parts)
+            chosen = connected(gpus, wanted)
+            return Claim(node, tuple([(gpu, 1.0, gpu.memory_bytes) for gpu in chosen]))
     return None
 
 
-def _shared_spot(demand: Demand, capacity: FreeCapacity) -> Claim | None:
+def connected(free: list[GpuState], wanted: int) -> list[GpuState]:
+    """``wanted`` of the ``free`` GPUs, inside one connectivity domain when one has enough.
+
+    Best fit between domains (the one with the fewest free GPUs that suffices), so that
+    large domains stay whole for large jobs; with no such domain, the fewest domains.
+    """
+    if wanted == 1 or len({gpu.domain for gpu in free}) == 1:
+        return free[:wanted]
+    domains: dict[int, list[GpuState]] = defaultdict(list)
+    for gpu in free:
+        domains[gpu.domain].append(gpu)
+    fitting = [group for group in domains.values() if len(group) >= wanted]
+    if fitting:
+        return min(fitting, key=lambda group: (len(group), group[0].position))[:wanted]
+    largest_first = sorted(domains.values(), key=lambda group: (-len(group), group[0].position))
+    chosen = [gpu for group in largest_first for gpu in group][:wanted]
+    return sorted(chosen, key=lambda gpu: gpu.position)
+
+
+def _shared_spot(demand: Demand, capacity: FreeCapacity, where: Where) -> Claim | None:
     least = least_fraction_share(demand, capacity.max_gpu_memory)
     for gpu in capacity.shared_from(least):
+        if not where.gpu_ok(gpu):
+            continue
         share, memory = fraction_demand(demand, gpu)
         if not fraction_fits(gpu, share, memory):
             continue
         node = capacity.nodes[gpu.rank]
-        if host_fits(node, demand):
+        if host_fits(node, demand) and _node_ok(node, demand, where):
             return Claim(node, ((gpu, share, memory),))
     return None
 
 
-def _fresh_spot(demand: Demand, capacity: FreeCapacity) -> Claim | None:
+def _fresh_spot(demand: Demand, capacity: FreeCapacity, where: Where) -> Claim | None:
     for node in capacity.nodes_by_free_count(1):
-        if not host_fits(node, demand):
+        if not host_fits(node, demand) or not _node_ok(node, demand, where):
             continue
         for gpu in node.gpus:
-            if not gpu.free:
+            if not gpu.free or not where.gpu_ok(gpu):
                 continue
             share, memory = fraction_demand(demand, gpu)
             if fraction_fits(gpu, share, memory):
@@ -76,8 +127,12 @@ def _fresh_spot(demand: Demand, capacity: FreeCapacity) -> Claim | None:
     return None
 
 
-def _host_spot(demand: Demand, capacity: FreeCapacity) -> Claim | None:
+def _host_spot(demand: Demand, capacity: FreeCapacity, where: Where) -> Claim | None:
     for node in capacity.nodes_by_free_count(0):
-        if host_fits(node, demand):
+        if host_fits(node, demand) and (where.node_ok is None or where.node_ok(node, demand)):
             return Claim(node, ())
     return None
+
+
+def _node_ok(node: NodeState, demand: Demand, where: Where) -> bool:
+    return not where.restricted or where.node_allowed(node, demand)

@@ -1,27 +1,58 @@
 """Phase 4: a reason for every job left pending, and the submit-time size check.
 
-Reasons are worked out once, after placement, against the capacity that is left: capacity
-only shrinks during a cycle, so a job that did not fit when it was tried does not fit at the
-end either. Requests of one shape share one answer.
+Most reasons are decided while the cycle runs (``Blocked``: the team's limit, the
+guarantee rule for non-preemptible work, a reservation, victims to wait for, a strict queue).
+A job that simply did not fit is explained once, after placement, against the capacity
+left: capacity only shrinks during a cycle, so a job that did not fit when it was tried does
+not fit at the end either. Requests of one shape share one answer. Blockers add what else
+stands in the way: the gang's size, the GPU type, fragmentation, teams above their share.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from gpupool.domain.jobs import Reason, ResourceRequest
+from gpupool.scheduler.backfill import Reservation
 from gpupool.scheduler.capacity import FreeCapacity
-from gpupool.scheduler.fit import Demand, DemandCache, demand_of
-from gpupool.scheduler.messages import NO_NODES_MESSAGE, size_message, waiting_message
+from gpupool.scheduler.fit import Demand, DemandCache, demand_of, model_matches
+from gpupool.scheduler.ledger import EPSILON, Ledger, job_gpus
+from gpupool.scheduler.messages import (
+    NO_NODES_MESSAGE,
+    format_share,
+    plural,
+    size_message,
+    waiting_message,
+)
 from gpupool.scheduler.ordering import QueuedJob
 from gpupool.scheduler.shortfall import ShortfallFinder
-from gpupool.scheduler.types import NodeCapacity, PendingReason
+from gpupool.scheduler.types import (
+    Allocation,
+    GpuCapacity,
+    NodeCapacity,
+    PendingReason,
+    Snapshot,
+)
 
 # Used only if a job that was not placed turns out to fit, which placement rules out.
 UNPLACED_MESSAGE = "was not placed in this cycle"
 
 
-def infeasible_reason(request: ResourceRequest, nodes: Sequence[NodeCapacity]) -> str | None:
+@dataclass(slots=True)
+class Blocked:
+    """Why the cycle left a job pending, when it knew (``code`` None: it did not fit)."""
+
+    code: Reason | None
+    reservation: Reservation | None = None
+    victims: list = field(default_factory=list)
+    behind: int | None = None
+
+
+def infeasible_reason(
+    request: ResourceRequest, nodes: Sequence[NodeCapacity], gpu_types: tuple[str, ...] = ()
+) -> str | None:
     """Why no node of ``nodes`` could run ``request`` even if empty; None if one could.
 
     Every node given counts, whatever its ``schedulable`` flag: pass the nodes to judge by.
@@ -29,9 +60,34 @@ def infeasible_reason(request: ResourceRequest, nodes: Sequence[NodeCapacity]) -
     """
     if not nodes:
         return None
+    if gpu_types and request.uses_gpus:
+        typed = typed_nodes(nodes, gpu_types)
+        if not any(node.gpus for node in typed):
+            return no_type_message(gpu_types, nodes)
+        nodes = typed
     demand = demand_of(request)
     shortfall = ShortfallFinder(FreeCapacity(nodes)).find(demand)
     return None if shortfall is None else size_message(demand, shortfall)
+
+
+def typed_nodes(nodes: Sequence[NodeCapacity], types: tuple[str, ...]) -> list[NodeCapacity]:
+    """The nodes with only their GPUs of the given types."""
+    return [
+        NodeCapacity(
+            node.name,
+            tuple(gpu for gpu in node.gpus if model_matches(types, gpu.model)),
+            node.cpus,
+            node.memory_bytes,
+            node.schedulable,
+        )
+        for node in nodes
+    ]
+
+
+def no_type_message(types: tuple[str, ...], nodes: Sequence[NodeCapacity]) -> str:
+    models = sorted({gpu.model for node in nodes for gpu in node.gpus})
+    known = ", ".join(models) if models else "none"
+    return f"no GPU in the pool is of type {' or '.join(types)} (models here: {known})"
 
 
 class Explainer:
@@ -63,17 +119,175 @@ class Explainer:
         return waiting.code, waiting_message(demand, waiting)
 
 
+class Explanations:
+    """Reasons for the jobs one cycle left pending."""
+
+    def __init__(
+        self,
+        capacity: FreeCapacity,
+        snapshot: Snapshot,
+        ledger: Ledger,
+        placed: Sequence[Allocation],
+    ) -> None:
+        self.capacity = capacity
+        self.snapshot = snapshot
+        self.ledger = ledger
+        self.placed = placed
+        self.schedulable = [node for node in snapshot.nodes if node.schedulable]
+        self.explainers: dict[tuple[str, ...], Explainer | None] = {
+            (): Explainer(capacity, self.schedulable)
+        }
+
+    def explainer(self, types: tuple[str, ...]) -> Explainer | None:
+        """The explainer over the GPUs of ``types`` (None: the pool has no such GPU)."""
+        if types not in self.explainers:
+            nodes = typed_nodes(self.schedulable, types)
+            if not any(node.gpus for node in nodes):
+                self.explainers[types] = None
+            else:
+                held = list(self.snapshot.allocations) + list(self.placed)
+                self.explainers[types] = Explainer(FreeCapacity(nodes, held), nodes)
+        return self.explainers[types]
+
+    def explain(self, queued: QueuedJob, blocked: Blocked | None) -> PendingReason:
+        job = queued.job
+        blockers = self.blockers(queued, blocked)
+        eta = None
+        if blocked is not None and blocked.code is not None:
+            code, message = self.decided(queued, blocked)
+        else:
+            types = job.gpu_types if job.request.uses_gpus else ()
+            explainer = self.explainer(types)
+            if explainer is None:
+                code, message = Reason.NO_GPU_OF_TYPE, no_type_message(types, self.schedulable)
+            else:
+                code, message = explainer.reason(job.request)
+                if job.tasks > 1 and code is not Reason.NO_NODES:
+                    message = f"a gang of {job.tasks} tasks, each {message}"
+                code, message = self.fair_share(job, code, message)
+            if blocked is not None and blocked.reservation is not None:
+                eta = blocked.reservation.at
+        return PendingReason(job.job_id, code, message, queued.position, blockers, eta)
+
+    def decided(self, queued: QueuedJob, blocked: Blocked) -> tuple[Reason, str]:
+        job, ledger = queued.job, self.ledger
+        code = blocked.code
+        if code is Reason.OVER_QUOTA:
+            held, limit = ledger.held[job.team], ledger.limit(job.team)
+            return code, (
+                f"team {job.team} holds {_gpus(held)} of its limit of {_gpus(limit)}; this job "
+                f"needs {_gpus(job_gpus(job))} more"
+            )
+        if code is Reason.NOT_GUARANTEED:
+            guarantee = ledger.guarantee(job.team)
+            return code, (
+                f"non-preemptible jobs run within their team's guarantee ({_gpus(guarantee)} for "
+                f"{job.team}, {_gpus(ledger.held[job.team])} held) or on GPUs nobody is "
+                "guaranteed, and neither has room; submit it as preemptible or ask for a larger "
+                "guarantee"
+            )
+        if code is Reason.RESERVED:
+            reservation = blocked.reservation
+            assert reservation is not None
+            return code, (
+                f"it fits on {reservation.node}, but those GPUs are reserved for job "
+                f"{reservation.job_id} from {_clock(reservation.at)}; with a --max-runtime that "
+                "ends before then it could start now"
+            )
+        if code is Reason.PREEMPTING:
+            ids = ", ".join(str(victim.job_id) for victim in blocked.victims)
+            return code, f"waiting for {plural(len(blocked.victims), 'job')} {ids} to stop"
+        return Reason.QUEUED, f"waits behind job {blocked.behind}, which does not fit yet"
+
+    def fair_share(self, job, code: Reason, message: str) -> tuple[Reason, str]:  # noqa: ANN001
+        """A team at or above its fair share waits for others first: say so."""
+        ledger = self.ledger
+        if code not in (Reason.INSUFFICIENT_GPUS, Reason.INSUFFICIENT_GPU_MEMORY):
+            return code, message
+        fair = ledger.fair.get(job.team, 0.0)
+        if ledger.within_fair_share(job.team, job_gpus(job)):
+            return code, message
+        behind = [
+            team
+            for team, wanted in ledger.demand.items()
+            if team != job.team
+            and wanted > ledger.held[team] + EPSILON
+            and ledger.held[team] < ledger.fair.get(team, 0.0) - EPSILON
+        ]
+        if not behind:
+            return code, message
+        return Reason.FAIR_SHARE, (
+            f"{message}; team {job.team} holds {_gpus(ledger.held[job.team])}, its fair share "
+            f"now is {_gpus(fair)}, so GPUs that free up go first to "
+            f"{', '.join(sorted(behind)[:3])}"
+        )
+
+    def blockers(self, queued: QueuedJob, blocked: Blocked | None) -> tuple[str, ...]:
+        job, ledger = queued.job, self.ledger
+        found: list[str] = []
+        if job.tasks > 1:
+            found.append(f"gang: all {job.tasks} tasks must start together")
+        if job.gpu_types:
+            found.append(f"GPU type: only {' or '.join(job.gpu_types)}")
+        limit = ledger.limit(job.team)
+        if limit != float("inf"):
+            found.append(
+                f"quota: team {job.team} holds {_gpus(ledger.held[job.team])} of its limit "
+                f"{_gpus(limit)} (guarantee {_gpus(ledger.guarantee(job.team))})"
+            )
+        free = sum(node.free_count for node in self.capacity.nodes)
+        whole = job.request.whole_gpus
+        if whole and free >= whole * job.tasks and self.capacity.largest_free_block() < whole:
+            found.append(
+                f"fragmentation: {free} GPUs are free but no node has {whole} free together"
+            )
+        over = [
+            team
+            for team, held in ledger.held.items()
+            if team != job.team and held > ledger.fair.get(team, 0.0) + EPSILON
+        ]
+        if over:
+            found.append(
+                "fair share: "
+                + ", ".join(
+                    f"team {team} holds {_gpus(ledger.held[team])} (share "
+                    f"{_gpus(ledger.fair.get(team, 0.0))})"
+                    for team in sorted(over)[:3]
+                )
+            )
+        if blocked is not None and blocked.reservation is not None and blocked.code is None:
+            reservation = blocked.reservation
+            found.append(
+                f"reservation: {reservation.node} is held for it from {_clock(reservation.at)}"
+            )
+        return tuple(found)
+
+
 def explain_unplaced(
-    unplaced: Sequence[QueuedJob], capacity: FreeCapacity, nodes: Sequence[NodeCapacity]
+    unplaced: Sequence[QueuedJob],
+    blocked: dict[int, Blocked],
+    capacity: FreeCapacity,
+    snapshot: Snapshot,
+    ledger: Ledger,
+    placed: Sequence[Allocation] = (),
 ) -> dict[int, PendingReason]:
-    """Phase 4: the reason and team-queue position of each job not placed."""
+    """Phase 4: the reason, team-queue position and blockers of each job not placed."""
     if not unplaced:
         return {}
-    explainer = Explainer(capacity, [node for node in nodes if node.schedulable])
-    reasons: dict[int, PendingReason] = {}
-    for queued in unplaced:
-        code, message = explainer.reason(queued.job.request)
-        reasons[queued.job.job_id] = PendingReason(
-            queued.job.job_id, code, message, queued.position
-        )
-    return reasons
+    explanations = Explanations(capacity, snapshot, ledger, placed)
+    return {
+        queued.job.job_id: explanations.explain(queued, blocked.get(queued.job.job_id))
+        for queued in unplaced
+    }
+
+
+def _gpus(count: float) -> str:
+    shown = format_share(count)
+    return f"{shown} {plural(float(shown), 'GPU')}"
+
+
+def _clock(at: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(at))
+
+
+__all__ = ["Blocked", "Explainer", "GpuCapacity", "explain_unplaced", "infeasible_reason"]

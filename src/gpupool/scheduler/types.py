@@ -7,6 +7,7 @@ the simulator, the ETA predictor and the benchmarks all build a ``Snapshot`` and
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -25,6 +26,7 @@ class GpuCapacity:
     index: int
     model: str
     memory_bytes: int
+    domain: int = 0  # GPUs of one domain share NVLink or a PCIe switch (from the inventory)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,39 +49,151 @@ class GpuShare:
 
 @dataclass(frozen=True, slots=True)
 class Allocation:
-    """What a starting or running job holds."""
+    """What one task of a starting or running job holds, and what the policy needs of it.
+
+    ``started_at``: when this attempt started; ``attained``: GPU-seconds of service the job
+    received in earlier attempts (least-attained-service ordering adds this attempt's).
+    ``checkpoint_at``: when the job last reported a checkpoint (None: never; counts from
+    ``started_at``). ``stopping``: a stop (preemption, cancel) was asked and not yet done.
+    """
 
     job_id: int
     node: str
     gpus: tuple[GpuShare, ...]
     cpus: float
     memory_bytes: int
+    team: str = ""
+    user: str = ""
+    priority: int = 0
+    preemptible: bool = True
+    started_at: float = 0.0
+    attained: float = 0.0
+    checkpoint_at: float | None = None
+    max_runtime: float | None = None
+    stopping: bool = False
+    task: int = 0
 
 
 @dataclass(frozen=True, slots=True)
 class PendingJob:
+    """A job waiting to start. ``request`` is per task; a gang has ``tasks`` of them.
+
+    ``gpu_types``: the GPU models it may run on (empty: any). ``attained``: GPU-seconds of
+    service received in earlier attempts (a preempted job keeps its history).
+    ``queued_at``: when it (re)entered the queue (None: ``submitted_at``).
+    """
+
     job_id: int
     team: str
     user: str
     priority: int
     submitted_at: float
     request: ResourceRequest
+    tasks: int = 1
+    preemptible: bool = True
+    gpu_types: tuple[str, ...] = ()
+    max_runtime: float | None = None
+    attained: float = 0.0
+    queued_at: float | None = None
+
+
+ANY_MODEL = "*"
+
+
+@dataclass(frozen=True, slots=True)
+class TeamQuota:
+    """A team's guaranteed GPUs (by GPU model; ``"*"``: models not named) and its limit.
+
+    ``guarantee`` maps a model (or ``"*"``) to GPUs; ``limit``: the most GPUs the team may
+    hold at once, borrowed ones included (None: no limit); ``weight``: its share of the
+    capacity nobody is guaranteed, or that owners leave idle, relative to other teams.
+    """
+
+    team: str
+    guarantee: Mapping[str, float] = field(default_factory=dict)
+    limit: float | None = None
+    weight: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """The knobs of the scheduling policy (the defaults are the product's defaults).
+
+    ``las_thresholds``: attained-service boundaries (GPU-seconds) of the discrete
+    least-attained-service levels inside a team (Tiresias' discretised LAS).
+    ``starvation_factor``: a job that has waited this many times its attained service (and
+    at least ``starvation_min_wait``) goes back to the first level (0 disables).
+    ``fair_share``: order users inside a team by decayed usage / weight; teams above their
+    guarantee by held GPUs / weight. ``reclaim``: preempt borrowed work for an owner's
+    guaranteed share. ``las_preemption``: inside a team, a job of a higher priority or a
+    lower level preempts a preemptible job of a lower one. ``backfill``: reserve the spot of
+    a blocked queue head (EASY backfill). ``skip_blocked``: a job that does not fit does not
+    hold back the jobs behind it (False: strict queues, for the baselines).
+    ``min_runtime``: a job runs at least this long before it may be preempted for LAS or
+    priority (never for a fair share). ``usage_half_life``: the decay of past usage (for
+    whoever builds ``Snapshot.usage``). ``placement_charge``: GPU-seconds of usage a
+    placement adds to its user for the rest of the cycle, so that equal users alternate.
+    ``explain``: work out reasons for the jobs left pending (the simulator skips them).
+    """
+
+    order: str = "las"  # "las"; "fifo": one queue in submit order; "srtf": needs remaining
+    las_thresholds: tuple[float, ...] = (1800.0, 36000.0, 360000.0)
+    starvation_factor: float = 0.0
+    starvation_min_wait: float = 3600.0
+    fair_share: bool = True
+    reclaim: bool = True
+    las_preemption: bool = True
+    backfill: bool = True
+    skip_blocked: bool = True
+    min_runtime: float = 0.0
+    usage_half_life: float = 7 * 86400.0
+    placement_charge: float = 600.0
+    explain: bool = True
+
+
+DEFAULT_POLICY = Policy()
 
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
+    """Everything one cycle decides from.
+
+    ``quotas``: per team (a team without one has no guarantee and no limit).
+    ``usage``: decayed past GPU-seconds per user (fair share inside a team);
+    ``weights``: per user (default 1). ``remaining``: the oracle's knowledge of each job's
+    remaining work, for the ``srtf`` reference policy of the simulator only.
+    """
+
     nodes: tuple[NodeCapacity, ...]
     allocations: tuple[Allocation, ...]
     pending: tuple[PendingJob, ...]
+    quotas: tuple[TeamQuota, ...] = ()
+    usage: Mapping[str, float] = field(default_factory=dict)
+    weights: Mapping[str, float] = field(default_factory=dict)
+    policy: Policy = DEFAULT_POLICY
+    remaining: Mapping[int, float] = field(default_factory=dict)  # work left: "srtf" only
 
 
 @dataclass(frozen=True, slots=True)
 class Placement:
+    """Where one task of a job starts; a gang of ``n`` tasks gets ``n`` placements."""
+
     job_id: int
     node: str
     gpus: tuple[GpuShare, ...]
     cpus: float
     memory_bytes: int
+    task: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Preemption:
+    """A running job to stop (SIGTERM, grace, SIGKILL) and requeue, and who it yields to."""
+
+    job_id: int
+    for_job: int
+    code: Reason
+    message: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,9 +204,12 @@ class PendingReason:
     code: Reason
     message: str
     position: int
+    blockers: tuple[str, ...] = ()
+    eta: float | None = None  # when its reserved spot is expected to be free
 
 
 @dataclass(slots=True)
 class Decisions:
     placements: list[Placement] = field(default_factory=list)
     pending: dict[int, PendingReason] = field(default_factory=dict)
+    preemptions: list[Preemption] = field(default_factory=list)

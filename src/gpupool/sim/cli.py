@@ -6,20 +6,18 @@ the trace loaders, the engine and the scheduler are imported when the command ru
 
 from __future__ import annotations
 
-import importlib
 import time
 from typing import TYPE_CHECKING
 
 import typer
 
 if TYPE_CHECKING:
-    from gpupool.scheduler.types import NodeCapacity
-    from gpupool.sim.engine import Policy
+    from gpupool.scheduler.types import NodeCapacity, Policy
     from gpupool.sim.metrics import Metrics
     from gpupool.sim.traces import Trace
 
-POLICIES = {"default": "gpupool.scheduler:schedule"}
-"""Policy names and where each lives (``module:function``): only the real scheduler so far."""
+POLICY_NAMES = ("default", "fifo", "drf", "srtf-oracle", "las")
+"""The policies of ``gpupool.sim.policies``, named here so that ``--help`` stays light."""
 
 TRACE_HELP = (
     "philly:PATH[?teams=a,b&start=2017-10-01&end=2017-11-01&limit=N], alibaba:PODS[?nodes=NODES]"
@@ -38,26 +36,40 @@ def simulate(
     restart_cost: float = typer.Option(
         60.0, "--restart-cost", min=0, help="Seconds of work a preempted job redoes."
     ),
+    placement: str = typer.Option(
+        "node",
+        "--placement",
+        help="node: each task on one node (big jobs become gangs of whole nodes); count: "
+        "a job of g GPUs is g one-GPU tasks on any nodes (Tiresias' relaxed mode).",
+    ),
 ) -> None:
     """Replay a trace on a virtual clock through the scheduler and print a metrics table."""
     from gpupool.sim.report import render
 
+    if placement not in ("node", "count"):
+        raise typer.BadParameter("use node or count", param_hint="--placement")
     policies = {name: resolve_policy(name) for name in dict.fromkeys(policy)}
     loaded = load(trace)
     nodes = nodes_for(cluster, loaded)
-    typer.echo(describe(loaded, cluster, nodes))
-    rows = [(name, replay(loaded, nodes, run, restart_cost)) for name, run in policies.items()]
+    typer.echo(describe(loaded, cluster, nodes) + f"; placement {placement}")
+    rows = [
+        (name, replay(loaded, nodes, settings, restart_cost, placement))
+        for name, settings in policies.items()
+    ]
     typer.echo(render(rows), nl=False)
 
 
 def resolve_policy(name: str) -> Policy:
-    """The policy function of a name; a usage error (exit 2) listing the known names if none."""
-    where = POLICIES.get(name)
-    if where is None:
-        known = ", ".join(sorted(POLICIES))
-        raise typer.BadParameter(f"unknown policy '{name}'; known: {known}", param_hint="--policy")
-    module, _, function = where.partition(":")
-    return getattr(importlib.import_module(module), function)
+    """The policy of a name; a usage error (exit 2) listing the known names if none."""
+    from gpupool.sim.policies import named
+
+    try:
+        return named(name)
+    except KeyError:
+        known = ", ".join(POLICY_NAMES)
+        raise typer.BadParameter(
+            f"unknown policy '{name}'; known: {known}", param_hint="--policy"
+        ) from None
 
 
 def load(spec: str) -> Trace:
@@ -93,14 +105,20 @@ def describe(trace: Trace, spec: str, nodes: tuple[NodeCapacity, ...]) -> str:
 
 
 def replay(
-    trace: Trace, nodes: tuple[NodeCapacity, ...], policy: Policy, restart_cost: float
+    trace: Trace,
+    nodes: tuple[NodeCapacity, ...],
+    settings: Policy,
+    restart_cost: float,
+    placement: str = "node",
 ) -> Metrics:
     """Run one policy; say on stderr how long it took and why jobs never ran, if any did not."""
     from gpupool.sim.engine import simulate as run_simulation
     from gpupool.sim.metrics import summarize
 
     began = time.perf_counter()
-    result = run_simulation(trace.jobs, nodes, policy, restart_cost=restart_cost)
+    result = run_simulation(
+        trace.jobs, nodes, restart_cost=restart_cost, placement=placement, settings=settings
+    )
     seconds = time.perf_counter() - began
     typer.echo(f"replayed in {seconds:.1f} s, {result.cycles} scheduling cycles", err=True)
     if result.unscheduled:

@@ -1,27 +1,36 @@
 """Trace replay: a discrete-event simulation on a virtual clock, driving the real scheduler.
 
 Events are job arrivals (the trace, in submit order) and completions (a heap). At each
-distinct event time the engine applies every event at that time, then asks the policy once
-for decisions and starts each placement; a started job ends ``duration`` seconds later. The
-policy is any ``Callable[[Snapshot, Clock], Decisions]``, by default
-``gpupool.scheduler.schedule`` itself: the simulator has no scheduling logic of its own.
+distinct event time the engine applies every event at that time, then asks the policy for
+decisions: it stops the jobs the policy preempts and starts each placement. The policy is
+any ``Callable[[Snapshot, Clock], Decisions]``, by default ``gpupool.scheduler.schedule``
+itself: the simulator has no scheduling logic of its own. When a cycle preempts, the engine
+runs another cycle at the same time, so the freed GPUs are used at once (the server's loop
+does the same a moment later, when the victims have stopped).
 
-A snapshot is cheap to build: the allocations of running jobs and the pending jobs are kept
-in dicts (pending in arrival order) and only turned into tuples for the call.
+A preempted job stops at once (the grace period is not modelled) and goes back to the queue
+with its attained service; it redoes ``restart_cost`` seconds of work when it starts again
+(lost progress, start-up), which is how preemption is charged.
+
+Placement modes: ``node`` (the default) keeps each task on one node; a job larger than the
+largest node becomes a gang of whole-node tasks when its GPUs divide evenly. ``count`` is
+the relaxed mode of Tiresias' simulator: a job of ``g`` GPUs is a gang of ``g`` one-GPU
+tasks that may land on any nodes.
+
+The engine keeps each user's decayed usage (GPU-seconds, halved every
+``policy.usage_half_life``), which the policy reads for fair share, and for the ``srtf``
+reference policy the remaining work of every job.
 
 A job no node could ever hold is refused at submit, as the API refuses it (the scheduler's
 own ``infeasible_reason``). A job still pending when nothing runs and nothing more arrives
 can never start: the replay stops and reports it unscheduled, with the scheduler's reason.
-
-Not replayed yet, for want of scheduler support: preemption (``Replay.apply_preemptions`` is
-the hook) and a job's allowed GPU models (``TraceJob.gpu_types``: the scheduler's
-``PendingJob`` has no such field, so every job may run on any GPU).
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterable, Sequence
+import math
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -29,6 +38,7 @@ from gpupool.domain.jobs import ResourceRequest
 from gpupool.domain.units import GiB, parse_bytes
 from gpupool.scheduler import infeasible_reason, schedule
 from gpupool.scheduler.types import (
+    DEFAULT_POLICY,
     Allocation,
     Clock,
     Decisions,
@@ -37,15 +47,19 @@ from gpupool.scheduler.types import (
     NodeCapacity,
     PendingJob,
     Placement,
+    Policy,
     Snapshot,
+    TeamQuota,
 )
 
 if TYPE_CHECKING:
     from gpupool.sim.traces import TraceJob
 
-Policy = Callable[[Snapshot, Clock], Decisions]
+PolicyFunction = Callable[[Snapshot, Clock], Decisions]
 
 STUCK_MESSAGE = "still pending when nothing ran and nothing more was to arrive"
+PLACEMENT_MODES = ("node", "count")
+MAX_CYCLES_PER_EVENT = 8  # cycles at one event time (each after preemptions freed GPUs)
 
 
 class VirtualClock:
@@ -65,7 +79,8 @@ class VirtualClock:
 
 @dataclass(frozen=True, slots=True)
 class JobRecord:
-    """One job that ran: when it was submitted, started and ended, and what it held."""
+    """One job that ran: when it was submitted, first started and finally ended, and what it
+    held (its last attempt's first task: ``node`` and ``shares``)."""
 
     job_id: int
     team: str
@@ -76,6 +91,7 @@ class JobRecord:
     gpus: float  # GPUs held: a whole count, or the share of one GPU
     node: str
     shares: tuple[GpuShare, ...]
+    preemptions: int = 0
 
     @property
     def jct(self) -> float:
@@ -107,49 +123,83 @@ class SimResult:
     unscheduled: tuple[UnscheduledJob, ...]  # in job id order
     total_gpus: int
     cycles: int  # calls to the policy
-    preemptions: int = 0  # always 0 until the scheduler decides preemptions
+    preemptions: int = 0
     restart_cost: float = 0.0
 
 
 def simulate(
     trace_jobs: Iterable[TraceJob],
     nodes: Sequence[NodeCapacity],
-    policy: Policy = schedule,
+    policy: PolicyFunction = schedule,
     *,
     restart_cost: float = 0.0,
+    placement: str = "node",
+    settings: Policy = DEFAULT_POLICY,
+    quotas: Sequence[TeamQuota] = (),
 ) -> SimResult:
     """Replay ``trace_jobs`` on ``nodes`` under ``policy``; deterministic for equal inputs.
 
-    ``restart_cost`` (seconds of work a preempted job redoes) is kept for when the scheduler
-    decides preemptions; see ``Replay.apply_preemptions``.
+    ``settings`` is the ``Policy`` passed in every snapshot (the knobs of the scheduler);
+    ``quotas`` the teams' guarantees and limits.
     """
     if restart_cost < 0:
         raise ValueError("restart_cost must be 0 or more seconds")
-    replay = Replay(nodes, policy, restart_cost)
+    if placement not in PLACEMENT_MODES:
+        raise ValueError(f"placement must be one of {', '.join(PLACEMENT_MODES)}")
+    replay = Replay(nodes, policy, restart_cost, placement, settings, tuple(quotas))
     replay.run(trace_jobs)
     return replay.result()
+
+
+@dataclass(slots=True)
+class Progress:
+    """A job's progress across attempts."""
+
+    work: float  # seconds of work left (the trace duration, plus restart costs)
+    attained: float = 0.0  # GPU-seconds received
+    first_start: float | None = None
+    started: float = 0.0  # this attempt
+    attempt: int = 0
+    preemptions: int = 0
 
 
 class Replay:
     """The state of one replay: clock, event queues, pending and running jobs, records."""
 
-    def __init__(self, nodes: Sequence[NodeCapacity], policy: Policy, restart_cost: float):
+    def __init__(
+        self,
+        nodes: Sequence[NodeCapacity],
+        policy: PolicyFunction,
+        restart_cost: float,
+        placement: str = "node",
+        settings: Policy = DEFAULT_POLICY,
+        quotas: tuple[TeamQuota, ...] = (),
+    ):
         self.nodes = tuple(nodes)
         self.policy = policy
         self.restart_cost = restart_cost
+        self.placement = placement
+        self.settings = settings
+        self.quotas = quotas
         self.clock = VirtualClock()
         self.arrivals: list[TraceJob] = []
         self.next_arrival = 0
-        self.completions: list[tuple[float, int]] = []  # heap of (end, job id)
+        self.completions: list[tuple[float, int, int]] = []  # heap of (end, job id, attempt)
         self.jobs: dict[int, TraceJob] = {}
         self.pending: dict[int, PendingJob] = {}  # insertion (arrival) order
-        self.running: dict[int, Allocation] = {}
+        self.running: dict[int, tuple[Allocation, ...]] = {}
+        self.allocations: dict[int, tuple[Allocation, ...]] = {}
+        self.progress: dict[int, Progress] = {}
         self.records: dict[int, JobRecord] = {}
         self.unscheduled: dict[int, UnscheduledJob] = {}
         self.cycles = 0
         self.preemptions = 0
         self.last_decisions = Decisions()
-        self._refusals = RefusalCache([node for node in self.nodes if node.schedulable])
+        schedulable = [node for node in self.nodes if node.schedulable]
+        self._refusals = RefusalCache(schedulable)
+        self.largest_node = max((len(node.gpus) for node in schedulable), default=0)
+        self.usage = DecayedUsage(settings.usage_half_life)
+        self.remaining = Remaining(self)
 
     def run(self, trace_jobs: Iterable[TraceJob]) -> None:
         """Load the arrivals, then step through event times until no event is left."""
@@ -158,8 +208,11 @@ class Replay:
         while (time := self.next_event_time()) is not None:
             self.clock.advance_to(time)
             self.apply_events(time)
-            if self.pending:  # with nothing pending a cycle has nothing to decide
-                self.run_cycle()
+            for _ in range(MAX_CYCLES_PER_EVENT):
+                # with nothing pending a cycle has nothing to decide; after preemptions, the
+                # freed GPUs are offered again at once
+                if not self.pending or not self.run_cycle():
+                    break
             if self.is_stuck():
                 self.give_up()
 
@@ -167,15 +220,23 @@ class Replay:
         times = []
         if self.next_arrival < len(self.arrivals):
             times.append(self.arrivals[self.next_arrival].submit)
+        while self.completions and self._stale(self.completions[0]):
+            heapq.heappop(self.completions)
         if self.completions:
             times.append(self.completions[0][0])
         return min(times, default=None)
 
+    def _stale(self, entry: tuple[float, int, int]) -> bool:
+        _, job_id, attempt = entry
+        progress = self.progress.get(job_id)
+        return job_id not in self.running or progress is None or progress.attempt != attempt
+
     def apply_events(self, time: float) -> None:
         """Free the jobs ending at ``time``, then queue the jobs arriving at it."""
         while self.completions and self.completions[0][0] <= time:
-            _, job_id = heapq.heappop(self.completions)
-            del self.running[job_id]
+            entry = heapq.heappop(self.completions)
+            if not self._stale(entry):
+                self.finish(entry[1])
         arrivals = self.arrivals
         while self.next_arrival < len(arrivals) and arrivals[self.next_arrival].submit <= time:
             self.arrive(arrivals[self.next_arrival])
@@ -183,46 +244,145 @@ class Replay:
 
     def arrive(self, job: TraceJob) -> None:
         """Queue a job, or refuse it when no node could ever hold it (as the API does)."""
-        reason = self._refusals.reason(job.request)
+        request, tasks = self.shape(job)
+        reason = self._refusals.reason(request, job.gpu_types)
         if reason is not None:
             self.unscheduled[job.job_id] = _unscheduled(job, reason)
             return
+        self.progress[job.job_id] = Progress(work=job.duration)
         self.pending[job.job_id] = PendingJob(
-            job.job_id, job.team, job.user, 0, job.submit, job.request
+            job.job_id,
+            job.team,
+            job.user,
+            0,
+            job.submit,
+            request,
+            tasks=tasks,
+            gpu_types=job.gpu_types,
         )
 
-    def run_cycle(self) -> None:
-        """Call the policy once on a snapshot of now, and start what it placed."""
-        snapshot = Snapshot(self.nodes, tuple(self.running.values()), tuple(self.pending.values()))
+    def shape(self, job: TraceJob) -> tuple[ResourceRequest, int]:
+        """The per-task request and the task count of a job in this placement mode."""
+        whole = job.request.whole_gpus
+        if whole > 1 and self.placement == "count":
+            return _with_gpus(job.request, 1), whole
+        largest = self.largest_node
+        if whole > largest > 0 and whole % largest == 0:
+            return _with_gpus(job.request, largest), whole // largest
+        return job.request, 1
+
+    def run_cycle(self) -> bool:
+        """Call the policy once on a snapshot of now; True when it preempted anything."""
+        snapshot = Snapshot(
+            self.nodes,
+            tuple(a for allocations in self.running.values() for a in allocations),
+            tuple(self.pending.values()),
+            quotas=self.quotas,
+            usage=self.usage.view(self.clock.now()),
+            policy=self.settings,
+            remaining=self.remaining,
+        )
         decisions = self.policy(snapshot, self.clock)
         self.cycles += 1
         self.last_decisions = decisions
-        self.apply_preemptions(decisions)
+        preempted = self.apply_preemptions(decisions)
+        by_job: dict[int, list[Placement]] = {}
         for placement in decisions.placements:
-            self.start(placement)
+            by_job.setdefault(placement.job_id, []).append(placement)
+        for job_id, placements in by_job.items():
+            self.start(job_id, placements)
+        return preempted
 
-    def apply_preemptions(self, decisions: Decisions) -> None:
-        """Hook for the scheduler rewrite: stop the victims the decisions name.
+    def apply_preemptions(self, decisions: Decisions) -> bool:
+        """Stop each victim at once and queue it again with the work it has left."""
+        now = self.clock.now()
+        for preemption in decisions.preemptions:
+            job_id = preemption.job_id
+            if job_id not in self.running:
+                raise ValueError(f"the policy preempted job {job_id}, which is not running")
+            progress = self.progress[job_id]
+            allocations = self.running.pop(job_id)
+            ran = now - progress.started
+            gpus = _gpus_of(allocations)
+            progress.work = max(0.0, progress.work - ran) + self.restart_cost
+            progress.attained += gpus * ran
+            progress.preemptions += 1
+            progress.attempt += 1
+            self.usage.change(allocations[0].user, -gpus, now)
+            job = self.pending_of(job_id, now)
+            self.pending[job_id] = job
+            self.preemptions += 1
+        return bool(decisions.preemptions)
 
-        ``Decisions`` carries no preemptions yet. When it does, each victim is stopped here:
-        its allocation freed, its completion event dropped, and it is queued again with the
-        work it has left plus ``restart_cost`` seconds; ``preemptions`` counts them.
-        """
-        if getattr(decisions, "preemptions", None):
-            raise NotImplementedError(
-                "the simulator does not replay preemptions yet: see Replay.apply_preemptions"
-            )
-
-    def start(self, placement: Placement) -> None:
-        job_id = placement.job_id
-        if self.pending.pop(job_id, None) is None:
-            raise ValueError(f"the policy placed job {job_id}, which is not pending")
-        job, now = self.jobs[job_id], self.clock.now()
-        self.running[job_id] = Allocation(
-            job_id, placement.node, placement.gpus, placement.cpus, placement.memory_bytes
+    def pending_of(self, job_id: int, now: float) -> PendingJob:
+        trace = self.jobs[job_id]
+        request, tasks = self.shape(trace)
+        progress = self.progress[job_id]
+        return PendingJob(
+            job_id,
+            trace.team,
+            trace.user,
+            0,
+            trace.submit,
+            request,
+            tasks=tasks,
+            gpu_types=trace.gpu_types,
+            attained=progress.attained,
+            queued_at=now,
         )
-        heapq.heappush(self.completions, (now + job.duration, job_id))
-        self.records[job_id] = _record(job, placement, now)
+
+    def start(self, job_id: int, placements: list[Placement]) -> None:
+        job = self.pending.pop(job_id, None)
+        if job is None:
+            raise ValueError(f"the policy placed job {job_id}, which is not pending")
+        if len(placements) != job.tasks:
+            raise ValueError(f"the policy placed {len(placements)} of job {job_id}'s {job.tasks}")
+        now = self.clock.now()
+        progress = self.progress[job_id]
+        allocations = tuple(
+            Allocation(
+                job_id,
+                placement.node,
+                placement.gpus,
+                placement.cpus,
+                placement.memory_bytes,
+                team=job.team,
+                user=job.user,
+                priority=job.priority,
+                preemptible=job.preemptible,
+                started_at=now,
+                attained=progress.attained,
+                task=placement.task,
+            )
+            for placement in placements
+        )
+        self.running[job_id] = allocations
+        if progress.first_start is None:
+            progress.first_start = now
+        progress.started = now
+        self.usage.change(job.user, _gpus_of(allocations), now)
+        heapq.heappush(self.completions, (now + progress.work, job_id, progress.attempt))
+
+    def finish(self, job_id: int) -> None:
+        allocations = self.running.pop(job_id)
+        progress = self.progress[job_id]
+        job, now = self.jobs[job_id], self.clock.now()
+        gpus = _gpus_of(allocations)
+        self.usage.change(job.user, -gpus, now)
+        progress.attained += gpus * (now - progress.started)
+        first = allocations[0]
+        self.records[job_id] = JobRecord(
+            job_id=job_id,
+            team=job.team,
+            submit=job.submit,
+            duration=job.duration,
+            start=progress.first_start if progress.first_start is not None else now,
+            end=now,
+            gpus=gpus,
+            node=first.node,
+            shares=tuple(part for allocation in allocations for part in allocation.gpus),
+            preemptions=progress.preemptions,
+        )
 
     def is_stuck(self) -> bool:
         """Jobs wait, yet nothing runs and nothing more arrives: they can never start."""
@@ -248,6 +408,74 @@ class Replay:
         )
 
 
+class DecayedUsage:
+    """Each user's GPU-seconds, halved every ``half_life`` seconds, kept exactly between
+    events: usage(t + d) = usage(t)·2^(-d/H) + gpus·H/ln 2·(1 - 2^(-d/H))."""
+
+    def __init__(self, half_life: float) -> None:
+        self.half_life = half_life
+        self.state: dict[str, tuple[float, float, float]] = {}  # user: (usage, at, gpus)
+
+    def at(self, user: str, now: float) -> float:
+        usage, then, gpus = self.state.get(user, (0.0, now, 0.0))
+        elapsed = now - then
+        if elapsed <= 0:
+            return usage
+        if self.half_life <= 0:
+            return usage + gpus * elapsed
+        decay = 2.0 ** (-elapsed / self.half_life)
+        return usage * decay + gpus * self.half_life / math.log(2) * (1.0 - decay)
+
+    def change(self, user: str, gpus: float, now: float) -> None:
+        usage = self.at(user, now)
+        held = self.state.get(user, (0.0, now, 0.0))[2]
+        self.state[user] = (usage, now, max(0.0, held + gpus))
+
+    def view(self, now: float) -> Mapping[str, float]:
+        return UsageView(self, now)
+
+
+class UsageView(Mapping[str, float]):
+    """The decayed usage of every user at one time, worked out when asked."""
+
+    def __init__(self, usage: DecayedUsage, now: float) -> None:
+        self._usage = usage
+        self._now = now
+
+    def __getitem__(self, user: str) -> float:
+        if user not in self._usage.state:
+            raise KeyError(user)
+        return self._usage.at(user, self._now)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._usage.state)
+
+    def __len__(self) -> int:
+        return len(self._usage.state)
+
+
+class Remaining(Mapping[int, float]):
+    """The oracle: seconds of work each pending or running job has left (``srtf`` only)."""
+
+    def __init__(self, replay: Replay) -> None:
+        self._replay = replay
+
+    def __getitem__(self, job_id: int) -> float:
+        replay = self._replay
+        progress = replay.progress.get(job_id)
+        if progress is None:
+            raise KeyError(job_id)
+        if job_id in replay.running:
+            return max(0.0, progress.work - (replay.clock.now() - progress.started))
+        return progress.work
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._replay.progress)
+
+    def __len__(self) -> int:
+        return len(self._replay.progress)
+
+
 class RefusalCache:
     """``infeasible_reason`` against the given nodes, worked out once per request shape."""
 
@@ -255,11 +483,25 @@ class RefusalCache:
         self._nodes = nodes
         self._reasons: dict[tuple[object, ...], str | None] = {}
 
-    def reason(self, request: ResourceRequest) -> str | None:
-        key = (request.gpus, request.gpu_memory_bytes, request.cpus, request.memory_bytes)
+    def reason(self, request: ResourceRequest, gpu_types: tuple[str, ...] = ()) -> str | None:
+        key = (
+            request.gpus,
+            request.gpu_memory_bytes,
+            request.cpus,
+            request.memory_bytes,
+            gpu_types,
+        )
         if key not in self._reasons:
-            self._reasons[key] = infeasible_reason(request, self._nodes)
+            self._reasons[key] = infeasible_reason(request, self._nodes, gpu_types)
         return self._reasons[key]
+
+
+def _with_gpus(request: ResourceRequest, gpus: int) -> ResourceRequest:
+    return request.model_copy(update={"gpus": float(gpus)})
+
+
+def _gpus_of(allocations: Sequence[Allocation]) -> float:
+    return sum(part.share for allocation in allocations for part in allocation.gpus)
 
 
 def _index_by_id(jobs: Sequence[TraceJob]) -> dict[int, TraceJob]:
@@ -271,20 +513,6 @@ def _index_by_id(jobs: Sequence[TraceJob]) -> dict[int, TraceJob]:
             raise ValueError(f"job {job.job_id} has a negative duration")
         by_id[job.job_id] = job
     return by_id
-
-
-def _record(job: TraceJob, placement: Placement, start: float) -> JobRecord:
-    return JobRecord(
-        job_id=job.job_id,
-        team=job.team,
-        submit=job.submit,
-        duration=job.duration,
-        start=start,
-        end=start + job.duration,
-        gpus=sum(part.share for part in placement.gpus),
-        node=placement.node,
-        shares=placement.gpus,
-    )
 
 
 def _unscheduled(job: TraceJob, reason: str) -> UnscheduledJob:

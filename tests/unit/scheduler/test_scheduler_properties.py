@@ -1,4 +1,8 @@
-"""Properties of a cycle over random pools, allocations and requests."""
+"""Properties of placement and reasons over random pools, allocations and requests.
+
+Running work here is non-preemptible, so these properties are about placement alone; the
+policy's properties (quotas, preemption, gangs) are in test_policy_properties.py.
+"""
 
 from __future__ import annotations
 
@@ -71,7 +75,9 @@ def node_allocations(draw, node: NodeCapacity, first_id: int) -> list[Allocation
         cpus_left -= cpus
         memory_left -= memory
         gpus = () if part is None else (part,)
-        allocations.append(Allocation(first_id + offset, node.name, gpus, cpus, memory))
+        allocations.append(
+            Allocation(first_id + offset, node.name, gpus, cpus, memory, preemptible=False)
+        )
     return allocations
 
 
@@ -229,6 +235,7 @@ def check_placed_or_true_reason(snapshot: Snapshot, decisions: Decisions) -> Non
             assert (reason.code, reason.message) == (Reason.NO_NODE_BIG_ENOUGH, never)
         else:
             assert reason.code in {
+                Reason.FAIR_SHARE,
                 Reason.INSUFFICIENT_GPUS,
                 Reason.INSUFFICIENT_GPU_MEMORY,
                 Reason.INSUFFICIENT_CPU,

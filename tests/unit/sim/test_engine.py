@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -12,14 +12,23 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from gpupool.domain.jobs import ResourceRequest
+from gpupool.domain.jobs import Reason, ResourceRequest
 from gpupool.domain.units import GiB
 from gpupool.main import app
 from gpupool.scheduler import schedule
 from gpupool.scheduler.messages import NO_NODES_MESSAGE
-from gpupool.scheduler.types import Clock, Decisions, NodeCapacity, Placement, Snapshot
+from gpupool.scheduler.types import (
+    DEFAULT_POLICY,
+    Clock,
+    Decisions,
+    NodeCapacity,
+    Placement,
+    Preemption,
+    Snapshot,
+)
 from gpupool.sim.engine import STUCK_MESSAGE, SimResult, VirtualClock, cluster, simulate
 from gpupool.sim.metrics import summarize
+from gpupool.sim.policies import named
 from gpupool.sim.report import render
 from gpupool.sim.traces import TraceJob, load_trace
 
@@ -146,18 +155,41 @@ def test_a_placement_of_a_job_not_pending_is_a_policy_bug():
         simulate([job(1, 0, 5, 1)], cluster("1x2"), rogue)
 
 
-@dataclass
-class DecisionsWithPreemptions(Decisions):
-    preemptions: list[int] = field(default_factory=list)
+def test_a_preempted_job_is_requeued_and_redoes_the_restart_cost():
+    # one team on one 2-GPU node: job 1 passes the first service level (1,800 GPU-seconds)
+    # after 900 s; job 2 arrives at 1,000 s at level 0 and preempts it; job 1 resumes when
+    # job 2 ends, with its remaining work plus the restart cost
+    jobs = [job(1, 0, 10_000, 2), job(2, 1_000, 100, 2)]
+    result = simulate(jobs, cluster("1x2"), restart_cost=60)
+    first, second = result.records
+    assert (second.start, second.end, second.preemptions) == (1_000, 1_100, 0)
+    assert (first.start, first.end, first.preemptions) == (0, 1_100 + 9_000 + 60, 1)
+    assert result.preemptions == 1
 
 
-def test_preemptions_are_a_hook_left_for_the_scheduler():
+def test_without_preemption_a_long_job_keeps_its_gpus():
+    jobs = [job(1, 0, 10_000, 2), job(2, 1_000, 100, 2)]
+    result = simulate(jobs, cluster("1x2"), settings=named("drf"))
+    first, second = result.records
+    assert (first.end, second.start, result.preemptions) == (10_000, 10_000, 0)
+
+
+def test_a_policy_that_preempts_a_job_not_running_is_refused():
     def preempting(snapshot: Snapshot, clock: Clock) -> Decisions:
-        return DecisionsWithPreemptions(preemptions=[1])
+        return Decisions(preemptions=[Preemption(7, 1, Reason.PREEMPTED, "test")])
 
-    with pytest.raises(NotImplementedError, match="apply_preemptions"):
+    with pytest.raises(ValueError, match="not running"):
         simulate([job(1, 0, 5, 1)], cluster("1x2"), preempting)
-    assert simulate([job(1, 0, 5, 1)], cluster("1x2"), restart_cost=60).preemptions == 0
+
+
+def test_count_placement_spreads_a_job_over_nodes_and_node_placement_makes_a_gang():
+    jobs = [job(1, 0, 10, 8)]
+    counted = simulate(jobs, cluster("4x4"), placement="count")
+    by_nodes = simulate(jobs, cluster("4x4"), placement="node")
+    for result in (counted, by_nodes):
+        assert [record.gpus for record in result.records] == [8]
+        assert len({part.uuid for part in result.records[0].shares}) == 8
+    assert not counted.unscheduled and not by_nodes.unscheduled
 
 
 def test_bad_traces_are_refused():
@@ -224,8 +256,11 @@ def traces(draw) -> list[TraceJob]:
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(traces(), st.sampled_from(["1x2", "2x2", "1x4,1x1"]))
 def test_replay_invariants(jobs: list[TraceJob], spec: str):
+    # without preemption, each job runs once, from its start to its end
     nodes = cluster(spec)
-    result = simulate(jobs, nodes)
+    result = simulate(
+        jobs, nodes, settings=replace(DEFAULT_POLICY, reclaim=False, las_preemption=False)
+    )
     by_id = {item.job_id: item for item in jobs}
     ran = {record.job_id for record in result.records}
     assert ran | {item.job_id for item in result.unscheduled} == set(by_id)
@@ -263,8 +298,7 @@ def test_philly_11cb48_october_on_4x4_keeps_the_invariants():
     result = simulate(trace.jobs, cluster("4x4"))
     metrics = summarize(result)
     print(render([("default", metrics)]))
-    assert len(result.records) + len(result.unscheduled) == len(trace.jobs)
-    assert all(item.gpus > 4 for item in result.unscheduled)  # only what no 4-GPU node holds
+    assert len(result.records) == len(trace.jobs)  # 8- and 16-GPU jobs run as gangs
     assert all(math.isfinite(record.end) for record in result.records)
     assert metrics.utilisation <= metrics.bounds.max_utilisation + EPS
     assert all(record.jct >= record.duration for record in result.records)
@@ -284,7 +318,7 @@ def test_the_command_prints_a_row_per_policy_and_the_bounds(tmp_path: Path):
 
 
 def test_an_unknown_policy_is_a_usage_error_listing_the_known_ones(tmp_path: Path):
-    args = ["simulate", "--trace", "x.csv", "--cluster", "1x2", "--policy", "fifo"]
-    result = CliRunner().invoke(app, args)
+    args = ["simulate", "--trace", "x.csv", "--cluster", "1x2", "--policy", "nonsense"]
+    result = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
     assert result.exit_code == 2
-    assert "unknown policy 'fifo'; known: default" in result.output
+    assert "unknown policy 'nonsense'; known: default, fifo, drf, srtf-oracle" in result.output

@@ -1,0 +1,169 @@
+"""What each team holds against its guarantee, its limit and its fair share, during a cycle.
+
+GPUs are counted as compute shares: a whole GPU is 1, a quarter GPU 0.25. A team's
+**fair share** is a water-fill of the pool's GPUs: each team first gets its guarantee (or
+its demand, if smaller), and what is left goes to the teams that want more, in proportion
+to their weights, never beyond a team's demand or limit. A team's demand is what it holds
+plus what it waits for. Fair shares decide who may take GPUs back by preemption: a team
+under its fair share may preempt a team above its own, but never so far that the victim
+falls below it, so no preemption can be answered by another (no cycles).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+
+from gpupool.scheduler.types import Allocation, PendingJob, TeamQuota
+
+EPSILON = 1e-6
+UNLIMITED = float("inf")
+
+
+def job_gpus(job: PendingJob) -> float:
+    """The GPUs a pending job asks for, all tasks together (0 for none or memory alone)."""
+    return job.request.gpu_count * job.tasks
+
+
+def held_gpus(allocation: Allocation) -> float:
+    return sum(part.share for part in allocation.gpus)
+
+
+class Ledger:
+    """Teams' held GPUs (kept current as the cycle places and preempts) and fair shares."""
+
+    def __init__(
+        self,
+        quotas: Iterable[TeamQuota],
+        allocations: Sequence[Allocation],
+        pending: Sequence[PendingJob],
+        pool_gpus: float,
+    ) -> None:
+        self.quotas: dict[str, TeamQuota] = {quota.team: quota for quota in quotas}
+        self.pool_gpus = pool_gpus
+        self.held: dict[str, float] = defaultdict(float)
+        self.unpreemptible: dict[str, float] = defaultdict(float)
+        for allocation in allocations:
+            gpus = held_gpus(allocation)
+            self.held[allocation.team] += gpus
+            if not allocation.preemptible:
+                self.unpreemptible[allocation.team] += gpus
+        wanted: dict[str, float] = defaultdict(float)
+        for job in pending:
+            wanted[job.team] += job_gpus(job)
+        demand = {team: self.held.get(team, 0.0) + wanted.get(team, 0.0) for team in wanted}
+        for team, gpus in self.held.items():
+            demand.setdefault(team, gpus)
+        self.demand = demand
+        self.fair = water_fill(
+            pool_gpus, demand, self._guarantees(), self._limits(), self._weights()
+        )
+        self.guaranteed_total = sum(self.guarantee(team) for team in self.quotas)
+
+    # -- quotas ---------------------------------------------------------------------------
+
+    def guarantee(self, team: str) -> float:
+        quota = self.quotas.get(team)
+        return sum(quota.guarantee.values()) if quota is not None else 0.0
+
+    def limit(self, team: str) -> float:
+        quota = self.quotas.get(team)
+        return UNLIMITED if quota is None or quota.limit is None else quota.limit
+
+    def weight(self, team: str) -> float:
+        quota = self.quotas.get(team)
+        return quota.weight if quota is not None and quota.weight > 0 else 1.0
+
+    def _guarantees(self) -> dict[str, float]:
+        return {team: self.guarantee(team) for team in self.quotas}
+
+    def _limits(self) -> dict[str, float]:
+        return {team: self.limit(team) for team in self.quotas}
+
+    def _weights(self) -> dict[str, float]:
+        return {team: self.weight(team) for team in self.quotas}
+
+    # -- questions ------------------------------------------------------------------------
+
+    def fits_limit(self, team: str, gpus: float) -> bool:
+        return self.held[team] + gpus <= self.limit(team) + EPSILON
+
+    def within_guarantee(self, team: str, gpus: float) -> bool:
+        return self.held[team] + gpus <= self.guarantee(team) + EPSILON
+
+    def within_fair_share(self, team: str, gpus: float) -> bool:
+        return self.held[team] + gpus <= self.fair.get(team, 0.0) + EPSILON
+
+    def can_lose(self, team: str, gpus: float) -> bool:
+        """Whether ``team`` stays at or above its fair share after losing ``gpus``."""
+        return self.held[team] - gpus >= self.fair.get(team, 0.0) - EPSILON
+
+    def unpreemptible_fits(self, team: str, gpus: float) -> bool:
+        """Non-preemptible work runs inside its team's guarantee, or in the part of the pool
+        nobody is guaranteed: otherwise a guarantee could not be taken back."""
+        if self.within_guarantee(team, gpus):
+            return True
+        spare = max(0.0, self.pool_gpus - self.guaranteed_total)
+        borrowed = sum(
+            max(0.0, held - self.guarantee(owner)) for owner, held in self.unpreemptible.items()
+        )
+        return borrowed + gpus <= spare + EPSILON
+
+    def order_key(self, team: str) -> tuple[int, float]:
+        """Teams under their guarantee first (least served first), then by held / weight."""
+        guarantee = self.guarantee(team)
+        held = self.held[team]
+        if held < guarantee - EPSILON:
+            return (0, held / guarantee)
+        return (1, held / self.weight(team))
+
+    # -- changes --------------------------------------------------------------------------
+
+    def charge(self, team: str, gpus: float, preemptible: bool = True) -> None:
+        self.held[team] += gpus
+        if not preemptible:
+            self.unpreemptible[team] += gpus
+
+    def refund(self, team: str, gpus: float, preemptible: bool = True) -> None:
+        self.held[team] -= gpus
+        if not preemptible:
+            self.unpreemptible[team] -= gpus
+
+
+def water_fill(
+    capacity: float,
+    demand: Mapping[str, float],
+    guarantees: Mapping[str, float],
+    limits: Mapping[str, float],
+    weights: Mapping[str, float],
+) -> dict[str, float]:
+    """Fair shares: guarantees (up to demand) first, the rest by weight up to demand/limit.
+
+    Guarantees larger than the pool (nodes left) are scaled down to fit it.
+    """
+    caps = {team: min(wanted, limits.get(team, UNLIMITED)) for team, wanted in demand.items()}
+    share = {team: min(guarantees.get(team, 0.0), cap) for team, cap in caps.items()}
+    base = sum(share.values())
+    if base > capacity and base > 0:
+        scale = capacity / base
+        share = {team: value * scale for team, value in share.items()}
+        return share
+    left = capacity - base
+    active = {team for team in caps if share[team] < caps[team] - EPSILON}
+    while left > EPSILON and active:
+        total_weight = sum(weights.get(team, 1.0) for team in active)
+        filled = set()
+        for team in active:
+            room = caps[team] - share[team]
+            offer = left * weights.get(team, 1.0) / total_weight
+            if offer >= room - EPSILON:
+                filled.add(team)
+        if not filled:
+            for team in active:
+                share[team] += left * weights.get(team, 1.0) / total_weight
+            break
+        for team in filled:
+            left -= caps[team] - share[team]
+            share[team] = caps[team]
+        active -= filled
+    return share

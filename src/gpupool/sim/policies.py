@@ -1,0 +1,49 @@
+"""The policies ``gpupool simulate`` compares, all run by the real scheduler code.
+
+``default`` is the product's policy (``gpupool.scheduler.types.Policy()``); the others are
+baselines made from the same code with parts switched off or an oracle switched on:
+
+* ``fifo``: one queue in submit order; a job that does not fit blocks every later one.
+* ``drf``: fair share between teams (held GPUs per weight) and users, first come first
+  served inside a team, a blocked queue head blocks its queue; no backfill, no preemption.
+* ``srtf-oracle``: shortest remaining time first with preemption, knowing every job's
+  duration: a reference no real scheduler can be, not a product policy.
+* ``las``: least-attained-service with many levels (close to Tiresias' continuous LAS).
+
+The simulator skips the explanations of pending jobs (nobody reads them there).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from gpupool.scheduler.types import DEFAULT_POLICY, Policy
+
+NAMED: dict[str, Policy] = {
+    "default": DEFAULT_POLICY,
+    "fifo": Policy(
+        order="fifo",
+        fair_share=False,
+        reclaim=False,
+        las_preemption=False,
+        backfill=False,
+        skip_blocked=False,
+    ),
+    "drf": Policy(
+        las_thresholds=(),
+        reclaim=False,
+        las_preemption=False,
+        backfill=False,
+        skip_blocked=False,
+    ),
+    "srtf-oracle": Policy(order="srtf", backfill=False),
+    "las": replace(DEFAULT_POLICY, las_thresholds=tuple(3600.0 * 2.0**k for k in range(-4, 12))),
+}
+
+
+def named(name: str) -> Policy:
+    """The policy of a name, as the simulator runs it (no explanations)."""
+    found = NAMED.get(name)
+    if found is None:
+        raise KeyError(name)
+    return replace(found, explain=False)
