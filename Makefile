@@ -31,6 +31,8 @@ bench: $(VENV)/.dev
 	$(BIN)/python benchmarks/latency.py
 	$(BIN)/python benchmarks/submit_rate.py
 	$(BIN)/python benchmarks/drain.py
+	$(BIN)/python benchmarks/scheduler_scale.py
+	$(BIN)/python benchmarks/philly_replay.py
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)

@@ -31,6 +31,12 @@ class InvalidRequest(ClientError):
     code = "invalid_request"
 
 
+class InvalidWeight(InvalidRequest):
+    """A user's weight is a number above 0: 1 is the default, 2 is owed twice the GPU time."""
+
+    code = "invalid_weight"
+
+
 class Unauthenticated(ClientError):
     """Log in first: send 'Authorization: Bearer <token>' or sign in to the web UI."""
 
@@ -45,6 +51,12 @@ class Forbidden(ClientError):
     code = "forbidden"
 
 
+class PriorityNotAllowed(Forbidden):
+    """Your role does not allow this priority; submit with a lower one."""
+
+    code = "priority_not_allowed"
+
+
 class NotFound(ClientError):
     """No such resource, or not one you can see."""
 
@@ -57,6 +69,18 @@ class Conflict(ClientError):
 
     status = 409
     code = "conflict"
+
+
+class GuaranteesExceedPool(Conflict):
+    """The teams' guarantees would add up to more GPUs than the pool has."""
+
+    code = "guarantees_exceed_pool"
+
+
+class LimitBelowGuarantee(InvalidRequest):
+    """A team's limit must be at least its guarantee."""
+
+    code = "limit_below_guarantee"
 
 
 class Unsatisfiable(ClientError):

@@ -28,12 +28,21 @@ class Settings(BaseSettings):
     node_name: str | None = None  # default: the host name
     # Declared inventory, used where no NVIDIA driver answers: "4xA100-SXM4-80GB:80GiB".
     declared_gpus: str | None = None
+    # Links between the declared GPUs, as nvidia-smi topo -m names them: "0-1:NV4,2-3:PIX".
+    declared_links: str | None = None
     declared_cpus: int | None = None
     declared_memory: str | None = None
     sysfs_root: Path = Path("/sys")
     use_nvml: bool = True
     log_limit_bytes: int = 64 * 1024**2
-    stop_grace_seconds: float = 30.0
+    stop_grace_seconds: float = 30.0  # SIGTERM to SIGKILL, unless a job sets its own
+    max_grace_seconds: float = 3600.0  # the longest grace period a job may ask for
+    member_max_priority: int = 100  # members submit in [-1000, this]; admins up to 1000
+    # Fair share inside a team weighs past GPU-seconds down by half every this many seconds
+    # (Slurm's PriorityDecayHalfLife); the usage is recomputed at most every few seconds.
+    fair_share_half_life_seconds: float = 7 * 86400.0
+    usage_refresh_seconds: float = 5.0
+    checkpoint_scan_seconds: float = 5.0  # how often a running job's checkpoints are looked at
     max_body_bytes: int = 1024**2
     schedule_interval_seconds: float = 0.5  # the loop also wakes at once on every change
     discovery_interval_seconds: float = 30.0  # re-discovery of this node; 0: only at start

@@ -115,6 +115,26 @@ def test_a_job_submitted_in_the_form_streams_its_output_live(page, server: Serve
     page.screenshot(path=str(SHOTS / "ui-job.png"), full_page=True)
 
 
+def test_the_form_sends_a_gpu_type_and_a_max_runtime(page, server: ServerProcess) -> None:  # noqa: ANN001
+    sign_in(page, server, "/jobs/new")
+    page.get_by_label("Command").fill("true")
+    page.get_by_label("GPU type").fill("A100-SXM4-80GB")
+    page.get_by_label("Max runtime").fill("2x")
+    page.get_by_role("button", name="Submit job").click()
+    expect(page.locator("#max_runtime-error")).to_contain_text("not a duration")
+    page.get_by_label("Max runtime").fill("2h")
+    page.get_by_role("button", name="Submit job").click()
+    expect(page).to_have_url(re.compile(r"/jobs/\d+$"), timeout=SLOW)
+    job_id = page.url.rsplit("/", 1)[1]
+    headers = {"Authorization": f"Bearer {server.token}"}
+    spec = httpx.get(f"{server.url}/api/v1/jobs/{job_id}", headers=headers).json()["spec"]
+    assert (spec["gpu_types"], spec["max_runtime_seconds"], spec["preemptible"]) == (
+        ["A100-SXM4-80GB"],
+        7200,
+        True,
+    )
+
+
 def test_the_form_shows_the_servers_errors_inline(page, server: ServerProcess) -> None:  # noqa: ANN001
     sign_in(page, server, "/jobs/new")
     page.get_by_label("Command").fill("echo hi | wc")

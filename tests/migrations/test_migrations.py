@@ -10,6 +10,7 @@ import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect, text
+from sqlalchemy.exc import IntegrityError
 
 from gpupool.errors import SchemaMismatch
 from gpupool.store import db as store
@@ -73,3 +74,69 @@ def test_the_server_refuses_to_start_on_a_schema_mismatch(tmp_path: Path) -> Non
     )
     assert upgraded.returncode == 0, upgraded.stderr
     assert list(tmp_path.glob("gpupool.db.bak-*")), "the SQLite file is backed up before migrating"
+
+
+def test_upgrading_a_database_with_jobs_gives_them_the_policy_defaults(database_url: str) -> None:
+    store.upgrade(database_url, "0001")
+    database = store.Database(database_url)
+    with database.engine.begin() as connection:
+        connection.execute(text("INSERT INTO teams (id, name, created_at) VALUES (1, 'ml', 0)"))
+        connection.execute(
+            text(
+                "INSERT INTO users (id, name, role, disabled, created_at) "
+                "VALUES (1, 'ann', 'member', false, 0)"
+            )
+        )
+        connection.execute(
+            text(
+                "INSERT INTO jobs (id, user_id, team_id, spec, status, priority, gpus, "
+                "submitted_at, attempts) VALUES (1, 1, 1, '{}', 'pending', 0, 1, 0, 0)"
+            )
+        )
+    database.dispose()
+    store.upgrade(database_url)
+    database = store.Database(database_url)
+    with database.engine.connect() as connection:
+        team = connection.execute(text("SELECT guarantee, gpu_limit, weight FROM teams")).one()
+        job = connection.execute(
+            text("SELECT preemptible, attained, queued_at, checkpoint_at, preemptions FROM jobs")
+        ).one()
+    database.dispose()
+    assert (team.guarantee in ({}, "{}"), team.gpu_limit, team.weight) == (True, None, 1)
+    assert (bool(job.preemptible), job.attained, job.queued_at, job.preemptions) == (
+        True,
+        0,
+        None,
+        0,
+    )
+
+
+def test_0003_gives_existing_users_weight_1_and_refuses_a_weight_of_0(database_url: str) -> None:
+    store.upgrade(database_url, "0002")
+    database = store.Database(database_url)
+    with database.engine.begin() as connection:
+        connection.execute(
+            text(
+                "INSERT INTO users (id, name, role, disabled, created_at) "
+                "VALUES (1, 'ann', 'member', false, 0)"
+            )
+        )
+        connection.execute(text("INSERT INTO teams (id, name, created_at) VALUES (1, 'ml', 0)"))
+        connection.execute(text("INSERT INTO memberships (user_id, team_id) VALUES (1, 1)"))
+    database.dispose()
+    store.upgrade(database_url, "0003")
+    database = store.Database(database_url)
+    with database.engine.connect() as connection:
+        assert connection.execute(text("SELECT name, weight FROM users")).one() == ("ann", 1)
+        assert connection.execute(text("SELECT count(*) FROM memberships")).scalar() == 1
+    for weight in (0, -1):
+        with pytest.raises(IntegrityError), database.engine.begin() as connection:
+            connection.execute(text("UPDATE users SET weight = :w"), {"w": weight})
+    database.dispose()
+    store.downgrade(database_url, "0002")
+    database = store.Database(database_url)
+    columns = {column["name"] for column in inspect(database.engine).get_columns("users")}
+    with database.engine.connect() as connection:
+        assert connection.execute(text("SELECT name FROM users")).scalar() == "ann"
+    database.dispose()
+    assert "weight" not in columns

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -11,6 +11,8 @@ from fastapi.testclient import TestClient
 
 from gpupool.api.app import create_app
 from gpupool.executors.base import Executor
+from gpupool.scheduler import schedule
+from gpupool.scheduler.types import Clock, Decisions, Snapshot
 from gpupool.services import auth, users
 from gpupool.services.platform import Platform, open_platform
 from gpupool.settings import Settings
@@ -36,9 +38,12 @@ def make_settings(data_dir: Path, database_url: str | None = None, **overrides: 
 
 @contextmanager
 def running_app(
-    settings: Settings, executor: Executor | None = None
+    settings: Settings,
+    executor: Executor | None = None,
+    decide: Callable[[Snapshot, Clock], Decisions] = schedule,
 ) -> Iterator[tuple[TestClient, Platform]]:
-    platform = open_platform(settings, executor=executor)
+    """The app on an opened platform; ``decide`` stands in for the scheduler when given."""
+    platform = open_platform(settings, executor=executor, decide=decide)
     with TestClient(create_app(platform)) as client:
         client.headers["Authorization"] = f"Bearer {admin_token(platform)}"
         yield client, platform

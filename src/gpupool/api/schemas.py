@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from gpupool.domain.inventory import NodeInventory
 from gpupool.domain.jobs import JobSpec, JobStatus, Role
+from gpupool.scheduler.types import PendingReason
 from gpupool.store.models import EventModel, JobModel
 
 
@@ -53,13 +54,25 @@ class JobOut(BaseModel):
     reason: str | None
     message: str | None
     position: int | None = None
+    blockers: list[str] = Field(
+        default_factory=list, description="while pending: what it waits for, when known"
+    )
     attempts: int
     cancel_requested: bool
     placement: PlacementOut | None
+    preemptible: bool
+    attained_gpu_seconds: float = Field(description="service received by earlier attempts")
+    queued_at: float | None = Field(description="when it last (re)entered the queue")
+    checkpoint_at: float | None = Field(description="newest file in its checkpoint directory")
+    preemptions: int
 
     @classmethod
-    def of(cls, job: JobModel, position: int | None = None, user: str | None = None) -> JobOut:
-        """``user``: the owner's name when the caller knows it (saves loading the user)."""
+    def of(
+        cls, job: JobModel, waiting: PendingReason | None = None, user: str | None = None
+    ) -> JobOut:
+        """``waiting``: the scheduler's latest word on it; ``user``: the owner's name when the
+        caller knows it (saves loading the user)."""
+        pending = job.status == JobStatus.PENDING and waiting is not None
         return cls(
             id=job.id,
             name=job.name,
@@ -74,10 +87,16 @@ class JobOut(BaseModel):
             exit_code=job.exit_code,
             reason=job.reason,
             message=job.message,
-            position=position if job.status == JobStatus.PENDING else None,
+            position=waiting.position if pending else None,
+            blockers=list(waiting.blockers) if pending else [],
             attempts=job.attempts,
             cancel_requested=job.cancel_requested_at is not None,
             placement=PlacementOut.model_validate(job.placement) if job.placement else None,
+            preemptible=job.preemptible,
+            attained_gpu_seconds=job.attained or 0.0,
+            queued_at=job.queued_at,
+            checkpoint_at=job.checkpoint_at,
+            preemptions=job.preemptions or 0,
         )
 
 
@@ -99,6 +118,7 @@ class AttemptOut(BaseModel):
     started_at: float | None
     ended_at: float | None
     exit_code: int | None
+    stop_reason: str | None = Field(description="preempted, max_runtime or cancelled")
 
 
 class JobDetailOut(JobOut):
@@ -124,6 +144,10 @@ class GpuOut(BaseModel):
     used_memory_bytes: int
     utilization_percent: float | None
     holders: list[HolderOut]
+    domain: int = Field(
+        description="connectivity domain: GPUs of one domain share NVLink, a PCIe switch or a "
+        "NUMA node, and a multi-GPU task gets GPUs of one domain when it can"
+    )
 
 
 class NodeOut(BaseModel):
@@ -136,13 +160,49 @@ class NodeOut(BaseModel):
     inventory: NodeInventory
 
 
+GpuModelKey = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=64)]
+GpuAmount = Annotated[float, Field(ge=0, le=1_000_000, allow_inf_nan=False)]
+
+
+class QuotaIn(Strict):
+    """A team's quota. ``guarantee``: GPU model (part of its name, "*": any) -> GPUs."""
+
+    guarantee: dict[GpuModelKey, GpuAmount] = Field(
+        default_factory=dict, max_length=64, examples=[{"*": 4, "A100": 2}]
+    )
+    limit: GpuAmount | None = Field(default=None, description="most GPUs held at once; none")
+    weight: float = Field(default=1.0, gt=0, le=1_000_000, allow_inf_nan=False)
+
+
+class TeamCreate(QuotaIn):
+    name: str = Field(min_length=1, max_length=63)
+
+
+class TeamUsageOut(BaseModel):
+    gpus: float = Field(description="GPUs its starting and running jobs hold")
+    by_model: dict[str, float]
+
+
 class TeamOut(BaseModel):
     id: int
     name: str
+    guarantee: dict[str, float]
+    limit: float | None
+    weight: float
+    usage: TeamUsageOut
+    pending: int = Field(description="its jobs waiting to start")
 
 
-class TeamCreate(Strict):
-    name: str = Field(min_length=1, max_length=63)
+# checked by the users service (InvalidWeight: code invalid_weight, a message with examples)
+UserWeight = Annotated[
+    float,
+    Field(
+        strict=True,
+        description="fair share inside a team: a user of weight 2 is owed twice the GPU time "
+        "of a user of weight 1; above 0",
+        examples=[1, 2, 0.5],
+    ),
+]
 
 
 class UserOut(BaseModel):
@@ -152,6 +212,7 @@ class UserOut(BaseModel):
     teams: list[str]
     disabled: bool
     has_password: bool
+    weight: float
 
 
 class UserCreate(Strict):
@@ -159,6 +220,7 @@ class UserCreate(Strict):
     role: Role = Role.MEMBER
     teams: list[str] = Field(default_factory=list, max_length=100)
     password: str | None = Field(default=None, max_length=200)
+    weight: UserWeight = 1.0
 
 
 class UserUpdate(Strict):
@@ -166,6 +228,7 @@ class UserUpdate(Strict):
     teams: list[str] | None = Field(default=None, max_length=100)
     password: str | None = Field(default=None, max_length=200)
     disabled: bool | None = None
+    weight: UserWeight | None = None
 
 
 class TokenOut(BaseModel):
@@ -208,3 +271,113 @@ class LogChunk(BaseModel):
     next_offset: int
     text: str
     complete: bool
+
+
+# -- why a job waits, the queue, teams over time ---------------------------------------------
+
+
+class EstimateOut(BaseModel):
+    """How an estimated start time was made: always an estimate, never a promise."""
+
+    is_estimate: bool = True
+    computed_at: float = Field(description="when the simulation ran (epoch seconds)")
+    duration_seconds: float | None = Field(description="how long this job is assumed to run")
+    duration_basis: str | None = Field(
+        description="max_runtime, user_median, team_median or default"
+    )
+    duration_text: str | None
+    assumes: list[str] = Field(description="what every estimate assumes, in words")
+
+
+class WhyOut(BaseModel):
+    """Why a job waits: its reason, queue position, blockers and estimated start time."""
+
+    job_id: int
+    status: JobStatus
+    summary: str = Field(description="one sentence for people")
+    code: str = Field(description="machine reason, PascalCase")
+    message: str
+    position: int | None = Field(description="place in its team's queue (1 is next)")
+    blockers: list[str]
+    eta: float | None = Field(description="estimated start, epoch seconds; null: see eta_unknown")
+    eta_unknown: str | None = Field(description="why there is no estimate (pending jobs only)")
+    estimate: EstimateOut | None = None
+
+    @classmethod
+    def of(cls, why: Any) -> WhyOut:
+        estimate = None
+        if why.estimate is not None:
+            duration = why.estimate.duration
+            estimate = EstimateOut(
+                computed_at=why.estimate.computed_at,
+                duration_seconds=duration.seconds if duration else None,
+                duration_basis=duration.basis if duration else None,
+                duration_text=duration.text if duration else None,
+                assumes=list(why.assumptions),
+            )
+        return cls(
+            job_id=why.job_id,
+            status=why.status,
+            summary=why.summary,
+            code=why.code,
+            message=why.message,
+            position=why.position,
+            blockers=list(why.blockers),
+            eta=why.eta,
+            eta_unknown=why.eta_unknown,
+            estimate=estimate,
+        )
+
+
+class QueuedJobOut(BaseModel):
+    id: int
+    name: str | None
+    user: str
+    priority: int
+    gpus: float | None
+    gpu_memory_bytes: int | None
+    submitted_at: float
+    code: str
+    message: str
+    position: int | None
+    blockers: list[str]
+    eta: float | None
+    eta_unknown: str | None
+
+
+class QueueTeamOut(BaseModel):
+    team: str
+    jobs: list[QueuedJobOut]
+
+
+class QueueOut(BaseModel):
+    """Pending jobs by team, each team's queue in order; start times are estimates."""
+
+    computed_at: float | None
+    assumes: list[str]
+    waiting: int = Field(description="jobs waiting in all (the teams list the first ones)")
+    teams: list[QueueTeamOut]
+
+
+class TeamSeriesOut(BaseModel):
+    team: str
+    guarantee: float
+    limit: float | None
+    weight: float
+    held: list[float] = Field(description="average GPUs held, per bucket")
+    demand: list[float] = Field(description="held plus GPUs its queued jobs asked for")
+    fair: list[float] = Field(description="its fair share of the pool, per bucket")
+    held_now: float = Field(description="GPUs its running jobs hold now")
+    demand_now: float = Field(description="held now plus GPUs its waiting jobs ask for")
+    fair_now: float = Field(description="its fair share now")
+
+
+class TeamHistoryOut(BaseModel):
+    """Each team's GPUs over time, bucket by bucket (``times``: each bucket's start)."""
+
+    start: float
+    end: float
+    bucket_seconds: float
+    pool_gpus: float
+    times: list[float]
+    teams: list[TeamSeriesOut]

@@ -21,11 +21,13 @@ from fastapi.staticfiles import StaticFiles
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 import gpupool
+from gpupool.api import charts
 from gpupool.api.deps import PlatformDep, optional_session
+from gpupool.api.routers import admin as admin_api
 from gpupool.api.routers import jobs as jobs_api
 from gpupool.api.routers import nodes as nodes_api
-from gpupool.domain.jobs import FINAL_STATUSES, JobStatus, Role
-from gpupool.domain.units import format_bytes
+from gpupool.domain.jobs import FINAL_STATUSES, MAX_PRIORITY, JobStatus, Role
+from gpupool.domain.units import format_bytes, format_duration
 from gpupool.errors import NotFound
 from gpupool.services import users
 from gpupool.services.access import Principal
@@ -40,7 +42,14 @@ ACTIVE = [JobStatus.PENDING, JobStatus.STARTING, JobStatus.RUNNING]
 ENDED = sorted(FINAL_STATUSES)
 SHOW = {"all": None, "active": ACTIVE, "ended": ENDED}
 TEXT_FIELDS = ("command", "name", "workdir", "env", "gpu_memory", "memory", "team")
-BLANK_FORM = dict.fromkeys(TEXT_FIELDS, "") | {"gpus": "1", "cpus": "1", "priority": "0"}
+POLICY_FIELDS = ("gpu_type", "max_runtime", "grace_period")
+BLANK_FORM = (
+    dict.fromkeys(TEXT_FIELDS + POLICY_FIELDS, "")
+    | {"gpus": "1", "cpus": "1", "priority": "0"}
+    | {"preemptible": True}
+)
+PERIODS = {"6": "6 hours", "24": "24 hours", "72": "3 days", "168": "7 days"}
+BUCKETS = 48  # points of a team's chart
 
 CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self'; style-src-attr 'unsafe-inline'; "
@@ -99,6 +108,31 @@ def _gpus(resources: dict[str, Any]) -> str:
     return _number(count) + (f" · {format_bytes(memory)}" if memory else "")
 
 
+def _from_now(epoch: float | None, now: float) -> str:
+    """'in 25m', 'now' (or '25m ago'): how far a time is from ``now``."""
+    if epoch is None:
+        return ""
+    seconds = round(epoch - now)
+    if abs(seconds) < 30:
+        return "now"
+    text = _short(abs(seconds))
+    return f"in {text}" if seconds > 0 else f"{text} ago"
+
+
+def _short(seconds: int) -> str:
+    if seconds < 3600:
+        return f"{max(1, round(seconds / 60))} min"
+    if seconds < 86400:
+        hours, minutes = divmod(round(seconds / 60), 60)
+        return f"{hours} h {minutes:02d} min" if minutes else f"{hours} h"
+    days, hours = divmod(round(seconds / 3600), 24)
+    return f"{days} d {hours} h" if hours else f"{days} d"
+
+
+def _gpu_hours(gpu_seconds: float | None) -> str:
+    return f"{(gpu_seconds or 0) / 3600:.2f} GPU-hours"
+
+
 def _network(inventory: dict[str, Any]) -> list[str]:
     nics = [n for n in inventory.get("nics", []) if n.get("name") != "lo"]
     up = [n for n in nics if n.get("operstate") == "up"]
@@ -133,7 +167,15 @@ ENV = Environment(
     lstrip_blocks=True,
 )
 ENV.filters.update(
-    bytes=format_bytes, when=_when, iso=_iso, number=_number, percent=_percent, gpus=_gpus
+    bytes=format_bytes,
+    when=_when,
+    iso=_iso,
+    number=_number,
+    percent=_percent,
+    gpus=_gpus,
+    duration=format_duration,
+    gpu_hours=_gpu_hours,
+    from_now=_from_now,
 )
 ENV.globals.update(
     version=gpupool.__version__,
@@ -236,6 +278,7 @@ def submit_page(
         chosen_team=chosen,
         form=form,
         viewer=who.role == Role.VIEWER,
+        **_submit_choices(ctx, who),
     )
 
 
@@ -252,17 +295,75 @@ def job_page(request: Request, job_id: str, ctx: PlatformDep, signed_in: SignedI
     except NotFound:
         return _render("not_found.html", who, csrf, status=404, page="job", job_id=job_id)
     spec = job["spec"]
+    why = _why(ctx, who, number) if job["status"] == JobStatus.PENDING.value else None
     return _render(
         "job.html",
         who,
         csrf,
         page="job",
         job=job,
+        why=why,
+        now=ctx.clock.now(),
         command=shlex.join(spec["command"]),
         final=job["status"] in {s.value for s in FINAL_STATUSES},
         can_cancel=who.role != Role.VIEWER,
         again=f"/jobs/new?{urlencode({'again': job['id']})}",
     )
+
+
+@router.get("/queue", response_class=HTMLResponse)
+def queue_page(request: Request, ctx: PlatformDep, signed_in: SignedIn) -> Response:
+    if not signed_in:
+        return _to_login(request)
+    who, csrf = signed_in
+    queue = jobs_api.show_queue(ctx, who).model_dump(mode="json")
+    shown = sum(len(team["jobs"]) for team in queue["teams"])
+    return _render(
+        "queue.html", who, csrf, page="queue", queue=queue, shown=shown, now=ctx.clock.now()
+    )
+
+
+@router.get("/teams", response_class=HTMLResponse)
+def teams_page(
+    request: Request, ctx: PlatformDep, signed_in: SignedIn, hours: str = "24"
+) -> Response:
+    if not signed_in:
+        return _to_login(request)
+    who, csrf = signed_in
+    hours = hours if hours in PERIODS else "24"
+    teams = [t.model_dump(mode="json") for t in admin_api.list_teams(ctx, who)]
+    found = admin_api.team_history(ctx, who, hours=float(hours), buckets=BUCKETS)
+    series = {s.team: s for s in found.teams}
+    drawn = {
+        name: charts.team_chart(
+            found.times,
+            found.bucket_seconds,
+            {"held": s.held, "fair": s.fair, "demand": s.demand},
+            {"held": s.held_now, "fair": s.fair_now, "demand": s.demand_now},
+            s.guarantee,
+            s.limit,
+        )
+        for name, s in series.items()
+    }
+    return _render(
+        "teams.html",
+        who,
+        csrf,
+        page="teams",
+        teams=teams,
+        history=found.model_dump(mode="json"),
+        series={name: s.model_dump(mode="json") for name, s in series.items()},
+        charts=drawn,
+        hours=hours,
+        periods=PERIODS,
+    )
+
+
+def _why(ctx: Platform, who: Principal, job_id: int) -> dict[str, Any] | None:
+    try:
+        return jobs_api.show_why(job_id, ctx, who).model_dump(mode="json")
+    except NotFound:
+        return None
 
 
 def _job_number(text: str) -> int | None:
@@ -288,7 +389,29 @@ def _form_from(ctx: Platform, who: Principal, job_id: int) -> dict[str, Any]:
         "memory": _exact_bytes(resources.memory_bytes),
         "team": job.team,
         "priority": str(spec.priority),
+        "preemptible": spec.preemptible,
+        "gpu_type": ", ".join(spec.gpu_types),
+        "max_runtime": _duration_or_blank(spec.max_runtime_seconds),
+        "grace_period": _duration_or_blank(spec.grace_period_seconds),
     }
+
+
+def _submit_choices(ctx: Platform, who: Principal) -> dict[str, Any]:
+    """What the submit form offers: the pool's GPU models, the priorities the user's role
+    may use (the API answers priority_not_allowed beyond them) and the grace periods."""
+    nodes = ctx.loop.snapshots.nodes.recent(ctx.db)
+    highest = MAX_PRIORITY if who.is_admin else ctx.settings.member_max_priority
+    return {
+        "gpu_models": sorted({g.model for n in nodes if n.schedulable for g in n.gpus}),
+        "priority_range": (-MAX_PRIORITY, highest),
+        "admin_max_priority": MAX_PRIORITY,
+        "default_grace": format_duration(ctx.settings.stop_grace_seconds),
+        "max_grace": format_duration(ctx.settings.max_grace_seconds),
+    }
+
+
+def _duration_or_blank(seconds: float | None) -> str:
+    return "" if seconds is None else format_duration(seconds)
 
 
 def _exact_bytes(count: int | None) -> str:

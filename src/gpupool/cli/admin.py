@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Callable
 from typing import Annotated, Any
@@ -18,6 +19,7 @@ from gpupool.cli.output import (
     new_table,
     out,
     print_json,
+    share,
     timestamp,
 )
 from gpupool.cli.session import connect
@@ -26,8 +28,10 @@ from gpupool.domain.jobs import Role
 
 users_app = typer.Typer(help="Users of the pool (admins only).", invoke_without_command=True)
 teams_app = typer.Typer(
-    help="Teams: jobs are charged to, and visible within, a team.", invoke_without_command=True
+    help="Teams and their GPU quotas: jobs are charged to, and visible within, a team.",
+    invoke_without_command=True,
 )
+ANY_MODEL = "*"
 tokens_app = typer.Typer(
     help="API tokens (yours; an admin's: everyone's).", invoke_without_command=True
 )
@@ -66,13 +70,14 @@ def _listing(
 
 
 def users_table(found: list[dict[str, Any]]) -> Table:
-    table = new_table("ID", "NAME", "ROLE", "TEAMS", "PASSWORD", "DISABLED")
+    table = new_table("ID", "NAME", "ROLE", "TEAMS", "WEIGHT", "PASSWORD", "DISABLED")
     for user in found:
         table.add_row(
             str(user["id"]),
             escape(user["name"]),
             user["role"],
             escape(", ".join(user["teams"]) or "-"),
+            share(user.get("weight", 1)),
             "set" if user["has_password"] else "-",
             "yes" if user["disabled"] else "-",
         )
@@ -93,11 +98,18 @@ def users_create(
         list[str] | None, typer.Option("--team", help="A team to join; repeatable.")
     ] = None,
     password_stdin: PasswordStdin = False,
+    weight: Annotated[
+        float | None,
+        typer.Option(
+            help="Fair share inside its teams (default 1; 2: twice the GPU time).",
+            callback=finite_weight,
+        ),
+    ] = None,
 ) -> None:
     """Create a user (give it a token with 'gpupool tokens create --user NAME')."""
     password = read_password_stdin() if password_stdin else None
     with connect() as client:
-        user = client.create_user(name, role.value, team or [], password)
+        user = client.create_user(name, role.value, team or [], password, weight)
     teams = ", ".join(user["teams"]) or "no team"
     out.print(f"user {escape(user['name'])} created ({user['role']} of {escape(teams)})")
 
@@ -128,28 +140,166 @@ def users_set_role(
     out.print(f"{escape(user['name'])} is now {user['role']}")
 
 
+@users_app.command("set-weight")
+def users_set_weight(
+    name: Annotated[str, typer.Argument(help="The user's name.")],
+    weight: Annotated[
+        float,
+        typer.Argument(
+            help="Above 0; 1 is the default. Inside a team, a user of weight 2 is owed twice "
+            "the GPU time of a user of weight 1 (fair share with decayed past usage).",
+            callback=finite_weight,
+        ),
+    ],
+) -> None:
+    """Change a user's fair-share weight inside its teams (admins only)."""
+    with connect() as client:
+        user = client.update_user(name, weight=weight)
+    out.print(f"weight of {escape(user['name'])} is now {share(user['weight'])}")
+
+
+def finite_weight(value: float | None) -> float | None:
+    """A weight JSON can carry; the server checks the range (and says why, invalid_weight)."""
+    if value is not None and not math.isfinite(value):
+        raise typer.BadParameter(f"{value} is not a weight: give a number such as 0.5, 1 or 2")
+    return value
+
+
 # -- teams -----------------------------------------------------------------------------------
+
+GuaranteeOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--guarantee",
+        "-g",
+        metavar="[MODEL=]GPUS",
+        help="GPUs guaranteed to the team: '4' of any model, 'A100=2' of GPUs whose model "
+        "contains A100; repeatable. '0' clears the guarantee.",
+    ),
+]
+LimitOption = Annotated[
+    float | None, typer.Option(help="The most GPUs the team may hold at once.", min=0)
+]
+WeightOption = Annotated[
+    float | None,
+    typer.Option(help="Its share of capacity nobody is guaranteed (default 1).", min=0.001),
+]
+
+
+def parse_guarantee(values: list[str] | None) -> dict[str, float] | None:
+    """['4', 'A100=2'] -> {'*': 4, 'A100': 2}; None when no --guarantee was given."""
+    if not values:
+        return None
+    guarantee: dict[str, float] = {}
+    for value in values:
+        model, _, count = value.rpartition("=")
+        model = model.strip() or ANY_MODEL
+        if "=" in value and not value.partition("=")[0].strip():
+            raise typer.BadParameter(f"'{value}' names no GPU model: write A100=2, or 2")
+        try:
+            gpus = float(count)
+        except ValueError:
+            gpus = -1.0
+        if not math.isfinite(gpus) or gpus < 0:
+            raise typer.BadParameter(
+                f"'{value}' is not GPUS or MODEL=GPUS, e.g. --guarantee 4 --guarantee A100=2"
+            )
+        if model in guarantee:
+            raise typer.BadParameter(f"the guarantee of '{model}' is given twice")
+        guarantee[model] = gpus
+    return guarantee
+
+
+def guarantee_text(guarantee: dict[str, float]) -> str:
+    """{'*': 4, 'A100': 2} -> '4, A100=2' (as --guarantee takes it); '-' when none."""
+    parts = [share(guarantee[ANY_MODEL])] if ANY_MODEL in guarantee else []
+    parts += [f"{m}={share(g)}" for m, g in sorted(guarantee.items()) if m != ANY_MODEL]
+    return ", ".join(parts) or "-"
+
+
+def in_use_text(usage: dict[str, Any]) -> str:
+    """'3', or '3 (A100-SXM4-80GB 2, H100 1)' when the team holds several models."""
+    by_model = usage.get("by_model") or {}
+    text = share(usage["gpus"])
+    if len(by_model) > 1:
+        text += " (" + ", ".join(f"{m} {share(g)}" for m, g in sorted(by_model.items())) + ")"
+    return text
 
 
 def teams_table(found: list[dict[str, Any]]) -> Table:
-    table = new_table("ID", "NAME")
+    table = new_table("TEAM", "GUARANTEE", "LIMIT", "WEIGHT", "IN USE", "PENDING")
     for team in found:
-        table.add_row(str(team["id"]), escape(team["name"]))
+        limit = team.get("limit")
+        table.add_row(
+            escape(team["name"]),
+            escape(guarantee_text(team.get("guarantee") or {})),
+            "-" if limit is None else share(limit),
+            share(team.get("weight", 1)),
+            escape(in_use_text(team.get("usage") or {"gpus": 0})),
+            str(team.get("pending", 0)),
+        )
     return table
 
 
 @teams_app.callback()
 def teams(ctx: typer.Context, output: OutputOption = Output.TABLE) -> None:
-    """List teams, or create one with 'gpupool teams create NAME'."""
+    """List teams with their quotas and what they use, or manage them with a sub-command."""
     _listing(ctx, output, Client.teams, teams_table)
 
 
 @teams_app.command("create")
-def teams_create(name: Annotated[str, typer.Argument(help="The team's name.")]) -> None:
-    """Create a team."""
+def teams_create(
+    name: Annotated[str, typer.Argument(help="The team's name.")],
+    guarantee: GuaranteeOption = None,
+    limit: LimitOption = None,
+    weight: WeightOption = None,
+) -> None:
+    """Create a team, with a GPU quota if given (admins only)."""
     with connect() as client:
-        team = client.create_team(name)
-    out.print(f"team {escape(team['name'])} created")
+        team = client.create_team(name, parse_guarantee(guarantee), limit, weight)
+    out.print(f"team {escape(team['name'])} created{escape(quota_note(team))}")
+
+
+@teams_app.command("set-quota")
+def teams_set_quota(
+    name: Annotated[str, typer.Argument(help="The team's name.")],
+    guarantee: GuaranteeOption = None,
+    limit: LimitOption = None,
+    no_limit: Annotated[bool, typer.Option("--no-limit", help="Remove the limit.")] = False,
+    weight: WeightOption = None,
+) -> None:
+    """Change a team's quota; what is not given stays as it is (admins only)."""
+    if no_limit and limit is not None:
+        raise typer.BadParameter("give --limit or --no-limit, not both")
+    with connect() as client:
+        current = _team(client, name)
+        team = client.set_quota(
+            name,
+            guarantee=_or(parse_guarantee(guarantee), current.get("guarantee") or {}),
+            limit=None if no_limit else _or(limit, current.get("limit")),
+            weight=_or(weight, current.get("weight", 1.0)),
+        )
+    out.print(f"quota of team {escape(team['name'])} set{escape(quota_note(team))}")
+
+
+def quota_note(team: dict[str, Any]) -> str:
+    """': guarantee 4, A100=2, limit 8, weight 1', or '' for a team without a quota."""
+    guarantee, limit, weight = team.get("guarantee") or {}, team.get("limit"), team["weight"]
+    if not guarantee and limit is None and weight == 1:
+        return ""
+    limit_text = "none" if limit is None else share(limit)
+    return f": guarantee {guarantee_text(guarantee)}, limit {limit_text}, weight {share(weight)}"
+
+
+def _team(client: Client, name: str) -> dict[str, Any]:
+    for team in client.teams():
+        if team["name"] == name:
+            return team
+    raise CliError("unknown_team", f"no team named '{name}': list teams with 'gpupool team'")
+
+
+def _or(value: Any, default: Any) -> Any:
+    return default if value is None else value
 
 
 # -- tokens ----------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Jobs: run, ls, show, logs, cancel."""
+"""Jobs: run, ls, show, logs, cancel, why."""
 
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ from gpupool.cli.output import (
 )
 from gpupool.cli.session import connect
 from gpupool.client import ApiError, Client
+from gpupool.domain.units import format_duration, parse_duration
 
 ACTIVE = ["pending", "starting", "running"]
 WAITING = {"pending", "starting"}
@@ -47,6 +48,20 @@ def _check_env(values: list[str] | None) -> list[str]:
     return values or []
 
 
+def _check_duration(value: str | None) -> str | None:
+    """Accept '90', '90s', '30m', '2h', '1d'; anything else is a usage error (exit 2)."""
+    if value is not None:
+        try:
+            parse_duration(value)
+        except ValueError as error:
+            raise typer.BadParameter(str(error)) from None
+    return value
+
+
+def _seconds(value: str | None) -> float | None:
+    return None if value is None else parse_duration(value)
+
+
 def build_spec(
     command: list[str],
     *,
@@ -59,6 +74,10 @@ def build_spec(
     priority: int | None = None,
     env: list[str] | None = None,
     workdir: str | None = None,
+    preemptible: bool | None = None,
+    gpu_types: list[str] | None = None,
+    max_runtime: float | None = None,
+    grace_period: float | None = None,
 ) -> dict[str, Any]:
     """The JobSpec JSON; fields left out take the server's defaults."""
     resources = {
@@ -75,6 +94,10 @@ def build_spec(
         "team": team,
         "priority": priority,
         "workdir": workdir,
+        "preemptible": preemptible,
+        "gpu_types": gpu_types or None,
+        "max_runtime_seconds": max_runtime,
+        "grace_period_seconds": grace_period,
     }
     return {k: v for k, v in spec.items() if v is not None}
 
@@ -95,7 +118,42 @@ def run(
     ] = None,
     name: Annotated[str | None, typer.Option(help="A display name.")] = None,
     team: Annotated[str | None, typer.Option(help="Team to charge (if you have several).")] = None,
-    priority: Annotated[int | None, typer.Option(help="Higher runs first, -1000..1000.")] = None,
+    priority: Annotated[
+        int | None,
+        typer.Option(help="Higher runs first: members -1000..100 (by default), admins up to 1000."),
+    ] = None,
+    preemptible: Annotated[
+        bool | None,
+        typer.Option(
+            "--preemptible/--no-preemptible",
+            help="May be stopped and requeued for others (default: yes); resume from "
+            "$GPUPOOL_CHECKPOINT_DIR.",
+            show_default=False,
+        ),
+    ] = None,
+    gpu_type: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--gpu-type",
+            help="Run only on GPUs whose model contains this, e.g. A100; repeatable (any of).",
+        ),
+    ] = None,
+    max_runtime: Annotated[
+        str | None,
+        typer.Option(
+            help="Stop it, and fail it, after this long: 90s, 30m, 2h, 1d.",
+            metavar="DURATION",
+            callback=_check_duration,
+        ),
+    ] = None,
+    grace_period: Annotated[
+        str | None,
+        typer.Option(
+            help="Time from SIGTERM to SIGKILL when it is stopped, e.g. 60s.",
+            metavar="DURATION",
+            callback=_check_duration,
+        ),
+    ] = None,
     env: Annotated[
         list[str] | None,
         typer.Option("--env", "-e", help="NAME=VALUE, repeatable.", callback=_check_env),
@@ -124,6 +182,10 @@ def run(
         priority=priority,
         env=env,
         workdir=os.getcwd() if workdir is None else (workdir or None),
+        preemptible=preemptible,
+        gpu_types=gpu_type,
+        max_runtime=_seconds(max_runtime),
+        grace_period=_seconds(grace_period),
     )
     with connect() as client:
         job = client.submit(spec)
@@ -303,20 +365,47 @@ def _spec_lines(job: dict[str, Any]) -> list[str]:
         lines.append(f"env:        {escape(pairs)}")
     if spec.get("workdir"):
         lines.append(f"workdir:    {escape(spec['workdir'])}")
+    lines.append(f"policy:     {escape(policy_text(spec))}")
     return lines
+
+
+def policy_text(spec: dict[str, Any]) -> str:
+    """'preemptible, gpu types A100 or H100, max runtime 2h, grace 60s' (defaults left out)."""
+    parts = ["preemptible" if spec.get("preemptible", True) else "not preemptible"]
+    if spec.get("gpu_types"):
+        parts.append("gpu types " + " or ".join(spec["gpu_types"]))
+    if spec.get("max_runtime_seconds"):
+        parts.append(f"max runtime {format_duration(spec['max_runtime_seconds'])}")
+    if spec.get("grace_period_seconds") is not None:
+        parts.append(f"grace {format_duration(spec['grace_period_seconds'])}")
+    return ", ".join(parts)
+
+
+def service_text(job: dict[str, Any]) -> str:
+    """'2 (preempted 1 time, 0.5 GPU-hours before)' for the attempts line."""
+    text = str(job["attempts"])
+    preemptions = job.get("preemptions") or 0
+    if not preemptions:
+        return text
+    times = "time" if preemptions == 1 else "times"
+    hours = (job.get("attained_gpu_seconds") or 0) / 3600
+    return f"{text} (preempted {preemptions} {times}, {hours:.2f} GPU-hours before)"
 
 
 def _status_lines(job: dict[str, Any]) -> list[str]:
     lines = [f"status:     {status_text(job['status'])}  {escape(reason_text(job))}"]
     if job.get("message"):
         lines.append(f"message:    {escape(job['message'])}")
+    if job.get("blockers"):
+        lines.append(f"waits for:  {escape(', '.join(job['blockers']))}")
     lines += [
         f"user/team:  {escape(job['user'])} / {escape(job['team'])}   priority {job['priority']}",
         f"submitted:  {timestamp(job['submitted_at'])}",
         f"started:    {timestamp(job.get('started_at'))}",
         f"ended:      {timestamp(job.get('ended_at'))}",
         f"exit code:  {'-' if job.get('exit_code') is None else job['exit_code']}",
-        f"attempts:   {job['attempts']}",
+        f"attempts:   {service_text(job)}",
+        f"checkpoint: {timestamp(job.get('checkpoint_at'))}",
     ]
     return lines
 
@@ -406,3 +495,52 @@ def cancel(
             out.print(f"job {job_id}: {done}")
     if failed:
         raise typer.Exit(1)
+
+
+# -- why -------------------------------------------------------------------------------------
+
+
+def why(
+    job_id: Annotated[int, typer.Argument(metavar="JOB", help="The job id.")],
+    output: OutputOption = Output.TABLE,
+) -> None:
+    """Why a job waits: reason, place in its team's queue, what blocks it, estimated start."""
+    with connect() as client:
+        answer = client.why(job_id)
+    if output == Output.JSON:
+        print_json(answer)
+        return
+    out.print(
+        f"job {answer['job_id']} {status_text(answer['status'])}: {escape(answer['summary'])}"
+    )
+    for line in why_lines(answer):
+        out.print(line)
+
+
+def why_lines(answer: dict[str, Any]) -> list[str]:
+    """The lines under the summary: reason, position, blockers, estimate (pending jobs)."""
+    lines = [f"reason:     {escape(answer['code'])}"]
+    if answer["status"] != "pending":
+        return lines
+    if answer.get("position"):
+        lines.append(f"position:   {answer['position']} in its team's queue (1 is next)")
+    blockers = answer.get("blockers") or []
+    for index, blocker in enumerate(blockers):
+        lines.append(("waits for:  " if index == 0 else "            ") + escape(blocker))
+    lines.append(f"starts:     {escape(eta_text(answer))}")
+    estimate = answer.get("estimate") or {}
+    if estimate.get("duration_text"):
+        lines.append(f"assumes:    this job runs {escape(estimate['duration_text'])}")
+    for assumption in estimate.get("assumes") or []:
+        lines.append(f"            {escape(assumption)}")
+    return lines
+
+
+def eta_text(answer: dict[str, Any]) -> str:
+    """'about 2026-11-30 23:15:00 (in 25m), an estimate' or 'unknown: why'."""
+    at = answer.get("eta")
+    if at is None:
+        return f"unknown: {answer.get('eta_unknown') or 'no estimate'}"
+    left = at - time.time()
+    when = "now" if left < 1 else f"in {duration(left)}"
+    return f"about {timestamp(at)} ({when}), an estimate"

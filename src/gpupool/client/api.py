@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -90,6 +91,14 @@ class Client:
     def cancel(self, job_id: int) -> dict[str, Any]:
         return self._call("POST", f"/jobs/{job_id}/cancel")
 
+    def why(self, job_id: int) -> dict[str, Any]:
+        """Why the job waits: reason code, message, position, blockers, estimated start."""
+        return self._call("GET", f"/jobs/{job_id}/why")
+
+    def queue(self) -> dict[str, Any]:
+        """Pending jobs by team, in queue order, with estimated start times."""
+        return self._call("GET", "/jobs/queue")
+
     def events(self, job_id: int, after: int = 0) -> list[dict[str, Any]]:
         return self._call("GET", f"/jobs/{job_id}/events", params={"after": after})
 
@@ -137,17 +146,49 @@ class Client:
     def teams(self) -> list[dict[str, Any]]:
         return self._call("GET", "/teams")
 
-    def create_team(self, name: str) -> dict[str, Any]:
-        return self._call("POST", "/teams", json={"name": name})
+    def team_history(self, hours: float = 24.0, buckets: int = 48) -> dict[str, Any]:
+        """Each team's GPUs held, wanted and its fair share over the last ``hours``."""
+        return self._call("GET", "/teams/history", params={"hours": hours, "buckets": buckets})
+
+    def create_team(
+        self,
+        name: str,
+        guarantee: dict[str, float] | None = None,
+        limit: float | None = None,
+        weight: float | None = None,
+    ) -> dict[str, Any]:
+        """A new team; the quota fields left out take the server's defaults (none, 1)."""
+        quota = {"guarantee": guarantee, "limit": limit, "weight": weight}
+        body = {"name": name} | {k: v for k, v in quota.items() if v is not None}
+        return self._call("POST", "/teams", json=body)
+
+    def set_quota(
+        self,
+        name: str,
+        guarantee: dict[str, float] | None = None,
+        limit: float | None = None,
+        weight: float = 1.0,
+    ) -> dict[str, Any]:
+        """Replace a team's quota; ``limit`` None: no limit."""
+        body = {"guarantee": guarantee or {}, "limit": limit, "weight": weight}
+        return self._call("PUT", f"/teams/{quote(name, safe='')}/quota", json=body)
 
     def users(self) -> list[dict[str, Any]]:
         return self._call("GET", "/users")
 
     def create_user(
-        self, name: str, role: str, teams: list[str], password: str | None = None
+        self,
+        name: str,
+        role: str,
+        teams: list[str],
+        password: str | None = None,
+        weight: float | None = None,
     ) -> dict[str, Any]:
+        """A new user; ``weight`` None: the server's default (1)."""
         body = {"name": name, "role": role, "teams": teams, "password": password}
-        return self._call("POST", "/users", json=body)
+        return self._call(
+            "POST", "/users", json=body | ({} if weight is None else {"weight": weight})
+        )
 
     def update_user(self, name: str, **changes: Any) -> dict[str, Any]:
         return self._call("PATCH", f"/users/{name}", json=changes)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpupool.discovery import host
-from gpupool.discovery.declared import parse_declared_gpus
+from gpupool.discovery.declared import parse_declared_gpus, parse_declared_links
 from gpupool.discovery.nvidia_smi import discover_nvidia_smi
 from gpupool.discovery.nvml import discover_nvml
 from gpupool.discovery.report import GpuReport
@@ -25,7 +25,8 @@ def discover_node(settings: Settings, *, nvml_module: Any | None = None) -> Node
     """Describe this node. ``nvml_module`` replaces ``pynvml`` (tests); None imports it.
 
     Never raises for missing hardware, drivers or sysfs files; raises ValueError only for
-    malformed declared settings (``declared_gpus``, ``declared_memory``, ``declared_cpus``).
+    malformed declared settings (``declared_gpus``, ``declared_links``, ``declared_memory``,
+    ``declared_cpus``).
     """
     facts, sources = host_facts(settings)
     name = settings.node_name or facts["hostname"] or "localhost"
@@ -60,10 +61,12 @@ def discover_gpus(settings: Settings, node: str, *, nvml_module: Any | None = No
 
 
 def declared_report(settings: Settings, node: str) -> GpuReport:
-    """The declared GPUs (``settings.declared_gpus``), or no GPUs when none are declared."""
+    """The declared GPUs (``settings.declared_gpus``) and the links between them
+    (``settings.declared_links``), or no GPUs when none are declared."""
     report = GpuReport(source=Source.DECLARED)
     if settings.declared_gpus and settings.declared_gpus.strip():
         report.gpus = parse_declared_gpus(settings.declared_gpus, node)
+        report.links = parse_declared_links(settings.declared_links or "", len(report.gpus))
         report.warnings.append(
             "no NVIDIA driver answered (NVML, nvidia-smi); the GPUs are the declared inventory"
         )

@@ -1,15 +1,25 @@
-"""The declared inventory string ("4xA100-SXM4-80GB:80GiB,2xH100:80GiB") as GpuDevice entries."""
+"""The declared inventory strings as GpuDevice and GpuLink entries.
+
+GPUs: "4xA100-SXM4-80GB:80GiB,2xH100:80GiB". Links between them (optional), in the codes of
+``nvidia-smi topo -m``: "0-1:NV4,2-3:NV4,0-2:SYS".
+"""
 
 from __future__ import annotations
 
 import re
 
-from gpupool.domain.inventory import GpuDevice, Source
+from gpupool.discovery.nvidia_smi.topo import topo_link
+from gpupool.domain.inventory import GpuDevice, GpuLink, Source
 from gpupool.domain.units import parse_bytes
 
 _GROUP = re.compile(r"^(?:(?P<count>\d+)\s*[xX]\s*)?(?P<name>[^:]*?)\s*:\s*(?P<memory>.*)$")
 _EXAMPLE = "write it like 4xA100-SXM4-80GB:80GiB, A100:40GiB or 2xA100:80GiB,2xH100:80GiB"
 _FIELDS = ("index", "uuid", "name", "memory_bytes")
+_LINK = re.compile(r"^(?P<a>\d+)\s*-\s*(?P<b>\d+)\s*:\s*(?P<code>[A-Za-z0-9]+)$")
+_LINK_EXAMPLE = (
+    "write it like 0-1:NV4,2-3:NV4 (GPU indexes, then NV<links>, PIX, PXB, PHB, NODE or SYS "
+    "as nvidia-smi topo -m prints them)"
+)
 
 
 def declared_uuid(node: str, index: int) -> str:
@@ -64,3 +74,24 @@ def _declared_gpu(node: str, index: int, name: str, memory: int) -> GpuDevice:
         memory_bytes=memory,
         sources=dict.fromkeys(_FIELDS, Source.DECLARED),
     )
+
+
+def parse_declared_links(text: str, gpu_count: int) -> list[GpuLink]:
+    """Parse "0-1:NV4,2-3:PIX" into links between declared GPUs; ValueError if malformed."""
+    return [_declared_link(part.strip(), gpu_count) for part in text.split(",") if part.strip()]
+
+
+def _declared_link(part: str, gpu_count: int) -> GpuLink:
+    match = _LINK.match(part)
+    if match is None:
+        raise ValueError(f"declared link '{part}' is not GPU-GPU:KIND; {_LINK_EXAMPLE}")
+    a, b, code = int(match.group("a")), int(match.group("b")), match.group("code").upper()
+    if a == b or max(a, b) >= gpu_count:
+        raise ValueError(
+            f"declared link '{part}' must join two different GPUs of the {gpu_count} declared "
+            f"(indexes 0-{gpu_count - 1})"
+        )
+    link = topo_link(min(a, b), max(a, b), code)
+    if link is None:
+        raise ValueError(f"declared link '{part}': unknown kind '{code}'; {_LINK_EXAMPLE}")
+    return link.model_copy(update={"source": Source.DECLARED})

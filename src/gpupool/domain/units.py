@@ -1,4 +1,4 @@
-"""Parsing and formatting of byte quantities ("20GiB", "512M")."""
+"""Parsing and formatting of byte quantities ("20GiB", "512M") and durations ("2h", "90s")."""
 
 from __future__ import annotations
 
@@ -25,6 +25,9 @@ _UNITS = {
     "tib": 1024**4,
 }
 _PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
+_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
 GiB = 1024**3
 MiB = 1024**2
@@ -56,3 +59,19 @@ def format_bytes(count: int | None) -> str:
             return f"{value:.0f} {unit}" if value == int(value) else f"{value:.1f} {unit}"
         value /= 1024
     return f"{count} B"
+
+
+def parse_duration(text: str) -> float:
+    """Seconds from "90", "90s", "30m", "2h" or "1d"; ValueError if it is none of these."""
+    match = _DURATION.match(text.lower())
+    if not match:
+        raise ValueError(f"'{text}' is not a duration; write it like 90, 90s, 30m, 2h or 1d")
+    return float(match.group(1)) * _SECONDS[match.group(2)]
+
+
+def format_duration(seconds: float) -> str:
+    """The shortest exact form of a duration: 90 -> '90s', 7200 -> '2h', 5400 -> '90m'."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:g}{unit}"
+    return f"{seconds:g}s"

@@ -94,6 +94,12 @@ class Executor(ABC):
     def log_path(self, handle: Handle) -> Path:
         """The file that holds the attempt's combined stdout and stderr."""
 
+    def checkpoint_at(self, handle: Handle) -> float | None:
+        """When the attempt's job last wrote into its checkpoint directory (the newest
+        modification time of an entry there), or None when it holds nothing (or this
+        executor cannot tell). The directory is the job's, shared by all its attempts."""
+        return None
+
     def get_state(self, handle: Handle) -> dict[str, Any]:
         return {"job_id": handle.job_id, "attempt": handle.attempt, "state": handle.state}
 

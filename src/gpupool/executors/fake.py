@@ -150,6 +150,9 @@ class SlowStartExecutor(Executor):
     def log_path(self, handle: Handle) -> Path:
         return self.inner.log_path(handle)
 
+    def checkpoint_at(self, handle: Handle) -> float | None:
+        return self.inner.checkpoint_at(handle)
+
     def release(self, handle: Handle) -> None:
         if "pending" not in handle.state:
             self.inner.release(handle)

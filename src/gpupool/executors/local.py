@@ -29,6 +29,7 @@ from gpupool.executors.base import Executor, Handle, LaunchError, Observed, Poll
 from gpupool.runner import layout
 
 NOTIFY_FIFO = ".notify"
+CHECKPOINTS = "checkpoints"
 
 log = logging.getLogger(__name__)
 
@@ -81,8 +82,28 @@ class LocalExecutor(Executor):
     def attempt_dir(self, job_id: int, attempt: int) -> Path:
         return self.job_dir(job_id) / "attempts" / str(attempt)
 
+    def checkpoint_dir(self, job_id: int) -> Path:
+        return self.job_dir(job_id) / CHECKPOINTS
+
     def log_path(self, handle: Handle) -> Path:
         return Path(handle.state["attempt_dir"]) / layout.LOG_FILE
+
+    def checkpoint_at(self, handle: Handle) -> float | None:
+        """The newest mtime of the entries at the top of the checkpoint directory.
+
+        One level only, so that a look costs one directory read however big the checkpoints
+        are; a checkpoint written as a directory of shards shows in that directory's mtime.
+        """
+        newest = None
+        try:
+            with os.scandir(self.checkpoint_dir(handle.job_id)) as entries:
+                for entry in entries:
+                    with contextlib.suppress(OSError):
+                        mtime = entry.stat(follow_symlinks=False).st_mtime
+                        newest = mtime if newest is None else max(newest, mtime)
+        except OSError:
+            return None
+        return newest
 
     # -- start ----------------------------------------------------------------------------
 
@@ -110,6 +131,8 @@ class LocalExecutor(Executor):
         return Handle(job_id=task.job_id, attempt=task.attempt, state=state)
 
     def _spec(self, task: TaskSpec) -> dict[str, Any]:
+        """The runner's spec; the checkpoint and output directories are the job's, so every
+        attempt of a job (a requeue after preemption) finds what the earlier ones left."""
         job_dir = self.job_dir(task.job_id)
         return {
             "version": layout.SPEC_VERSION,
@@ -121,7 +144,7 @@ class LocalExecutor(Executor):
             "gpu_uuids": list(task.gpu_uuids),
             "log_limit_bytes": task.log_limit_bytes,
             "stop_grace_seconds": task.stop_grace_seconds,
-            "checkpoint_dir": str(job_dir / "checkpoints"),
+            "checkpoint_dir": str(self.checkpoint_dir(task.job_id)),
             "output_dir": str(job_dir / "outputs"),
             "notify_fifo": str(self.jobs_dir / NOTIFY_FIFO),
         }

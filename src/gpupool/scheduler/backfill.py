@@ -4,7 +4,9 @@ A reservation is worked out from the running jobs whose end is known (a ``max_ru
 or a stop under way): on each node, their GPUs free up in end order; the job reserves the
 node where enough whole GPUs are free soonest. Later jobs of any team may still use that
 node if they end before the reserved time (their ``max_runtime`` says so) or leave enough
-GPUs for the reservation; otherwise they wait with the reason ``Reserved``.
+GPUs for the reservation; otherwise they wait with the reason ``Reserved``. Of nodes freeing
+in time at once, the first by name is reserved, so that no decision depends on the order of
+the snapshot.
 
 Only one-task whole-GPU jobs reserve (the usual blocked heads); a node holds at most one
 reservation. Jobs that cannot say when they end never prove they end in time, which is
@@ -72,6 +74,7 @@ class Reservations:
         if job.tasks != 1 or not demand.whole or job.job_id in self.by_job:
             return None
         best: Reservation | None = None
+        best_rank = -1  # ties between nodes freeing at once: the first by name
         for name, ends in self.ends.items():
             node = capacity.by_name.get(name)
             if node is None or name in self.by_node or not host_fits(node, demand):
@@ -82,9 +85,10 @@ class Reservations:
             for end, gpus in ends:
                 free += gpus
                 if free >= demand.whole:
-                    if best is None or end < best.at:
+                    if best is None or (end, node.rank) < (best.at, best_rank):
                         freed = free - start
                         best = Reservation(job.job_id, name, end, demand.whole, freed)
+                        best_rank = node.rank
                     break
         if best is not None:
             self.by_node[best.node] = best

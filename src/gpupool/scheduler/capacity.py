@@ -101,7 +101,8 @@ class FreeCapacity:
         ordered = sorted(nodes, key=lambda node: node.name)
         self.nodes = [_node_state(node, rank) for rank, node in enumerate(ordered)]
         self.by_name = {node.name: node for node in self.nodes}
-        for allocation in allocations:
+        # in one order whatever the snapshot's: float sums of shares then come out the same
+        for allocation in sorted(allocations, key=_allocation_order):
             self._hold_allocation(allocation)
         self.max_gpus = max((len(node.gpus) for node in self.nodes), default=0)
         self.max_gpu_memory = max(
@@ -190,6 +191,10 @@ class FreeCapacity:
         del bucket[bisect_left(bucket, node.rank)]
         insort(self.buckets[count], node.rank)
         node.free_count = count
+
+
+def _allocation_order(allocation: Allocation) -> tuple:
+    return (allocation.node, allocation.job_id, allocation.task)
 
 
 def _node_state(node: NodeCapacity, rank: int) -> NodeState:

@@ -7,19 +7,21 @@
    guarantee cannot be needed back; best-fit placement of all its tasks or none
    (``placement``), off the spots reserved for earlier blocked jobs (``backfill``); if it
    does not fit, victims whose end lets it start (``preemption``); if none, the first
-   blocked job of its queue reserves the spot that frees first.
+   blocked job of its queue reserves the spot that frees first. A job that would borrow
+   beyond its team's guarantee the free GPUs that teams below their guarantee may still
+   claim in this cycle waits until their jobs have been tried, then tries again.
 4. Explain every job left pending: reason code, message, position, blockers (``reasons``).
 """
 
 from __future__ import annotations
 
 from gpupool.domain.jobs import Reason
-from gpupool.scheduler.backfill import Reservations
+from gpupool.scheduler.backfill import Reservation, Reservations
 from gpupool.scheduler.capacity import FreeCapacity, build_capacity
 from gpupool.scheduler.fit import Demand, DemandCache, Where
-from gpupool.scheduler.ledger import Ledger, job_gpus
+from gpupool.scheduler.ledger import EPSILON, Ledger
 from gpupool.scheduler.ordering import QueuedJob, Queues
-from gpupool.scheduler.placement import find_spot, place_tasks
+from gpupool.scheduler.placement import find_spot, place_tasks, unplace
 from gpupool.scheduler.preemption import Choice, Preemptor, running_jobs
 from gpupool.scheduler.reasons import Blocked, explain_unplaced
 from gpupool.scheduler.types import Allocation, Clock, Decisions, Preemption, Snapshot
@@ -39,7 +41,11 @@ class Cycle:
         self.policy = policy = snapshot.policy
         self.capacity: FreeCapacity = build_capacity(snapshot.nodes, snapshot.allocations)
         pool_gpus = float(sum(len(node.gpus) for node in self.capacity.nodes))
-        self.ledger = Ledger(snapshot.quotas, snapshot.allocations, snapshot.pending, pool_gpus)
+        memories = {gpu.memory_bytes for node in self.capacity.nodes for gpu in node.gpus}
+        self.ledger = Ledger(
+            snapshot.quotas, snapshot.allocations, snapshot.pending, pool_gpus, memories
+        )
+        self.free_gpus = sum(gpu.free_share for node in self.capacity.nodes for gpu in node.gpus)
         self.queues = Queues(
             snapshot.pending,
             self.ledger,
@@ -68,12 +74,16 @@ class Cycle:
         self.failed: set[tuple] = set()  # placements that did not fit (capacity only shrinks)
         self.no_victims: set[tuple] = set()
         self.reserved_teams: set[str] = set()
+        self.deferred: list[QueuedJob] = []  # borrowers waiting for guaranteed teams' turns
 
     def run(self) -> Decisions:
         for queued in self.queues:
             self.consider(queued)
             if not self.policy.explain and self._nothing_left_to_do():
                 break
+        deferred, self.deferred = self.deferred, []
+        for queued in deferred:
+            self.consider(queued, last_try=True)
         if self.policy.explain:
             self.unplaced.extend(self.queues.rest())
             placed = [
@@ -92,10 +102,12 @@ class Cycle:
             return False
         return not self.preemptor.any or len(self.preemptor.taken) >= len(self.preemptor.running)
 
-    def consider(self, queued: QueuedJob) -> None:
+    def consider(self, queued: QueuedJob, last_try: bool = False) -> None:
         job = queued.job
-        gpus = job_gpus(job)
         ledger = self.ledger
+        gpus = ledger.gpus(job)
+        if not last_try:
+            ledger.tried(job.team, gpus)
         if not ledger.fits_limit(job.team, gpus):
             self._block(queued, Blocked(Reason.OVER_QUOTA))
             return
@@ -110,19 +122,31 @@ class Cycle:
         if key not in self.failed:
             placements = place_tasks(job.job_id, job.tasks, demand, self.capacity, where)
             if placements is not None:
+                held = sum(part.share for placement in placements for part in placement.gpus)
+                kept = self._kept_for_guarantees(job, held)
+                if kept:
+                    unplace(placements, demand, self.capacity)
+                    if last_try:
+                        self._block(queued, Blocked(Reason.FAIR_SHARE, teams=kept))
+                    else:
+                        self.deferred.append(queued)
+                        self._hold_back_the_queue(queued)  # strict queues: it stays the head
+                    return
                 self.decisions.placements.extend(placements)
-                ledger.charge(job.team, gpus, job.preemptible)
+                self.free_gpus -= held
+                ledger.charge(job.team, held, job.preemptible)
                 self.queues.charge_user(job)
                 if reservations is not None:
                     reservations.note(placements, job)
                 return
             self.failed.add(key)
-        if guarded and self._fits_unreserved(job, demand):
-            reservation = next(r for r in reservations.by_node.values() if r.job_id != job.job_id)
-            self._block(queued, Blocked(Reason.RESERVED, reservation=reservation))
-            return
         if self._preempt(queued, demand, where, gpus):
             return
+        if guarded:
+            reservation = self._reservation_in_the_way(job, demand)
+            if reservation is not None:
+                self._block(queued, Blocked(Reason.RESERVED, reservation=reservation))
+                return
         blocked = Blocked(None)
         if reservations is not None and job.team not in self.reserved_teams:
             self.reserved_teams.add(job.team)
@@ -130,14 +154,40 @@ class Cycle:
                 job, demand, self.capacity, Where(job.gpu_types)
             )
         self._block(queued, blocked)
+        self._hold_back_the_queue(queued)
+
+    def _hold_back_the_queue(self, queued: QueuedJob) -> None:
+        """Strict queues: the jobs behind a blocked head wait behind it."""
         if not self.policy.skip_blocked:
             for behind in self.queues.drop_team(queued_team(self, queued)):
-                self._block(behind, Blocked(Reason.QUEUED, behind=job.job_id))
+                self._block(behind, Blocked(Reason.QUEUED, behind=queued.job.job_id))
 
-    def _fits_unreserved(self, job, demand: Demand) -> bool:  # noqa: ANN001
+    def _kept_for_guarantees(self, job, gpus: float) -> list[str]:  # noqa: ANN001
+        """The teams below their guarantee whose claim on the free GPUs this job, borrowing
+        beyond its own team's guarantee, would cut into (empty: none)."""
+        ledger = self.ledger
+        if not ledger.untried or self.policy.order == "fifo":  # fifo: one queue, no turns
+            return []
+        room = max(0.0, ledger.guarantee(job.team) - ledger.held[job.team])
+        if gpus <= room + EPSILON:
+            return []
+        needed, teams = ledger.needed_by_others(job.team)
+        if not teams or self.free_gpus - gpus >= needed - EPSILON:
+            return []
+        return sorted(teams)
+
+    def _reservation_in_the_way(self, job, demand: Demand) -> Reservation | None:  # noqa: ANN001
+        """The reservation of the node where the job would fit but for reservations."""
         if job.tasks != 1:
-            return False
-        return find_spot(demand, self.capacity, Where(job.gpu_types)) is not None
+            return None
+        claim = find_spot(demand, self.capacity, Where(job.gpu_types))
+        if claim is None:
+            return None
+        reservations = self.reservations
+        found = reservations.by_node.get(claim.node.name)
+        if found is not None and found.job_id != job.job_id:
+            return found
+        return next((r for r in reservations.by_node.values() if r.job_id != job.job_id), None)
 
     def _preempt(self, queued: QueuedJob, demand: Demand, where: Where, gpus: float) -> bool:
         job = queued.job

@@ -6,11 +6,18 @@ its demand, if smaller), and what is left goes to the teams that want more, in p
 to their weights, never beyond a team's demand or limit. A team's demand is what it holds
 plus what it waits for. Fair shares decide who may take GPUs back by preemption: a team
 under its fair share may preempt a team above its own, but never so far that the victim
-falls below it, so no preemption can be answered by another (no cycles).
+falls below it; a team within its guarantee may also take the last job that leaves a team
+above its guarantee and its fair share below that share (``preemption.Eligibility``). So no
+preemption can be answered by another (no cycles).
+
+A GPU-memory-only request counts as the share of a GPU it takes (``job_gpus``); what a
+placement holds is charged as placed. Teams take turns (``order_key``) in the order in which
+the water-fill hands out GPUs, so that one cycle places what the fair shares say.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 
@@ -20,9 +27,22 @@ EPSILON = 1e-6
 UNLIMITED = float("inf")
 
 
-def job_gpus(job: PendingJob) -> float:
-    """The GPUs a pending job asks for, all tasks together (0 for none or memory alone)."""
-    return job.request.gpu_count * job.tasks
+def job_gpus(job: PendingJob, gpu_memories: Sequence[int] = ()) -> float:
+    """The GPUs a pending job asks for, all tasks together (0 for none).
+
+    A request of GPU memory alone holds a share of one GPU: its memory over the GPU's. Which
+    GPU it lands on is not known yet, so it counts as the share it takes on the smallest GPU
+    of ``gpu_memories`` (sorted) that can hold it, the most it can take (1 without one).
+    """
+    request = job.request
+    if request.gpus:
+        return request.gpus * job.tasks
+    memory = request.gpu_memory_bytes
+    if not memory:
+        return 0.0
+    at = bisect_left(gpu_memories, memory)
+    share = min(1.0, memory / gpu_memories[at]) if at < len(gpu_memories) else 1.0
+    return share * job.tasks
 
 
 def held_gpus(allocation: Allocation) -> float:
@@ -38,9 +58,11 @@ class Ledger:
         allocations: Sequence[Allocation],
         pending: Sequence[PendingJob],
         pool_gpus: float,
+        gpu_memories: Iterable[int] = (),
     ) -> None:
         self.quotas: dict[str, TeamQuota] = {quota.team: quota for quota in quotas}
         self.pool_gpus = pool_gpus
+        self.gpu_memories = sorted(memory for memory in gpu_memories if memory > 0)
         self.held: dict[str, float] = defaultdict(float)
         self.unpreemptible: dict[str, float] = defaultdict(float)
         for allocation in allocations:
@@ -50,7 +72,7 @@ class Ledger:
                 self.unpreemptible[allocation.team] += gpus
         wanted: dict[str, float] = defaultdict(float)
         for job in pending:
-            wanted[job.team] += job_gpus(job)
+            wanted[job.team] += self.gpus(job)
         demand = {team: self.held.get(team, 0.0) + wanted.get(team, 0.0) for team in wanted}
         for team, gpus in self.held.items():
             demand.setdefault(team, gpus)
@@ -59,6 +81,11 @@ class Ledger:
             pool_gpus, demand, self._guarantees(), self._limits(), self._weights()
         )
         self.guaranteed_total = sum(self.guarantee(team) for team in self.quotas)
+        # GPUs of the pending jobs not tried yet in this cycle, for the teams that have a
+        # guarantee: what such a team below its guarantee may still need of the free GPUs
+        self.untried: dict[str, float] = {
+            team: gpus for team, gpus in wanted.items() if self.guarantee(team) > 0
+        }
 
     # -- quotas ---------------------------------------------------------------------------
 
@@ -85,6 +112,10 @@ class Ledger:
 
     # -- questions ------------------------------------------------------------------------
 
+    def gpus(self, job: PendingJob) -> float:
+        """The GPUs ``job`` counts for against limits, guarantees and fair shares."""
+        return job_gpus(job, self.gpu_memories)
+
     def fits_limit(self, team: str, gpus: float) -> bool:
         return self.held[team] + gpus <= self.limit(team) + EPSILON
 
@@ -93,10 +124,6 @@ class Ledger:
 
     def within_fair_share(self, team: str, gpus: float) -> bool:
         return self.held[team] + gpus <= self.fair.get(team, 0.0) + EPSILON
-
-    def can_lose(self, team: str, gpus: float) -> bool:
-        """Whether ``team`` stays at or above its fair share after losing ``gpus``."""
-        return self.held[team] - gpus >= self.fair.get(team, 0.0) - EPSILON
 
     def unpreemptible_fits(self, team: str, gpus: float) -> bool:
         """Non-preemptible work runs inside its team's guarantee, or in the part of the pool
@@ -109,13 +136,50 @@ class Ledger:
         )
         return borrowed + gpus <= spare + EPSILON
 
+    def reclaim_floor(self, team: str) -> float:
+        """Above this a team may lose a job to a team within its guarantee: its guarantee
+        and its fair share (see ``preemption.Eligibility.may_take``)."""
+        return max(self.fair.get(team, 0.0), self.guarantee(team))
+
+    def guarantee_need(self, team: str) -> float:
+        """The free GPUs ``team`` may still claim in this cycle within its guarantee."""
+        untried = self.untried.get(team, 0.0)
+        if untried <= EPSILON:
+            return 0.0
+        return max(0.0, min(untried, self.guarantee(team) - self.held[team]))
+
+    def needed_by_others(self, team: str) -> tuple[float, list[str]]:
+        """The free GPUs other teams below their guarantee may still claim in this cycle."""
+        total = 0.0
+        teams: list[str] = []
+        for other in self.untried:
+            if other == team:
+                continue
+            need = self.guarantee_need(other)
+            if need > EPSILON:
+                total += need
+                teams.append(other)
+        return total, teams
+
+    def tried(self, team: str, gpus: float) -> None:
+        """A job of ``team`` was tried: its GPUs no longer count as still to be claimed."""
+        if team in self.untried:
+            left = self.untried[team] - gpus
+            if left <= EPSILON:
+                del self.untried[team]
+            else:
+                self.untried[team] = left
+
     def order_key(self, team: str) -> tuple[int, float]:
-        """Teams under their guarantee first (least served first), then by held / weight."""
+        """Teams under their guarantee first (least served first), then by the GPUs held
+        beyond the guarantee per unit of weight: the order in which ``water_fill`` hands out
+        the rest of the pool, so that the turns place what the fair shares say and the next
+        cycle has nothing to take back."""
         guarantee = self.guarantee(team)
         held = self.held[team]
         if held < guarantee - EPSILON:
             return (0, held / guarantee)
-        return (1, held / self.weight(team))
+        return (1, (held - guarantee) / self.weight(team))
 
     # -- changes --------------------------------------------------------------------------
 

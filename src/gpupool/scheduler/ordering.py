@@ -1,8 +1,9 @@
 """Phase 2: the order in which pending jobs are tried, kept current as the cycle goes.
 
 Teams take turns through a heap: teams under their guarantee first (the least served
-first), then the others by GPUs held per unit of weight, so the pool's spare capacity is
-shared in proportion to weights. A team's key changes as its jobs are placed (or its work
+first), then the others by GPUs held beyond their guarantee per unit of weight, so the
+pool's spare capacity is shared in proportion to weights, as the fair shares (``ledger``)
+share it. A team's key changes as its jobs are placed (or its work
 preempted), so the next turn goes to whoever is then furthest behind.
 
 Inside a team, each user has a queue; users take turns by the head job's priority (higher
@@ -74,13 +75,14 @@ class UserQueue:
 class TeamQueue:
     """One team's users, in fair-share turns."""
 
-    __slots__ = ("_last", "heap", "served", "team", "usage")
+    __slots__ = ("_out", "heap", "served", "team", "usage")
 
     def __init__(self, team: str, users: list[UserQueue], usage: Mapping[str, float]):
         self.team = team
         self.usage = {queue.user: usage.get(queue.user, 0.0) for queue in users}
         self.served = 0
         self.heap: list[tuple] = []
+        self._out: UserQueue | None = None  # the user whose job was handed out last
         for queue in users:
             self._push(queue)
 
@@ -94,24 +96,30 @@ class TeamQueue:
         heapq.heappush(self.heap, (key[0], key[1], share, key[2:], queue.user, queue))
 
     def pop(self) -> PendingJob | None:
+        """The next job; its user's turn comes back with ``restore`` (after its charge)."""
+        self.restore()
         if not self.heap:
             return None
         queue: UserQueue = heapq.heappop(self.heap)[-1]
         _, job = queue.jobs[queue.next]
         queue.next += 1
         self.served += 1
-        self._last = queue
+        self._out = queue
         return job
 
     def charge(self, user: str, usage: float) -> None:
         if user in self.usage:
             self.usage[user] += usage
 
-    def requeue_user(self, queue: UserQueue) -> None:
-        self._push(queue)
+    def restore(self) -> None:
+        """Put the user of the last job handed out back in turn (once)."""
+        queue = self._out
+        if queue is not None:
+            self._out = None
+            self._push(queue)
 
     def __bool__(self) -> bool:
-        return bool(self.heap)
+        return bool(self.heap) or (self._out is not None and self._out.head() is not None)
 
 
 class Queues:
@@ -186,7 +194,9 @@ class Queues:
             if job is None:
                 continue
             yield QueuedJob(job, queue.served, self.levels.get(job.job_id, 0))
-            queue.requeue_user(queue._last)
+            if team in self.dropped:
+                continue
+            queue.restore()
             if queue:
                 self.version[team] += 1
                 self._push(team)
@@ -195,7 +205,7 @@ class Queues:
         """A placed job's user counts as having used ``placement_charge`` more per GPU."""
         queue = self.teams.get(job.team)
         if queue is not None:
-            gpus = job.request.gpu_count * job.tasks
+            gpus = self.ledger.gpus(job)
             queue.charge(job.user, gpus * self.policy.placement_charge)
 
     def drop_team(self, team: str) -> list[QueuedJob]:
@@ -203,9 +213,9 @@ class Queues:
         self.dropped.add(team)
         queue = self.teams[team]
         rest: list[QueuedJob] = []
-        while (job := queue.pop()) is not None:
+        while (job := queue.pop()) is not None:  # pop puts the user of the last job back
             rest.append(QueuedJob(job, queue.served, self.levels.get(job.job_id, 0)))
-            queue.requeue_user(queue._last)
+        queue.restore()
         return rest
 
     def rest(self) -> list[QueuedJob]:

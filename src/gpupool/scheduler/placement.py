@@ -2,10 +2,10 @@
 
 * Whole GPUs: the node with the fewest free whole GPUs that still has enough (ties: name).
   On that node, GPUs of one connectivity domain (NVLink or one PCIe switch) when a domain
-  has enough free, the fullest such domain first; else the largest domains first.
+  has enough free, the fullest such domain first (one GPU too); else the largest domains first.
 * A fraction (or GPU memory alone): first the partly used GPU with the least free share that
   still fits, then the least free memory; else a free GPU on the node with the fewest free
-  GPUs, so whole GPUs stay free for whole-GPU jobs.
+  GPUs, in its fullest domain, so whole GPUs and domains stay free for whole-GPU jobs.
 * No GPUs: the node with the fewest free GPUs whose CPUs and memory fit.
 
 ``where`` narrows the GPUs (models) and nodes (reservations) a task may use. A gang (a job
@@ -65,6 +65,16 @@ def place_tasks(
     return placements
 
 
+def unplace(placements: list[Placement], demand: Demand, capacity: FreeCapacity) -> None:
+    """Give back to capacity what ``place_tasks`` took for these placements."""
+    for placement in reversed(placements):
+        node = capacity.by_name[placement.node]
+        parts = tuple(
+            (node.by_uuid[part.uuid], part.share, part.memory_bytes) for part in placement.gpus
+        )
+        capacity.give_back(Claim(node, parts), demand.cpus, demand.memory)
+
+
 def _whole_spot(demand: Demand, capacity: FreeCapacity, where: Where) -> Claim | None:
     wanted = demand.whole
     if wanted > capacity.largest_free_block():
@@ -87,7 +97,7 @@ def connected(free: list[GpuState], wanted: int) -> list[GpuState]:
     Best fit between domains (the one with the fewest free GPUs that suffices), so that
     large domains stay whole for large jobs; with no such domain, the fewest domains.
     """
-    if wanted == 1 or len({gpu.domain for gpu in free}) == 1:
+    if len({gpu.domain for gpu in free}) == 1:
         return free[:wanted]
     domains: dict[int, list[GpuState]] = defaultdict(list)
     for gpu in free:
@@ -118,12 +128,15 @@ def _fresh_spot(demand: Demand, capacity: FreeCapacity, where: Where) -> Claim |
     for node in capacity.nodes_by_free_count(1):
         if not host_fits(node, demand) or not _node_ok(node, demand, where):
             continue
-        for gpu in node.gpus:
-            if not gpu.free or not where.gpu_ok(gpu):
-                continue
+        fitting = [
+            gpu
+            for gpu in node.gpus
+            if gpu.free and where.gpu_ok(gpu) and fraction_fits(gpu, *fraction_demand(demand, gpu))
+        ]
+        if fitting:
+            [gpu] = connected(fitting, 1)  # the fullest connectivity domain
             share, memory = fraction_demand(demand, gpu)
-            if fraction_fits(gpu, share, memory):
-                return Claim(node, ((gpu, share, memory),))
+            return Claim(node, ((gpu, share, memory),))
     return None
 
 

@@ -4,17 +4,21 @@ A running job may be preempted for a pending job J when it is preemptible, not a
 chosen in this cycle, and one of:
 
 * it is already stopping (a preemption or cancel under way): it costs nothing more;
-* **reclaim**: it belongs to another team that stays at or above its fair share without it,
-  while J's team stays within its own with J (a guarantee is part of the fair share, so an
-  owner gets its guarantee back this way); never the other way round, so no cycles;
+* **reclaim**: it belongs to another team, and either J's team stays within its fair share
+  with J while the victim's team stays at or above its own without all the victims of the
+  choice, or J's team stays within its guarantee with J while the victim's team is above its
+  guarantee and its fair share before this victim (``Eligibility.may_take``); losses add up
+  over the victims of one choice and over the cycle; never the other way round, so no cycles;
 * **inside J's team**: J outranks it: a higher priority, or the same priority and a lower
   least-attained-service level (the ``srtf`` reference: less work left), and it has run for
   at least ``min_runtime``.
 
 Victims are taken in this order: stopping ones, other teams' (over their share) before J's
 own team's, lowest priority first, then least time since their last checkpoint (the work a
-restart loses). For a one-task job the node needing the cheapest set of victims wins; a gang
-takes victims in that order across nodes until all its tasks fit.
+restart loses). For a one-task job the node needing the cheapest set of victims wins, by the
+same order: fewest victims of J's own team, then the worst victim's priority (lower wins) and
+level (higher wins), then the work lost; a gang takes victims in that order across nodes
+until all its tasks fit.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from dataclasses import dataclass, field
 
 from gpupool.scheduler.capacity import FreeCapacity, NodeState
 from gpupool.scheduler.fit import CPU_EPSILON, Demand, Where, fraction_demand
-from gpupool.scheduler.ledger import Ledger
+from gpupool.scheduler.ledger import EPSILON, Ledger
 from gpupool.scheduler.ordering import level_of, running_attained
 from gpupool.scheduler.types import SHARE_EPSILON, Allocation, PendingJob, Policy
 
@@ -137,7 +141,7 @@ class Preemptor:
         """The victims whose end lets ``job`` start, or None when there are none to take."""
         if not self.any:
             return None
-        gpus = job.request.gpu_count * job.tasks
+        gpus = self.ledger.gpus(job)
         eligible = self._eligible(job, level, gpus)
         if not eligible.possible:
             return None
@@ -165,7 +169,7 @@ class Preemptor:
         nodes.sort(key=lambda entry: (entry[0], entry[1].rank))
         best: tuple[tuple, list[RunningJob]] | None = None
         for _, node, usable in nodes[:MAX_NODES_EXAMINED]:
-            victims = _victims_on(node, usable, demand, where)
+            victims = _victims_on(node, usable, demand, where, eligible)
             if victims is None:
                 continue
             cost = _cost(victims, job.team)
@@ -184,7 +188,10 @@ class Preemptor:
             key=lambda c: c.key(job.team),
         )
         chosen: list[RunningJob] = []
+        losses = eligible.losses()
         for candidate in candidates:
+            if not losses.add(candidate):
+                continue
             slots.release(candidate)
             chosen.append(candidate)
             if slots.total >= job.tasks:
@@ -195,7 +202,18 @@ class Preemptor:
 class Eligibility:
     """Whether a running job may be preempted for one pending job."""
 
-    __slots__ = ("gpus", "job", "level", "possible", "preemptor", "reclaim", "rank")
+    __slots__ = (
+        "_teams",
+        "by_fair_share",
+        "by_guarantee",
+        "gpus",
+        "job",
+        "level",
+        "possible",
+        "preemptor",
+        "rank",
+        "reclaim",
+    )
 
     def __init__(self, preemptor: Preemptor, job: PendingJob, level: int, gpus: float):
         self.preemptor = preemptor
@@ -204,7 +222,10 @@ class Eligibility:
         self.gpus = gpus
         policy = preemptor.policy
         ledger = preemptor.ledger
-        self.reclaim = policy.reclaim and ledger.within_fair_share(job.team, gpus)
+        self.by_fair_share = policy.reclaim and ledger.within_fair_share(job.team, gpus)
+        self.by_guarantee = policy.reclaim and ledger.within_guarantee(job.team, gpus)
+        self.reclaim = self.by_fair_share or self.by_guarantee
+        self._teams: dict[str, tuple[float, float, float]] = {}  # held, fair share, floor
         if policy.order == "srtf":
             self.rank = (-job.priority, preemptor.remaining.get(job.job_id, 0.0))
         else:
@@ -220,7 +241,7 @@ class Eligibility:
         if not victim.preemptible:
             return False
         if victim.team != self.job.team:
-            return self.reclaim and preemptor.ledger.can_lose(victim.team, victim.gpus)
+            return self.reclaim and self.may_take(victim, 0.0)
         policy = preemptor.policy
         if not policy.las_preemption:
             return False
@@ -232,12 +253,69 @@ class Eligibility:
             rank = (-victim.priority, victim.level)
         return self.rank < rank
 
+    def may_take(self, victim: RunningJob, lost: float) -> bool:
+        """Whether another team's ``victim`` may go, its team losing ``lost`` already (to
+        the victims chosen before it in the same choice; earlier choices are in ``held``).
+
+        * Fair share: J's team stays within its fair share with J, and the victim's team
+          stays at or above its own without every victim of the choice.
+        * Guarantee: J's team stays within its guarantee with J, and the victim's team is
+          still above its guarantee and its fair share before this victim, so that a
+          guarantee is reclaimable even where fair shares are fractions of a GPU or a borrower
+          runs one large job (the last victim may leave its team below its fair share, never
+          more).
+
+        Neither lets the victim's team take the GPUs back: it could only preempt a team above
+        its fair share (J's team is within its own) or above its guarantee (J's team is not),
+        so no preemption is answered by another.
+        """
+        figures = self._teams.get(victim.team)
+        if figures is None:
+            ledger = self.preemptor.ledger
+            figures = self._teams[victim.team] = (
+                ledger.held[victim.team],
+                ledger.fair.get(victim.team, 0.0),
+                ledger.reclaim_floor(victim.team),
+            )
+        held, fair, floor = figures
+        held -= lost
+        if self.by_fair_share and held - victim.gpus >= fair - EPSILON:
+            return True
+        return self.by_guarantee and held > floor + EPSILON
+
+    def losses(self) -> Losses:
+        return Losses(self)
+
+
+class Losses:
+    """The GPUs each other team loses to one choice of victims, so that the rules hold for
+    all the victims together, not only for each alone."""
+
+    __slots__ = ("eligible", "lost")
+
+    def __init__(self, eligible: Eligibility):
+        self.eligible = eligible
+        self.lost: dict[str, float] = {}
+
+    def add(self, victim: RunningJob) -> bool:
+        """Count ``victim`` in, if the victims so far leave room for it."""
+        if victim.stopping or victim.team == self.eligible.job.team:
+            return True
+        lost = self.lost.get(victim.team, 0.0)
+        if not self.eligible.may_take(victim, lost):
+            return False
+        self.lost[victim.team] = lost + victim.gpus
+        return True
+
 
 def _cost(victims: Iterable[RunningJob], team: str) -> tuple:
+    """Lower is cheaper: no victim at all (only stopping jobs), fewest of J's own team, the
+    worst victim's (priority, -level) lowest, the least work lost, the fewest victims."""
     counted = [victim for victim in victims if not victim.stopping]
     own = sum(1 for victim in counted if victim.team == team)
     lost = sum(victim.lost * victim.gpus for victim in counted)
-    return (len(counted) > 0, own, max((-v.priority for v in counted), default=0), lost)
+    worst = max(((v.priority, -v.level) for v in counted), default=())
+    return (len(counted) > 0, own, worst, lost, len(counted))
 
 
 class _NodeScratch:
@@ -300,12 +378,19 @@ class _NodeScratch:
 
 
 def _victims_on(
-    node: NodeState, usable: list[RunningJob], demand: Demand, where: Where
+    node: NodeState,
+    usable: list[RunningJob],
+    demand: Demand,
+    where: Where,
+    eligible: Eligibility,
 ) -> list[RunningJob] | None:
     """The victims (in order) after whose end ``demand`` fits ``node``, fewest kept."""
     scratch = _NodeScratch(node)
     chosen: list[RunningJob] = []
+    losses = eligible.losses()
     for victim in usable:
+        if not losses.add(victim):
+            continue
         scratch.release(victim)
         chosen.append(victim)
         if scratch.fits(demand, where):

@@ -16,12 +16,22 @@ from dataclasses import dataclass, field
 
 from gpupool.domain.jobs import Reason, ResourceRequest
 from gpupool.scheduler.backfill import Reservation
-from gpupool.scheduler.capacity import FreeCapacity
-from gpupool.scheduler.fit import Demand, DemandCache, demand_of, model_matches
-from gpupool.scheduler.ledger import EPSILON, Ledger, job_gpus
+from gpupool.scheduler.capacity import FreeCapacity, NodeState
+from gpupool.scheduler.fit import (
+    CPU_EPSILON,
+    Demand,
+    DemandCache,
+    demand_of,
+    fraction_demand,
+    model_matches,
+    whole_gpus_on,
+)
+from gpupool.scheduler.ledger import EPSILON, Ledger
 from gpupool.scheduler.messages import (
     NO_NODES_MESSAGE,
+    cpu_need,
     format_share,
+    gpu_need,
     plural,
     size_message,
     waiting_message,
@@ -29,6 +39,7 @@ from gpupool.scheduler.messages import (
 from gpupool.scheduler.ordering import QueuedJob
 from gpupool.scheduler.shortfall import ShortfallFinder
 from gpupool.scheduler.types import (
+    SHARE_EPSILON,
     Allocation,
     GpuCapacity,
     NodeCapacity,
@@ -48,6 +59,7 @@ class Blocked:
     reservation: Reservation | None = None
     victims: list = field(default_factory=list)
     behind: int | None = None
+    teams: list[str] = field(default_factory=list)  # FAIR_SHARE: teams the GPUs are kept for
 
 
 def infeasible_reason(
@@ -95,10 +107,59 @@ class Explainer:
 
     def __init__(self, capacity: FreeCapacity, schedulable: Sequence[NodeCapacity]):
         self._has_nodes = bool(capacity.nodes)
+        self._capacity = capacity
         self._now = ShortfallFinder(capacity)
-        self._empty = ShortfallFinder(FreeCapacity(schedulable)) if schedulable else None
+        self._empty_capacity = FreeCapacity(schedulable) if schedulable else None
+        self._empty = ShortfallFinder(self._empty_capacity) if schedulable else None
         self._demands = DemandCache()
         self._memo: dict[int, tuple[Reason, str]] = {}  # by id: the cache makes one per shape
+        self._gangs: dict[tuple[int, int], tuple[Reason, str]] = {}
+
+    def gang_reason(self, request: ResourceRequest, tasks: int) -> tuple[Reason, str]:
+        """Why a gang of ``tasks`` tasks of ``request`` waits: the pool, or the free capacity
+        now, has room for fewer of its tasks at once than it has."""
+        demand = self._demands.of(request)
+        key = (id(demand), tasks)
+        found = self._gangs.get(key)
+        if found is None:
+            found = self._gangs[key] = self._gang_reason(demand, tasks)
+        return found
+
+    def _gang_reason(self, demand: Demand, tasks: int) -> tuple[Reason, str]:
+        code, message = self.reason_of(demand)
+        need = gpu_need(demand) if demand.uses_gpus else cpu_need(demand)
+        gang = f"a gang of {tasks} tasks, each of {need}"
+        if code in (Reason.NO_NODES, Reason.NO_NODE_BIG_ENOUGH) or self._empty_capacity is None:
+            return code, f"a gang of {tasks} tasks, each {message}"
+        most = gang_slots(self._empty_capacity, demand)
+        if most.total < tasks:
+            return Reason.NO_NODE_BIG_ENOUGH, (
+                f"{gang}, can never start together: the pool holds at most {most.total} such "
+                f"{plural(most.total, 'task')} at once, even empty"
+            )
+        if code is not Reason.QUEUED:  # not even one task fits now
+            return code, f"a gang of {tasks} tasks, each {message}"
+        now = gang_slots(self._capacity, demand)
+        if now.total >= tasks:
+            return Reason.QUEUED, (
+                f"{gang}: the free GPUs hold all its tasks only where they are reserved for "
+                "jobs waiting longer, or kept for teams below their guarantee"
+            )
+        short = Reason.INSUFFICIENT_GPUS if now.by_gpus < tasks else Reason.INSUFFICIENT_CPU
+        if short is Reason.INSUFFICIENT_CPU and now.by_cpus >= tasks:
+            short = Reason.INSUFFICIENT_MEMORY
+        where = ", ".join(f"{count} on {name}" for name, count in now.nodes[:3])
+        room = f" ({where}{', ...' if len(now.nodes) > 3 else ''})" if now.nodes else ""
+        return short, (
+            f"{gang}, needs room for all {tasks} at once; the free capacity holds "
+            f"{now.total} such {plural(now.total, 'task')}{room}"
+        )
+
+    def reason_of(self, demand: Demand) -> tuple[Reason, str]:
+        found = self._memo.get(id(demand))
+        if found is None:
+            found = self._memo[id(demand)] = self._reason(demand)
+        return found
 
     def reason(self, request: ResourceRequest) -> tuple[Reason, str]:
         demand = self._demands.of(request)
@@ -161,9 +222,10 @@ class Explanations:
             if explainer is None:
                 code, message = Reason.NO_GPU_OF_TYPE, no_type_message(types, self.schedulable)
             else:
-                code, message = explainer.reason(job.request)
-                if job.tasks > 1 and code is not Reason.NO_NODES:
-                    message = f"a gang of {job.tasks} tasks, each {message}"
+                if job.tasks > 1:
+                    code, message = explainer.gang_reason(job.request, job.tasks)
+                else:
+                    code, message = explainer.reason(job.request)
                 code, message = self.fair_share(job, code, message)
             if blocked is not None and blocked.reservation is not None:
                 eta = blocked.reservation.at
@@ -176,7 +238,7 @@ class Explanations:
             held, limit = ledger.held[job.team], ledger.limit(job.team)
             return code, (
                 f"team {job.team} holds {_gpus(held)} of its limit of {_gpus(limit)}; this job "
-                f"needs {_gpus(job_gpus(job))} more"
+                f"needs {_gpus(ledger.gpus(job))} more"
             )
         if code is Reason.NOT_GUARANTEED:
             guarantee = ledger.guarantee(job.team)
@@ -194,6 +256,14 @@ class Explanations:
                 f"{reservation.job_id} from {_clock(reservation.at)}; with a --max-runtime that "
                 "ends before then it could start now"
             )
+        if code is Reason.FAIR_SHARE:
+            teams = ", ".join(blocked.teams)
+            return code, (
+                f"it needs {_gpus(ledger.gpus(job))}, beyond team {job.team}'s guarantee "
+                f"({_gpus(ledger.guarantee(job.team))}, {_gpus(ledger.held[job.team])} held), "
+                f"and the free GPUs are kept for {plural(len(blocked.teams), 'team')} {teams}, "
+                "below their guarantee"
+            )
         if code is Reason.PREEMPTING:
             ids = ", ".join(str(victim.job_id) for victim in blocked.victims)
             return code, f"waiting for {plural(len(blocked.victims), 'job')} {ids} to stop"
@@ -204,8 +274,10 @@ class Explanations:
         ledger = self.ledger
         if code not in (Reason.INSUFFICIENT_GPUS, Reason.INSUFFICIENT_GPU_MEMORY):
             return code, message
+        if self.snapshot.policy.order == "fifo":  # one queue in submit order: no fair share
+            return code, message
         fair = ledger.fair.get(job.team, 0.0)
-        if ledger.within_fair_share(job.team, job_gpus(job)):
+        if ledger.within_fair_share(job.team, ledger.gpus(job)):
             return code, message
         behind = [
             team
@@ -246,6 +318,8 @@ class Explanations:
             for team, held in ledger.held.items()
             if team != job.team and held > ledger.fair.get(team, 0.0) + EPSILON
         ]
+        if self.snapshot.policy.order == "fifo":
+            over = []
         if over:
             found.append(
                 "fair share: "
@@ -261,6 +335,49 @@ class Explanations:
                 f"reservation: {reservation.node} is held for it from {_clock(reservation.at)}"
             )
         return tuple(found)
+
+
+@dataclass(slots=True)
+class GangSlots:
+    """How many tasks of one shape the capacity holds at once, and what limits them."""
+
+    total: int = 0
+    by_gpus: int = 0  # counting GPUs alone
+    by_cpus: int = 0  # counting GPUs and CPUs
+    nodes: list[tuple[str, int]] = field(default_factory=list)  # (node, tasks), most first
+
+
+def gang_slots(capacity: FreeCapacity, demand: Demand) -> GangSlots:
+    """The tasks of ``demand`` each node of ``capacity`` holds, all nodes together."""
+    slots = GangSlots()
+    for node in capacity.nodes:
+        gpus = _gpu_slots(node, demand)
+        cpus = int((node.cpus + CPU_EPSILON) // demand.cpus) if demand.cpus > 0 else gpus
+        memory = int(node.memory_bytes // demand.memory) if demand.memory else cpus
+        count = max(0, min(gpus, cpus, memory))
+        slots.by_gpus += max(0, gpus)
+        slots.by_cpus += max(0, min(gpus, cpus))
+        slots.total += count
+        if count:
+            slots.nodes.append((node.name, count))
+    slots.nodes.sort(key=lambda entry: -entry[1])
+    return slots
+
+
+def _gpu_slots(node: NodeState, demand: Demand) -> int:
+    if demand.whole:
+        return len(whole_gpus_on(node, demand)) // demand.whole
+    if not demand.fractional:
+        return 1 << 30  # no GPU: only CPUs and memory count
+    count = 0
+    for gpu in node.gpus:
+        if gpu.whole:
+            continue
+        share, memory = fraction_demand(demand, gpu)
+        by_share = int((1.0 - gpu.used_share + SHARE_EPSILON) // share) if share > 0 else 1 << 30
+        by_memory = (gpu.memory_bytes - gpu.used_memory) // memory if memory else 1 << 30
+        count += max(0, min(by_share, by_memory))
+    return count
 
 
 def explain_unplaced(

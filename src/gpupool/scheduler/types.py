@@ -124,7 +124,7 @@ class Policy:
     ``starvation_factor``: a job that has waited this many times its attained service (and
     at least ``starvation_min_wait``) goes back to the first level (0 disables).
     ``fair_share``: order users inside a team by decayed usage / weight; teams above their
-    guarantee by held GPUs / weight. ``reclaim``: preempt borrowed work for an owner's
+    guarantee by GPUs held beyond it / weight. ``reclaim``: preempt borrowed work for an owner's
     guaranteed share. ``las_preemption``: inside a team, a job of a higher priority or a
     lower level preempts a preemptible job of a lower one. ``backfill``: reserve the spot of
     a blocked queue head (EASY backfill). ``skip_blocked``: a job that does not fit does not

@@ -1,9 +1,11 @@
-"""The control loop: reconcile observed state, schedule, dispatch.
+"""The control loop: reconcile observed state, stop, schedule, preempt, dispatch.
 
 Each pass (1) polls the executor for every active attempt and records transitions, (2) stops
-attempts whose job was cancelled, (3) builds a snapshot and asks the pure scheduler for
-decisions, (4) records each placement durably, then launches it. Slow work (process launch,
-polling) happens outside any transaction; every write is guarded by a conditional update.
+attempts whose job was cancelled or ran past its max runtime, and notes new checkpoints,
+(3) builds a snapshot and asks the pure scheduler for decisions, (4) records and sends the
+preemptions it asks for, (5) records each placement durably, then launches it. Slow work
+(process launch, polling, signals) happens outside any transaction; every write is guarded
+by a conditional update, and a stop is recorded before it is sent.
 """
 
 from __future__ import annotations
@@ -19,13 +21,22 @@ from dataclasses import dataclass
 
 from sqlalchemy import bindparam, insert, select, update
 
-from gpupool.domain.jobs import JobSpec, JobStatus, Reason
+from gpupool.domain.jobs import JobSpec, JobStatus, Reason, StopReason
 from gpupool.executors.base import Executor, Handle, LaunchError, Observed, TaskSpec
 from gpupool.scheduler import schedule
-from gpupool.scheduler.types import Clock, Decisions, PendingReason, Placement, Snapshot
+from gpupool.scheduler.types import (
+    Clock,
+    Decisions,
+    PendingReason,
+    Placement,
+    Preemption,
+    Snapshot,
+)
 from gpupool.services import jobs as job_service
 from gpupool.services import nodes as node_service
-from gpupool.services import transitions
+from gpupool.services import stops, transitions
+from gpupool.services.checkpoints import CheckpointWatcher, Watched
+from gpupool.services.eta import EtaPredictor
 from gpupool.services.snapshots import SnapshotBuilder, placement_json
 from gpupool.settings import Settings
 from gpupool.store.db import Database
@@ -44,12 +55,38 @@ BATCH_WINDOW = 0.01
 
 @dataclass
 class ActiveAttempt:
+    """An attempt this loop watches. ``grace``: its job's SIGTERM-to-SIGKILL time;
+    ``stop_reason``: a stop recorded in the database (sent once ``stop_sent``)."""
+
     attempt_id: int
     job_id: int
     number: int
     handle: Handle
     observed: Observed = Observed.STARTING
     stop_sent: bool = False
+    grace: float = 30.0
+    max_runtime: float | None = None
+    started_at: float | None = None
+    stop_reason: StopReason | None = None
+
+    def past_max_runtime(self, now: float) -> bool:
+        return (
+            self.max_runtime is not None
+            and self.started_at is not None
+            and now - self.started_at > self.max_runtime
+        )
+
+    def watched(self) -> Watched:
+        return Watched(self.attempt_id, self.job_id, self.number, self.handle)
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """An attempt recorded for a placement, ready to launch."""
+
+    attempt_id: int
+    task: TaskSpec
+    max_runtime: float | None
 
 
 class ControlLoop:
@@ -74,7 +111,10 @@ class ControlLoop:
         self._thread: threading.Thread | None = None
         self._last_codes: dict[int, tuple[str, str]] = {}
         self._last_schedule = 0.0
-        self.snapshots = SnapshotBuilder()
+        self.snapshots = SnapshotBuilder.of(settings)
+        self.checkpoints = CheckpointWatcher(executor, settings.checkpoint_scan_seconds)
+        # estimated start times, for the API (computed there, on demand, from its own snapshot)
+        self.etas = EtaPredictor(self.snapshots.nodes, settings.fair_share_half_life_seconds)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -141,7 +181,8 @@ class ControlLoop:
     def run_once(self, force_schedule: bool = True) -> bool:
         """One pass; True if some attempt changed state."""
         changed = self.reconcile()
-        self.stop_cancelled()
+        self.stop_what_must_end()
+        self.note_checkpoints()
         overdue = time.monotonic() - self._last_schedule > self.settings.schedule_interval_seconds
         if changed or force_schedule or overdue:
             self._last_schedule = time.monotonic()
@@ -170,7 +211,18 @@ class ControlLoop:
             return
         row.executor_state = self.executor.get_state(handle)
         observed = Observed.RUNNING if row.status == "running" else Observed.STARTING
-        self._active[row.id] = ActiveAttempt(row.id, row.job_id, row.number, handle, observed)
+        spec = JobSpec.model_validate(session.get(JobModel, row.job_id).spec)
+        self._active[row.id] = ActiveAttempt(
+            row.id,
+            row.job_id,
+            row.number,
+            handle,
+            observed,
+            grace=self._grace(spec),
+            max_runtime=spec.max_runtime_seconds,
+            started_at=row.started_at,
+            stop_reason=StopReason(row.stop_reason) if row.stop_reason else None,
+        )  # a stop recorded before the restart is sent again: stop() is idempotent
         job_service.record(
             session,
             row.job_id,
@@ -198,6 +250,7 @@ class ControlLoop:
                     attempt.executor_state = self.executor.get_state(active.handle)
                 transitions.apply(session, attempt, jobs[active.job_id], result, now)
                 active.observed = result.observed
+                active.started_at = attempt.started_at
         for active, result in changed:
             if result.observed in (Observed.EXITED, Observed.LOST):
                 self._forget(active)
@@ -216,13 +269,36 @@ class ControlLoop:
 
     def _forget(self, active: ActiveAttempt) -> None:
         self._active.pop(active.attempt_id, None)
+        self.checkpoints.forget(active.attempt_id)
+        self.snapshots.forget(active.job_id)
         self.executor.release(active.handle)
 
-    # -- (2) cancellations -------------------------------------------------------------------
+    # -- (2) stops and checkpoints -----------------------------------------------------------
 
-    def stop_cancelled(self) -> None:
+    def stop_what_must_end(self) -> None:
+        """Stop attempts of cancelled jobs and attempts past their job's max runtime; send
+        stops recorded but not sent yet (before a restart)."""
+        now = self.clock.now()
+        cancelled = self._cancelled_jobs()
+        requests = []
+        for active in self._active.values():
+            if active.stop_sent:
+                continue
+            if active.job_id in cancelled:
+                requests.append(stops.cancelled(active.attempt_id, active.job_id))
+            elif active.past_max_runtime(now):
+                requests.append(
+                    stops.past_max_runtime(
+                        active.attempt_id, active.job_id, active.max_runtime, active.grace
+                    )
+                )
+            elif active.stop_reason is not None:
+                self._send_stop(active)
+        self._stop(requests)
+
+    def _cancelled_jobs(self) -> set[int]:
         with self.db.reader() as session:
-            wanted = set(
+            return set(
                 session.scalars(
                     select(JobModel.id).where(
                         JobModel.cancel_requested_at.is_not(None),
@@ -230,21 +306,57 @@ class ControlLoop:
                     )
                 )
             )
-        for active in self._active.values():
-            if active.job_id in wanted and not active.stop_sent:
-                self.executor.stop(active.handle, self.settings.stop_grace_seconds)
-                active.stop_sent = True
+
+    def _stop(self, requests: list[stops.StopRequest]) -> None:
+        """Record every stop in one transaction, then ask the executor (recorded first, so
+        that the attempt's end is read the way the stop meant it)."""
+        if not requests:
+            return
+        now = self.clock.now()
+        with self.db.session() as session:
+            for request in requests:
+                if stops.record(session, request, now):
+                    self._active[request.attempt_id].stop_reason = request.reason
+        for request in requests:
+            self._send_stop(self._active[request.attempt_id])
+
+    def _send_stop(self, active: ActiveAttempt) -> None:
+        self.executor.stop(active.handle, active.grace)
+        active.stop_sent = True
+
+    def note_checkpoints(self) -> None:
+        """Store the newest checkpoint time of running attempts (a look every few seconds)."""
+        running = [a.watched() for a in self._active.values() if a.observed == Observed.RUNNING]
+        seen = self.checkpoints.look(running)
+        if seen:
+            with self.db.session() as session:
+                self.checkpoints.record(session, seen, self.clock.now())
 
     # -- (3) schedule and (4) dispatch -------------------------------------------------------
 
     def schedule_and_dispatch(self) -> None:
         with self.db.reader() as session:
-            snapshot = self.snapshots.build(session)
+            snapshot = self.snapshots.build(session, self.clock.now())
         decisions = self.decide(snapshot, self.clock)
         self.pending_reasons = decisions.pending
         self._record_reasons(decisions.pending)
+        if decisions.preemptions:
+            self._preempt(decisions.preemptions)
         if decisions.placements:
             self._dispatch(decisions.placements)
+
+    def _preempt(self, preemptions: list[Preemption]) -> None:
+        """(4) Stop each preempted job's attempts; they are requeued when they end."""
+        by_job: dict[int, list[ActiveAttempt]] = {}
+        for active in self._active.values():
+            by_job.setdefault(active.job_id, []).append(active)
+        requests = [
+            stops.preempted(active.attempt_id, preemption)
+            for preemption in preemptions
+            for active in by_job.get(preemption.job_id, ())
+            if not active.stop_sent
+        ]
+        self._stop(requests)
 
     def _record_reasons(self, reasons: dict[int, PendingReason]) -> None:
         """Write a pending job's reason only when it changes (positions stay in memory).
@@ -297,20 +409,27 @@ class ControlLoop:
         The launch itself is recorded with the attempt's next transition; a crash before that
         is covered by ``Executor.recover`` when the server starts again.
         """
-        claimed = self._claim(placements)
         failed = []
-        for attempt_id, task in claimed:
+        for claimed in self._claim(placements):
+            task = claimed.task
             try:
                 handle = self.executor.start(task)
             except LaunchError as error:
                 log.warning("launch of job %s failed: %s", task.job_id, error)
-                failed.append((attempt_id, task, error))
+                failed.append((claimed.attempt_id, task, error))
                 continue
-            self._active[attempt_id] = ActiveAttempt(attempt_id, task.job_id, task.attempt, handle)
+            self._active[claimed.attempt_id] = ActiveAttempt(
+                claimed.attempt_id,
+                task.job_id,
+                task.attempt,
+                handle,
+                grace=task.stop_grace_seconds,
+                max_runtime=claimed.max_runtime,
+            )
         if failed:
             self._launch_failed(failed)
 
-    def _claim(self, placements: list[Placement]) -> list[tuple[int, TaskSpec]]:
+    def _claim(self, placements: list[Placement]) -> list[Claimed]:
         now = self.clock.now()
         claimed = []
         with self.db.session() as session:
@@ -336,8 +455,9 @@ class ControlLoop:
                     claimed.append(self._new_attempt(session, placement, row, now))
         return claimed
 
-    def _new_attempt(self, session, placement: Placement, row, now: float) -> tuple[int, TaskSpec]:  # noqa: ANN001
-        number, spec = row
+    def _new_attempt(self, session, placement: Placement, row, now: float) -> Claimed:  # noqa: ANN001
+        number, data = row
+        spec = JobSpec.model_validate(data)
         attempt = AttemptModel(
             job_id=placement.job_id,
             number=number,
@@ -351,10 +471,10 @@ class ControlLoop:
         job_service.record(
             session, placement.job_id, now, Reason.PLACED, f"placed on {describe(placement)}"
         )
-        return attempt.id, self._task(placement.job_id, number, spec, placement)
+        task = self._task(placement.job_id, number, spec, placement)
+        return Claimed(attempt.id, task, spec.max_runtime_seconds)
 
-    def _task(self, job_id: int, number: int, data: dict, placement: Placement) -> TaskSpec:
-        spec = JobSpec.model_validate(data)
+    def _task(self, job_id: int, number: int, spec: JobSpec, placement: Placement) -> TaskSpec:
         return TaskSpec(
             job_id=job_id,
             attempt=number,
@@ -364,8 +484,14 @@ class ControlLoop:
             workdir=spec.workdir,
             gpu_uuids=[gpu.uuid for gpu in placement.gpus],
             log_limit_bytes=self.settings.log_limit_bytes,
-            stop_grace_seconds=self.settings.stop_grace_seconds,
+            stop_grace_seconds=self._grace(spec),
         )
+
+    def _grace(self, spec: JobSpec) -> float:
+        """The job's own grace period, else the server's."""
+        if spec.grace_period_seconds is not None:
+            return spec.grace_period_seconds
+        return self.settings.stop_grace_seconds
 
     def _launch_failed(self, failed: list[tuple[int, TaskSpec, LaunchError]]) -> None:
         now = self.clock.now()

@@ -8,15 +8,28 @@ from dataclasses import dataclass
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from gpupool.domain.jobs import JobSpec, JobStatus, Reason
-from gpupool.errors import Conflict, InvalidRequest, NotFound, Unsatisfiable
+from gpupool.domain.jobs import MAX_PRIORITY, JobSpec, JobStatus, Reason
+from gpupool.errors import Conflict, InvalidRequest, NotFound, PriorityNotAllowed, Unsatisfiable
 from gpupool.scheduler import infeasible_reason
 from gpupool.scheduler.types import NodeCapacity
 from gpupool.services import users
 from gpupool.services.access import Principal
+from gpupool.settings import Settings
 from gpupool.store.models import AttemptModel, EventModel, JobModel, TeamModel
 
 MAX_LIST = 1000
+
+
+@dataclass(frozen=True)
+class JobLimits:
+    """What a submit may ask for beyond the spec's own bounds (from the server's settings)."""
+
+    member_max_priority: int = 100
+    max_grace_seconds: float = 3600.0
+
+    @classmethod
+    def of(cls, settings: Settings) -> JobLimits:
+        return cls(settings.member_max_priority, settings.max_grace_seconds)
 
 
 @dataclass(frozen=True)
@@ -33,13 +46,13 @@ def submit(
     spec: JobSpec,
     nodes: Sequence[NodeCapacity],
     now: float,
+    limits: JobLimits = JobLimits(),
 ) -> JobModel:
     """Queue a job, or refuse it at once if no node could ever run it."""
     principal.require_member()
+    check_limits(principal, spec, limits)
     team = _team_for(session, principal, spec.team)
-    problem = infeasible_reason(spec.resources, nodes)
-    if problem:
-        raise Unsatisfiable(f"no node can run this job: {problem}. Ask for less.")
+    check_feasible(spec, nodes)
     job = JobModel(
         name=spec.name,
         user_id=principal.user_id,
@@ -52,12 +65,43 @@ def submit(
         reason=Reason.QUEUED.value,
         message="waiting for the scheduler",
         attempts=0,
+        preemptible=spec.preemptible,
+        attained=0.0,
+        preemptions=0,
     )
     job.team = team
     session.add(job)
     session.flush()
     record(session, job.id, now, Reason.SUBMITTED, f"submitted by {principal.name} to {team.name}")
     return job
+
+
+def check_limits(principal: Principal, spec: JobSpec, limits: JobLimits) -> None:
+    """Refuse a priority above the caller's role, or a grace period above the server's."""
+    highest = MAX_PRIORITY if principal.is_admin else limits.member_max_priority
+    if not -MAX_PRIORITY <= spec.priority <= highest:
+        raise PriorityNotAllowed(
+            f"priority {spec.priority} is not allowed for a {principal.role.value}: use "
+            f"{-MAX_PRIORITY}..{highest}",
+            allowed={"min": -MAX_PRIORITY, "max": highest},
+        )
+    grace = spec.grace_period_seconds
+    if grace is not None and grace > limits.max_grace_seconds:
+        raise InvalidRequest(
+            f"grace_period_seconds: at most {limits.max_grace_seconds:g} s on this server",
+            fields=[{"field": "grace_period_seconds", "message": "too long"}],
+        )
+
+
+def check_feasible(spec: JobSpec, nodes: Sequence[NodeCapacity]) -> None:
+    """Refuse a job no node could ever run: too big, or no GPU of the types it names."""
+    types = tuple(spec.gpu_types)
+    problem = infeasible_reason(spec.resources, nodes, gpu_types=types)
+    if not problem:
+        return
+    if types and infeasible_reason(spec.resources, nodes) is None:
+        raise Unsatisfiable(f"no node can run this job: {problem}. Ask for a GPU type it has.")
+    raise Unsatisfiable(f"no node can run this job: {problem}. Ask for less.")
 
 
 def list_jobs(session: Session, principal: Principal, where: JobFilter) -> list[JobModel]:

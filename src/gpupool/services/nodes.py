@@ -9,6 +9,7 @@ from sqlalchemy.orm import Session
 
 from gpupool.domain.inventory import NodeInventory
 from gpupool.domain.jobs import JobStatus
+from gpupool.domain.topology import gpu_domains
 from gpupool.errors import NotFound
 from gpupool.scheduler.types import GpuCapacity, NodeCapacity
 from gpupool.store.models import JobModel, NodeModel
@@ -56,9 +57,18 @@ def capacities(session: Session) -> list[NodeCapacity]:
 
 
 def capacity(node: NodeModel) -> NodeCapacity:
+    """What the scheduler may place on a node; each GPU's ``domain`` comes from the links
+    and NUMA nodes of its inventory (:mod:`gpupool.domain.topology` has the rule)."""
     inventory = NodeInventory.model_validate(node.inventory)
+    domains = gpu_domains(inventory.gpus, inventory.links)
     gpus = tuple(
-        GpuCapacity(uuid=g.uuid, index=g.index, model=g.model, memory_bytes=g.memory_bytes)
+        GpuCapacity(
+            uuid=g.uuid,
+            index=g.index,
+            model=g.model,
+            memory_bytes=g.memory_bytes,
+            domain=domains.get(g.index, g.index),
+        )
         for g in inventory.schedulable_gpus()
     )
     return NodeCapacity(

@@ -12,7 +12,8 @@ from gpupool.discovery import discover_node
 from gpupool.domain.inventory import NodeInventory
 from gpupool.executors.base import Executor
 from gpupool.executors.local import LocalExecutor
-from gpupool.scheduler.types import Clock
+from gpupool.scheduler import schedule
+from gpupool.scheduler.types import Clock, Decisions, Snapshot
 from gpupool.services import auth, nodes
 from gpupool.services.clock import SystemClock
 from gpupool.services.control import ControlLoop
@@ -102,9 +103,14 @@ class Platform:
 
 
 def open_platform(
-    settings: Settings, executor: Executor | None = None, clock: Clock | None = None
+    settings: Settings,
+    executor: Executor | None = None,
+    clock: Clock | None = None,
+    decide: Callable[[Snapshot, Clock], Decisions] = schedule,
 ) -> Platform:
-    """Prepare the data directory and database, register this node; the loop is not started."""
+    """Prepare the data directory and database, register this node; the loop is not started.
+
+    ``decide`` replaces the scheduler (tests inject decisions such as preemptions)."""
     settings.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     clock = clock or SystemClock()
     db = Database(settings.database)
@@ -112,7 +118,7 @@ def open_platform(
     with db.session() as session:
         first = auth.bootstrap(session, clock.now())
     executor = executor or LocalExecutor(settings.jobs_dir, base_env=_base_env())
-    loop = ControlLoop(db, executor, settings, clock)
+    loop = ControlLoop(db, executor, settings, clock, decide)
     watcher = NodeWatcher(settings, db, clock, on_change=loop.wake)
     watcher.refresh()
     found = watcher.inventory

@@ -1,17 +1,22 @@
 """Building the scheduler's snapshot from the database, cheaply enough to do many times a second.
 
-Pending jobs and node inventories change rarely compared with how often the control loop
-asks, so each is parsed once and kept: a pass reads only the ids of pending jobs, the
-placements of active ones, and the nodes' inventory stamps.
+Pending jobs, running jobs' facts, node inventories and quotas change rarely compared with
+how often the control loop asks, so each is parsed once and kept: a pass reads only the ids
+of pending jobs, the placements and current attempts of active ones, and the nodes'
+inventory stamps. Quotas and users' weights are read again at most every second (at once
+after a change), and decayed usage every few seconds.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from types import MappingProxyType
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import Row, select
 from sqlalchemy.orm import Session
 
 from gpupool.domain.jobs import JobStatus, ResourceRequest
@@ -22,10 +27,17 @@ from gpupool.scheduler.types import (
     PendingJob,
     Placement,
     Snapshot,
+    TeamQuota,
 )
 from gpupool.services import nodes as node_service
+from gpupool.services import users
+from gpupool.services.quotas import team_quotas
+from gpupool.services.usage import UsageTracker
+from gpupool.settings import Settings
 from gpupool.store.db import Database
-from gpupool.store.models import JobModel, NodeModel, TeamModel, UserModel
+from gpupool.store.models import AttemptModel, JobModel, NodeModel, TeamModel, UserModel
+
+DEFAULT_HALF_LIFE = Settings.model_fields["fair_share_half_life_seconds"].default
 
 
 class NodeCache:
@@ -67,19 +79,70 @@ class NodeCache:
             return tuple(entry[2] for entry in self._nodes.values())
 
 
+@dataclass(frozen=True, slots=True)
+class JobFacts:
+    """What the scheduler needs of a running job that never changes while it runs."""
+
+    team: str
+    user: str
+    priority: int
+    preemptible: bool
+    max_runtime: float | None
+
+
 class SnapshotBuilder:
-    """Keeps parsed pending jobs (and node capacities) between passes of the control loop."""
+    """Keeps parsed pending jobs, running jobs' facts, quotas and usage between passes.
 
-    def __init__(self, nodes: NodeCache | None = None) -> None:
+    A job is parsed again when it comes back to the queue: it left the pending set while it
+    ran, and the control loop also ``forget``s it when an attempt ends, so a job requeued
+    after preemption is read with its new ``attained`` and ``queued_at``.
+    """
+
+    def __init__(
+        self,
+        nodes: NodeCache | None = None,
+        usage: UsageTracker | None = None,
+        quota_max_age: float = 1.0,
+    ) -> None:
         self._pending: dict[int, PendingJob] = {}
+        self._facts: dict[int, JobFacts] = {}
+        self._quotas: tuple[TeamQuota, ...] | None = None
+        self._quotas_at = 0.0
+        self._weights: Mapping[str, float] | None = None
+        self._weights_at = 0.0
+        self.quota_max_age = quota_max_age
         self.nodes = nodes or NodeCache()
+        self.usage = usage or UsageTracker(DEFAULT_HALF_LIFE)
 
-    def build(self, session: Session) -> Snapshot:
+    @classmethod
+    def of(cls, settings: Settings) -> SnapshotBuilder:
+        half_life, refresh = settings.fair_share_half_life_seconds, settings.usage_refresh_seconds
+        return cls(usage=UsageTracker(half_life, refresh))
+
+    def build(self, session: Session, now: float | None = None) -> Snapshot:
+        now = time.time() if now is None else now
         return Snapshot(
             nodes=self.nodes.capacities(session),
-            allocations=active_allocations(session),
+            allocations=self._allocations(session),
             pending=self._pending_jobs(session),
+            quotas=self._team_quotas(session),
+            usage=self.usage.current(session, now),
+            weights=self._user_weights(session),
         )
+
+    def quotas_changed(self) -> None:
+        """Read the teams' quotas again at the next build (an admin changed one)."""
+        self._quotas = None
+
+    def weights_changed(self) -> None:
+        """Read the users' fair-share weights again at the next build (an admin changed one)."""
+        self._weights = None
+
+    def forget(self, job_id: int) -> None:
+        """Read the job again when next seen (its attempt ended: it may come back requeued,
+        with new ``attained`` and ``queued_at``)."""
+        self._pending.pop(job_id, None)
+        self._facts.pop(job_id, None)
 
     def _pending_jobs(self, session: Session) -> tuple[PendingJob, ...]:
         ids = set(
@@ -96,41 +159,132 @@ class SnapshotBuilder:
             self._pending.update((job.job_id, job) for job in pending_jobs(session, new))
         return tuple(self._pending.values())
 
+    def _allocations(self, session: Session) -> tuple[Allocation, ...]:
+        rows = session.execute(ACTIVE_ROWS).all()
+        for gone in self._facts.keys() - {row.id for row in rows}:
+            del self._facts[gone]
+        if new := {row.id for row in rows} - self._facts.keys():
+            self._facts.update(job_facts(session, new))
+        return tuple(
+            allocation(row.id, row.placement, self._facts[row.id], row)
+            for row in rows
+            if row.placement and row.id in self._facts
+        )
+
+    def _user_weights(self, session: Session) -> Mapping[str, float]:
+        # read as often as quotas: both change only when an admin says so
+        if self._weights is None or time.monotonic() - self._weights_at > self.quota_max_age:
+            self._weights = MappingProxyType(users.user_weights(session))
+            self._weights_at = time.monotonic()
+        return self._weights
+
+    def _team_quotas(self, session: Session) -> tuple[TeamQuota, ...]:
+        if self._quotas is None or time.monotonic() - self._quotas_at > self.quota_max_age:
+            self._quotas, self._quotas_at = team_quotas(session), time.monotonic()
+        return self._quotas
+
 
 def pending_jobs(session: Session, ids: set[int]) -> list[PendingJob]:
+    rows = session.execute(
+        select(
+            JobModel.id,
+            TeamModel.name.label("team"),
+            UserModel.name.label("user"),
+            JobModel.priority,
+            JobModel.submitted_at,
+            JobModel.spec,
+            JobModel.preemptible,
+            JobModel.attained,
+            JobModel.queued_at,
+        )
+        .join(TeamModel, TeamModel.id == JobModel.team_id)
+        .join(UserModel, UserModel.id == JobModel.user_id)
+        .where(JobModel.id.in_(ids))
+    )
+    return [pending_job(row) for row in rows]
+
+
+def pending_job(row: Row) -> PendingJob:
+    spec = row.spec
+    return PendingJob(
+        job_id=row.id,
+        team=row.team,
+        user=row.user,
+        priority=row.priority,
+        submitted_at=row.submitted_at,
+        request=_request(spec),
+        preemptible=row.preemptible,
+        gpu_types=tuple(spec.get("gpu_types") or ()),
+        max_runtime=spec.get("max_runtime_seconds"),
+        attained=row.attained or 0.0,
+        queued_at=row.queued_at,
+    )
+
+
+# The current attempt of each starting or running job: one row per job.
+ACTIVE_ROWS = (
+    select(
+        JobModel.id,
+        JobModel.placement,
+        JobModel.attained,
+        JobModel.checkpoint_at,
+        JobModel.cancel_requested_at,
+        AttemptModel.started_at,
+        AttemptModel.created_at,
+        AttemptModel.stop_reason,
+    )
+    .join(
+        AttemptModel,
+        (AttemptModel.job_id == JobModel.id) & (AttemptModel.number == JobModel.attempts),
+    )
+    .where(JobModel.status.in_(node_service.ACTIVE))
+)
+
+
+def job_facts(session: Session, ids: set[int]) -> dict[int, JobFacts]:
     rows = session.execute(
         select(
             JobModel.id,
             TeamModel.name,
             UserModel.name,
             JobModel.priority,
-            JobModel.submitted_at,
+            JobModel.preemptible,
             JobModel.spec,
         )
         .join(TeamModel, TeamModel.id == JobModel.team_id)
         .join(UserModel, UserModel.id == JobModel.user_id)
         .where(JobModel.id.in_(ids))
     )
-    return [
-        PendingJob(job_id, team, user, priority, submitted, _request(spec))
-        for job_id, team, user, priority, submitted, spec in rows
-    ]
+    return {
+        job_id: JobFacts(team, user, priority, preemptible, spec.get("max_runtime_seconds"))
+        for job_id, team, user, priority, preemptible, spec in rows
+    }
 
 
-def active_allocations(session: Session) -> tuple[Allocation, ...]:
-    rows = session.execute(
-        select(JobModel.id, JobModel.placement).where(JobModel.status.in_(node_service.ACTIVE))
-    )
-    return tuple(allocation(job_id, data) for job_id, data in rows if data)
-
-
-def allocation(job_id: int, data: dict[str, Any]) -> Allocation:
-    return Allocation(
+def allocation(
+    job_id: int, data: dict[str, Any], facts: JobFacts | None = None, row: Row | None = None
+) -> Allocation:
+    """What a job holds; with its facts and attempt row, what the policy needs of it too."""
+    base = Allocation(
         job_id=job_id,
         node=data["node"],
         gpus=tuple(GpuShare(g["uuid"], g["share"], g["memory_bytes"]) for g in data["gpus"]),
         cpus=data["cpus"],
         memory_bytes=data["memory_bytes"],
+    )
+    if facts is None or row is None:
+        return base
+    return replace(
+        base,
+        team=facts.team,
+        user=facts.user,
+        priority=facts.priority,
+        preemptible=facts.preemptible,
+        started_at=row.started_at or row.created_at,
+        attained=row.attained or 0.0,
+        checkpoint_at=row.checkpoint_at,
+        max_runtime=facts.max_runtime,
+        stopping=row.stop_reason is not None or row.cancel_requested_at is not None,
     )
 
 
@@ -146,9 +300,9 @@ def placement_json(placement: Placement) -> dict[str, Any]:
     }
 
 
-def build_snapshot(session: Session) -> Snapshot:
+def build_snapshot(session: Session, now: float | None = None) -> Snapshot:
     """A snapshot built from scratch (for one-off uses: tests, the ETA predictor later)."""
-    return SnapshotBuilder().build(session)
+    return SnapshotBuilder().build(session, now)
 
 
 def _request(spec: dict[str, Any]) -> ResourceRequest:

@@ -1,12 +1,18 @@
-"""How observed attempt states change job and attempt rows (inside a caller's transaction)."""
+"""How observed attempt states change job and attempt rows (inside a caller's transaction).
+
+An attempt gpupool stopped itself ends by its ``stop_reason``: a preempted one sends its
+job back to the queue, whatever the exit code; one past its max runtime fails the job. A
+cancel wins over both.
+"""
 
 from __future__ import annotations
 
 from sqlalchemy.orm import Session
 
-from gpupool.domain.jobs import JobStatus, Reason
+from gpupool.domain.jobs import JobStatus, Reason, StopReason
 from gpupool.executors.base import Observed, PollResult
 from gpupool.services import jobs as job_service
+from gpupool.services import stops
 from gpupool.store.models import AttemptModel, JobModel
 
 
@@ -39,7 +45,10 @@ def exited(
 ) -> None:
     at, code = result.ended_at or now, result.exit_code
     attempt.status, attempt.ended_at, attempt.exit_code = "exited", at, code
-    status, reason, message = outcome(job, code)
+    if _preempted(attempt, job):
+        requeue_preempted(session, attempt, job, now)
+        return
+    status, reason, message = outcome(job, code, attempt.stop_reason)
     job_service.finish(session, job, status, at, reason, message, exit_code=code)
 
 
@@ -47,6 +56,9 @@ def lost(
     session: Session, attempt: AttemptModel, job: JobModel, result: PollResult, now: float
 ) -> None:
     attempt.status, attempt.ended_at = "lost", now
+    if _preempted(attempt, job):
+        requeue_preempted(session, attempt, job, now)
+        return
     if attempt.started_at is None and result.started_at is None:
         requeue(session, job, now, f"attempt {attempt.number} never started; requeued")
         return
@@ -66,13 +78,32 @@ def requeue(session: Session, job: JobModel, now: float, message: str) -> None:
     job_service.record(session, job.id, now, Reason.REQUEUED, message)
 
 
-def outcome(job: JobModel, code: int | None) -> tuple[JobStatus, Reason, str]:
+def requeue_preempted(session: Session, attempt: AttemptModel, job: JobModel, now: float) -> None:
+    """Back to the queue with its history: the service it received counts as attained."""
+    ran = max(0.0, (attempt.ended_at or now) - (attempt.started_at or now))
+    job.attained = (job.attained or 0.0) + job.gpus * ran
+    job.preemptions = (job.preemptions or 0) + 1
+    job.queued_at = now
+    job.status, job.node, job.placement = JobStatus.PENDING.value, None, None
+    job.reason, job.message = Reason.REQUEUED.value, stops.REQUEUED_MESSAGE
+    job_service.record(session, job.id, now, Reason.REQUEUED, stops.REQUEUED_MESSAGE)
+
+
+def outcome(
+    job: JobModel, code: int | None, stop_reason: str | None = None
+) -> tuple[JobStatus, Reason, str]:
     if job.cancel_requested_at is not None:
         return (
             JobStatus.CANCELLED,
             Reason.CANCELLED,
             f"cancelled; the process ended with code {code}",
         )
+    if stop_reason == StopReason.MAX_RUNTIME:
+        return JobStatus.FAILED, Reason.MAX_RUNTIME_EXCEEDED, stops.ended_message(job, code)
     if code == 0:
         return JobStatus.SUCCEEDED, Reason.EXITED, "exited with code 0"
     return JobStatus.FAILED, Reason.EXITED, f"exited with code {code}"
+
+
+def _preempted(attempt: AttemptModel, job: JobModel) -> bool:
+    return attempt.stop_reason == StopReason.PREEMPTED and job.cancel_requested_at is None

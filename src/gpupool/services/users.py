@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gpupool.domain.jobs import Role
-from gpupool.errors import Conflict, InvalidRequest, NotFound, UnknownTeam
+from gpupool.errors import Conflict, InvalidRequest, InvalidWeight, NotFound, UnknownTeam
 from gpupool.services.passwords import hash_password
 from gpupool.store.models import MembershipModel, TeamModel, UserModel
 
 NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 DEFAULT_TEAM = "default"
 MIN_PASSWORD = 8
+MAX_WEIGHT = 1_000_000.0
+DEFAULT_WEIGHT = 1.0
 
 
 def check_name(kind: str, name: str) -> str:
@@ -54,11 +57,14 @@ def create_user(
     teams: list[str],
     now: float,
     password: str | None = None,
+    weight: float = DEFAULT_WEIGHT,
 ) -> UserModel:
     check_name("user", name)
     if session.scalar(select(UserModel).where(UserModel.name == name)):
         raise Conflict(f"user '{name}' already exists")
-    user = UserModel(name=name, role=role.value, created_at=now, disabled=False)
+    user = UserModel(
+        name=name, role=role.value, created_at=now, disabled=False, weight=check_weight(weight)
+    )
     user.password_hash = _password_hash(password)
     user.teams = [get_team(session, team) for team in teams]
     session.add(user)
@@ -85,8 +91,11 @@ def update_user(
     teams: list[str] | None = None,
     password: str | None = None,
     disabled: bool | None = None,
+    weight: float | None = None,
 ) -> UserModel:
     user = get_user(session, name)
+    if weight is not None:
+        user.weight = check_weight(weight)
     if role is not None:
         user.role = role.value
     if teams is not None:
@@ -97,6 +106,26 @@ def update_user(
         user.disabled = disabled
     session.flush()
     return user
+
+
+def check_weight(weight: float) -> float:
+    """The weight, if it is a number above 0 and at most ``MAX_WEIGHT``; else InvalidWeight."""
+    if isinstance(weight, bool) or not math.isfinite(weight) or not 0 < weight <= MAX_WEIGHT:
+        raise InvalidWeight(
+            f"weight {weight!r} is not allowed: give a number above 0 and at most "
+            f"{MAX_WEIGHT:,.0f}, such as 0.5, 1 (the default) or 2; inside a team, a user of "
+            "weight 2 is owed twice the GPU time of a user of weight 1",
+            fields=[{"field": "weight", "message": "a number above 0"}],
+        )
+    return float(weight)
+
+
+def user_weights(session: Session) -> dict[str, float]:
+    """User name -> fair-share weight, for the users whose weight is not the default."""
+    rows = session.execute(
+        select(UserModel.name, UserModel.weight).where(UserModel.weight != DEFAULT_WEIGHT)
+    )
+    return {name: weight for name, weight in rows}
 
 
 def add_member(session: Session, user: UserModel, team: TeamModel) -> None:

@@ -7,16 +7,19 @@ the trace loaders, the engine and the scheduler are imported when the command ru
 from __future__ import annotations
 
 import time
+from collections import Counter, defaultdict
 from typing import TYPE_CHECKING
 
 import typer
 
 if TYPE_CHECKING:
-    from gpupool.scheduler.types import NodeCapacity, Policy
+    from gpupool.scheduler.types import NodeCapacity, Policy, TeamQuota
+    from gpupool.sim.engine import SimResult
+    from gpupool.sim.fragmentation import FillReport
     from gpupool.sim.metrics import Metrics
     from gpupool.sim.traces import Trace
 
-POLICY_NAMES = ("default", "fifo", "drf", "srtf-oracle", "las")
+POLICY_NAMES = ("default", "fifo", "drf", "srtf-oracle", "las", "best-fit")
 """The policies of ``gpupool.sim.policies``, named here so that ``--help`` stays light."""
 
 TRACE_HELP = (
@@ -42,9 +45,23 @@ def simulate(
         help="node: each task on one node (big jobs become gangs of whole nodes); count: "
         "a job of g GPUs is g one-GPU tasks on any nodes (Tiresias' relaxed mode).",
     ),
+    vc: bool = typer.Option(
+        False,
+        "--vc",
+        help="One virtual cluster per team: each team is guaranteed GPUs in proportion to the "
+        "GPU time it submits (rounded down) and lends what it leaves idle; a table with a row "
+        "per team and policy follows.",
+    ),
+    fragmentation: bool = typer.Option(
+        False,
+        "--fragmentation",
+        help="The fill experiment of the FGD study instead of a replay: tasks arrive in trace "
+        "order and never end until they ask for 110 % of the GPUs; prints the unallocated "
+        "GPUs when the first task fails and at given loads.",
+    ),
 ) -> None:
     """Replay a trace on a virtual clock through the scheduler and print a metrics table."""
-    from gpupool.sim.report import render
+    from gpupool.sim.report import render, render_fill, render_teams
 
     if placement not in ("node", "count"):
         raise typer.BadParameter("use node or count", param_hint="--placement")
@@ -52,11 +69,24 @@ def simulate(
     loaded = load(trace)
     nodes = nodes_for(cluster, loaded)
     typer.echo(describe(loaded, cluster, nodes) + f"; placement {placement}")
-    rows = [
-        (name, replay(loaded, nodes, settings, restart_cost, placement))
+    if fragmentation:
+        fills = [(name, fill(loaded, nodes, settings)) for name, settings in policies.items()]
+        typer.echo(render_fill(fills), nl=False)
+        return
+    quotas = vc_quotas(loaded, nodes) if vc else ()
+    if quotas:
+        typer.echo(f"virtual clusters: {describe_quotas(quotas)}")
+    results = [
+        (name, replay(loaded, nodes, settings, restart_cost, placement, quotas))
         for name, settings in policies.items()
     ]
-    typer.echo(render(rows), nl=False)
+    typer.echo(render([(name, metrics) for name, (metrics, _) in results]), nl=False)
+    if vc:
+        from gpupool.sim.metrics import team_metrics
+
+        guarantees = {quota.team: sum(quota.guarantee.values()) for quota in quotas}
+        teams = [(name, team_metrics(result, guarantees)) for name, (_, result) in results]
+        typer.echo(render_teams(teams), nl=False)
 
 
 def resolve_policy(name: str) -> Policy:
@@ -110,22 +140,77 @@ def replay(
     settings: Policy,
     restart_cost: float,
     placement: str = "node",
-) -> Metrics:
-    """Run one policy; say on stderr how long it took and why jobs never ran, if any did not."""
+    quotas: tuple[TeamQuota, ...] = (),
+) -> tuple[Metrics, SimResult]:
+    """Run one policy; say on stderr how long it took and why jobs never ran, if any did not.
+
+    Fragmentation is sampled at the arrivals that find 90 % of the GPUs allocated.
+    """
+    from dataclasses import replace
+
     from gpupool.sim.engine import simulate as run_simulation
+    from gpupool.sim.fragmentation import FragmentationProbe, loaded_fragmentation, workload
     from gpupool.sim.metrics import summarize
 
+    largest = max((len(node.gpus) for node in nodes if node.schedulable), default=0)
+    probe = FragmentationProbe(nodes, workload(trace.jobs, placement, largest))
     began = time.perf_counter()
     result = run_simulation(
-        trace.jobs, nodes, restart_cost=restart_cost, placement=placement, settings=settings
+        trace.jobs,
+        nodes,
+        restart_cost=restart_cost,
+        placement=placement,
+        settings=settings,
+        quotas=quotas,
+        probe=probe,
     )
     seconds = time.perf_counter() - began
     typer.echo(f"replayed in {seconds:.1f} s, {result.cycles} scheduling cycles", err=True)
-    if result.unscheduled:
-        first = result.unscheduled[0]
-        typer.echo(
-            f"{len(result.unscheduled)} jobs never ran, e.g. job {first.job_id} "
-            f"({first.gpus:g} GPUs): {first.reason}",
-            err=True,
-        )
-    return summarize(result)
+    for line in unscheduled_lines(result):
+        typer.echo(line, err=True)
+    metrics = replace(summarize(result), fragmentation=loaded_fragmentation(probe))
+    return metrics, result
+
+
+def unscheduled_lines(result: SimResult, most: int = 5) -> list[str]:
+    """How many jobs never ran, counted by reason (the commonest first)."""
+    if not result.unscheduled:
+        return []
+    reasons = Counter(job.reason for job in result.unscheduled)
+    lines = [f"{len(result.unscheduled)} jobs never ran (UNSCHEDULED):"]
+    lines += [f"  {count} x {reason}" for reason, count in reasons.most_common(most)]
+    if len(reasons) > most:
+        lines.append(f"  ... and {len(reasons) - most} other reasons")
+    return lines
+
+
+def fill(trace: Trace, nodes: tuple[NodeCapacity, ...], settings: Policy) -> FillReport:
+    """The fill experiment under one policy; its time on stderr."""
+    from gpupool.sim.fragmentation import fill as run_fill
+
+    began = time.perf_counter()
+    report = run_fill(trace.jobs, nodes, settings)
+    typer.echo(f"filled in {time.perf_counter() - began:.1f} s", err=True)
+    return report
+
+
+def vc_quotas(trace: Trace, nodes: tuple[NodeCapacity, ...]) -> tuple[TeamQuota, ...]:
+    """A guarantee per team in proportion to the GPU time it submits, rounded down."""
+    from gpupool.scheduler.types import ANY_MODEL, TeamQuota
+
+    gpus = sum(len(node.gpus) for node in nodes if node.schedulable)
+    asked: dict[str, float] = defaultdict(float)
+    for job in trace.jobs:
+        asked[job.team] += job.request.gpu_count * job.duration
+    total = sum(asked.values())
+    if total <= 0:
+        return ()
+    return tuple(
+        TeamQuota(team, {ANY_MODEL: float(int(gpus * seconds / total))})
+        for team, seconds in sorted(asked.items())
+    )
+
+
+def describe_quotas(quotas: tuple[TeamQuota, ...]) -> str:
+    shown = [f"{quota.team} {sum(quota.guarantee.values()):g}" for quota in quotas]
+    return ", ".join(shown) + " GPUs guaranteed; idle GPUs are lent to other teams"

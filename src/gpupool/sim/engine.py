@@ -21,9 +21,16 @@ The engine keeps each user's decayed usage (GPU-seconds, halved every
 ``policy.usage_half_life``), which the policy reads for fair share, and for the ``srtf``
 reference policy the remaining work of every job.
 
-A job no node could ever hold is refused at submit, as the API refuses it (the scheduler's
-own ``infeasible_reason``). A job still pending when nothing runs and nothing more arrives
-can never start: the replay stops and reports it unscheduled, with the scheduler's reason.
+A job the pool could never hold is refused at submit and reported unscheduled: a task no
+node could hold (the scheduler's own ``infeasible_reason``, as the API refuses it), a job
+that node placement cannot split (12 GPUs on 8-GPU nodes), or a gang of more tasks than the
+empty pool holds at once (32 one-GPU tasks on 16 GPUs). A job still pending when nothing
+runs and nothing more arrives can never start: the replay stops and reports it
+unscheduled, with the scheduler's reason.
+
+``drop_unplaced`` is the fill experiment of the fragmentation study (FGD, ATC'23): a job not
+placed in the cycles of its arrival time fails at once instead of waiting. A ``probe`` sees
+every start, stop and arrival (``gpupool.sim.fragmentation`` samples fragmentation with it).
 """
 
 from __future__ import annotations
@@ -32,11 +39,11 @@ import heapq
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from gpupool.domain.jobs import ResourceRequest
 from gpupool.domain.units import GiB, parse_bytes
-from gpupool.scheduler import infeasible_reason, schedule
+from gpupool.scheduler import schedule
 from gpupool.scheduler.types import (
     DEFAULT_POLICY,
     Allocation,
@@ -51,6 +58,7 @@ from gpupool.scheduler.types import (
     Snapshot,
     TeamQuota,
 )
+from gpupool.sim.refusals import RefusalCache
 
 if TYPE_CHECKING:
     from gpupool.sim.traces import TraceJob
@@ -58,6 +66,7 @@ if TYPE_CHECKING:
 PolicyFunction = Callable[[Snapshot, Clock], Decisions]
 
 STUCK_MESSAGE = "still pending when nothing ran and nothing more was to arrive"
+NOT_PLACED_MESSAGE = "did not fit when it arrived (fill experiment: nothing ever ends)"
 PLACEMENT_MODES = ("node", "count")
 MAX_CYCLES_PER_EVENT = 8  # cycles at one event time (each after preemptions freed GPUs)
 
@@ -75,6 +84,16 @@ class VirtualClock:
         if time < self._now:
             raise ValueError(f"the virtual clock cannot go back from {self._now} to {time}")
         self._now = time
+
+
+class Probe(Protocol):
+    """Watches a replay: GPUs taken and given back, and each event time's arrivals."""
+
+    def started(self, allocations: Sequence[Allocation]) -> None: ...
+
+    def stopped(self, allocations: Sequence[Allocation]) -> None: ...
+
+    def arrived(self, jobs: Sequence[TraceJob], pending: Mapping[int, PendingJob]) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,17 +155,22 @@ def simulate(
     placement: str = "node",
     settings: Policy = DEFAULT_POLICY,
     quotas: Sequence[TeamQuota] = (),
+    probe: Probe | None = None,
+    drop_unplaced: bool = False,
 ) -> SimResult:
     """Replay ``trace_jobs`` on ``nodes`` under ``policy``; deterministic for equal inputs.
 
     ``settings`` is the ``Policy`` passed in every snapshot (the knobs of the scheduler);
-    ``quotas`` the teams' guarantees and limits.
+    ``quotas`` the teams' guarantees and limits; ``probe`` and ``drop_unplaced``: see the
+    module's docstring.
     """
     if restart_cost < 0:
         raise ValueError("restart_cost must be 0 or more seconds")
     if placement not in PLACEMENT_MODES:
         raise ValueError(f"placement must be one of {', '.join(PLACEMENT_MODES)}")
     replay = Replay(nodes, policy, restart_cost, placement, settings, tuple(quotas))
+    replay.probe = probe
+    replay.drop_unplaced = drop_unplaced
     replay.run(trace_jobs)
     return replay.result()
 
@@ -200,6 +224,9 @@ class Replay:
         self.largest_node = max((len(node.gpus) for node in schedulable), default=0)
         self.usage = DecayedUsage(settings.usage_half_life)
         self.remaining = Remaining(self)
+        self.probe: Probe | None = None
+        self.drop_unplaced = False
+        self._held: tuple[Allocation, ...] | None = None  # the running allocations, cached
 
     def run(self, trace_jobs: Iterable[TraceJob]) -> None:
         """Load the arrivals, then step through event times until no event is left."""
@@ -207,13 +234,17 @@ class Replay:
         self.jobs = _index_by_id(self.arrivals)
         while (time := self.next_event_time()) is not None:
             self.clock.advance_to(time)
-            self.apply_events(time)
+            arrived = self.apply_events(time)
             for _ in range(MAX_CYCLES_PER_EVENT):
                 # with nothing pending a cycle has nothing to decide; after preemptions, the
                 # freed GPUs are offered again at once
                 if not self.pending or not self.run_cycle():
                     break
-            if self.is_stuck():
+            if self.probe is not None and arrived:
+                self.probe.arrived(arrived, self.pending)
+            if self.drop_unplaced:
+                self.give_up(NOT_PLACED_MESSAGE)
+            elif self.is_stuck():
                 self.give_up()
 
     def next_event_time(self) -> float | None:
@@ -231,22 +262,26 @@ class Replay:
         progress = self.progress.get(job_id)
         return job_id not in self.running or progress is None or progress.attempt != attempt
 
-    def apply_events(self, time: float) -> None:
-        """Free the jobs ending at ``time``, then queue the jobs arriving at it."""
+    def apply_events(self, time: float) -> list[TraceJob]:
+        """Free the jobs ending at ``time``, then queue the jobs arriving at it (returned)."""
         while self.completions and self.completions[0][0] <= time:
             entry = heapq.heappop(self.completions)
             if not self._stale(entry):
                 self.finish(entry[1])
-        arrivals = self.arrivals
+        arrivals, arrived = self.arrivals, []
         while self.next_arrival < len(arrivals) and arrivals[self.next_arrival].submit <= time:
+            arrived.append(arrivals[self.next_arrival])
             self.arrive(arrivals[self.next_arrival])
             self.next_arrival += 1
+        return arrived
 
     def arrive(self, job: TraceJob) -> None:
-        """Queue a job, or refuse it when no node could ever hold it (as the API does)."""
+        """Queue a job, or refuse it when the pool could never hold it (as the API does)."""
         request, tasks = self.shape(job)
-        reason = self._refusals.reason(request, job.gpu_types)
+        reason = self._refusals.reason(request, job.gpu_types, tasks)
         if reason is not None:
+            if tasks == 1 and self.placement == "node" and request.whole_gpus > self.largest_node:
+                reason = f"{self._unsplittable(job)}; {reason}"
             self.unscheduled[job.job_id] = _unscheduled(job, reason)
             return
         self.progress[job.job_id] = Progress(work=job.duration)
@@ -261,26 +296,29 @@ class Replay:
             gpu_types=job.gpu_types,
         )
 
+    def _unsplittable(self, job: TraceJob) -> str:
+        return (
+            f"node placement splits a job into whole nodes only, and "
+            f"{job.request.whole_gpus} GPUs are not a multiple of {self.largest_node}"
+        )
+
     def shape(self, job: TraceJob) -> tuple[ResourceRequest, int]:
         """The per-task request and the task count of a job in this placement mode."""
-        whole = job.request.whole_gpus
-        if whole > 1 and self.placement == "count":
-            return _with_gpus(job.request, 1), whole
-        largest = self.largest_node
-        if whole > largest > 0 and whole % largest == 0:
-            return _with_gpus(job.request, largest), whole // largest
-        return job.request, 1
+        return task_shape(job.request, self.placement, self.largest_node)
 
     def run_cycle(self) -> bool:
         """Call the policy once on a snapshot of now; True when it preempted anything."""
+        if self._held is None:
+            self._held = tuple(a for allocations in self.running.values() for a in allocations)
         snapshot = Snapshot(
             self.nodes,
-            tuple(a for allocations in self.running.values() for a in allocations),
+            self._held,
             tuple(self.pending.values()),
             quotas=self.quotas,
             usage=self.usage.view(self.clock.now()),
             policy=self.settings,
-            remaining=self.remaining,
+            # only the srtf oracle reads it, and the scheduler asks it of every running job
+            remaining=self.remaining if self.settings.order == "srtf" else {},
         )
         decisions = self.policy(snapshot, self.clock)
         self.cycles += 1
@@ -302,6 +340,9 @@ class Replay:
                 raise ValueError(f"the policy preempted job {job_id}, which is not running")
             progress = self.progress[job_id]
             allocations = self.running.pop(job_id)
+            self._held = None
+            if self.probe is not None:
+                self.probe.stopped(allocations)
             ran = now - progress.started
             gpus = _gpus_of(allocations)
             progress.work = max(0.0, progress.work - ran) + self.restart_cost
@@ -357,6 +398,9 @@ class Replay:
             for placement in placements
         )
         self.running[job_id] = allocations
+        self._held = None
+        if self.probe is not None:
+            self.probe.started(allocations)
         if progress.first_start is None:
             progress.first_start = now
         progress.started = now
@@ -365,6 +409,9 @@ class Replay:
 
     def finish(self, job_id: int) -> None:
         allocations = self.running.pop(job_id)
+        self._held = None
+        if self.probe is not None:
+            self.probe.stopped(allocations)
         progress = self.progress[job_id]
         job, now = self.jobs[job_id], self.clock.now()
         gpus = _gpus_of(allocations)
@@ -389,11 +436,12 @@ class Replay:
         no_arrivals = self.next_arrival >= len(self.arrivals)
         return bool(self.pending) and not self.running and no_arrivals
 
-    def give_up(self) -> None:
+    def give_up(self, message: str = STUCK_MESSAGE) -> None:
+        """Every pending job fails, with the scheduler's reason when it gave one."""
         reasons = self.last_decisions.pending
         for job_id in list(self.pending):
             found = reasons.get(job_id)
-            reason = found.message if found is not None else STUCK_MESSAGE
+            reason = found.message if found is not None else message
             self.unscheduled[job_id] = _unscheduled(self.jobs[job_id], reason)
         self.pending.clear()
 
@@ -447,6 +495,13 @@ class UsageView(Mapping[str, float]):
             raise KeyError(user)
         return self._usage.at(user, self._now)
 
+    def get(self, user: str, default: float | None = None) -> float | None:  # type: ignore[override]
+        # Mapping.get goes through __getitem__ and a caught KeyError: the scheduler asks this
+        # for every user in every cycle
+        if user not in self._usage.state:
+            return default
+        return self._usage.at(user, self._now)
+
     def __iter__(self) -> Iterator[str]:
         return iter(self._usage.state)
 
@@ -476,24 +531,17 @@ class Remaining(Mapping[int, float]):
         return len(self._replay.progress)
 
 
-class RefusalCache:
-    """``infeasible_reason`` against the given nodes, worked out once per request shape."""
-
-    def __init__(self, nodes: Sequence[NodeCapacity]) -> None:
-        self._nodes = nodes
-        self._reasons: dict[tuple[object, ...], str | None] = {}
-
-    def reason(self, request: ResourceRequest, gpu_types: tuple[str, ...] = ()) -> str | None:
-        key = (
-            request.gpus,
-            request.gpu_memory_bytes,
-            request.cpus,
-            request.memory_bytes,
-            gpu_types,
-        )
-        if key not in self._reasons:
-            self._reasons[key] = infeasible_reason(request, self._nodes, gpu_types)
-        return self._reasons[key]
+def task_shape(
+    request: ResourceRequest, placement: str, largest_node: int
+) -> tuple[ResourceRequest, int]:
+    """The per-task request and the task count of a job's ``request`` in a placement mode
+    (``largest_node``: the GPUs of the largest schedulable node)."""
+    whole = request.whole_gpus
+    if whole > 1 and placement == "count":
+        return _with_gpus(request, 1), whole
+    if whole > largest_node > 0 and whole % largest_node == 0:
+        return _with_gpus(request, largest_node), whole // largest_node
+    return request, 1
 
 
 def _with_gpus(request: ResourceRequest, gpus: int) -> ResourceRequest:

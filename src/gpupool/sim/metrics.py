@@ -8,6 +8,9 @@
   (Σx)² / (n·Σx²): 1 when every team is slowed down alike, 1/n when one team bears it all.
   Slowdown rather than JCT, because teams with long jobs would otherwise look treated worse.
 * Lower bounds: no job finishes faster than alone on the cluster, so avg JCT ≥ mean duration;
+  and no cluster of G GPUs does more than G GPU-seconds of work per second, so avg JCT ≥ the
+  mean completion time of shortest-remaining-work-first on one server of speed G that
+  receives each job's GPU-seconds at its submit (SRPT is optimal there; Tiresias' "bound");
   no job ends before submit + duration, so the makespan is at least the span from the first
   submit to the latest such end, and utilisation ≤ offered load = GPU-seconds requested /
   (total GPUs × that span), and ≤ 1.
@@ -15,13 +18,14 @@
 
 from __future__ import annotations
 
+import heapq
 import math
 import statistics
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gpupool.sim.engine import JobRecord, SimResult
+from gpupool.sim.engine import JobRecord, SimResult, UnscheduledJob
 
 MIN_DURATION = 1.0  # seconds: the floor under a slowdown's denominator
 
@@ -31,6 +35,7 @@ class Bounds:
     """What no policy can beat on these jobs and this cluster."""
 
     min_avg_jct: float  # mean isolated runtime (mean duration)
+    srpt_avg_jct: float  # SRPT of the GPU-seconds on one server as fast as the cluster
     offered_load: float  # may exceed 1 when the jobs ask for more than the cluster has
     max_utilisation: float  # min(1, offered load)
 
@@ -54,6 +59,24 @@ class Metrics:
     worst_team: str
     worst_team_slowdown: float
     bounds: Bounds
+    fragmentation: float | None = None  # of the unallocated GPUs, at arrivals under load
+
+
+@dataclass(frozen=True, slots=True)
+class TeamMetrics:
+    """One team's figures in a replay. ``guarantee``: its GPUs (its virtual cluster);
+    ``used``: its GPU-seconds over the makespan, as a share of its guarantee (above 1 when
+    it borrowed) and of the pool."""
+
+    team: str
+    guarantee: float
+    jobs: int
+    unscheduled: int
+    avg_jct: float
+    p95_queueing_delay: float
+    used_of_guarantee: float | None  # None without a guarantee
+    used_of_pool: float
+    preemptions: int  # of its jobs that ran
 
 
 def summarize(result: SimResult) -> Metrics:
@@ -159,9 +182,38 @@ def bounds(records: Sequence[JobRecord], total_gpus: float) -> Bounds:
     load = offered_load(records, total_gpus)
     return Bounds(
         min_avg_jct=mean([record.duration for record in records]),
+        srpt_avg_jct=srpt_avg_jct(records, total_gpus),
         offered_load=load,
         max_utilisation=min(1.0, load),
     )
+
+
+def srpt_avg_jct(records: Sequence[JobRecord], total_gpus: float) -> float:
+    """Mean completion time of preemptive shortest-remaining-work-first on one server doing
+    ``total_gpus`` GPU-seconds per second, each job bringing its GPU-seconds at its submit."""
+    if not records or total_gpus <= 0:
+        return 0.0
+    arrivals = sorted((record.submit, record.gpus * record.duration) for record in records)
+    waiting: list[list[float]] = []  # heap of [work left, submit]
+    now, total, index = 0.0, 0.0, 0
+    while index < len(arrivals) or waiting:
+        if not waiting:
+            now = max(now, arrivals[index][0])
+        while index < len(arrivals) and arrivals[index][0] <= now:
+            submit, work = arrivals[index]
+            heapq.heappush(waiting, [work, submit])
+            index += 1
+        next_arrival = arrivals[index][0] if index < len(arrivals) else math.inf
+        work, submit = waiting[0]
+        done = now + work / total_gpus
+        if done <= next_arrival:
+            heapq.heappop(waiting)
+            now = done
+            total += now - submit
+        else:  # the smallest stays smallest while it is served
+            waiting[0][0] -= (next_arrival - now) * total_gpus
+            now = next_arrival
+    return total / len(records)
 
 
 def offered_load(records: Sequence[JobRecord], total_gpus: float) -> float:
@@ -171,3 +223,37 @@ def offered_load(records: Sequence[JobRecord], total_gpus: float) -> float:
     first = min(record.submit for record in records)
     span = max(record.submit + record.duration for record in records) - first
     return gpu_seconds(records) / (total_gpus * span) if span > 0 else 0.0
+
+
+def team_metrics(
+    result: SimResult, guarantees: dict[str, float] | None = None
+) -> list[TeamMetrics]:
+    """A row per team (by name) of a replay: its jobs, waits, GPU use and preemptions."""
+    guarantees = guarantees or {}
+    by_team: dict[str, list[JobRecord]] = defaultdict(list)
+    for record in result.records:
+        by_team[record.team].append(record)
+    refused: dict[str, list[UnscheduledJob]] = defaultdict(list)
+    for job in result.unscheduled:
+        refused[job.team].append(job)
+    window = makespan(result.records)
+    pool = result.total_gpus * window
+    rows = []
+    for team in sorted(set(by_team) | set(refused)):
+        records = by_team.get(team, [])
+        used = gpu_seconds(records)
+        guarantee = guarantees.get(team, 0.0)
+        rows.append(
+            TeamMetrics(
+                team=team,
+                guarantee=guarantee,
+                jobs=len(records),
+                unscheduled=len(refused.get(team, [])),
+                avg_jct=mean([record.jct for record in records]),
+                p95_queueing_delay=percentile([r.queueing_delay for r in records], 95),
+                used_of_guarantee=used / (guarantee * window) if guarantee and window else None,
+                used_of_pool=used / pool if pool > 0 else 0.0,
+                preemptions=sum(record.preemptions for record in records),
+            )
+        )
+    return rows

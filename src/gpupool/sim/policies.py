@@ -9,6 +9,10 @@ baselines made from the same code with parts switched off or an oracle switched 
 * ``srtf-oracle``: shortest remaining time first with preemption, knowing every job's
   duration: a reference no real scheduler can be, not a product policy.
 * ``las``: least-attained-service with many levels (close to Tiresias' continuous LAS).
+* ``best-fit``: each job in submit order to its best-fitting spot, and a job that does not
+  fit holds back no other (Kubernetes' scheduler with a best-fit score, the baseline of the
+  FGD fragmentation study); no fair share, no preemption, no backfill. Every policy here
+  places by best fit (``gpupool.scheduler.placement``): this one isolates the placement.
 
 The simulator skips the explanations of pending jobs (nobody reads them there).
 """
@@ -38,6 +42,14 @@ NAMED: dict[str, Policy] = {
     ),
     "srtf-oracle": Policy(order="srtf", backfill=False),
     "las": replace(DEFAULT_POLICY, las_thresholds=tuple(3600.0 * 2.0**k for k in range(-4, 12))),
+    "best-fit": Policy(
+        order="fifo",
+        fair_share=False,
+        reclaim=False,
+        las_preemption=False,
+        backfill=False,
+        skip_blocked=True,
+    ),
 }
 
 

@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from rich.console import Console
 from rich.table import Table
 
-from gpupool.sim.metrics import Bounds, Metrics
+from gpupool.sim.fragmentation import LEVELS, FillReport
+from gpupool.sim.metrics import Bounds, Metrics, TeamMetrics
 
 COLUMNS = (
     "POLICY",
@@ -29,6 +30,30 @@ COLUMNS = (
     "PER JOB",
     "JAIN",
     "WORST TEAM SLOWDOWN",
+    "FRAG",
+)
+TEAM_COLUMNS = (
+    "TEAM",
+    "POLICY",
+    "VC GPUS",
+    "JOBS",
+    "UNSCHEDULED",
+    "AVG JCT",
+    "P95 WAIT",
+    "USED/VC",
+    "USED/POOL",
+    "PREEMPTIONS",
+)
+FILL_COLUMNS = (
+    "POLICY",
+    "TASKS",
+    "FAILED",
+    "FIRST FAILURE AT",
+    "UNALLOC AT FIRST FAILURE",
+    "FRAG AT FIRST FAILURE",
+    *(f"UNALLOC AT {level * 100:.0f} %" for level in LEVELS),
+    "FRAG AT END",
+    "PREEMPTIONS",
 )
 WIDTH = 200  # wide enough that the table is never folded
 
@@ -68,7 +93,86 @@ def metric_cells(metrics: Metrics) -> list[str]:
         f"{metrics.preemptions_per_job:.2f}",
         f"{metrics.jain_fairness:.3f}",
         f"{metrics.worst_team_slowdown:.1f} ({metrics.worst_team or '-'})",
+        "-" if metrics.fragmentation is None else percent(metrics.fragmentation),
     ]
+
+
+def render_teams(rows: Sequence[tuple[str, Sequence[TeamMetrics]]]) -> str:
+    """A row per team and policy (teams by name, policies in the given order)."""
+    table = _table(TEAM_COLUMNS, left=("TEAM", "POLICY"))
+    by_team: dict[str, list[tuple[str, TeamMetrics]]] = {}
+    for name, teams in rows:
+        for team in teams:
+            by_team.setdefault(team.team, []).append((name, team))
+    for team in sorted(by_team):
+        for name, figures in by_team[team]:
+            table.add_row(team, name, *team_cells(figures))
+    return _text(table)
+
+
+def team_cells(team: TeamMetrics) -> list[str]:
+    used = team.used_of_guarantee
+    return [
+        f"{team.guarantee:g}",
+        str(team.jobs),
+        str(team.unscheduled),
+        duration(team.avg_jct),
+        duration(team.p95_queueing_delay),
+        "-" if used is None else percent(used),
+        percent(team.used_of_pool),
+        str(team.preemptions),
+    ]
+
+
+def render_fill(rows: Sequence[tuple[str, FillReport]]) -> str:
+    """The fill experiment's table (shares of the cluster's GPUs), and how to read it."""
+    table = _table(FILL_COLUMNS, left=("POLICY",))
+    for name, report in rows:
+        table.add_row(name, *fill_cells(report))
+    note = (
+        "arrived = GPUs asked by the tasks so far / GPUs of the cluster; UNALLOC = unallocated "
+        "GPUs / all GPUs (a perfect packer leaves max(0, 100 % - arrived)); FRAG = FGD's "
+        "fragmentation (unallocated GPU capacity the typical task cannot use) / all GPUs"
+    )
+    return _text(table) + note + "\n"
+
+
+def fill_cells(report: FillReport) -> list[str]:
+    total = report.total_gpus
+    first = report.first_failure
+
+    def share(value: float | None) -> str:
+        return "-" if value is None else percent(value)
+
+    return [
+        str(report.tasks),
+        str(report.failed),
+        "-" if first is None else f"{percent(first.arrived / total)} arrived",
+        share(report.unallocated(first)),
+        share(
+            None if first is None or first.fragmentation is None else first.fragmentation / total
+        ),
+        *(share(report.unallocated(report.at_levels.get(level))) for level in LEVELS),
+        share(
+            None
+            if report.final is None or report.final.fragmentation is None
+            else report.final.fragmentation / total
+        ),
+        str(report.preemptions),
+    ]
+
+
+def _table(columns: Sequence[str], left: Sequence[str]) -> Table:
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for column in columns:
+        table.add_column(column, justify="left" if column in left else "right")
+    return table
+
+
+def _text(table: Table) -> str:
+    text = io.StringIO()
+    Console(file=text, width=WIDTH, color_system=None, highlight=False).print(table)
+    return text.getvalue()
 
 
 def bounds_lines(rows: Sequence[tuple[str, Metrics]]) -> list[str]:
@@ -81,7 +185,9 @@ def bounds_lines(rows: Sequence[tuple[str, Metrics]]) -> list[str]:
 
 def bounds_text(bounds: Bounds) -> str:
     return (
-        f"avg JCT >= {duration(bounds.min_avg_jct)} (mean isolated runtime); "
+        f"avg JCT >= {duration(bounds.min_avg_jct)} (mean isolated runtime), "
+        f">= {duration(bounds.srpt_avg_jct)} (SRPT of the GPU-seconds on one server as fast "
+        "as the cluster); "
         f"utilisation <= {percent(bounds.max_utilisation)} "
         f"(offered load {percent(bounds.offered_load)})"
     )

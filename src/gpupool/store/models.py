@@ -7,6 +7,7 @@ from typing import Any
 from sqlalchemy import (
     JSON,
     Boolean,
+    CheckConstraint,
     Float,
     ForeignKey,
     Index,
@@ -15,6 +16,8 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    text,
+    true,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
@@ -40,10 +43,15 @@ class TeamModel(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(String(100), unique=True)
     created_at: Mapped[float] = mapped_column(Time)
+    # GPU model (or "*": any model) -> guaranteed GPUs; a limit of None: no limit
+    guarantee: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict, server_default="{}")
+    gpu_limit: Mapped[float | None] = mapped_column(Float)
+    weight: Mapped[float] = mapped_column(Float, default=1.0, server_default=text("1"))
 
 
 class UserModel(Base):
     __tablename__ = "users"
+    __table_args__ = (CheckConstraint("weight > 0", name="weight_positive"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(String(100), unique=True)
@@ -51,6 +59,8 @@ class UserModel(Base):
     password_hash: Mapped[str | None] = mapped_column(String(300))
     disabled: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[float] = mapped_column(Time)
+    # fair share inside a team: a user of weight 2 is owed twice the GPU time of one of 1
+    weight: Mapped[float] = mapped_column(Float, default=1.0, server_default=text("1"))
     teams: Mapped[list[TeamModel]] = relationship(secondary="memberships", lazy="selectin")
 
 
@@ -122,6 +132,12 @@ class JobModel(Base):
     cancel_requested_at: Mapped[float | None] = mapped_column(Time)
     node: Mapped[str | None] = mapped_column(String(200))
     placement: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    preemptible: Mapped[bool] = mapped_column(Boolean, default=True, server_default=true())
+    # GPU-seconds of service its earlier (preempted) attempts received
+    attained: Mapped[float] = mapped_column(Float, default=0.0, server_default=text("0"))
+    queued_at: Mapped[float | None] = mapped_column(Time)  # back in the queue (None: submit)
+    checkpoint_at: Mapped[float | None] = mapped_column(Time)
+    preemptions: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
 
     user: Mapped[UserModel] = relationship(lazy="joined")
     team: Mapped[TeamModel] = relationship(lazy="joined")
@@ -140,8 +156,9 @@ class AttemptModel(Base):
     status: Mapped[str] = mapped_column(String(20), index=True)
     created_at: Mapped[float] = mapped_column(Time)
     started_at: Mapped[float | None] = mapped_column(Time)
-    ended_at: Mapped[float | None] = mapped_column(Time)
+    ended_at: Mapped[float | None] = mapped_column(Time, index=True)
     exit_code: Mapped[int | None] = mapped_column(Integer)
+    stop_reason: Mapped[str | None] = mapped_column(String(20))  # StopReason, when stopped
 
 
 class EventModel(Base):

@@ -24,9 +24,9 @@ def crash_after_recording(settings: Settings, command: list[str], launch: bool) 
         job = jobs.submit(session, ADMIN, spec, nodes.capacities(session), platform.clock.now())
     with platform.db.reader() as session:
         placement = platform.loop.decide(build_snapshot(session), platform.clock).placements[0]
-    [(_attempt_id, task)] = platform.loop._claim([placement])
+    [claimed] = platform.loop._claim([placement])
     if launch:
-        platform.executor.start(task)  # launched, but the server dies before recording it
+        platform.executor.start(claimed.task)  # launched, but the server dies before recording it
     platform.db.dispose()
     return job.id
 

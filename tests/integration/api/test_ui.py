@@ -172,11 +172,74 @@ def test_submit_again_prefills_the_form(admin: tuple[httpx.Client, str]) -> None
     assert ">A=1</textarea>" in form
 
 
+def field_tag(form: str, field_id: str) -> str:
+    """The <input ...> tag of one field of a page."""
+    return re.search(rf'<input id="{field_id}"[^>]*>', form, re.S).group(0)
+
+
+def test_the_submit_form_has_the_scheduling_fields_with_help(
+    server: ServerProcess, admin: tuple[httpx.Client, str]
+) -> None:
+    client, csrf = admin
+    form = client.get("/jobs/new").text
+    for field_id, label in [
+        ("gpu_type", "GPU type"),
+        ("max_runtime", "Max runtime"),
+        ("grace_period", "Grace period"),
+        ("preemptible", "Preemptible"),
+    ]:
+        assert re.search(rf'<label for="{field_id}">{label}', form), field_id
+        assert f'id="{field_id}-help"' in form and f'id="{field_id}-error"' in form, field_id
+    assert "checked" in field_tag(form, "preemptible"), "preemptible by default"
+    assert '<option value="A100-SXM4-80GB">' in form, "the pool's GPU models are offered"
+    assert 'list="gpu-models"' in field_tag(form, "gpu_type")
+    assert "Empty: 2s; at most 1h." in form, "the server's default and longest grace period"
+    assert 'id="priority-range">-1000 to 1000<' in form and "admins up to" not in form
+    assert 'max="1000"' in field_tag(form, "priority")
+
+    write = {"x-csrf-token": csrf}
+    bea = {"name": "bea", "role": "member", "teams": ["default"], "password": "bea-secret!"}
+    assert client.post("/api/v1/users", json=bea, headers=write).status_code == 201
+    with httpx.Client(base_url=server.url, timeout=10) as member:
+        signed = member.post("/api/v1/session", json={"user": "bea", "password": "bea-secret!"})
+        assert signed.status_code == 200
+        form = member.get("/jobs/new").text
+        assert 'id="priority-range">-1000 to 100<' in form and "(admins up to 1000)" in form
+        assert 'max="100"' in field_tag(form, "priority")
+        assert 'data-role="member"' in field_tag(form, "priority")
+        too_high = member.post(
+            "/api/v1/jobs",
+            json={"command": ["true"], "priority": 500},
+            headers={"x-csrf-token": signed.json()["csrf_token"]},
+        )
+        assert too_high.status_code == 403
+        assert too_high.json()["error"]["code"] == "priority_not_allowed"
+
+
+def test_submit_again_keeps_the_scheduling_fields(admin: tuple[httpx.Client, str]) -> None:
+    client, csrf = admin
+    job = submit(
+        client,
+        csrf,
+        preemptible=False,
+        gpu_types=["A100", "H100"],
+        max_runtime_seconds=7200,
+        grace_period_seconds=90,
+    )
+    form = client.get(f"/jobs/new?again={job['id']}").text
+    assert 'value="A100, H100"' in field_tag(form, "gpu_type")
+    assert 'value="2h"' in field_tag(form, "max_runtime")
+    assert 'value="90s"' in field_tag(form, "grace_period")
+    assert "checked" not in field_tag(form, "preemptible")
+    client.post(f"/api/v1/jobs/{job['id']}/cancel", headers={"x-csrf-token": csrf})
+
+
 def test_static_files_are_served(server: ServerProcess) -> None:
     for name, kind in [
         ("gpupool.css", "text/css"),
         ("common.js", "javascript"),
         ("job.js", "javascript"),
+        ("submit.js", "javascript"),
         ("favicon.svg", "image/svg+xml"),
     ]:
         answer = httpx.get(f"{server.url}/static/{name}")

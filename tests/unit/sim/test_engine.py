@@ -101,6 +101,48 @@ def test_a_job_that_can_never_fit_is_unscheduled_at_submit():
     assert "3 GPUs" in refused.reason
 
 
+def test_a_gang_larger_than_the_pool_is_unscheduled_at_submit():
+    # 32 GPUs on 16: node placement makes 4 whole-node tasks, count placement 32 one-GPU
+    # tasks; each task fits a node, the gang never fits the pool
+    jobs = [job(1, 0, 5, 1), job(2, 1, 5, 32)]
+    for placement, shape in (("node", "4 tasks of 8 GPUs"), ("count", "32 tasks of 1 GPU")):
+        result = simulate(jobs, cluster("2x8"), placement=placement)
+        assert times(result) == {1: (0, 5)}
+        [refused] = result.unscheduled
+        assert refused.job_id == 2 and refused.submit == 1
+        assert f"a gang of {shape} each (32 GPUs) can never start" in refused.reason
+        assert "at most" in refused.reason
+        assert result.cycles == 1  # it never reached the scheduler
+
+
+def test_node_placement_refuses_a_job_that_does_not_split_into_whole_nodes():
+    result = simulate([job(1, 0, 5, 12)], cluster("2x8"))
+    [refused] = result.unscheduled
+    assert "12 GPUs are not a multiple of 8" in refused.reason
+    assert "the largest node has 8 GPUs" in refused.reason
+    assert times(simulate([job(1, 0, 5, 12)], cluster("2x8"), placement="count")) == {1: (0, 5)}
+
+
+def test_a_gang_counts_only_the_nodes_of_its_gpu_type():
+    typed = TraceJob(1, 0, 5, "a", "a", ResourceRequest(gpus=16), ("A100",))
+    nodes = cluster("1x8:A100,1x8:T4")
+    [refused] = simulate([typed], nodes).unscheduled
+    assert "the pool holds at most 1 such tasks" in refused.reason
+    assert simulate([replace(typed, gpu_types=())], nodes).unscheduled == ()
+
+
+def test_the_command_counts_unschedulable_jobs_by_reason(tmp_path: Path):
+    trace = tmp_path / "big.csv"
+    trace.write_text("submit,duration,gpus,team\n0,10,1,a\n1,4,32,a\n2,3,32,a\n3,3,12,a\n")
+    args = ["simulate", "--trace", f"csv:{trace}", "--cluster", "2x8"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "3 jobs never ran (UNSCHEDULED):" in result.stderr
+    assert "2 x a gang of 4 tasks of 8 GPUs each" in result.stderr
+    row = next(line for line in result.stdout.splitlines() if line.startswith("default"))
+    assert row.split()[1:3] == ["1", "3"]  # JOBS, UNSCHEDULED
+
+
 def test_jobs_without_nodes_are_reported_not_looped_on():
     result = simulate([job(1, 0, 5, 1), job(2, 3, 5, 1)], ())
     assert result.records == ()
@@ -271,6 +313,7 @@ def test_replay_invariants(jobs: list[TraceJob], spec: str):
     check_never_over_allocated(result, nodes)
     metrics = summarize(result)
     assert metrics.avg_jct >= metrics.bounds.min_avg_jct - EPS
+    assert metrics.avg_jct >= metrics.bounds.srpt_avg_jct - EPS
     assert metrics.utilisation <= metrics.bounds.max_utilisation + EPS
 
 
@@ -315,6 +358,23 @@ def test_the_command_prints_a_row_per_policy_and_the_bounds(tmp_path: Path):
     assert result.exit_code == 0, result.output
     assert "default" in result.stdout
     assert "avg JCT >= 5 s (mean isolated runtime)" in result.stdout
+
+
+def test_the_vc_mode_guarantees_each_team_its_share_and_adds_a_row_per_team(tmp_path: Path):
+    trace = tmp_path / "teams.csv"
+    trace.write_text("submit,duration,gpus,team\n0,30,1,a\n0,10,1,b\n1,10,1,a\n2,10,1,b\n")
+    args = ["simulate", "--trace", f"csv:{trace}", "--cluster", "1x4", "--vc"]
+    result = CliRunner().invoke(app, [*args, "--policy", "default", "--policy", "fifo"])
+    assert result.exit_code == 0, result.output
+    # a asks for 40 GPU-seconds of 60, b for 20: 4 GPUs split 2.67 -> 2 and 1.33 -> 1
+    assert "virtual clusters: a 2, b 1 GPUs guaranteed" in result.stdout
+    rows = [line.split() for line in result.stdout.splitlines() if line[:2] in ("a ", "b ")]
+    assert [row[:4] for row in rows] == [
+        ["a", "default", "2", "2"],
+        ["a", "fifo", "2", "2"],
+        ["b", "default", "1", "2"],
+        ["b", "fifo", "1", "2"],
+    ]
 
 
 def test_an_unknown_policy_is_a_usage_error_listing_the_known_ones(tmp_path: Path):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from gpupool.sim.engine import JobRecord, SimResult, UnscheduledJob
@@ -11,7 +13,9 @@ from gpupool.sim.metrics import (
     offered_load,
     percentile,
     slowdown,
+    srpt_avg_jct,
     summarize,
+    team_metrics,
     team_slowdowns,
 )
 from gpupool.sim.report import duration, render, span
@@ -126,10 +130,11 @@ def test_the_report_has_a_row_per_policy_and_one_bounds_line():
     lines = text.splitlines()
     assert lines[0].split()[:4] == ["POLICY", "JOBS", "UNSCHEDULED", "AVG"]
     assert lines[1].split()[:4] == ["default", "4", "0", "40"]
+    # SRPT at 4 GPU-seconds per second: JCTs 2.5, 7.5, 5 and 20 s
     assert lines[2].startswith("other")
     assert lines[3] == (
-        "bounds: avg JCT >= 20 s (mean isolated runtime); utilisation <= 54.2 % "
-        "(offered load 54.2 %)"
+        "bounds: avg JCT >= 20 s (mean isolated runtime), >= 9 s (SRPT of the GPU-seconds on "
+        "one server as fast as the cluster); utilisation <= 54.2 % (offered load 54.2 %)"
     )
 
 
@@ -137,3 +142,32 @@ def test_the_report_gives_bounds_per_policy_when_they_ran_different_jobs():
     text = render([("one", compute_metrics(RECORDS, 4)), ("two", compute_metrics(RECORDS[:2], 4))])
     assert "bounds (one): avg JCT >= 20 s" in text
     assert "bounds (two): avg JCT >= 10 s" in text
+
+
+def test_team_metrics_give_a_row_per_team():
+    result = SimResult(
+        (*RECORDS[:3], replace(RECORDS[3], preemptions=2)),
+        (UnscheduledJob(9, "c", 0, 5, 64, "too big"),),
+        total_gpus=4,
+        cycles=0,
+    )
+    a, b, c = team_metrics(result, {"a": 2, "b": 1})
+    # makespan 120 s; a used 30 GPU-seconds, b 100
+    assert (a.team, a.guarantee, a.jobs, a.unscheduled) == ("a", 2, 2, 0)
+    assert a.avg_jct == pytest.approx(15)
+    assert a.used_of_guarantee == pytest.approx(30 / (2 * 120))
+    assert b.used_of_guarantee == pytest.approx(100 / 120)
+    assert b.used_of_pool == pytest.approx(100 / (4 * 120))
+    assert b.p95_queueing_delay == pytest.approx(10 + 0.95 * 50)
+    assert (b.preemptions, a.preemptions) == (2, 0)
+    assert (c.jobs, c.unscheduled, c.used_of_guarantee, c.avg_jct) == (0, 1, None, 0.0)
+
+
+def test_the_srpt_bound_serves_the_least_work_first_on_one_fast_server():
+    jobs = [record(1, submit=0, start=0, run=4), record(2, submit=1, start=4, run=1)]
+    # one GPU: job 2 (1 s of work) overtakes job 1 (3 s left) at 1 and ends at 2, job 1 at 5
+    assert srpt_avg_jct(jobs, 1) == pytest.approx((1 + 5) / 2)
+    # two GPUs' speed: job 1 has 2 GPU-s left at 1; job 2 ends at 1.5, job 1 at 2.5
+    assert srpt_avg_jct(jobs, 2) == pytest.approx((0.5 + 2.5) / 2)
+    assert srpt_avg_jct([], 2) == 0.0
+    assert compute_metrics(jobs, total_gpus=1).bounds.srpt_avg_jct == pytest.approx(3)

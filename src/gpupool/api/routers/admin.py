@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, status
+from typing import Annotated
 
-from gpupool.api.deps import Id, PlatformDep, PrincipalDep
+from fastapi import APIRouter, Query, status
+
+from gpupool.api.deps import Id, Platform, PlatformDep, PrincipalDep
 from gpupool.api.schemas import (
+    QuotaIn,
     TeamCreate,
+    TeamHistoryOut,
     TeamOut,
+    TeamSeriesOut,
+    TeamUsageOut,
     TokenCreate,
     TokenCreated,
     TokenOut,
@@ -16,8 +22,8 @@ from gpupool.api.schemas import (
     UserUpdate,
 )
 from gpupool.errors import NotFound
-from gpupool.services import auth, users
-from gpupool.store.models import TokenModel, UserModel
+from gpupool.services import auth, history, quotas, users
+from gpupool.store.models import TeamModel, TokenModel, UserModel
 
 router = APIRouter(tags=["admin"])
 DAY = 86400.0
@@ -25,18 +31,61 @@ DAY = 86400.0
 
 @router.get("/teams", response_model=list[TeamOut])
 def list_teams(ctx: PlatformDep, who: PrincipalDep) -> list[TeamOut]:
+    """Each team you can see, with its quota, the GPUs it holds and its pending job count."""
+    nodes = ctx.loop.snapshots.nodes.recent(ctx.db)
     with ctx.db.reader() as session:
-        teams = users.list_teams(session)
-        visible = [t for t in teams if who.can_see_team(t.id)]
-        return [TeamOut(id=t.id, name=t.name) for t in visible]
+        visible = [t for t in users.list_teams(session) if who.can_see_team(t.id)]
+        used = quotas.usage(session, nodes, [t.id for t in visible])
+        return [team_out(t, used[t.id]) for t in visible]
+
+
+@router.get("/teams/history", response_model=TeamHistoryOut)
+def team_history(
+    ctx: PlatformDep,
+    who: PrincipalDep,
+    hours: Annotated[float, Query(gt=0, le=24 * 90)] = 24.0,
+    buckets: Annotated[int, Query(ge=1, le=history.MAX_BUCKETS)] = 48,
+) -> TeamHistoryOut:
+    """Each team you can see: GPUs held, GPUs wanted and its fair share, over the last hours."""
+    nodes = ctx.loop.snapshots.nodes.recent(ctx.db)
+    pool = float(sum(len(node.gpus) for node in nodes if node.schedulable))
+    window = history.Window(ctx.clock.now(), hours, buckets)
+    with ctx.db.reader() as session:
+        visible = {t.name for t in users.list_teams(session) if who.can_see_team(t.id)}
+        found = history.team_history(session, quotas.team_quotas(session), pool, window)
+    return TeamHistoryOut(
+        start=window.start,
+        end=window.end,
+        bucket_seconds=window.width,
+        pool_gpus=found.pool_gpus,
+        times=window.starts(),
+        teams=[
+            TeamSeriesOut(**series.__dict__) for series in found.teams if series.team in visible
+        ],
+    )
 
 
 @router.post("/teams", status_code=status.HTTP_201_CREATED, response_model=TeamOut)
 def create_team(body: TeamCreate, ctx: PlatformDep, who: PrincipalDep) -> TeamOut:
     who.require_admin()
+    nodes = ctx.loop.snapshots.nodes.recent(ctx.db)
     with ctx.db.session() as session:
-        team = users.create_team(session, body.name, ctx.clock.now())
-        return TeamOut(id=team.id, name=team.name)
+        team = quotas.create_team(session, body.name, quota_in(body), nodes, ctx.clock.now())
+        out = team_out(team, quotas.Usage())
+    _quotas_changed(ctx)
+    return out
+
+
+@router.put("/teams/{name}/quota", response_model=TeamOut)
+def set_quota(name: str, body: QuotaIn, ctx: PlatformDep, who: PrincipalDep) -> TeamOut:
+    """Replace a team's quota: what the body leaves out takes its default."""
+    who.require_admin()
+    nodes = ctx.loop.snapshots.nodes.recent(ctx.db)
+    with ctx.db.session() as session:
+        team = quotas.set_quota(session, name, quota_in(body), nodes)
+        out = team_out(team, quotas.usage(session, nodes, [team.id])[team.id])
+    _quotas_changed(ctx)
+    return out
 
 
 @router.get("/users", response_model=list[UserOut])
@@ -51,9 +100,17 @@ def create_user(body: UserCreate, ctx: PlatformDep, who: PrincipalDep) -> UserOu
     who.require_admin()
     with ctx.db.session() as session:
         user = users.create_user(
-            session, body.name, body.role, body.teams, ctx.clock.now(), password=body.password
+            session,
+            body.name,
+            body.role,
+            body.teams,
+            ctx.clock.now(),
+            password=body.password,
+            weight=body.weight,
         )
-        return user_out(user)
+        out = user_out(user)
+    _weights_changed(ctx)
+    return out
 
 
 @router.patch("/users/{name}", response_model=UserOut)
@@ -63,6 +120,8 @@ def update_user(name: str, body: UserUpdate, ctx: PlatformDep, who: PrincipalDep
         user = users.update_user(session, name, **body.model_dump(exclude_unset=True))
         out = user_out(user)
     ctx.tokens.clear()
+    if body.weight is not None:
+        _weights_changed(ctx)
     return out
 
 
@@ -99,6 +158,33 @@ def revoke_token(token_id: Id, ctx: PlatformDep, who: PrincipalDep) -> TokenOut:
     return out
 
 
+def quota_in(body: QuotaIn) -> quotas.Quota:
+    return quotas.Quota(dict(body.guarantee), body.limit, body.weight)
+
+
+def team_out(team: TeamModel, used: quotas.Usage) -> TeamOut:
+    quota = quotas.quota_of(team)
+    return TeamOut(
+        id=team.id,
+        name=team.name,
+        guarantee=dict(quota.guarantee),
+        limit=quota.limit,
+        weight=quota.weight,
+        usage=TeamUsageOut(gpus=used.gpus, by_model=used.by_model),
+        pending=used.pending,
+    )
+
+
+def _quotas_changed(ctx: Platform) -> None:
+    ctx.loop.snapshots.quotas_changed()
+    ctx.loop.wake()
+
+
+def _weights_changed(ctx: Platform) -> None:
+    ctx.loop.snapshots.weights_changed()
+    ctx.loop.wake()
+
+
 def user_out(user: UserModel) -> UserOut:
     return UserOut(
         id=user.id,
@@ -107,6 +193,7 @@ def user_out(user: UserModel) -> UserOut:
         teams=sorted(t.name for t in user.teams),
         disabled=user.disabled,
         has_password=user.password_hash is not None,
+        weight=user.weight,
     )
 
 

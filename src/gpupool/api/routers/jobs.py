@@ -12,9 +12,20 @@ from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from gpupool.api.deps import MAX_ID, Id, Offset, Platform, PlatformDep, PrincipalDep
-from gpupool.api.schemas import AttemptOut, EventOut, JobDetailOut, JobOut, LogChunk
+from gpupool.api.schemas import (
+    AttemptOut,
+    EventOut,
+    JobDetailOut,
+    JobOut,
+    LogChunk,
+    QueuedJobOut,
+    QueueOut,
+    QueueTeamOut,
+    WhyOut,
+)
 from gpupool.domain.jobs import JobSpec, JobStatus
-from gpupool.services import jobs, logs
+from gpupool.scheduler.types import PendingReason
+from gpupool.services import eta, jobs, logs, why
 from gpupool.services.access import Principal
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
@@ -29,7 +40,8 @@ async def submit(spec: JobSpec, ctx: PlatformDep, who: PrincipalDep) -> JobOut:
 def _submit(ctx: Platform, who: Principal, spec: JobSpec) -> JobOut:
     capacities = ctx.loop.snapshots.nodes.recent(ctx.db)
     with ctx.db.session() as session:
-        job = jobs.submit(session, who, spec, capacities, ctx.clock.now())
+        limits = jobs.JobLimits.of(ctx.settings)
+        job = jobs.submit(session, who, spec, capacities, ctx.clock.now(), limits)
         out = JobOut.of(job, user=who.name)
     ctx.loop.wake()
     return out
@@ -47,14 +59,46 @@ def list_jobs(
     where = jobs.JobFilter(status=status or (), team=team, user=user, limit=limit)
     with ctx.db.reader() as session:
         found = jobs.list_jobs(session, who, where)
-        return [JobOut.of(job, _position(ctx, job.id)) for job in found]
+        return [JobOut.of(job, _waiting(ctx, job.id)) for job in found]
+
+
+@router.get("/queue", response_model=QueueOut)
+def show_queue(ctx: PlatformDep, who: PrincipalDep) -> QueueOut:
+    """Pending jobs of the teams you can see, by team, in queue order, with estimated starts."""
+    reasons = ctx.loop.pending_reasons
+    forecast = _forecast(ctx)
+    assumes = eta.assumptions(forecast.bounds)
+    with ctx.db.reader() as session:
+        teams, waiting = why.queue(session, who, reasons, forecast, assumes)
+        return QueueOut(
+            computed_at=forecast.computed_at,
+            assumes=assumes,
+            waiting=waiting,
+            teams=[
+                QueueTeamOut(team=t.team, jobs=[_queued(job, w) for job, w in t.jobs])
+                for t in teams
+            ],
+        )
+
+
+@router.get("/{job_id}/why", response_model=WhyOut)
+def show_why(job_id: Id, ctx: PlatformDep, who: PrincipalDep) -> WhyOut:
+    """Why the job waits: reason, queue position, blockers and an estimated start time."""
+    with ctx.db.reader() as session:
+        pending = jobs.get_job(session, who, job_id).status == JobStatus.PENDING.value
+    forecast = _forecast(ctx, job_id) if pending else None  # the only slow part, if any
+    estimate = forecast.estimate(job_id) if forecast else None
+    assumes = eta.assumptions(forecast.bounds) if forecast else ()
+    with ctx.db.reader() as session:
+        job = jobs.get_job(session, who, job_id)
+        return WhyOut.of(why.explain(job, _waiting(ctx, job_id), estimate, assumes))
 
 
 @router.get("/{job_id}", response_model=JobDetailOut)
 def show(job_id: Id, ctx: PlatformDep, who: PrincipalDep) -> JobDetailOut:
     with ctx.db.reader() as session:
         job = jobs.get_job(session, who, job_id)
-        base = JobOut.of(job, _position(ctx, job_id)).model_dump()
+        base = JobOut.of(job, _waiting(ctx, job_id)).model_dump()
         events = [EventOut.of(e) for e in jobs.events(session, job_id)]
         tries = [
             AttemptOut.model_validate(a, from_attributes=True)
@@ -157,9 +201,31 @@ def _status(ctx: Platform, who: Principal, job_id: int) -> dict:
         }
 
 
-def _position(ctx: Platform, job_id: int) -> int | None:
-    reason = ctx.loop.pending_reasons.get(job_id)
-    return reason.position if reason else None
+def _waiting(ctx: Platform, job_id: int) -> PendingReason | None:
+    return ctx.loop.pending_reasons.get(job_id)
+
+
+def _forecast(ctx: Platform, job_id: int | None = None) -> eta.Forecast:
+    return ctx.loop.etas.forecast(ctx.db, ctx.clock.now(), ctx.loop.pending_reasons, job_id)
+
+
+def _queued(job, answer: why.Why) -> QueuedJobOut:  # noqa: ANN001
+    resources = job.spec.get("resources") or {}
+    return QueuedJobOut(
+        id=job.id,
+        name=job.name,
+        user=job.user.name,
+        priority=job.priority,
+        gpus=resources.get("gpus"),
+        gpu_memory_bytes=resources.get("gpu_memory_bytes"),
+        submitted_at=job.submitted_at,
+        code=answer.code,
+        message=answer.message,
+        position=answer.position,
+        blockers=list(answer.blockers),
+        eta=answer.eta,
+        eta_unknown=answer.eta_unknown,
+    )
 
 
 def _sse(event: str, data: dict) -> str:

@@ -7,6 +7,7 @@ from fastapi import APIRouter
 from gpupool.api.deps import PlatformDep, PrincipalDep
 from gpupool.api.schemas import GpuOut, HolderOut, NodeOut
 from gpupool.domain.inventory import NodeInventory
+from gpupool.domain.topology import gpu_domains
 from gpupool.services import nodes
 from gpupool.store.models import NodeModel
 
@@ -29,6 +30,7 @@ def show_node(name: str, ctx: PlatformDep, _who: PrincipalDep) -> NodeOut:
 def node_out(node: NodeModel, held: dict[str, list[nodes.Holder]]) -> NodeOut:
     inventory = NodeInventory.model_validate(node.inventory)
     utilization = {g.uuid: g.utilization_percent for g in inventory.gpus}
+    domains = gpu_domains(inventory.gpus, inventory.links)
     gpus = []
     for gpu in inventory.schedulable_gpus():
         holders = held.get(gpu.uuid, [])
@@ -42,6 +44,7 @@ def node_out(node: NodeModel, held: dict[str, list[nodes.Holder]]) -> NodeOut:
                 used_memory_bytes=sum(h.memory_bytes for h in holders),
                 utilization_percent=utilization.get(gpu.uuid),
                 holders=[HolderOut(**h.__dict__) for h in holders],
+                domain=domains.get(gpu.index, gpu.index),
             )
         )
     return NodeOut(

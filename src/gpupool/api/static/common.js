@@ -161,6 +161,55 @@ const gp = (() => {
     return el("code", { class: "code" }, text);
   }
 
+  // "in 25 min", "now", "3 h 05 min ago": how far a time is from now
+  function fromNow(epoch) {
+    const seconds = Math.round(Number(epoch) - Date.now() / 1000);
+    if (Math.abs(seconds) < 30) return "now";
+    const left = Math.abs(seconds);
+    let text;
+    if (left < 3600) text = `${Math.max(1, Math.round(left / 60))} min`;
+    else if (left < 86400) {
+      const minutes = Math.round(left / 60);
+      const rest = minutes % 60;
+      text = `${Math.floor(minutes / 60)} h` + (rest ? ` ${pad(rest)} min` : "");
+    } else {
+      const hours = Math.round(left / 3600);
+      text = `${Math.floor(hours / 24)} d` + (hours % 24 ? ` ${hours % 24} h` : "");
+    }
+    return seconds > 0 ? `in ${text}` : `${text} ago`;
+  }
+
+  // an estimated start: "about <time> (in 25 min)", or "unknown (why)"
+  function eta(at, unknown) {
+    if (at === null || at === undefined) {
+      return el(
+        "span",
+        { class: "eta unknown" },
+        "unknown ",
+        el("span", { class: "muted" }, `(${unknown || "no estimate yet"})`),
+      );
+    }
+    return el(
+      "span",
+      { class: "eta" },
+      el("span", { class: "eta-label" }, "about"),
+      " ",
+      time(at),
+      " ",
+      el("span", { class: "muted" }, `(${fromNow(at)})`),
+    );
+  }
+
+  // what else stands in a waiting job's way, as a list
+  function blockers(items) {
+    if (!items || !items.length) return el("span", { class: "muted" }, "nothing else");
+    return el(
+      "ul",
+      { class: "blockers" },
+      items.map((item) => el("li", {}, item)),
+    );
+  }
+
   // the "Live" indicator at the top of a page
   function live(text, state = "") {
     const node = document.getElementById("live");
@@ -258,6 +307,9 @@ const gp = (() => {
     badge,
     gpus,
     code,
+    fromNow,
+    eta,
+    blockers,
     live,
     every,
     refreshMs,

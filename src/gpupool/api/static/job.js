@@ -39,6 +39,9 @@
       fact("Ended", gp.time(job.ended_at)),
       fact("Exit code", job.exit_code === null ? "-" : String(job.exit_code)),
       fact("Attempts", String(job.attempts)),
+      fact("Preemptions", String(job.preemptions)),
+      fact("Attained", `${(job.attained_gpu_seconds / 3600).toFixed(2)} GPU-hours`),
+      fact("Checkpoint", gp.time(job.checkpoint_at)),
     );
   }
 
@@ -125,6 +128,32 @@
     );
   }
 
+  // -- why it waits ----------------------------------------------------------------------
+
+  function drawWhy(why, team) {
+    const card = document.getElementById("why");
+    card.hidden = !why || why.status !== "pending";
+    if (card.hidden) return;
+    gp.replaceChildren(document.getElementById("why-reason"), gp.code(why.code), " ", why.message);
+    gp.replaceChildren(
+      document.getElementById("why-position"),
+      why.position
+        ? `#${why.position} in team ${team}'s queue (#1 starts next)`
+        : "not placed in a queue yet",
+    );
+    gp.replaceChildren(document.getElementById("why-blockers"), gp.blockers(why.blockers));
+    gp.replaceChildren(document.getElementById("why-eta"), gp.eta(why.eta, why.eta_unknown));
+    const estimate = why.estimate || {};
+    const lines = [
+      estimate.duration_text ? `this job runs ${estimate.duration_text}` : null,
+      ...(estimate.assumes || []),
+    ].filter(Boolean);
+    gp.replaceChildren(
+      document.getElementById("why-assumes"),
+      lines.map((line) => el("li", {}, line)),
+    );
+  }
+
   // -- the log ----------------------------------------------------------------------------
 
   function logState(text, state = "") {
@@ -182,6 +211,8 @@
 
     const poll = gp.every(gp.refreshMs(), async () => {
       const job = await gp.api("GET", `/jobs/${id}`);
+      const why = job.status === "pending" ? await gp.api("GET", `/jobs/${id}/why`) : null;
+      drawWhy(why, job.team);
       if (drawJob(job)) {
         poll.stop();
         gp.live(`Ended: ${job.status}`, "idle");

@@ -75,6 +75,13 @@ function splitCommand(line) {
   return args;
 }
 
+// "90", "90s", "30m", "2h", "1d" -> seconds, as the CLI reads them (domain/units.parse_duration)
+function parseDuration(text) {
+  const match = /^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$/.exec(text.toLowerCase());
+  if (!match) throw new CommandError(`"${text.trim()}" is not a duration: write it like 90s, 30m, 2h or 1d`);
+  return Number(match[1]) * { "": 1, s: 1, m: 60, h: 3600, d: 86400 }[match[2]];
+}
+
 // "A=1\nB=two=2" -> {A: "1", B: "two=2"}
 function parseEnv(text) {
   const env = {};
@@ -97,6 +104,10 @@ function parseEnv(text) {
     env: "env",
     team: "team",
     priority: "priority",
+    preemptible: "preemptible",
+    gpu_types: "gpu_type",
+    max_runtime_seconds: "max_runtime",
+    grace_period_seconds: "grace_period",
     "resources.gpus": "gpus",
     "resources.gpu_memory_bytes": "gpu_memory",
     "resources.cpus": "cpus",
@@ -182,7 +193,40 @@ function parseEnv(text) {
     if (Number.isFinite(body.priority) && !Number.isInteger(body.priority)) {
       problems.push(["priority", "the priority is a whole number from -1000 to 1000"]);
     }
+    checkPriority(form, body.priority, problems);
+    policy(form, body, problems);
     return { body, problems };
+  }
+
+  // the range the role allows is on the input (min, max): say it before the server does
+  function checkPriority(form, priority, problems) {
+    const input = form.elements.priority;
+    const low = Number(input.min);
+    const high = Number(input.max);
+    if (Number.isInteger(priority) && (priority < low || priority > high)) {
+      problems.push(["priority", `your role (${input.dataset.role}) may use priorities from ${low} to ${high}`]);
+    }
+  }
+
+  // preemptible, GPU types, max runtime and grace period into the spec
+  function policy(form, body, problems) {
+    const v = (name) => form.elements[name].value;
+    body.preemptible = form.elements.preemptible.checked;
+    const types = v("gpu_type").split(",").map((t) => t.trim()).filter(Boolean);
+    if (types.length) body.gpu_types = types;
+    for (const [id, key, label] of [
+      ["max_runtime", "max_runtime_seconds", "the max runtime"],
+      ["grace_period", "grace_period_seconds", "the grace period"],
+    ]) {
+      if (!v(id).trim()) continue;
+      try {
+        body[key] = parseDuration(v(id));
+      } catch (error) {
+        problems.push([id, `${label}: ${error.message}`]);
+        continue;
+      }
+      if (key === "max_runtime_seconds" && body[key] <= 0) problems.push([id, "the max runtime must be more than 0"]);
+    }
   }
 
   function report(form, summary, message, problems) {
@@ -221,6 +265,10 @@ function parseEnv(text) {
           if (id) mapped.push([id, item.message]);
         }
         if (!mapped.length && error.code === "unknown_team") mapped.push(["team", error.message]);
+        if (!mapped.length && error.code === "priority_not_allowed") mapped.push(["priority", error.message]);
+        if (!mapped.length && error.code === "unsatisfiable" && body.gpu_types && /GPU type/.test(error.message)) {
+          mapped.push(["gpu_type", error.message]);
+        }
         report(form, summary, error.message, mapped);
         button.disabled = false;
         button.textContent = "Submit job";

@@ -1,0 +1,186 @@
+"""One scheduling cycle at scale: 1,000 nodes x 8 GPUs, 10,000 pending jobs.
+
+The pool is partly busy (running jobs hold about half the GPUs, some of them as shares), and
+the queue holds jobs of 50 users in 10 teams with guarantees: 1, 2, 4 and 8 GPUs and
+fractions. The scheduler is a pure function, so each of the timed cycles decides from the
+same snapshot. Baselines in the same run: the ``fifo`` policy on the same snapshot, and the
+product policy without explanations (the simulator's setting).
+
+    python benchmarks/scheduler_scale.py [--cycles 20] [--profile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import random
+import statistics
+import sys
+import time
+from dataclasses import replace
+
+from harness import percentile
+
+from gpupool.domain.jobs import ResourceRequest
+from gpupool.domain.units import GiB
+from gpupool.scheduler import schedule
+from gpupool.scheduler.types import (
+    ANY_MODEL,
+    DEFAULT_POLICY,
+    Allocation,
+    Decisions,
+    GpuCapacity,
+    GpuShare,
+    NodeCapacity,
+    PendingJob,
+    Policy,
+    Snapshot,
+    TeamQuota,
+)
+from gpupool.sim.engine import VirtualClock
+from gpupool.sim.policies import named
+
+NODES, GPUS_PER_NODE, PENDING, USERS, TEAMS = 1000, 8, 10_000, 50, 10
+BUSY = 0.5  # share of the GPUs running jobs hold
+SIZES = (0.25, 0.5, 1, 1, 1, 1, 2, 2, 4, 8)  # pending jobs' GPUs: a mix, some fractional
+GUARANTEE = 300.0  # GPUs per team: 3,000 of 8,000 guaranteed
+NOW = 1_000_000.0
+AIM_P95, AIM_RATE = 0.050, 2000.0
+
+
+def build_snapshot(policy: Policy, seed: int = 7) -> Snapshot:
+    rng = random.Random(seed)
+    nodes = tuple(_node(index) for index in range(NODES))
+    teams = [f"team-{index}" for index in range(TEAMS)]
+    users = [(teams[index % TEAMS], f"user-{index}") for index in range(USERS)]
+    allocations = _running(nodes, users, rng)
+    pending = tuple(_pending(job_id, users, rng) for job_id in range(1, PENDING + 1))
+    quotas = tuple(TeamQuota(team, {ANY_MODEL: GUARANTEE}) for team in teams)
+    usage = {user: rng.uniform(0, 5e5) for _, user in users}
+    return Snapshot(nodes, allocations, pending, quotas=quotas, usage=usage, policy=policy)
+
+
+def _node(index: int) -> NodeCapacity:
+    name = f"node-{index:04d}"
+    gpus = tuple(
+        GpuCapacity(f"GPU-{name}-{gpu}", gpu, "A100", 80 * GiB, domain=gpu // 4)
+        for gpu in range(GPUS_PER_NODE)
+    )
+    return NodeCapacity(name, gpus, 128.0, 1024 * GiB)
+
+
+def _running(
+    nodes: tuple[NodeCapacity, ...], users: list[tuple[str, str]], rng: random.Random
+) -> tuple[Allocation, ...]:
+    """Running jobs on about ``BUSY`` of the GPUs (0 to 8 per node): whole GPUs and halves,
+    most in their first least-attained-service level, a quarter past the second."""
+    allocations: list[Allocation] = []
+    job_id = 100_000
+    for node in nodes:
+        for gpu in node.gpus[: rng.randint(0, round(2 * BUSY * GPUS_PER_NODE))]:
+            team, user = rng.choice(users)
+            job_id += 1
+            if rng.random() < 0.2:  # half a GPU, the other half free for a fraction
+                share = GpuShare(gpu.uuid, 0.5, gpu.memory_bytes // 2)
+            else:
+                share = GpuShare(gpu.uuid, 1.0, gpu.memory_bytes)
+            allocations.append(
+                Allocation(
+                    job_id,
+                    node.name,
+                    (share,),
+                    4.0,
+                    16 * GiB,
+                    team=team,
+                    user=user,
+                    started_at=NOW - rng.uniform(60, 1_800),
+                    attained=rng.choice((0.0, 0.0, 0.0, 5e4)),
+                )
+            )
+    return tuple(allocations)
+
+
+def _pending(job_id: int, users: list[tuple[str, str]], rng: random.Random) -> PendingJob:
+    team, user = rng.choice(users)
+    gpus = rng.choice(SIZES)
+    request = ResourceRequest(gpus=gpus, cpus=4.0 * max(1.0, gpus), memory_bytes=16 * GiB)
+    submitted = NOW - rng.uniform(0, 86_400)
+    return PendingJob(
+        job_id,
+        team,
+        user,
+        rng.choice((0, 0, 0, 10)),
+        submitted,
+        request,
+        attained=rng.choice((0.0, 0.0, 5e3, 5e4)),
+    )
+
+
+Timing = tuple[list[float], list[float]]  # wall and CPU seconds per cycle
+
+
+def time_cycles(snapshot: Snapshot, cycles: int) -> tuple[Timing, Decisions]:
+    clock = VirtualClock(NOW)
+    schedule(snapshot, clock)  # warm caches (imports, first allocations)
+    wall, cpu = [], []
+    decisions = Decisions()
+    for _ in range(cycles):
+        began, began_cpu = time.perf_counter(), time.process_time()
+        decisions = schedule(snapshot, clock)
+        wall.append(time.perf_counter() - began)
+        cpu.append(time.process_time() - began_cpu)
+    return (wall, cpu), decisions
+
+
+def line(label: str, timing: Timing, decisions: Decisions) -> tuple[float, float]:
+    """Wall-clock p50 and p95 (CPU time beside: the machine may be shared), placements/s."""
+    wall, cpu = timing
+    p50, p95 = percentile(wall, 50), percentile(wall, 95)
+    rate = len(decisions.placements) / statistics.median(wall)
+    print(
+        f"  {label:<34} p50 {p50 * 1000:7.1f} ms   p95 {p95 * 1000:7.1f} ms   "
+        f"(CPU p50 {percentile(cpu, 50) * 1000:7.1f} ms)   {len(decisions.placements):5d} "
+        f"placements, {len(decisions.preemptions):4d} preemptions, {len(decisions.pending):5d} "
+        f"explained   {rate:7.0f} placements/s"
+    )
+    return p95, rate
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cycles", type=int, default=20)
+    parser.add_argument("--profile", action="store_true", help="cProfile one product cycle")
+    args = parser.parse_args()
+    print(
+        f"one scheduling cycle: {NODES} nodes x {GPUS_PER_NODE} GPUs, {PENDING} pending jobs "
+        f"of {USERS} users in {TEAMS} teams (guarantee {GUARANTEE:g} GPUs each), "
+        f"{args.cycles} cycles each"
+    )
+    product = build_snapshot(DEFAULT_POLICY)
+    running = sum(part.share for a in product.allocations for part in a.gpus)
+    print(f"  busy: {len(product.allocations)} running tasks hold {running:g} GPUs")
+    fifo_times, fifo = time_cycles(replace(product, policy=named("fifo")), args.cycles)
+    line("baseline: fifo, no explanations", fifo_times, fifo)
+    quiet_times, quiet = time_cycles(replace(product, policy=named("default")), args.cycles)
+    line("baseline: default, no explanations", quiet_times, quiet)
+    times, decisions = time_cycles(product, args.cycles)
+    p95, rate = line("gpupool: default policy (server)", times, decisions)
+    median = statistics.median(times[0])
+    print(
+        f"  ratio default / fifo: {median / statistics.median(fifo_times[0]):.2f}   "
+        "default / default without explanations: "
+        f"{median / statistics.median(quiet_times[0]):.2f}"
+    )
+    print(
+        f"  aim: p95 < {AIM_P95 * 1000:.0f} ms ({'met' if p95 < AIM_P95 else 'NOT met'}), "
+        f">= {AIM_RATE:,.0f} placements/s ({'met' if rate >= AIM_RATE else 'NOT met'})"
+    )
+    if args.profile:
+        profile = cProfile.Profile()
+        profile.runcall(schedule, product, VirtualClock(NOW))
+        pstats.Stats(profile).sort_stats("tottime").print_stats(20)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

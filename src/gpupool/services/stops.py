@@ -1,0 +1,97 @@
+"""Stops gpupool asks for itself: a cancel, a preemption, a max runtime (inside a transaction).
+
+A stop is recorded on the attempt (``stop_reason``) before the executor is asked, so that
+when the attempt ends, whatever its exit code, ``transitions`` knows what it meant: a
+preempted job goes back to the queue, one past its max runtime fails. The first reason
+recorded wins; a cancel still wins over every other when the attempt ends.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from sqlalchemy import update
+from sqlalchemy.orm import Session
+
+from gpupool.domain.jobs import JobStatus, Reason, StopReason
+from gpupool.domain.units import format_duration
+from gpupool.scheduler.types import Preemption
+from gpupool.services import jobs as job_service
+from gpupool.store.models import AttemptModel, JobModel
+
+ACTIVE_ATTEMPT = ("starting", "running")
+REQUEUED_MESSAGE = "requeued after preemption; resumes from $GPUPOOL_CHECKPOINT_DIR"
+
+
+@dataclass(frozen=True)
+class StopRequest:
+    """One attempt to stop, why, and what its job's status line and events should say."""
+
+    attempt_id: int
+    job_id: int
+    reason: StopReason
+    code: Reason | None = None  # None: no event (the cancel has its own)
+    message: str = ""
+
+
+def record(session: Session, request: StopRequest, now: float) -> bool:
+    """Set the attempt's stop reason unless one is set; True if this request set it."""
+    done = session.execute(
+        update(AttemptModel)
+        .where(
+            AttemptModel.id == request.attempt_id,
+            AttemptModel.stop_reason.is_(None),
+            AttemptModel.status.in_(ACTIVE_ATTEMPT),
+        )
+        .values(stop_reason=request.reason.value)
+    )
+    if not done.rowcount:
+        return False
+    if request.code is not None:
+        _show_on_job(session, request)
+        job_service.record(session, request.job_id, now, request.code, request.message)
+    return True
+
+
+def preempted(attempt_id: int, preemption: Preemption) -> StopRequest:
+    """The scheduler's message, led by the job it yields to unless the message names it."""
+    message = preemption.message
+    if not re.search(rf"\bjob {preemption.for_job}\b", message):
+        message = f"preempted for job {preemption.for_job}: {message}"
+    return StopRequest(
+        attempt_id, preemption.job_id, StopReason.PREEMPTED, Reason.PREEMPTED, message
+    )
+
+
+def past_max_runtime(attempt_id: int, job_id: int, limit: float, grace: float) -> StopRequest:
+    message = (
+        f"ran past its max runtime of {format_duration(limit)}: stopping it "
+        f"(SIGTERM, then SIGKILL after {format_duration(grace)})"
+    )
+    return StopRequest(
+        attempt_id, job_id, StopReason.MAX_RUNTIME, Reason.MAX_RUNTIME_EXCEEDED, message
+    )
+
+
+def cancelled(attempt_id: int, job_id: int) -> StopRequest:
+    return StopRequest(attempt_id, job_id, StopReason.CANCELLED)
+
+
+def ended_message(job: JobModel, code: int | None) -> str:
+    """What a job stopped for its max runtime says when its attempt has ended."""
+    limit = (job.spec or {}).get("max_runtime_seconds")
+    text = f"of {format_duration(limit)} " if limit else ""
+    return f"stopped after its max runtime {text}(max_runtime_seconds); exit code {code}"
+
+
+def _show_on_job(session: Session, request: StopRequest) -> None:
+    """The job's status line says why it is stopping (it still runs until it ends)."""
+    session.execute(
+        update(JobModel)
+        .where(
+            JobModel.id == request.job_id,
+            JobModel.status.in_((JobStatus.STARTING.value, JobStatus.RUNNING.value)),
+        )
+        .values(reason=request.code.value, message=request.message)
+    )
