@@ -99,11 +99,14 @@ class FreeCapacity:
 
     def __init__(self, nodes: Sequence[NodeCapacity], allocations: Iterable[Allocation] = ()):
         ordered = sorted(nodes, key=lambda node: node.name)
-        self.nodes = [_node_state(node, rank) for rank, node in enumerate(ordered)]
-        self.by_name = {node.name: node for node in self.nodes}
         # in one order whatever the snapshot's: float sums of shares then come out the same
-        for allocation in sorted(allocations, key=_allocation_order):
-            self._hold_allocation(allocation)
+        held = _held_by_node(allocations)
+        last = {node.name: rank for rank, node in enumerate(ordered)}  # a name's last node
+        self.nodes = [
+            _node_state(node, rank, held.get(node.name, ()) if last[node.name] == rank else ())
+            for rank, node in enumerate(ordered)
+        ]
+        self.by_name = {node.name: node for node in self.nodes}
         self.max_gpus = max((len(node.gpus) for node in self.nodes), default=0)
         self.max_gpu_memory = max(
             (gpu.memory_bytes for node in self.nodes for gpu in node.gpus), default=0
@@ -197,30 +200,78 @@ def _allocation_order(allocation: Allocation) -> tuple:
     return (allocation.node, allocation.job_id, allocation.task)
 
 
-def _node_state(node: NodeCapacity, rank: int) -> NodeState:
-    ordered = sorted(node.gpus, key=lambda gpu: gpu.index)
-    gpus = [_gpu_state(gpu, rank, position) for position, gpu in enumerate(ordered)]
-    return NodeState(
-        name=node.name,
-        rank=rank,
-        gpus=gpus,
-        by_uuid={gpu.uuid: gpu for gpu in gpus},
-        cpus=node.cpus,
-        memory_bytes=node.memory_bytes,
-        models=frozenset(gpu.model for gpu in gpus),
-    )
+# Snapshots of one pool share their (frozen) nodes and, between changes, their tuple of
+# allocations, and a node's allocations change seldom: what depends on them alone is kept
+# from one cycle to the next, by identity (an entry holds its objects, so that no id is
+# reused while it lives). Each entry is written whole, in one step.
+_STATIC: dict[int, tuple[NodeCapacity, tuple[GpuCapacity, ...], frozenset[str]]] = {}
+_HELD: dict[int, tuple[NodeCapacity, tuple[Allocation, ...], tuple]] = {}
+_CACHED_MAX = 65536
+_last_held: tuple[tuple, dict[str, tuple[Allocation, ...]]] = ((), {})
 
 
-def _gpu_state(gpu: GpuCapacity, rank: int, position: int) -> GpuState:
-    return GpuState(
-        uuid=gpu.uuid,
-        index=gpu.index,
-        memory_bytes=gpu.memory_bytes,
-        model=gpu.model,
-        domain=gpu.domain,
-        rank=rank,
-        position=position,
-    )
+def _static(node: NodeCapacity) -> tuple[tuple[GpuCapacity, ...], frozenset[str]]:
+    """A node's GPUs in index order and their models."""
+    found = _STATIC.get(id(node))
+    if found is None or found[0] is not node:
+        if len(_STATIC) >= _CACHED_MAX:
+            _STATIC.clear()
+        ordered = tuple(sorted(node.gpus, key=lambda gpu: gpu.index))
+        found = _STATIC[id(node)] = (node, ordered, frozenset(gpu.model for gpu in ordered))
+    return found[1], found[2]
+
+
+def _held_by_node(allocations: Iterable[Allocation]) -> dict[str, tuple[Allocation, ...]]:
+    """The allocations by node name, each node's in the order they are held."""
+    global _last_held
+    last, groups = _last_held  # one read, one write: safe for cycles in several threads
+    if last is allocations:
+        return groups
+    found: dict[str, list[Allocation]] = {}
+    for allocation in sorted(allocations, key=_allocation_order):
+        found.setdefault(allocation.node, []).append(allocation)
+    groups = {name: tuple(held) for name, held in found.items()}
+    if isinstance(allocations, tuple):
+        _last_held = (allocations, groups)
+    return groups
+
+
+def _same(one: tuple, other: tuple) -> bool:
+    return len(one) == len(other) and all(a is b for a, b in zip(one, other, strict=True))
+
+
+def _node_state(node: NodeCapacity, rank: int, held: tuple[Allocation, ...] = ()) -> NodeState:
+    """A node's state with ``held`` (its allocations, in hold order) subtracted."""
+    ordered, models = _static(node)
+    found = _HELD.get(id(node))
+    if found is not None and found[0] is node and _same(found[1], held):
+        cpus, memory_bytes, used = found[2]
+        gpus = [
+            GpuState(
+                gpu.uuid, gpu.index, gpu.memory_bytes, gpu.model, gpu.domain, rank, position, *state
+            )
+            for position, (gpu, state) in enumerate(zip(ordered, used, strict=True))
+        ]
+        by_uuid = {gpu.uuid: gpu for gpu in gpus}
+    else:
+        gpus = [
+            GpuState(gpu.uuid, gpu.index, gpu.memory_bytes, gpu.model, gpu.domain, rank, position)
+            for position, gpu in enumerate(ordered)
+        ]
+        by_uuid = {gpu.uuid: gpu for gpu in gpus}
+        cpus, memory_bytes = node.cpus, node.memory_bytes
+        for allocation in held:
+            cpus -= allocation.cpus
+            memory_bytes -= allocation.memory_bytes
+            for part in allocation.gpus:
+                gpu = by_uuid.get(part.uuid)
+                if gpu is not None:
+                    gpu.hold(part.share, part.memory_bytes)
+        if len(_HELD) >= _CACHED_MAX:
+            _HELD.clear()
+        used = tuple((gpu.used_share, gpu.used_memory, gpu.whole, gpu.free) for gpu in gpus)
+        _HELD[id(node)] = (node, held, (cpus, memory_bytes, used))
+    return NodeState(node.name, rank, gpus, by_uuid, cpus, memory_bytes, models)
 
 
 def build_capacity(

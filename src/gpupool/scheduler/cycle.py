@@ -10,26 +10,50 @@
    blocked job of its queue reserves the spot that frees first. A job that would borrow
    beyond its team's guarantee the free GPUs that teams below their guarantee may still
    claim in this cycle waits until their jobs have been tried, then tries again.
+   A job that preempts is nominated to the GPUs its victims free (``Nomination``, the
+   Kubernetes "nominated node"): from then on nobody else takes those GPUs once free, they go
+   back to it when its turn comes, and it preempts nobody more while its victims stop, so
+   freed GPUs cannot go to another job (or the victims, queued again) and start a new round.
 4. Explain every job left pending: reason code, message, position, blockers (``reasons``).
 """
 
 from __future__ import annotations
 
+import gc
+from dataclasses import replace
+
 from gpupool.domain.jobs import Reason
 from gpupool.scheduler.backfill import Reservation, Reservations
-from gpupool.scheduler.capacity import FreeCapacity, build_capacity
-from gpupool.scheduler.fit import Demand, DemandCache, Where
+from gpupool.scheduler.capacity import Claim, FreeCapacity, GpuState, build_capacity
+from gpupool.scheduler.fit import Demand, DemandCache, Where, model_matches
 from gpupool.scheduler.ledger import EPSILON, Ledger
 from gpupool.scheduler.ordering import QueuedJob, Queues
 from gpupool.scheduler.placement import find_spot, place_tasks, unplace
-from gpupool.scheduler.preemption import Choice, Preemptor, running_jobs
+from gpupool.scheduler.preemption import Choice, Preemptor
 from gpupool.scheduler.reasons import Blocked, explain_unplaced
-from gpupool.scheduler.types import Allocation, Clock, Decisions, Preemption, Snapshot
+from gpupool.scheduler.types import (
+    NOMINATION_TTL,
+    SHARE_EPSILON,
+    Allocation,
+    Clock,
+    Decisions,
+    Nomination,
+    Preemption,
+    Snapshot,
+)
 
 
 def schedule(snapshot: Snapshot, clock: Clock) -> Decisions:
     """Decide which pending jobs start where, which running jobs yield, and why others wait."""
-    return Cycle(snapshot, clock.now()).run()
+    # a cycle allocates many short-lived objects and frees them all at its end: the cyclic
+    # collector, paused meanwhile, would only walk them again and again
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        return Cycle(snapshot, clock.now()).run()
+    finally:
+        if paused:
+            gc.enable()
 
 
 class Cycle:
@@ -56,11 +80,13 @@ class Cycle:
             snapshot.remaining,
         )
         preempts = policy.reclaim or policy.las_preemption
-        running = (
-            running_jobs(snapshot.allocations, policy, now, snapshot.remaining) if preempts else {}
-        )
-        self.preemptor = Preemptor(
-            running, self.capacity, self.ledger, policy, now, snapshot.remaining
+        self.preemptor = Preemptor.of(  # running jobs worked out when first needed
+            snapshot.allocations if preempts else (),
+            self.capacity,
+            self.ledger,
+            policy,
+            now,
+            snapshot.remaining,
         )
         self.reservations = (
             Reservations(snapshot.allocations, now)
@@ -75,6 +101,12 @@ class Cycle:
         self.no_victims: set[tuple] = set()
         self.reserved_teams: set[str] = set()
         self.deferred: list[QueuedJob] = []  # borrowers waiting for guaranteed teams' turns
+        # nominations: the standing ones (kept in Decisions); the claims holding their free
+        # GPUs until their job's turn; the jobs whose victims are still stopping
+        self.nominations: dict[int, Nomination] = {}
+        self.holds: dict[int, list[Claim]] = {}
+        self.stopping_for: dict[int, list] = {}
+        self._hold_nominated()
 
     def run(self) -> Decisions:
         for queued in self.queues:
@@ -84,6 +116,7 @@ class Cycle:
         deferred, self.deferred = self.deferred, []
         for queued in deferred:
             self.consider(queued, last_try=True)
+        self.decisions.nominations = self.nominations
         if self.policy.explain:
             self.unplaced.extend(self.queues.rest())
             placed = [
@@ -93,12 +126,148 @@ class Cycle:
             self.decisions.pending = explain_unplaced(
                 self.unplaced, self.blocked, self.capacity, self.snapshot, self.ledger, placed
             )
+            self._say_what_is_freed()
         return self.decisions
+
+    # -- nominations ------------------------------------------------------------------------
+
+    def _hold_nominated(self) -> None:
+        """Keep the standing nominations that can still serve their job, and take their free
+        GPUs out of the free capacity until that job's turn."""
+        snapshot, capacity = self.snapshot, self.capacity
+        if not snapshot.nominations:
+            return
+        pending = {job.job_id for job in snapshot.pending}
+        busy: set[tuple[str, str]] = set()  # GPUs held by work that is not stopping
+        stopping: dict[tuple[str, str], set[int]] = {}
+        for allocation in snapshot.allocations:
+            for part in allocation.gpus:
+                where = (allocation.node, part.uuid)
+                if allocation.stopping:
+                    stopping.setdefault(where, set()).add(allocation.job_id)
+                else:
+                    busy.add(where)
+        for job_id, nomination in sorted(snapshot.nominations.items()):
+            if job_id not in pending:
+                continue
+            claims: list[Claim] = []
+            waiting: set[int] = set()
+            usable = True
+            for name, indices in nomination.gpus:
+                node = capacity.by_name.get(name)
+                if node is None:  # the node left the pool or is not schedulable
+                    usable = False
+                    break
+                by_index = {gpu.index: gpu for gpu in node.gpus}
+                free: list[GpuState] = []
+                for index in indices:
+                    gpu = by_index.get(index)
+                    if gpu is None or (name, gpu.uuid) in busy:
+                        usable = False
+                        break
+                    if gpu.free:
+                        free.append(gpu)
+                    elif (name, gpu.uuid) in stopping:
+                        waiting |= stopping[(name, gpu.uuid)]
+                    else:
+                        usable = False
+                        break
+                if not usable:
+                    break
+                if free:
+                    claims.append(Claim(node, tuple((gpu, 1.0, gpu.memory_bytes) for gpu in free)))
+            # bounded in time, but never while its victims still stop (a grace period may be long)
+            if not usable or (not waiting and self.now - nomination.at > NOMINATION_TTL):
+                continue
+            for claim in claims:
+                capacity.take(claim, 0.0, 0)
+            self.nominations[job_id] = nomination
+            self.holds[job_id] = claims
+            if waiting:
+                running = self.preemptor.running
+                self.stopping_for[job_id] = [running[i] for i in sorted(waiting) if i in running]
+                self.preemptor.taken.update(waiting)  # their GPUs are this job's: nobody's victims
+
+    def _unhold(self, job_id: int) -> list[Claim]:
+        claims = self.holds.pop(job_id, [])
+        for claim in claims:
+            self.capacity.give_back(claim, 0.0, 0)
+        return claims
+
+    def _drop_nomination(self, job_id: int) -> None:
+        """The job cannot use its nomination: its GPUs are free for all from now on."""
+        if self._unhold(job_id):
+            self.failed.clear()  # capacity grew: what did not fit before may fit now
+        self.nominations.pop(job_id, None)
+        self.stopping_for.pop(job_id, None)
+
+    def _nominate(self, job, choice: Choice, demand: Demand) -> None:  # noqa: ANN001
+        """Nominate the job to the GPUs its victims free (and those free beside them, which
+        it takes out of the free capacity at once), as many as its tasks need."""
+        wanted = demand.whole
+        if not wanted:
+            return  # fractions share GPUs with others: no GPU can be kept for them
+        capacity = self.capacity
+        shares: dict[tuple[str, str], float] = {}
+        order: list[str] = []
+        for victim in choice.victims:
+            for allocation in victim.allocations:
+                if allocation.node not in order:
+                    order.append(allocation.node)
+                for part in allocation.gpus:
+                    key = (allocation.node, part.uuid)
+                    shares[key] = shares.get(key, 0.0) + part.share
+        need = wanted * job.tasks
+        # in node order, whatever the order of the snapshot's allocations
+        order.sort(key=lambda name: capacity.by_name[name].rank if name in capacity.by_name else -1)
+        if job.tasks > 1:  # a gang counts on free GPUs of other nodes too
+            order += [node.name for node in capacity.nodes if node.name not in order]
+        chosen: list[tuple[str, tuple[int, ...]]] = []
+        for name in order:
+            node = capacity.by_name.get(name)
+            if node is None or need <= 0:
+                continue
+            freed = [
+                gpu
+                for gpu in node.gpus
+                if (name, gpu.uuid) in shares
+                and (gpu.whole or abs(gpu.used_share - shares[(name, gpu.uuid)]) < SHARE_EPSILON)
+            ]
+            types = job.gpu_types
+            free = [gpu for gpu in node.gpus if gpu.free and model_matches(types, gpu.model)]
+            fits = (len(freed) + len(free)) // wanted * wanted
+            gpus = (freed + free)[: min(fits, need)]
+            if not gpus:
+                continue
+            need -= len(gpus)
+            chosen.append((name, tuple(sorted(gpu.index for gpu in gpus))))
+            now_free = [gpu for gpu in gpus if gpu.free]
+            if now_free:
+                claim = Claim(node, tuple((gpu, 1.0, gpu.memory_bytes) for gpu in now_free))
+                capacity.take(claim, 0.0, 0)
+                self.holds.setdefault(job.job_id, []).append(claim)
+        if chosen:
+            self.nominations[job.job_id] = Nomination(job.job_id, tuple(chosen), self.now)
+
+    def _say_what_is_freed(self) -> None:
+        """A nominated job's reason names the GPUs being freed for it."""
+        pending = self.decisions.pending
+        for job_id, nomination in self.nominations.items():
+            reason = pending.get(job_id)
+            if reason is None or reason.code is not Reason.PREEMPTING:
+                continue
+            freed = " and ".join(
+                f"GPU{'s' if len(indices) > 1 else ''} {_ranges(indices)} on {node}"
+                for node, indices in nomination.gpus
+            )
+            verb = "is" if len(nomination.gpus) == 1 and len(nomination.gpus[0][1]) == 1 else "are"
+            message = f"{reason.message}; {freed} {verb} being freed for it"
+            pending[job_id] = replace(reason, message=message)
 
     def _nothing_left_to_do(self) -> bool:
         """No free GPU left and no victim left: the rest cannot start in this cycle."""
         capacity = self.capacity
-        if capacity.largest_free_block() or capacity.shared:
+        if capacity.largest_free_block() or capacity.shared or self.holds:
             return False
         return not self.preemptor.any or len(self.preemptor.taken) >= len(self.preemptor.running)
 
@@ -108,24 +277,36 @@ class Cycle:
         gpus = ledger.gpus(job)
         if not last_try:
             ledger.tried(job.team, gpus)
+        nominated = job.job_id in self.nominations
         if not ledger.fits_limit(job.team, gpus):
+            self._drop_nomination(job.job_id)
             self._block(queued, Blocked(Reason.OVER_QUOTA))
             return
         if not job.preemptible and not ledger.unpreemptible_fits(job.team, gpus):
+            self._drop_nomination(job.job_id)
             self._block(queued, Blocked(Reason.NOT_GUARANTEED))
             return
         demand = self.demands.of(job.request)
         reservations = self.reservations
-        where = reservations.where(job, job.gpu_types) if reservations else Where(job.gpu_types)
+        holding: list[Claim] = []
+        if nominated:
+            # its GPUs go back to it first; it preempted for them, so no reservation guards them
+            holding = self._unhold(job.job_id)
+            where = Where(job.gpu_types)
+        else:
+            where = reservations.where(job, job.gpu_types) if reservations else Where(job.gpu_types)
         guarded = where.node_ok is not None
         key = (id(demand), job.tasks, job.gpu_types, guarded and job.max_runtime)
-        if key not in self.failed:
+        if nominated or key not in self.failed:
             placements = place_tasks(job.job_id, job.tasks, demand, self.capacity, where)
             if placements is not None:
                 held = sum(part.share for placement in placements for part in placement.gpus)
-                kept = self._kept_for_guarantees(job, held)
+                # a nominee takes back what its preemptions freed: nobody else could claim it
+                kept = [] if nominated else self._kept_for_guarantees(job, held)
                 if kept:
                     unplace(placements, demand, self.capacity)
+                    self._drop_nomination(job.job_id)
+                    self.failed.clear()
                     if last_try:
                         self._block(queued, Blocked(Reason.FAIR_SHARE, teams=kept))
                     else:
@@ -133,13 +314,29 @@ class Cycle:
                         self._hold_back_the_queue(queued)  # strict queues: it stays the head
                     return
                 self.decisions.placements.extend(placements)
+                self.nominations.pop(job.job_id, None)  # it starts: the nomination is spent
+                self.stopping_for.pop(job.job_id, None)
                 self.free_gpus -= held
                 ledger.charge(job.team, held, job.preemptible)
                 self.queues.charge_user(job)
                 if reservations is not None:
                     reservations.note(placements, job)
                 return
-            self.failed.add(key)
+            if not nominated:
+                self.failed.add(key)
+        if nominated:
+            waiting = self.stopping_for.get(job.job_id)
+            if waiting is not None:
+                # its victims are still stopping: keep their GPUs for it, preempt nobody more
+                for claim in holding:
+                    self.capacity.take(claim, 0.0, 0)
+                self.holds[job.job_id] = holding
+                self._block(queued, Blocked(Reason.PREEMPTING, victims=waiting))
+                return
+            # all its GPUs are free, and still it does not fit: the nomination is of no use
+            self.nominations.pop(job.job_id, None)
+            if holding:
+                self.failed.clear()
         if self._preempt(queued, demand, where, gpus):
             return
         if guarded:
@@ -201,6 +398,7 @@ class Cycle:
             self.no_victims.add(key)
             return False
         self._apply(job, choice, gpus)
+        self._nominate(job, choice, demand)
         self._block(queued, Blocked(Reason.PREEMPTING, victims=choice.victims))
         return True
 
@@ -219,6 +417,22 @@ class Cycle:
     def _block(self, queued: QueuedJob, blocked: Blocked) -> None:
         self.blocked[queued.job.job_id] = blocked
         self.unplaced.append(queued)
+
+
+def _ranges(indices: tuple[int, ...]) -> str:
+    """GPU indices as ranges: (0, 1, 2, 3, 6) -> "0-3, 6"."""
+    parts: list[str] = []
+    start = previous = None
+    for index in sorted(indices):
+        if previous is not None and index == previous + 1:
+            previous = index
+            continue
+        if start is not None:
+            parts.append(f"{start}-{previous}" if previous != start else f"{start}")
+        start = previous = index
+    if start is not None:
+        parts.append(f"{start}-{previous}" if previous != start else f"{start}")
+    return ", ".join(parts)
 
 
 def queued_team(cycle: Cycle, queued: QueuedJob) -> str:

@@ -45,8 +45,21 @@ def job_gpus(job: PendingJob, gpu_memories: Sequence[int] = ()) -> float:
     return share * job.tasks
 
 
+# an allocation (frozen) lives for many cycles: its GPUs are summed once, kept by identity
+# (an entry holds the allocation, so that its id is not reused while the entry lives)
+_HELD: dict[int, tuple[Allocation, float]] = {}
+_HELD_MAX = 65536
+
+
 def held_gpus(allocation: Allocation) -> float:
-    return sum(part.share for part in allocation.gpus)
+    found = _HELD.get(id(allocation))
+    if found is not None and found[0] is allocation:
+        return found[1]
+    gpus = sum(part.share for part in allocation.gpus)
+    if len(_HELD) >= _HELD_MAX:
+        _HELD.clear()
+    _HELD[id(allocation)] = (allocation, gpus)
+    return gpus
 
 
 class Ledger:

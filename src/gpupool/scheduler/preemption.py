@@ -23,14 +23,15 @@ until all its tasks fit.
 
 from __future__ import annotations
 
+import heapq
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gpupool.scheduler.capacity import FreeCapacity, NodeState
 from gpupool.scheduler.fit import CPU_EPSILON, Demand, Where, fraction_demand
-from gpupool.scheduler.ledger import EPSILON, Ledger
-from gpupool.scheduler.ordering import level_of, running_attained
+from gpupool.scheduler.ledger import EPSILON, Ledger, held_gpus
+from gpupool.scheduler.ordering import level_of
 from gpupool.scheduler.types import SHARE_EPSILON, Allocation, PendingJob, Policy
 
 MAX_NODES_EXAMINED = 64  # nodes searched for one job, best candidates first
@@ -67,32 +68,55 @@ def running_jobs(
     allocations: Sequence[Allocation], policy: Policy, now: float, remaining: Mapping[int, float]
 ) -> dict[int, RunningJob]:
     jobs: dict[int, RunningJob] = {}
+    served: dict[int, list[float]] = {}  # per job: each allocation's attained service
+    earlier: dict[int, list[float]] = {}  # per job: the attained of its later allocations
     for allocation in allocations:
-        job = jobs.get(allocation.job_id)
+        gpus = held_gpus(allocation)
+        job_id = allocation.job_id
+        job = jobs.get(job_id)
+        # as ``running_attained``, whose sum of shares this is
+        attained = allocation.attained + gpus * max(0.0, now - allocation.started_at)
         if job is None:
             since = allocation.checkpoint_at if allocation.checkpoint_at is not None else None
             since = max(since or allocation.started_at, allocation.started_at)
-            job = jobs[allocation.job_id] = RunningJob(
-                job_id=allocation.job_id,
-                team=allocation.team,
-                priority=allocation.priority,
-                preemptible=allocation.preemptible,
-                stopping=allocation.stopping,
-                started_at=allocation.started_at,
-                level=0,
-                remaining=remaining.get(allocation.job_id, 0.0),
-                lost=max(0.0, now - since),
-                gpus=0.0,
+            job = jobs[job_id] = RunningJob(
+                job_id,
+                allocation.team,
+                allocation.priority,
+                allocation.preemptible,
+                allocation.stopping,
+                allocation.started_at,
+                0,
+                remaining.get(job_id, 0.0),
+                max(0.0, now - since),
+                0.0,
+                [],
             )
+            served[job_id] = [attained]
+            earlier[job_id] = []
+        else:
+            served[job_id].append(attained)
+            earlier[job_id].append(allocation.attained)
         job.allocations.append(allocation)
-        job.gpus += sum(part.share for part in allocation.gpus)
+        job.gpus += gpus
         job.stopping = job.stopping or allocation.stopping
-    for job in jobs.values():
-        attained = sum(running_attained(a, now) for a in job.allocations) - sum(
-            a.attained for a in job.allocations[1:]
-        )
-        job.level = level_of(attained, policy)
+    if policy.order == "las":
+        for job_id, job in jobs.items():
+            job.level = level_of(sum(served[job_id]) - sum(earlier[job_id]), policy)
     return jobs
+
+
+def any_victim(allocations: Iterable[Allocation]) -> bool:
+    """Whether ``running_jobs`` of these allocations holds a job preemptible or stopping."""
+    seen: set[int] = set()
+    for allocation in allocations:
+        if allocation.stopping:
+            return True
+        if allocation.job_id not in seen:
+            seen.add(allocation.job_id)
+            if allocation.preemptible:
+                return True
+    return False
 
 
 @dataclass(slots=True)
@@ -109,7 +133,7 @@ class Preemptor:
 
     def __init__(
         self,
-        running: Mapping[int, RunningJob],
+        running: Mapping[int, RunningJob] | None,
         capacity: FreeCapacity,
         ledger: Ledger,
         policy: Policy,
@@ -121,14 +145,120 @@ class Preemptor:
         self.policy = policy
         self.now = now
         self.remaining = remaining
-        self.running = running
-        self.by_node: dict[str, list[RunningJob]] = defaultdict(list)
-        for job in running.values():
-            if job.preemptible or job.stopping:
-                for node in {allocation.node for allocation in job.allocations}:
-                    self.by_node[node].append(job)
+        self._running: Mapping[int, RunningJob] | None = running
+        self._allocations: Sequence[Allocation] = ()
+        self._by_node: dict[str, list[RunningJob]] | None = None
         self.taken: set[int] = set()
-        self.any = bool(self.by_node)
+        self.any = bool(self.by_node) if running is not None else False
+        # per cycle, built on first use: candidates keyed by their order for a team
+        self._base: list[tuple[tuple, int, NodeState, RunningJob]] | None = None
+        self._segments: dict[str, list] = {}
+        self._teams: dict[str, list] | None = None
+        self._least: dict[str, float] = {}
+        self._on_node: dict[tuple[str, str], list[RunningJob]] = {}
+        self._bounds: dict[tuple[str, str], tuple | None] = {}
+
+    @classmethod
+    def of(
+        cls,
+        allocations: Sequence[Allocation],
+        capacity: FreeCapacity,
+        ledger: Ledger,
+        policy: Policy,
+        now: float,
+        remaining: Mapping[int, float],
+    ) -> Preemptor:
+        """A preemptor over the jobs of ``allocations``, worked out when first needed (a
+        cycle where every job fits never needs them)."""
+        preemptor = cls(None, capacity, ledger, policy, now, remaining)
+        preemptor._allocations = allocations
+        preemptor.any = any_victim(allocations)
+        return preemptor
+
+    @property
+    def running(self) -> Mapping[int, RunningJob]:
+        if self._running is None:
+            self._running = running_jobs(self._allocations, self.policy, self.now, self.remaining)
+        return self._running
+
+    @property
+    def by_node(self) -> dict[str, list[RunningJob]]:
+        """The possible victims (preemptible or stopping) by the nodes they run on."""
+        if self._by_node is None:
+            by_node: dict[str, list[RunningJob]] = defaultdict(list)
+            for job in self.running.values():
+                if job.preemptible or job.stopping:
+                    for node in {allocation.node for allocation in job.allocations}:
+                        by_node[node].append(job)
+            self._by_node = by_node
+        return self._by_node
+
+    # -- orders (candidate keys do not change within a cycle) -------------------------------
+
+    def _base_order(self) -> list[tuple[tuple, int, NodeState, RunningJob]]:
+        """Every (candidate, node) pair on a node of the capacity, in the order of
+        ``RunningJob.key`` less its team part, then node rank."""
+        if self._base is None:
+            by_name = self.capacity.by_name
+            entries = []
+            for name, candidates in self.by_node.items():
+                node = by_name.get(name)
+                if node is None:
+                    continue
+                for c in candidates:
+                    base = (0 if c.stopping else 1, c.priority, -c.level, c.lost, c.job_id)
+                    entries.append((base, node.rank, node, c))
+            entries.sort(key=lambda entry: (entry[0], entry[1]))
+            self._base = entries
+        return self._base
+
+    def _by_team(self) -> dict[str, list[tuple[tuple, int, NodeState, RunningJob]]]:
+        """The pairs of jobs that are not stopping, by team, in base order."""
+        if self._teams is None:
+            self._teams = {}
+            for entry in self._base_order():
+                if not entry[3].stopping:
+                    self._teams.setdefault(entry[3].team, []).append(entry)
+            self._least = {
+                team: min(entry[3].gpus for entry in entries)
+                for team, entries in self._teams.items()
+            }
+        return self._teams
+
+    def _stopping(self, team: str) -> list[tuple[tuple, int, NodeState, RunningJob]]:
+        """The pairs of stopping jobs in ``key(team)`` order: other teams' first."""
+        found = self._segments.get(team)
+        if found is None:
+            entries = [entry for entry in self._base_order() if entry[3].stopping]
+            found = self._segments[team] = [e for e in entries if e[3].team != team] + [
+                e for e in entries if e[3].team == team
+            ]
+        return found
+
+    def _bound(self, name: str, team: str) -> tuple | None:
+        """A lower bound of ``_cost`` for any choice of victims on node ``name`` for a job of
+        ``team`` (None: a stopping job there may cost nothing). A choice holds at least one
+        victim, all of them among the node's candidates."""
+        key = (name, team)
+        if key not in self._bounds:
+            candidates = self._sorted_on(name, team)
+            first = candidates[0]
+            if first.stopping:
+                self._bounds[key] = None
+            else:
+                own = 1 if first.team == team else 0  # other teams' candidates come first
+                worst = min((c.priority, -c.level) for c in candidates)
+                lost = min(c.lost * c.gpus for c in candidates)
+                self._bounds[key] = (True, own, worst, lost, 1)
+        return self._bounds[key]
+
+    def _sorted_on(self, name: str, team: str) -> list[RunningJob]:
+        found = self._on_node.get((name, team))
+        if found is None:
+            found = self._on_node[(name, team)] = sorted(
+                self.by_node[name], key=lambda c: c.key(team)
+            )
+        return found
 
     # -- eligibility --------------------------------------------------------------------------
 
@@ -158,17 +288,13 @@ class Preemptor:
     def _one_task(
         self, job: PendingJob, demand: Demand, where: Where, eligible: Eligibility
     ) -> Choice | None:
-        nodes: list[tuple[tuple, NodeState, list[RunningJob]]] = []
-        for name, candidates in self.by_node.items():
-            node = self.capacity.by_name.get(name)
-            if node is None or (where.types and not where.node_allowed(node, demand)):
-                continue
-            usable = sorted((c for c in candidates if eligible(c)), key=lambda c: c.key(job.team))
-            if usable:
-                nodes.append((usable[0].key(job.team), node, usable))
-        nodes.sort(key=lambda entry: (entry[0], entry[1].rank))
         best: tuple[tuple, list[RunningJob]] | None = None
-        for _, node, usable in nodes[:MAX_NODES_EXAMINED]:
+        for node in self._best_nodes(job, demand, where, eligible):
+            if best is not None:
+                bound = self._bound(node.name, job.team)
+                if bound is not None and bound >= best[0]:
+                    continue  # no choice on this node can cost less than the best so far
+            usable = [c for c in self._sorted_on(node.name, job.team) if eligible(c)]
             victims = _victims_on(node, usable, demand, where, eligible)
             if victims is None:
                 continue
@@ -176,6 +302,52 @@ class Preemptor:
             if best is None or cost < best[0]:
                 best = (cost, victims)
         return Choice(best[1]) if best is not None else None
+
+    def _best_nodes(
+        self, job: PendingJob, demand: Demand, where: Where, eligible: Eligibility
+    ) -> list[NodeState]:
+        """The first ``MAX_NODES_EXAMINED`` nodes allowed for the job that hold an eligible
+        candidate, by their best eligible candidate's key (then rank): a merge of the
+        cycle's candidate order, not a sort per job."""
+        by_team = self._by_team()
+        own = by_team.get(job.team, [])
+        policy = self.policy
+        segments: list[Iterable[tuple[tuple, int, NodeState, RunningJob]]] = [
+            self._stopping(job.team)
+        ]
+        if eligible.reclaim:
+            least = self._least
+            lists = [
+                entries
+                for team, entries in by_team.items()
+                if team != job.team and eligible.team_possible(team, least[team])
+            ]
+            segments.append(lists[0] if len(lists) == 1 else heapq.merge(*lists))
+        if policy.las_preemption:
+            segments.append(own)
+        # the own team's jobs come by (priority, -level): past the first that J does not
+        # outrank by (priority, level), none is eligible (not so for "srtf")
+        ordered_rank = policy.order != "srtf"
+        jrank = eligible.rank
+        types = where.types
+        seen: set[int] = set()
+        chosen: list[NodeState] = []
+        for segment in segments:
+            is_own = segment is own
+            for _, rank, node, candidate in segment:
+                if rank in seen:
+                    continue
+                if is_own and ordered_rank and not jrank < (-candidate.priority, candidate.level):
+                    break
+                if not eligible(candidate):
+                    continue
+                seen.add(rank)
+                if types and not where.node_allowed(node, demand):
+                    continue
+                chosen.append(node)
+                if len(chosen) >= MAX_NODES_EXAMINED:
+                    return chosen
+        return chosen
 
     def _gang(
         self, job: PendingJob, demand: Demand, where: Where, eligible: Eligibility
@@ -253,6 +425,25 @@ class Eligibility:
             rank = (-victim.priority, victim.level)
         return self.rank < rank
 
+    def _figures(self, team: str) -> tuple[float, float, float]:
+        figures = self._teams.get(team)
+        if figures is None:
+            ledger = self.preemptor.ledger
+            figures = self._teams[team] = (
+                ledger.held[team],
+                ledger.fair.get(team, 0.0),
+                ledger.reclaim_floor(team),
+            )
+        return figures
+
+    def team_possible(self, team: str, least_gpus: float) -> bool:
+        """Whether any job of another ``team`` (the smallest holding ``least_gpus``) may be
+        taken by ``may_take`` with nothing lost yet (a necessary condition only)."""
+        held, fair, floor = self._figures(team)
+        if self.by_fair_share and held - least_gpus >= fair - EPSILON:
+            return True
+        return self.by_guarantee and held > floor + EPSILON
+
     def may_take(self, victim: RunningJob, lost: float) -> bool:
         """Whether another team's ``victim`` may go, its team losing ``lost`` already (to
         the victims chosen before it in the same choice; earlier choices are in ``held``).
@@ -269,15 +460,7 @@ class Eligibility:
         its fair share (J's team is within its own) or above its guarantee (J's team is not),
         so no preemption is answered by another.
         """
-        figures = self._teams.get(victim.team)
-        if figures is None:
-            ledger = self.preemptor.ledger
-            figures = self._teams[victim.team] = (
-                ledger.held[victim.team],
-                ledger.fair.get(victim.team, 0.0),
-                ledger.reclaim_floor(victim.team),
-            )
-        held, fair, floor = figures
+        held, fair, floor = self._figures(victim.team)
         held -= lost
         if self.by_fair_share and held - victim.gpus >= fair - EPSILON:
             return True
@@ -319,38 +502,48 @@ def _cost(victims: Iterable[RunningJob], team: str) -> tuple:
 
 
 class _NodeScratch:
-    """A node's GPUs and host resources as they would be without some victims."""
+    """A node's GPUs and host resources as they would be without some victims (per GPU,
+    by its position on the node)."""
+
+    __slots__ = ("cpus", "host_memory", "memory", "node", "share", "whole")
 
     def __init__(self, node: NodeState):
+        gpus = node.gpus
         self.node = node
-        self.share = {gpu.uuid: gpu.used_share for gpu in node.gpus}
-        self.memory = {gpu.uuid: gpu.used_memory for gpu in node.gpus}
-        self.whole = {gpu.uuid: gpu.whole for gpu in node.gpus}
+        self.share = [gpu.used_share for gpu in gpus]
+        self.memory = [gpu.used_memory for gpu in gpus]
+        self.whole = [gpu.whole for gpu in gpus]
         self.cpus = node.cpus
         self.host_memory = node.memory_bytes
 
     def release(self, victim: RunningJob) -> None:
+        node = self.node
+        name, by_uuid = node.name, node.by_uuid
+        share, memory, whole = self.share, self.memory, self.whole
         for allocation in victim.allocations:
-            if allocation.node != self.node.name:
+            if allocation.node != name:
                 continue
             self.cpus += allocation.cpus
             self.host_memory += allocation.memory_bytes
             for part in allocation.gpus:
-                if part.uuid not in self.share:
+                gpu = by_uuid.get(part.uuid)
+                if gpu is None:
                     continue
-                self.share[part.uuid] = max(0.0, self.share[part.uuid] - part.share)
-                self.memory[part.uuid] = max(0, self.memory[part.uuid] - part.memory_bytes)
+                at = gpu.position
+                share[at] = max(0.0, share[at] - part.share)
+                memory[at] = max(0, memory[at] - part.memory_bytes)
                 if part.share >= 1.0 - SHARE_EPSILON:
-                    self.whole[part.uuid] = False
+                    whole[at] = False
 
     def free_whole(self, demand: Demand, where: Where) -> int:
         least = demand.gpu_memory or 0
+        share, memory, whole = self.share, self.memory, self.whole
         return sum(
             1
-            for gpu in self.node.gpus
-            if not self.whole[gpu.uuid]
-            and self.share[gpu.uuid] <= SHARE_EPSILON
-            and self.memory[gpu.uuid] == 0
+            for at, gpu in enumerate(self.node.gpus)
+            if not whole[at]
+            and share[at] <= SHARE_EPSILON
+            and memory[at] == 0
             and gpu.memory_bytes >= least
             and where.gpu_ok(gpu)
         )
@@ -364,13 +557,13 @@ class _NodeScratch:
         if demand.whole:
             return self.free_whole(demand, where) >= demand.whole
         if demand.fractional:
-            for gpu in self.node.gpus:
-                if self.whole[gpu.uuid] or not where.gpu_ok(gpu):
+            for at, gpu in enumerate(self.node.gpus):
+                if self.whole[at] or not where.gpu_ok(gpu):
                     continue
                 share, memory = fraction_demand(demand, gpu)
                 if (
-                    self.share[gpu.uuid] + share <= 1.0 + SHARE_EPSILON
-                    and self.memory[gpu.uuid] + memory <= gpu.memory_bytes
+                    self.share[at] + share <= 1.0 + SHARE_EPSILON
+                    and self.memory[at] + memory <= gpu.memory_bytes
                 ):
                     return True
             return False

@@ -195,6 +195,8 @@ class Explanations:
         self.ledger = ledger
         self.placed = placed
         self.schedulable = [node for node in snapshot.nodes if node.schedulable]
+        self._free: int | None = None
+        self._over: dict[str, str | None] = {}
         self.explainers: dict[tuple[str, ...], Explainer | None] = {
             (): Explainer(capacity, self.schedulable)
         }
@@ -294,6 +296,30 @@ class Explanations:
             f"{', '.join(sorted(behind)[:3])}"
         )
 
+    def _free_count(self) -> int:
+        """Wholly free GPUs left (the capacity no longer changes while jobs are explained)."""
+        if self._free is None:
+            self._free = sum(node.free_count for node in self.capacity.nodes)
+        return self._free
+
+    def _fair_share_blocker(self, team: str) -> str | None:
+        """The teams other than ``team`` above their fair share, as a blocker (None: none)."""
+        ledger = self.ledger
+        if self.snapshot.policy.order == "fifo":
+            return None
+        over = [
+            other
+            for other, held in ledger.held.items()
+            if other != team and held > ledger.fair.get(other, 0.0) + EPSILON
+        ]
+        if not over:
+            return None
+        return "fair share: " + ", ".join(
+            f"team {other} holds {_gpus(ledger.held[other])} (share "
+            f"{_gpus(ledger.fair.get(other, 0.0))})"
+            for other in sorted(over)[:3]
+        )
+
     def blockers(self, queued: QueuedJob, blocked: Blocked | None) -> tuple[str, ...]:
         job, ledger = queued.job, self.ledger
         found: list[str] = []
@@ -307,28 +333,18 @@ class Explanations:
                 f"quota: team {job.team} holds {_gpus(ledger.held[job.team])} of its limit "
                 f"{_gpus(limit)} (guarantee {_gpus(ledger.guarantee(job.team))})"
             )
-        free = sum(node.free_count for node in self.capacity.nodes)
         whole = job.request.whole_gpus
-        if whole and free >= whole * job.tasks and self.capacity.largest_free_block() < whole:
-            found.append(
-                f"fragmentation: {free} GPUs are free but no node has {whole} free together"
-            )
-        over = [
-            team
-            for team, held in ledger.held.items()
-            if team != job.team and held > ledger.fair.get(team, 0.0) + EPSILON
-        ]
-        if self.snapshot.policy.order == "fifo":
-            over = []
-        if over:
-            found.append(
-                "fair share: "
-                + ", ".join(
-                    f"team {team} holds {_gpus(ledger.held[team])} (share "
-                    f"{_gpus(ledger.fair.get(team, 0.0))})"
-                    for team in sorted(over)[:3]
+        if whole:
+            free = self._free_count()
+            if free >= whole * job.tasks and self.capacity.largest_free_block() < whole:
+                found.append(
+                    f"fragmentation: {free} GPUs are free but no node has {whole} free together"
                 )
-            )
+        over = self._over.get(job.team, False)
+        if over is False:
+            over = self._over[job.team] = self._fair_share_blocker(job.team)
+        if over is not None:
+            found.append(over)
         if blocked is not None and blocked.reservation is not None and blocked.code is None:
             reservation = blocked.reservation
             found.append(

@@ -172,6 +172,27 @@ class Snapshot:
     weights: Mapping[str, float] = field(default_factory=dict)
     policy: Policy = DEFAULT_POLICY
     remaining: Mapping[int, float] = field(default_factory=dict)  # work left: "srtf" only
+    nominations: Mapping[int, Nomination] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Nomination:
+    """The GPUs a pending job preempted others for, kept for it while they are freed.
+
+    ``gpus``: per node, the indices of the GPUs (the victims' and those already free beside
+    them) the job is to start on; ``at``: when the preemption was decided. While it stands no
+    other job may take these GPUs once free, and the job preempts nobody else; it ends when
+    the job starts or leaves the queue, when the GPUs can no longer serve it (a node left, or
+    another job holds one), or ``NOMINATION_TTL`` seconds after ``at`` once no victim is
+    still stopping.
+    """
+
+    job_id: int
+    gpus: tuple[tuple[str, tuple[int, ...]], ...]
+    at: float
+
+
+NOMINATION_TTL = 900.0  # seconds a nomination stands at most once its victims have stopped
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,3 +234,6 @@ class Decisions:
     placements: list[Placement] = field(default_factory=list)
     pending: dict[int, PendingReason] = field(default_factory=dict)
     preemptions: list[Preemption] = field(default_factory=list)
+    # the nominations standing after this cycle (kept ones and new ones): the caller passes
+    # them in the next snapshot
+    nominations: dict[int, Nomination] = field(default_factory=dict)

@@ -27,6 +27,7 @@ from gpupool.scheduler import schedule
 from gpupool.scheduler.types import (
     Clock,
     Decisions,
+    Nomination,
     PendingReason,
     Placement,
     Preemption,
@@ -103,6 +104,11 @@ class ControlLoop:
         self.db, self.executor, self.settings, self.clock = db, executor, settings, clock
         self.decide = decide
         self.pending_reasons: dict[int, PendingReason] = {}
+        # the GPUs each preempting job's victims are freeing for it, from the last cycle to the
+        # next (the scheduler keeps them for it and drops them when it starts or cannot use
+        # them). Kept in memory only: a restart loses them, which is acceptable — the victims
+        # still stop and are requeued, and at worst a job preempts once more after a restart.
+        self.nominations: dict[int, Nomination] = {}
         self._active: dict[int, ActiveAttempt] = {}
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
@@ -336,8 +342,9 @@ class ControlLoop:
 
     def schedule_and_dispatch(self) -> None:
         with self.db.reader() as session:
-            snapshot = self.snapshots.build(session, self.clock.now())
+            snapshot = self.snapshots.build(session, self.clock.now(), self.nominations)
         decisions = self.decide(snapshot, self.clock)
+        self.nominations = dict(decisions.nominations)
         self.pending_reasons = decisions.pending
         self._record_reasons(decisions.pending)
         if decisions.preemptions:

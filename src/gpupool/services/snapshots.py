@@ -24,6 +24,7 @@ from gpupool.scheduler.types import (
     Allocation,
     GpuShare,
     NodeCapacity,
+    Nomination,
     PendingJob,
     Placement,
     Snapshot,
@@ -119,7 +120,14 @@ class SnapshotBuilder:
         half_life, refresh = settings.fair_share_half_life_seconds, settings.usage_refresh_seconds
         return cls(usage=UsageTracker(half_life, refresh))
 
-    def build(self, session: Session, now: float | None = None) -> Snapshot:
+    def build(
+        self,
+        session: Session,
+        now: float | None = None,
+        nominations: Mapping[int, Nomination] | None = None,
+    ) -> Snapshot:
+        """A snapshot of now; ``nominations``: the GPUs being freed for preempting jobs (the
+        previous cycle's ``Decisions.nominations``, which the control loop keeps)."""
         now = time.time() if now is None else now
         return Snapshot(
             nodes=self.nodes.capacities(session),
@@ -128,6 +136,7 @@ class SnapshotBuilder:
             quotas=self._team_quotas(session),
             usage=self.usage.current(session, now),
             weights=self._user_weights(session),
+            nominations=dict(nominations or {}),
         )
 
     def quotas_changed(self) -> None:

@@ -52,6 +52,7 @@ from gpupool.scheduler.types import (
     GpuCapacity,
     GpuShare,
     NodeCapacity,
+    Nomination,
     PendingJob,
     Placement,
     Policy,
@@ -227,6 +228,9 @@ class Replay:
         self.probe: Probe | None = None
         self.drop_unplaced = False
         self._held: tuple[Allocation, ...] | None = None  # the running allocations, cached
+        # the GPUs each preempting job's victims freed for it (the scheduler keeps them for
+        # it): carried from one cycle to the next, dropped when the job starts
+        self.nominations: dict[int, Nomination] = {}
 
     def run(self, trace_jobs: Iterable[TraceJob]) -> None:
         """Load the arrivals, then step through event times until no event is left."""
@@ -319,10 +323,12 @@ class Replay:
             policy=self.settings,
             # only the srtf oracle reads it, and the scheduler asks it of every running job
             remaining=self.remaining if self.settings.order == "srtf" else {},
+            nominations=self.nominations,
         )
         decisions = self.policy(snapshot, self.clock)
         self.cycles += 1
         self.last_decisions = decisions
+        self.nominations = dict(decisions.nominations)
         preempted = self.apply_preemptions(decisions)
         by_job: dict[int, list[Placement]] = {}
         for placement in decisions.placements:
@@ -376,6 +382,7 @@ class Replay:
         job = self.pending.pop(job_id, None)
         if job is None:
             raise ValueError(f"the policy placed job {job_id}, which is not pending")
+        self.nominations.pop(job_id, None)
         if len(placements) != job.tasks:
             raise ValueError(f"the policy placed {len(placements)} of job {job_id}'s {job.tasks}")
         now = self.clock.now()

@@ -38,7 +38,10 @@ def test_a_level_0_job_preempts_a_level_2_job_of_its_team():
         "(least-attained-service levels)"
     )
     assert decisions.pending[1].code is Reason.PREEMPTING
-    assert decisions.pending[1].message == "waiting for job 100 to stop"
+    assert (
+        decisions.pending[1].message
+        == "waiting for job 100 to stop; GPU 0 on node-a is being freed for it"
+    )
 
 
 def test_a_job_never_preempts_one_of_its_own_level():
@@ -142,7 +145,10 @@ def test_a_stopping_job_is_waited_for_without_a_new_preemption():
 
     assert decisions.preemptions == []
     assert codes(decisions) == {1: "Preempting"}
-    assert decisions.pending[1].message == "waiting for job 100 to stop"
+    assert (
+        decisions.pending[1].message
+        == "waiting for job 100 to stop; GPU 0 on node-a is being freed for it"
+    )
 
 
 def test_a_stopping_job_is_waited_for_even_when_not_preemptible():
@@ -164,8 +170,14 @@ def test_stopping_jobs_are_taken_first_and_each_victim_once():
     decisions = decide(nodes, [pending(1), pending(2)], held, [quota("a", 2)])
 
     assert victims(decisions) == {100: 2}
-    assert decisions.pending[1].message == "waiting for job 101 to stop"
-    assert decisions.pending[2].message == "waiting for job 100 to stop"
+    assert (
+        decisions.pending[1].message
+        == "waiting for job 101 to stop; GPU 0 on node-b is being freed for it"
+    )
+    assert (
+        decisions.pending[2].message
+        == "waiting for job 100 to stop; GPU 0 on node-a is being freed for it"
+    )
 
 
 def test_victims_are_never_chosen_twice():
@@ -301,4 +313,7 @@ def test_across_nodes_a_stopping_job_goes_first():
         decisions = decide(nodes, [pending(1)], held, [quota("a", 1)])
 
         assert decisions.preemptions == []
-        assert decisions.pending[1].message == "waiting for job 101 to stop"
+        assert (
+            decisions.pending[1].message
+            == "waiting for job 101 to stop; GPU 0 on node-b is being freed for it"
+        )
