@@ -96,6 +96,30 @@ class PendingJob:
     attained: float = 0.0
     queued_at: float | None = None
 
+    def started(
+        self, placements: list[Placement], now: float, attained: float | None = None
+    ) -> tuple[Allocation, ...]:
+        """What it holds once started at ``now`` on ``placements`` (one per task);
+        ``attained``: its service so far when the caller tracks it (default: this job's)."""
+        return tuple(
+            Allocation(
+                self.job_id,
+                placement.node,
+                placement.gpus,
+                placement.cpus,
+                placement.memory_bytes,
+                team=self.team,
+                user=self.user,
+                priority=self.priority,
+                preemptible=self.preemptible,
+                started_at=now,
+                attained=self.attained if attained is None else attained,
+                max_runtime=self.max_runtime,
+                task=placement.task,
+            )
+            for placement in placements
+        )
+
 
 ANY_MODEL = "*"
 

@@ -387,23 +387,7 @@ class Replay:
             raise ValueError(f"the policy placed {len(placements)} of job {job_id}'s {job.tasks}")
         now = self.clock.now()
         progress = self.progress[job_id]
-        allocations = tuple(
-            Allocation(
-                job_id,
-                placement.node,
-                placement.gpus,
-                placement.cpus,
-                placement.memory_bytes,
-                team=job.team,
-                user=job.user,
-                priority=job.priority,
-                preemptible=job.preemptible,
-                started_at=now,
-                attained=progress.attained,
-                task=placement.task,
-            )
-            for placement in placements
-        )
+        allocations = job.started(placements, now, progress.attained)
         self.running[job_id] = allocations
         self._held = None
         if self.probe is not None:

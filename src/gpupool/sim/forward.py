@@ -174,24 +174,7 @@ class Forward:
             return
         if job_id in self.waiting:
             self.starts.setdefault(job_id, now)
-        held = tuple(
-            Allocation(
-                job_id,
-                p.node,
-                p.gpus,
-                p.cpus,
-                p.memory_bytes,
-                team=job.team,
-                user=job.user,
-                priority=job.priority,
-                preemptible=job.preemptible,
-                started_at=now,
-                attained=job.attained,
-                max_runtime=job.max_runtime,
-                task=p.task,
-            )
-            for p in placements
-        )
+        held = job.started(placements, now)
         self._hold(held, self.work.pop(job_id, 0.0))
 
     def _hold(self, allocations: tuple[Allocation, ...], remaining: float) -> None:
