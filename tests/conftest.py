@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from tests.support.postgres import PostgresServer
 from tests.support.server import ServerProcess
+
+# Property tests draw the same examples on every run, so a CI result does not depend on luck;
+# HYPOTHESIS_PROFILE=explore searches new random examples (and remembers failures) instead.
+settings.register_profile("repeatable", derandomize=True, print_blob=True)
+settings.register_profile("explore", print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
