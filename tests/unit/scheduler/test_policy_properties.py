@@ -350,7 +350,9 @@ def check_fair_shares(snapshot: Snapshot, decisions: Decisions, floor: bool = Tr
     except for a guarantee: a team within its guarantee may take the last victim that leaves
     a team above its guarantee and its fair share below that share (whole jobs and fractional
     shares make an exact floor impossible: test_a_guarantee_is_reclaimable_from_a_single_large_job),
-    never more than the largest of its victims below."""
+    never more than that victim below. Preemptions are read in the order they were decided:
+    a team may lose a job to one team while it stays at its fair share, and then, below it, to
+    another team reclaiming its guarantee."""
     running = by_job(snapshot.allocations)
     jobs = {job.job_id: job for job in snapshot.pending}
     placed = {placement.job_id for placement in decisions.placements}
@@ -360,42 +362,38 @@ def check_fair_shares(snapshot: Snapshot, decisions: Decisions, floor: bool = Tr
     for allocation in snapshot.allocations:
         held_by[allocation.team] += held(allocation)
     lost: dict[str, float] = defaultdict(float)  # every victim's GPUs, by the victim's team
-    lost_across: dict[str, float] = defaultdict(float)  # to other teams only
-    largest: dict[str, float] = defaultdict(float)  # the largest victim lost to other teams
     guarantees = {q.team: sum(q.guarantee.values()) for q in snapshot.quotas}
     for preemption in decisions.preemptions:
         victim = running[preemption.job_id]
-        gpus = sum(held(a) for a in victim)
-        lost[victim[0].team] += gpus
-        if victim[0].team != jobs[preemption.for_job].team:
-            lost_across[victim[0].team] += gpus
-            largest[victim[0].team] = max(largest[victim[0].team], gpus)
+        lost[victim[0].team] += sum(held(a) for a in victim)
     charged: dict[str, float] = defaultdict(float)  # placed, or waiting for victims
     for job in snapshot.pending:
         reason = decisions.pending.get(job.job_id)
         if job.job_id in placed or (reason is not None and reason.code is Reason.PREEMPTING):
             charged[job.team] += job_gpus(job)
+    lost_across: dict[str, float] = defaultdict(float)  # to other teams, so far
     for preemption in decisions.preemptions:
         job = jobs[preemption.for_job]
         victim_team = running[preemption.job_id][0].team
         if victim_team == job.team:
             continue
+        gpus = sum(held(a) for a in running[preemption.job_id])
+        lost_across[victim_team] += gpus
         # the preempting team was within its fair share when it chose, counting the least
         # it can have held then
         least = held_by[job.team] - lost[job.team]
         assert least + job_gpus(job) <= fair.get(job.team, 0.0) + EPS, (job.team, fair)
         if not floor:
             continue
-        # the victim's team held at least its fair share after its last loss to another team
+        # the victim's team held at least its fair share after this loss
         most = held_by[victim_team] + charged[victim_team] - lost_across[victim_team]
         if most >= fair.get(victim_team, 0.0) - EPS:
             continue
-        # below it: only for a team within its guarantee, and only by the last victim taken
-        # while the victim's team was above its guarantee and its fair share
+        # below it: only for a team within its guarantee, and only by the victim taken while
+        # the victim's team was above its guarantee and its fair share
         assert least + job_gpus(job) <= guarantees.get(job.team, 0.0) + EPS, (job.team, fair)
-        last = largest[victim_team]
         floor_at = max(fair.get(victim_team, 0.0), guarantees.get(victim_team, 0.0))
-        assert most + last > floor_at + EPS, (victim_team, most, last, fair)
+        assert most + gpus > floor_at + EPS, (victim_team, most, gpus, fair)
 
 
 def check_reasons(snapshot: Snapshot, decisions: Decisions) -> None:
