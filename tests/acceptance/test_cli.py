@@ -166,6 +166,8 @@ def _running_job_with(cli: Cli, text: str) -> int | None:
 def test_nodes_show_four_gpus_and_who_holds_a_busy_one(admin: Cli, release: Path) -> None:
     nodes = admin.json("nodes")
     assert sum(len(node["gpus"]) for node in nodes) == 4
+    # declared GPUs have no links or NUMA nodes: one domain, named by the lowest index
+    assert [gpu["domain"] for node in nodes for gpu in node["gpus"]] == [0, 0, 0, 0]
     job_id = admin.submit("--gpus", "1", "--name", "holder", *hold(release))
     wait_status(admin, job_id, {"running"})
 
@@ -180,5 +182,13 @@ def test_nodes_show_four_gpus_and_who_holds_a_busy_one(admin: Cli, release: Path
     ]
     table = admin.ok("nodes")
     assert f"job {job_id} (admin, 1)" in table and "A100-SXM4-80GB" in table and "80 GiB" in table
+    lines = [line.split() for line in table.splitlines()]
+    assert ["GPU", "DOMAIN", "MODEL", "MEMORY", "USED", "HOLDERS"] in lines
+    assert [(w[0], w[1]) for w in lines if w and w[0].isdigit()] == [
+        ("0", "0"),
+        ("1", "0"),
+        ("2", "0"),
+        ("3", "0"),
+    ]
     release.touch()
     wait_status(admin, job_id, FINAL)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from gpupool.cli import admin, jobs, nodes, session
+from gpupool.cli import admin, jobs, nodes, queue, session
 from gpupool.cli.output import CliGroup
 
 app = typer.Typer(
@@ -23,6 +23,7 @@ app.command("show")(jobs.show)
 app.command("logs")(jobs.logs)
 app.command("cancel")(jobs.cancel)
 app.command("why")(jobs.why)
+app.command("queue")(queue.queue)
 app.command("nodes")(nodes.nodes)
 app.add_typer(admin.users_app, name="users")
 app.add_typer(admin.teams_app, name="team")

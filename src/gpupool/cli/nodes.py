@@ -42,16 +42,21 @@ def rdma_text(device: dict[str, Any]) -> str:
 
 
 def print_node(node: dict[str, Any]) -> None:
-    """One node: a header line, a GPU table, NIC and RDMA summary lines."""
+    """One node: a header line, a GPU table, NIC and RDMA summary lines.
+
+    DOMAIN is a GPU's connectivity domain, named by its lowest GPU index: GPUs of one domain
+    share NVLink, a PCIe switch or a NUMA node, and a multi-GPU job gets one domain if it can.
+    """
     state = "" if node["schedulable"] else "  [red]not schedulable[/red]"
     out.print(
         f"[bold]{escape(node['name'])}[/bold]  cpus {node['cpus']}  "
         f"memory {memory(node['memory_bytes'])}{state}"
     )
-    table = new_table("GPU", "MODEL", "MEMORY", "USED", "HOLDERS")
+    table = new_table("GPU", "DOMAIN", "MODEL", "MEMORY", "USED", "HOLDERS")
     for gpu in node["gpus"]:
         table.add_row(
             str(gpu["index"]),
+            str(gpu["domain"]),
             escape(gpu["model"]),
             memory(gpu["memory_bytes"]),
             share(gpu["used_share"]),
@@ -66,7 +71,7 @@ def print_node(node: dict[str, Any]) -> None:
 
 
 def nodes(output: OutputOption = Output.TABLE) -> None:
-    """List nodes: CPUs, memory, and each GPU with its used share and holders."""
+    """List nodes: CPUs, memory, and each GPU with its domain, used share and holders."""
     with connect() as client:
         found = client.nodes()
     if output == Output.JSON:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import html
 import re
 import shlex
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -13,39 +12,15 @@ import pytest
 
 import gpupool.api
 from tests.support.server import ServerProcess
+from tests.support.web import submit
 
 UI_FILES = Path(gpupool.api.__file__).parent
 PAGES = ["/", "/jobs", "/jobs/new", "/jobs/1"]
 CSRF_META = re.compile(r'<meta name="csrf-token" content="([^"]+)">')
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    """The real server of tests/conftest.py, started once for this module: these tests read
-    pages and make their own jobs, so they can share it (and run in seconds, not minutes)."""
-    process = ServerProcess(tmp_path_factory.mktemp("ui") / "data").start()
-    yield process
-    process.stop()
-
-
-@pytest.fixture
-def admin(server: ServerProcess) -> Iterator[tuple[httpx.Client, str]]:
-    """A browser-like client signed in as the admin (its token as the password), and its CSRF."""
-    with httpx.Client(base_url=server.url, timeout=10) as client:
-        answer = client.post("/api/v1/session", json={"user": "admin", "password": server.token})
-        assert answer.status_code == 200, answer.text
-        yield client, answer.json()["csrf_token"]
-
-
-def submit(client: httpx.Client, csrf: str, **spec: object) -> dict:
-    body = {"command": ["sleep", "300"]} | spec
-    answer = client.post("/api/v1/jobs", json=body, headers={"x-csrf-token": csrf})
-    assert answer.status_code == 201, answer.text
-    return answer.json()
-
-
-def test_login_page_renders(server: ServerProcess) -> None:
-    page = httpx.get(f"{server.url}/login")
+def test_login_page_renders(ui_server: ServerProcess) -> None:
+    page = httpx.get(f"{ui_server.url}/login")
     assert page.status_code == 200
     assert page.headers["content-type"].startswith("text/html")
     assert "script-src 'self'" in page.headers["content-security-policy"]
@@ -55,20 +30,20 @@ def test_login_page_renders(server: ServerProcess) -> None:
 
 
 @pytest.mark.parametrize("path", PAGES)
-def test_pages_redirect_to_login_without_a_session(server: ServerProcess, path: str) -> None:
-    page = httpx.get(f"{server.url}{path}")
+def test_pages_redirect_to_login_without_a_session(ui_server: ServerProcess, path: str) -> None:
+    page = httpx.get(f"{ui_server.url}{path}")
     assert page.status_code == 303
     assert page.headers["location"] == f"/login?next={path}"
 
 
-def test_a_stale_cookie_is_sent_to_login(server: ServerProcess) -> None:
-    page = httpx.get(f"{server.url}/jobs?show=ended", cookies={"gpupool_session": "forged"})
+def test_a_stale_cookie_is_sent_to_login(ui_server: ServerProcess) -> None:
+    page = httpx.get(f"{ui_server.url}/jobs?show=ended", cookies={"gpupool_session": "forged"})
     assert page.status_code == 303
     assert page.headers["location"] == "/login?next=/jobs%3Fshow%3Dended"
 
 
 def test_signed_in_pages_render_with_the_csrf_meta(
-    server: ServerProcess, admin: tuple[httpx.Client, str]
+    ui_server: ServerProcess, admin: tuple[httpx.Client, str]
 ) -> None:
     client, csrf = admin
     job = submit(client, csrf, name="ui-check")
@@ -128,7 +103,7 @@ def test_unknown_jobs_get_a_404_page(admin: tuple[httpx.Client, str]) -> None:
 
 
 def test_a_member_cannot_see_another_teams_job(
-    server: ServerProcess, admin: tuple[httpx.Client, str]
+    ui_server: ServerProcess, admin: tuple[httpx.Client, str]
 ) -> None:
     client, csrf = admin
     hidden = submit(client, csrf)
@@ -136,7 +111,7 @@ def test_a_member_cannot_see_another_teams_job(
     assert client.post("/api/v1/teams", json={"name": "vision"}, headers=write).status_code == 201
     user = {"name": "alice", "role": "member", "teams": ["vision"], "password": "alice-secret"}
     assert client.post("/api/v1/users", json=user, headers=write).status_code == 201
-    with httpx.Client(base_url=server.url, timeout=10) as alice:
+    with httpx.Client(base_url=ui_server.url, timeout=10) as alice:
         signed = alice.post("/api/v1/session", json={"user": "alice", "password": "alice-secret"})
         assert signed.status_code == 200
         assert alice.get(f"/jobs/{hidden['id']}").status_code == 404
@@ -178,7 +153,7 @@ def field_tag(form: str, field_id: str) -> str:
 
 
 def test_the_submit_form_has_the_scheduling_fields_with_help(
-    server: ServerProcess, admin: tuple[httpx.Client, str]
+    ui_server: ServerProcess, admin: tuple[httpx.Client, str]
 ) -> None:
     client, csrf = admin
     form = client.get("/jobs/new").text
@@ -200,7 +175,7 @@ def test_the_submit_form_has_the_scheduling_fields_with_help(
     write = {"x-csrf-token": csrf}
     bea = {"name": "bea", "role": "member", "teams": ["default"], "password": "bea-secret!"}
     assert client.post("/api/v1/users", json=bea, headers=write).status_code == 201
-    with httpx.Client(base_url=server.url, timeout=10) as member:
+    with httpx.Client(base_url=ui_server.url, timeout=10) as member:
         signed = member.post("/api/v1/session", json={"user": "bea", "password": "bea-secret!"})
         assert signed.status_code == 200
         form = member.get("/jobs/new").text
@@ -234,7 +209,7 @@ def test_submit_again_keeps_the_scheduling_fields(admin: tuple[httpx.Client, str
     client.post(f"/api/v1/jobs/{job['id']}/cancel", headers={"x-csrf-token": csrf})
 
 
-def test_static_files_are_served(server: ServerProcess) -> None:
+def test_static_files_are_served(ui_server: ServerProcess) -> None:
     for name, kind in [
         ("gpupool.css", "text/css"),
         ("common.js", "javascript"),
@@ -242,10 +217,10 @@ def test_static_files_are_served(server: ServerProcess) -> None:
         ("submit.js", "javascript"),
         ("favicon.svg", "image/svg+xml"),
     ]:
-        answer = httpx.get(f"{server.url}/static/{name}")
+        answer = httpx.get(f"{ui_server.url}/static/{name}")
         assert answer.status_code == 200, name
         assert kind in answer.headers["content-type"], name
-    assert httpx.get(f"{server.url}/static/nope.js").status_code == 404
+    assert httpx.get(f"{ui_server.url}/static/nope.js").status_code == 404
 
 
 def test_the_ui_loads_nothing_from_outside() -> None:

@@ -10,21 +10,7 @@ import pytest
 
 from tests.support.server import ServerProcess
 from tests.support.waiting import wait_for
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    process = ServerProcess(tmp_path_factory.mktemp("ui-queue") / "data").start()
-    yield process
-    process.stop()
-
-
-@pytest.fixture
-def admin(server: ServerProcess) -> Iterator[tuple[httpx.Client, str]]:
-    with httpx.Client(base_url=server.url, timeout=10) as client:
-        answer = client.post("/api/v1/session", json={"user": "admin", "password": server.token})
-        assert answer.status_code == 200, answer.text
-        yield client, answer.json()["csrf_token"]
+from tests.support.web import submit
 
 
 @pytest.fixture
@@ -35,13 +21,6 @@ def held(admin: tuple[httpx.Client, str]) -> Iterator[dict]:
     wait_for(lambda: status(client, job["id"]) == "running" or None, 30, "the holder to run", 0.1)
     yield job
     client.post(f"/api/v1/jobs/{job['id']}/cancel", headers={"x-csrf-token": csrf})
-
-
-def submit(client: httpx.Client, csrf: str, **spec: object) -> dict:
-    body = {"command": ["sleep", "300"]} | spec
-    answer = client.post("/api/v1/jobs", json=body, headers={"x-csrf-token": csrf})
-    assert answer.status_code == 201, answer.text
-    return answer.json()
 
 
 def status(client: httpx.Client, job_id: int) -> str:
@@ -57,8 +36,8 @@ def explained(client: httpx.Client, job_id: int) -> dict:
 
 
 @pytest.mark.parametrize("path", ["/queue", "/teams"])
-def test_the_pages_need_a_session(server: ServerProcess, path: str) -> None:
-    page = httpx.get(f"{server.url}{path}")
+def test_the_pages_need_a_session(ui_server: ServerProcess, path: str) -> None:
+    page = httpx.get(f"{ui_server.url}{path}")
     assert page.status_code == 303
     assert page.headers["location"] == f"/login?next={path}"
 
@@ -117,7 +96,7 @@ def test_the_job_page_says_why_a_job_waits(admin: tuple[httpx.Client, str], held
 
 
 def test_the_teams_page_draws_a_chart_per_team(
-    server: ServerProcess, admin: tuple[httpx.Client, str], held: dict
+    ui_server: ServerProcess, admin: tuple[httpx.Client, str], held: dict
 ) -> None:
     client, csrf = admin
     client.post(
@@ -147,7 +126,7 @@ def test_the_teams_page_draws_a_chart_per_team(
 
 
 def test_a_member_sees_only_their_teams(
-    server: ServerProcess, admin: tuple[httpx.Client, str], held: dict
+    ui_server: ServerProcess, admin: tuple[httpx.Client, str], held: dict
 ) -> None:
     client, csrf = admin
     write = {"x-csrf-token": csrf}
@@ -156,7 +135,7 @@ def test_a_member_sees_only_their_teams(
     assert client.post("/api/v1/users", json=user, headers=write).status_code == 201
     hidden = submit(client, csrf, resources={"gpus": 1})
     try:
-        with httpx.Client(base_url=server.url, timeout=10) as carol:
+        with httpx.Client(base_url=ui_server.url, timeout=10) as carol:
             signed = carol.post(
                 "/api/v1/session", json={"user": "carol", "password": "carol-secret"}
             )

@@ -1,0 +1,61 @@
+"""What `gpupool nodes` and `gpupool queue` print, from API answers (no server)."""
+
+from __future__ import annotations
+
+import io
+import time
+
+import pytest
+from rich.console import Console
+
+from gpupool.cli import nodes, queue
+
+
+def printed(monkeypatch: pytest.MonkeyPatch, module: object) -> io.StringIO:
+    """Send the module's stdout console to a string."""
+    text = io.StringIO()
+    monkeypatch.setattr(module, "out", Console(file=text, width=200, highlight=False))
+    return text
+
+
+def gpu(index: int, domain: int) -> dict:
+    return {
+        "uuid": f"GPU-{index}",
+        "index": index,
+        "model": "H100",
+        "memory_bytes": 80 << 30,
+        "used_share": 0,
+        "holders": [],
+        "domain": domain,
+    }
+
+
+def test_nodes_show_each_gpu_domain(monkeypatch: pytest.MonkeyPatch) -> None:
+    text = printed(monkeypatch, nodes)
+    node = {"name": "n1", "schedulable": True, "cpus": 8, "memory_bytes": 1 << 30}
+    nodes.print_node(node | {"gpus": [gpu(0, 0), gpu(1, 0), gpu(2, 2), gpu(3, 2)]})
+    words = [line.split() for line in text.getvalue().splitlines()]
+    assert words[1][:2] == ["GPU", "DOMAIN"]
+    assert [w[:2] for w in words[2:]] == [["0", "0"], ["1", "0"], ["2", "2"], ["3", "2"]]
+
+
+def test_queue_summary_says_when_only_the_first_jobs_are_listed() -> None:
+    found = {"waiting": 700, "teams": [{"team": "a", "jobs": [{}] * 300}, {"jobs": [{}] * 200}]}
+    assert queue.summary_text(found, None) == (
+        "700 jobs waiting in 2 teams (the first 500 in queue order are shown)"
+    )
+    one = {"waiting": 1, "teams": [{"team": "a", "jobs": [{}]}]}
+    assert queue.summary_text(one, None) == "1 job waiting in 1 team"
+    assert queue.summary_text(one, "a") == "1 job of team a waiting"
+
+
+def test_queue_eta_is_relative_and_a_dash_without_estimate() -> None:
+    assert queue.relative_eta(None) == "-"
+    assert queue.relative_eta(time.time() - 5) == "now"
+    assert queue.relative_eta(time.time() + 12 * 60 + 30).startswith("in 12m")
+
+
+def test_queue_message_is_cut_to_one_short_line() -> None:
+    assert queue.short("a\n  b") == "a b"
+    cut = queue.short("x" * 100, room=10)
+    assert cut == "x" * 9 + "…"
