@@ -14,8 +14,12 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from gpupool.scheduler.types import SHARE_EPSILON, Allocation, GpuCapacity, NodeCapacity
+
+if TYPE_CHECKING:
+    from gpupool.scheduler.packing import Packer
 
 GpuKey = tuple[float, int, int, int]
 
@@ -81,6 +85,7 @@ class NodeState:
     memory_bytes: int
     models: frozenset[str] = frozenset()
     free_count: int = 0
+    version: int = 0  # counts the changes of its GPUs in the cycle (``take``, ``give_back``)
 
     def count_free(self) -> int:
         return sum(1 for gpu in self.gpus if gpu.free)
@@ -118,17 +123,7 @@ class FreeCapacity:
         self.shared: list[GpuKey] = sorted(
             gpu.key() for node in self.nodes for gpu in node.gpus if gpu.is_shared
         )
-
-    def _hold_allocation(self, allocation: Allocation) -> None:
-        node = self.by_name.get(allocation.node)
-        if node is None:  # a node that left the pool or is not schedulable
-            return
-        node.cpus -= allocation.cpus
-        node.memory_bytes -= allocation.memory_bytes
-        for part in allocation.gpus:
-            gpu = node.by_uuid.get(part.uuid)
-            if gpu is not None:
-                gpu.hold(part.share, part.memory_bytes)
+        self.packer: Packer | None = None  # fragmentation-aware placement; None: best fit
 
     def gpu_at(self, key: GpuKey) -> GpuState:
         return self.nodes[key[2]].gpus[key[3]]
@@ -156,6 +151,7 @@ class FreeCapacity:
         node = claim.node
         node.cpus -= cpus
         node.memory_bytes -= memory_bytes
+        node.version += 1
         taken = 0  # GPUs free before and not after
         for gpu, share, memory in claim.parts:
             if gpu.is_shared:
@@ -173,6 +169,7 @@ class FreeCapacity:
         node = claim.node
         node.cpus += cpus
         node.memory_bytes += memory_bytes
+        node.version += 1
         freed = 0
         for gpu, share, memory in claim.parts:
             if gpu.is_shared:

@@ -28,6 +28,7 @@ from gpupool.scheduler.capacity import Claim, FreeCapacity, GpuState, build_capa
 from gpupool.scheduler.fit import Demand, DemandCache, Where, model_matches
 from gpupool.scheduler.ledger import EPSILON, Ledger
 from gpupool.scheduler.ordering import QueuedJob, Queues
+from gpupool.scheduler.packing import Packer
 from gpupool.scheduler.placement import find_spot, place_tasks, unplace
 from gpupool.scheduler.preemption import Choice, Preemptor
 from gpupool.scheduler.reasons import Blocked, explain_unplaced
@@ -64,6 +65,10 @@ class Cycle:
         self.now = now
         self.policy = policy = snapshot.policy
         self.capacity: FreeCapacity = build_capacity(snapshot.nodes, snapshot.allocations)
+        if policy.packing == "fgd":
+            self.capacity.packer = Packer(
+                allocations=snapshot.allocations, pending=snapshot.pending
+            )
         pool_gpus = float(sum(len(node.gpus) for node in self.capacity.nodes))
         memories = {gpu.memory_bytes for node in self.capacity.nodes for gpu in node.gpus}
         self.ledger = Ledger(
@@ -98,7 +103,7 @@ class Cycle:
         self.unplaced: list[QueuedJob] = []
         self.demands = DemandCache()
         self.failed: set[tuple] = set()  # placements that did not fit (capacity only shrinks)
-        self.no_victims: set[tuple] = set()
+        self.no_victims = NoVictims()
         self.reserved_teams: set[str] = set()
         self.deferred: list[QueuedJob] = []  # borrowers waiting for guaranteed teams' turns
         # nominations: the standing ones (kept in Decisions); the claims holding their free
@@ -390,12 +395,12 @@ class Cycle:
         job = queued.job
         if not self.preemptor.any:
             return False
-        key = (job.team, id(demand), job.tasks, job.gpu_types, job.priority, queued.level)
-        if key in self.no_victims:
+        rank = self.preemptor.rank(job, queued.level)
+        if self.no_victims.covers(job, rank, demand):
             return False
         choice = self.preemptor.find(job, queued.level, demand, Where(job.gpu_types))
         if choice is None:
-            self.no_victims.add(key)
+            self.no_victims.add(job, rank, demand)
             return False
         self._apply(job, choice, gpus)
         self._nominate(job, choice, demand)
@@ -417,6 +422,34 @@ class Cycle:
     def _block(self, queued: QueuedJob, blocked: Blocked) -> None:
         self.blocked[queued.job.job_id] = blocked
         self.unplaced.append(queued)
+
+
+class NoVictims:
+    """The searches for victims that found none in this cycle, so that a job asking no
+    less of the same team's victims does not search again: the same team, GPU types and
+    tasks, a rank no better (``Eligibility.rank``: fewer of its own team's jobs are below
+    it) and no less of any resource (more GPUs also make reclaiming harder). Like the
+    cycle's memo of what did not fit, it holds for the cycle: victims are only taken."""
+
+    def __init__(self) -> None:
+        self._failed: dict[tuple, list[tuple]] = {}
+
+    @staticmethod
+    def _of(job, rank: tuple, demand: Demand) -> tuple[tuple, tuple]:  # noqa: ANN001
+        kind = 2 if demand.whole else 1 if demand.fractional else 0
+        sizes = (demand.gpus, demand.gpu_memory or 0, demand.cpus, demand.memory)
+        return (job.team, job.gpu_types, job.tasks, kind), (rank, sizes)
+
+    def add(self, job, rank: tuple, demand: Demand) -> None:  # noqa: ANN001
+        key, entry = self._of(job, rank, demand)
+        self._failed.setdefault(key, []).append(entry)
+
+    def covers(self, job, rank: tuple, demand: Demand) -> bool:  # noqa: ANN001
+        key, (rank, sizes) = self._of(job, rank, demand)
+        return any(
+            rank >= failed_rank and all(a >= b for a, b in zip(sizes, failed, strict=True))
+            for failed_rank, failed in self._failed.get(key, ())
+        )
 
 
 def _ranges(indices: tuple[int, ...]) -> str:

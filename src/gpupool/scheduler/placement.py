@@ -8,6 +8,9 @@
   GPUs, in its fullest domain, so whole GPUs and domains stay free for whole-GPU jobs.
 * No GPUs: the node with the fewest free GPUs whose CPUs and memory fit.
 
+With a packer on the capacity (the product's default, ``Policy.packing``), a GPU task goes
+to the one of best fit's first spots where fragmentation grows least (``packing``).
+
 ``where`` narrows the GPUs (models) and nodes (reservations) a task may use. A gang (a job
 of several tasks) places its tasks one by one and gives everything back if one does not fit.
 """
@@ -15,6 +18,8 @@ of several tasks) places its tasks one by one and gives everything back if one d
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterator
+from itertools import islice
 
 from gpupool.scheduler.capacity import Claim, FreeCapacity, GpuState, NodeState
 from gpupool.scheduler.fit import (
@@ -27,16 +32,29 @@ from gpupool.scheduler.fit import (
     least_fraction_share,
     whole_gpus_on,
 )
+from gpupool.scheduler.packing import packed_spot
 from gpupool.scheduler.types import GpuShare, Placement
 
 
 def find_spot(demand: Demand, capacity: FreeCapacity, where: Where = ANYWHERE) -> Claim | None:
-    """The best spot for ``demand`` in the free capacity, or None when it fits nowhere."""
+    """The best spot for ``demand`` in the free capacity, or None when it fits nowhere:
+    fragmentation-aware (``packing``) when the capacity has a packer, else best fit."""
+    if capacity.packer is not None and demand.uses_gpus:
+        return packed_spot(capacity.packer, demand, capacity, where)
+    return next(spots(demand, capacity, where, 1), None)
+
+
+def spots(demand: Demand, capacity: FreeCapacity, where: Where, limit: int) -> Iterator[Claim]:
+    """Spots for ``demand`` in best fit's order, the first ``limit`` of each kind: nodes for
+    whole GPUs; partly used GPUs, then free GPUs, for a fraction; nodes for no GPU."""
     if demand.whole:
-        return _whole_spot(demand, capacity, where)
-    if demand.fractional:
-        return _shared_spot(demand, capacity, where) or _fresh_spot(demand, capacity, where)
-    return _host_spot(demand, capacity, where)
+        for node in islice(whole_nodes(demand, capacity, where), limit):
+            yield whole_claim(node, demand, where)
+    elif demand.fractional:
+        yield from islice(_shared_spots(demand, capacity, where), limit)
+        yield from islice(_fresh_spots(demand, capacity, where), limit)
+    else:
+        yield from islice(_host_spots(demand, capacity, where), limit)
 
 
 def take_spot(claim: Claim, demand: Demand, capacity: FreeCapacity) -> tuple[GpuShare, ...]:
@@ -75,20 +93,34 @@ def unplace(placements: list[Placement], demand: Demand, capacity: FreeCapacity)
         capacity.give_back(Claim(node, parts), demand.cpus, demand.memory)
 
 
-def _whole_spot(demand: Demand, capacity: FreeCapacity, where: Where) -> Claim | None:
+def whole_nodes(demand: Demand, capacity: FreeCapacity, where: Where) -> Iterator[NodeState]:
+    """The nodes with room for a whole-GPU demand, in best fit's order: the fewest free
+    whole GPUs first, then by name."""
     wanted = demand.whole
     if wanted > capacity.largest_free_block():
-        return None
+        return
     for node in capacity.nodes_by_free_count(wanted):
         if not host_fits(node, demand):
             continue
         if where.restricted and not where.node_allowed(node, demand):
             continue
-        gpus = whole_gpus_on(node, demand, where)
-        if len(gpus) >= wanted:
-            chosen = connected(gpus, wanted)
-            return Claim(node, tuple([(gpu, 1.0, gpu.memory_bytes) for gpu in chosen]))
-    return None
+        if uniform(node, demand) or len(whole_gpus_on(node, demand, where)) >= wanted:
+            yield node
+
+
+def uniform(node: NodeState, demand: Demand) -> bool:
+    """Every free GPU of the node may take the demand: one model (``whole_nodes`` checked
+    that ``where`` allows it), with the memory the demand asks for."""
+    if len(node.models) != 1:
+        return False
+    least = demand.gpu_memory or 0
+    return not least or all(gpu.memory_bytes >= least for gpu in node.gpus)
+
+
+def whole_claim(node: NodeState, demand: Demand, where: Where) -> Claim:
+    """A whole-GPU demand's GPUs on a node of ``whole_nodes``: of one domain if it can."""
+    chosen = connected(whole_gpus_on(node, demand, where), demand.whole)
+    return Claim(node, tuple([(gpu, 1.0, gpu.memory_bytes) for gpu in chosen]))
 
 
 def connected(free: list[GpuState], wanted: int) -> list[GpuState]:
@@ -110,7 +142,7 @@ def connected(free: list[GpuState], wanted: int) -> list[GpuState]:
     return sorted(chosen, key=lambda gpu: gpu.position)
 
 
-def _shared_spot(demand: Demand, capacity: FreeCapacity, where: Where) -> Claim | None:
+def _shared_spots(demand: Demand, capacity: FreeCapacity, where: Where) -> Iterator[Claim]:
     least = least_fraction_share(demand, capacity.max_gpu_memory)
     for gpu in capacity.shared_from(least):
         if not where.gpu_ok(gpu):
@@ -120,11 +152,10 @@ def _shared_spot(demand: Demand, capacity: FreeCapacity, where: Where) -> Claim 
             continue
         node = capacity.nodes[gpu.rank]
         if host_fits(node, demand) and _node_ok(node, demand, where):
-            return Claim(node, ((gpu, share, memory),))
-    return None
+            yield Claim(node, ((gpu, share, memory),))
 
 
-def _fresh_spot(demand: Demand, capacity: FreeCapacity, where: Where) -> Claim | None:
+def _fresh_spots(demand: Demand, capacity: FreeCapacity, where: Where) -> Iterator[Claim]:
     for node in capacity.nodes_by_free_count(1):
         if not host_fits(node, demand) or not _node_ok(node, demand, where):
             continue
@@ -136,15 +167,13 @@ def _fresh_spot(demand: Demand, capacity: FreeCapacity, where: Where) -> Claim |
         if fitting:
             [gpu] = connected(fitting, 1)  # the fullest connectivity domain
             share, memory = fraction_demand(demand, gpu)
-            return Claim(node, ((gpu, share, memory),))
-    return None
+            yield Claim(node, ((gpu, share, memory),))
 
 
-def _host_spot(demand: Demand, capacity: FreeCapacity, where: Where) -> Claim | None:
+def _host_spots(demand: Demand, capacity: FreeCapacity, where: Where) -> Iterator[Claim]:
     for node in capacity.nodes_by_free_count(0):
         if host_fits(node, demand) and (where.node_ok is None or where.node_ok(node, demand)):
-            return Claim(node, ())
-    return None
+            yield Claim(node, ())
 
 
 def _node_ok(node: NodeState, demand: Demand, where: Where) -> bool:

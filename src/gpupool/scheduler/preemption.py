@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import heapq
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gpupool.scheduler.capacity import FreeCapacity, NodeState
@@ -53,13 +53,18 @@ class RunningJob:
     gpus: float
     allocations: list[Allocation] = field(default_factory=list)
 
+    @property
+    def work_lost(self) -> float:
+        """GPU-seconds a restart loses: its GPUs times the time since its last checkpoint."""
+        return self.lost * self.gpus
+
     def key(self, team: str) -> tuple:
         return (
             0 if self.stopping else 1,
             0 if self.team != team else 1,
             self.priority,
             -self.level,
-            self.lost,
+            self.work_lost,
             self.job_id,
         )
 
@@ -206,7 +211,7 @@ class Preemptor:
                 if node is None:
                     continue
                 for c in candidates:
-                    base = (0 if c.stopping else 1, c.priority, -c.level, c.lost, c.job_id)
+                    base = (0 if c.stopping else 1, c.priority, -c.level, c.work_lost, c.job_id)
                     entries.append((base, node.rank, node, c))
             entries.sort(key=lambda entry: (entry[0], entry[1]))
             self._base = entries
@@ -248,7 +253,7 @@ class Preemptor:
             else:
                 own = 1 if first.team == team else 0  # other teams' candidates come first
                 worst = min((c.priority, -c.level) for c in candidates)
-                lost = min(c.lost * c.gpus for c in candidates)
+                lost = min(c.work_lost for c in candidates)
                 self._bounds[key] = (True, own, worst, lost, 1)
         return self._bounds[key]
 
@@ -281,6 +286,13 @@ class Preemptor:
             return self._gang(job, demand, where, eligible)
         return None
 
+    def rank(self, job: PendingJob, level: int) -> tuple:
+        """How a pending job ranks against its own team's running jobs: it may preempt
+        those of a higher (worse) rank (``Eligibility``)."""
+        if self.policy.order == "srtf":
+            return (-job.priority, self.remaining.get(job.job_id, 0.0))
+        return (-job.priority, level)
+
     def take(self, choice: Choice) -> None:
         for victim in choice.victims:
             self.taken.add(victim.job_id)
@@ -289,8 +301,10 @@ class Preemptor:
         self, job: PendingJob, demand: Demand, where: Where, eligible: Eligibility
     ) -> Choice | None:
         best: tuple[tuple, list[RunningJob]] | None = None
-        for node in self._best_nodes(job, demand, where, eligible):
+        for node, floor in self._best_nodes(job, demand, where, eligible):
             if best is not None:
+                if not best[0][0] or floor >= best[0]:
+                    break  # neither this node nor any after it can cost less
                 bound = self._bound(node.name, job.team)
                 if bound is not None and bound >= best[0]:
                     continue  # no choice on this node can cost less than the best so far
@@ -305,10 +319,13 @@ class Preemptor:
 
     def _best_nodes(
         self, job: PendingJob, demand: Demand, where: Where, eligible: Eligibility
-    ) -> list[NodeState]:
+    ) -> Iterator[tuple[NodeState, tuple]]:
         """The first ``MAX_NODES_EXAMINED`` nodes allowed for the job that hold an eligible
         candidate, by their best eligible candidate's key (then rank): a merge of the
-        cycle's candidate order, not a sort per job."""
+        cycle's candidate order, not a sort per job. Each comes with a floor of ``_cost``
+        for it and every node after it: the candidates come in key order, so a node's
+        victims are all at or past the one that brought it (the same (priority, level),
+        then no less work lost each, or a worse one)."""
         by_team = self._by_team()
         own = by_team.get(job.team, [])
         policy = self.policy
@@ -331,23 +348,28 @@ class Preemptor:
         jrank = eligible.rank
         types = where.types
         seen: set[int] = set()
-        chosen: list[NodeState] = []
+        chosen = 0
         for segment in segments:
             is_own = segment is own
             for _, rank, node, candidate in segment:
                 if rank in seen:
                     continue
                 if is_own and ordered_rank and not jrank < (-candidate.priority, candidate.level):
-                    break
+                    return
                 if not eligible(candidate):
                     continue
                 seen.add(rank)
                 if types and not where.node_allowed(node, demand):
                     continue
-                chosen.append(node)
-                if len(chosen) >= MAX_NODES_EXAMINED:
-                    return chosen
-        return chosen
+                if candidate.stopping:
+                    floor: tuple = (False,)  # it may cost nothing
+                else:
+                    worst = (candidate.priority, -candidate.level)
+                    floor = (True, 1 if is_own else 0, worst, candidate.work_lost, 1)
+                yield node, floor
+                chosen += 1
+                if chosen >= MAX_NODES_EXAMINED:
+                    return
 
     def _gang(
         self, job: PendingJob, demand: Demand, where: Where, eligible: Eligibility
@@ -398,10 +420,7 @@ class Eligibility:
         self.by_guarantee = policy.reclaim and ledger.within_guarantee(job.team, gpus)
         self.reclaim = self.by_fair_share or self.by_guarantee
         self._teams: dict[str, tuple[float, float, float]] = {}  # held, fair share, floor
-        if policy.order == "srtf":
-            self.rank = (-job.priority, preemptor.remaining.get(job.job_id, 0.0))
-        else:
-            self.rank = (-job.priority, level)
+        self.rank = preemptor.rank(job, level)
         self.possible = True
 
     def __call__(self, victim: RunningJob) -> bool:
@@ -496,7 +515,7 @@ def _cost(victims: Iterable[RunningJob], team: str) -> tuple:
     worst victim's (priority, -level) lowest, the least work lost, the fewest victims."""
     counted = [victim for victim in victims if not victim.stopping]
     own = sum(1 for victim in counted if victim.team == team)
-    lost = sum(victim.lost * victim.gpus for victim in counted)
+    lost = sum(victim.work_lost for victim in counted)
     worst = max(((v.priority, -v.level) for v in counted), default=())
     return (len(counted) > 0, own, worst, lost, len(counted))
 

@@ -72,6 +72,7 @@ class Allocation:
     max_runtime: float | None = None
     stopping: bool = False
     task: int = 0
+    gpu_types: tuple[str, ...] = ()  # the GPU models its job asked for (empty: any)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +117,7 @@ class PendingJob:
                 attained=self.attained if attained is None else attained,
                 max_runtime=self.max_runtime,
                 task=placement.task,
+                gpu_types=self.gpu_types,
             )
             for placement in placements
         )
@@ -158,6 +160,9 @@ class Policy:
     whoever builds ``Snapshot.usage``). ``placement_charge``: GPU-seconds of usage a
     placement adds to its user for the rest of the cycle, so that equal users alternate.
     ``explain``: work out reasons for the jobs left pending (the simulator skips them).
+    ``packing``: where a GPU task goes among the spots it fits: ``"fgd"``, where the
+    fragmentation of the pool grows least for the workload of the snapshot (FGD), best fit
+    breaking ties; ``"best-fit"``, where the least is left over (``placement``).
     """
 
     order: str = "las"  # "las"; "fifo": one queue in submit order; "srtf": needs remaining
@@ -173,6 +178,7 @@ class Policy:
     usage_half_life: float = 7 * 86400.0
     placement_charge: float = 600.0
     explain: bool = True
+    packing: str = "fgd"  # or "best-fit"
 
 
 DEFAULT_POLICY = Policy()

@@ -89,6 +89,7 @@ class JobFacts:
     priority: int
     preemptible: bool
     max_runtime: float | None
+    gpu_types: tuple[str, ...] = ()
 
 
 class SnapshotBuilder:
@@ -265,7 +266,14 @@ def job_facts(session: Session, ids: set[int]) -> dict[int, JobFacts]:
         .where(JobModel.id.in_(ids))
     )
     return {
-        job_id: JobFacts(team, user, priority, preemptible, spec.get("max_runtime_seconds"))
+        job_id: JobFacts(
+            team,
+            user,
+            priority,
+            preemptible,
+            spec.get("max_runtime_seconds"),
+            tuple(spec.get("gpu_types") or ()),
+        )
         for job_id, team, user, priority, preemptible, spec in rows
     }
 
@@ -293,6 +301,7 @@ def allocation(
         attained=row.attained or 0.0,
         checkpoint_at=row.checkpoint_at,
         max_runtime=facts.max_runtime,
+        gpu_types=facts.gpu_types,
         stopping=row.stop_reason is not None or row.cancel_requested_at is not None,
     )
 

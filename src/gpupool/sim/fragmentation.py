@@ -27,7 +27,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from gpupool.scheduler.fit import model_matches
+from gpupool.scheduler.packing import TaskShape, node_fragment, shapes_of
 from gpupool.scheduler.types import SHARE_EPSILON, Allocation, NodeCapacity, PendingJob, Policy
 from gpupool.sim.engine import SimResult, simulate, task_shape
 from gpupool.sim.traces import TraceJob
@@ -38,55 +38,18 @@ LEVELS = (0.8, 0.9, 1.0, 1.1)  # arrived workloads reported
 LOADED = 0.9  # replays: sample fragmentation at arrivals once this share of GPUs is allocated
 
 
-@dataclass(frozen=True, slots=True)
-class TaskShape:
-    """One GPU demand of the workload: a share (< 1) or a whole count, the models allowed,
-    and its weight (its frequency among the workload's GPU tasks)."""
-
-    gpus: float
-    types: tuple[str, ...]
-    weight: float
-
-
 def workload(
     jobs: Iterable[TraceJob], placement: str = "node", largest_node: int = 0
 ) -> tuple[TaskShape, ...]:
     """The GPU demands of ``jobs`` (those asking for GPUs) with their frequencies: one task
     per job, as the engine shapes it in ``placement`` mode (a 16-GPU job on 8-GPU nodes is
     a task of 8 GPUs; ``largest_node`` 0: jobs as they are)."""
-    counts: Counter[tuple[float, tuple[str, ...]]] = Counter()
+    counts: Counter[tuple[float, tuple[str, ...], float]] = Counter()
     for job in jobs:
         if job.request.gpu_count > 0:
             request, _ = task_shape(job.request, placement, largest_node)
-            counts[(request.gpu_count, job.gpu_types)] += 1
-    total = sum(counts.values())
-    return tuple(
-        TaskShape(gpus, types, count / total) for (gpus, types), count in sorted(counts.items())
-    )
-
-
-def node_fragment(free: Sequence[float], models: Sequence[str], shape: TaskShape) -> float:
-    """FGD's fragment of one node for one task shape, in GPUs (``free``: each GPU's free
-    share, ``models``: each GPU's model)."""
-    usable = [
-        share
-        for share, model in zip(free, models, strict=True)
-        if not shape.types or model_matches(shape.types, model)
-    ]
-    total = math.fsum(free)
-    if shape.gpus < 1:
-        if not any(share >= shape.gpus - SHARE_EPSILON for share in usable):
-            return total
-        return math.fsum(
-            share
-            for share, model in zip(free, models, strict=True)
-            if share < shape.gpus - SHARE_EPSILON
-            or (shape.types and not model_matches(shape.types, model))
-        )
-    whole = sum(1 for share in usable if share >= 1 - SHARE_EPSILON)
-    if whole < shape.gpus:
-        return total
-    return total - whole  # the partly used GPUs, and the whole ones of other models
+            counts[(request.gpu_count, job.gpu_types, 0.0)] += 1  # GPUs alone, as FGD's
+    return shapes_of(counts)
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,8 +11,10 @@ baselines made from the same code with parts switched off or an oracle switched 
 * ``las``: least-attained-service with many levels (close to Tiresias' continuous LAS).
 * ``best-fit``: each job in submit order to its best-fitting spot, and a job that does not
   fit holds back no other (Kubernetes' scheduler with a best-fit score, the baseline of the
-  FGD fragmentation study); no fair share, no preemption, no backfill. Every policy here
-  places by best fit (``gpupool.scheduler.placement``): this one isolates the placement.
+  FGD fragmentation study); no fair share, no preemption, no backfill.
+* ``fgd``: ``best-fit``'s order with the product's placement, fragmentation-aware
+  (``gpupool.scheduler.packing``): the two differ in the placement alone. Every other policy
+  places as the product does.
 
 The simulator skips the explanations of pending jobs (nobody reads them there).
 """
@@ -49,8 +51,11 @@ NAMED: dict[str, Policy] = {
         las_preemption=False,
         backfill=False,
         skip_blocked=True,
+        packing="best-fit",
     ),
 }
+# best-fit's order with the product's placement: the two differ in the placement alone
+NAMED["fgd"] = replace(NAMED["best-fit"], packing="fgd")
 
 
 def named(name: str) -> Policy:

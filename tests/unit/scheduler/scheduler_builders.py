@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Self
 
 from gpupool.domain.jobs import ResourceRequest
 from gpupool.domain.units import GiB
 from gpupool.scheduler import schedule
 from gpupool.scheduler.types import (
+    DEFAULT_POLICY,
     Allocation,
     Decisions,
     GpuCapacity,
     GpuShare,
     NodeCapacity,
     PendingJob,
+    Policy,
     Snapshot,
 )
 
@@ -134,18 +137,23 @@ def snapshot(
     nodes: Iterable[NodeBuilder | NodeCapacity],
     jobs: Iterable[JobBuilder | PendingJob] = (),
     allocations: Iterable[Allocation] = (),
+    policy: Policy = DEFAULT_POLICY,
 ) -> Snapshot:
     built_nodes = tuple(n.build() if isinstance(n, NodeBuilder) else n for n in nodes)
     built_jobs = tuple(j.build() if isinstance(j, JobBuilder) else j for j in jobs)
-    return Snapshot(built_nodes, tuple(allocations), built_jobs)
+    return Snapshot(built_nodes, tuple(allocations), built_jobs, policy=policy)
+
+
+BEST_FIT = replace(DEFAULT_POLICY, packing="best-fit")
 
 
 def run(
     nodes: Iterable[NodeBuilder | NodeCapacity],
     jobs: Iterable[JobBuilder | PendingJob] = (),
     allocations: Iterable[Allocation] = (),
+    policy: Policy = DEFAULT_POLICY,
 ) -> Decisions:
-    return schedule(snapshot(nodes, jobs, allocations), FakeClock())
+    return schedule(snapshot(nodes, jobs, allocations, policy), FakeClock())
 
 
 def placed(decisions: Decisions) -> dict[int, tuple[str, tuple[GpuShare, ...]]]:

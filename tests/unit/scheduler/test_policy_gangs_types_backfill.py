@@ -73,10 +73,11 @@ def test_a_gang_that_does_not_fit_whole_starts_no_task():
 
 
 def test_a_gang_uses_a_third_node_when_two_are_not_enough():
+    # each node holds one task of 3 GPUs
     nodes = [gpu_node("node-a", 4), gpu_node("node-b", 4), gpu_node("node-c", 4)]
     held = [running(100, "node-a", [0], preemptible=False), running(101, "node-b", [0])]
 
-    decisions = decide(nodes, [pending(1, gpus=2, tasks=3)], held)
+    decisions = decide(nodes, [pending(1, gpus=3, tasks=3)], held)
 
     assert {node for node, _ in gpus_of(decisions).values()} == {"node-a", "node-b", "node-c"}
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from scheduler_builders import (
+    BEST_FIT,
     FakeClock,
     allocation,
     gpu_uuid,
@@ -117,9 +118,11 @@ def test_four_gpu_job_waits_when_only_two_are_free():
 
 
 def test_multi_gpu_job_goes_to_the_best_fitting_node_in_index_order():
+    # best fit; the product's packing weighs the workload too (test_packing.py)
     decisions = run(
         [node("node-a").gpus(8), node("node-b").gpus(4), node("node-c").gpus(2)],
         [job(1).gpus(2), job(2).gpus(3)],
+        policy=BEST_FIT,
     )
 
     jobs = placed(decisions)
