@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from gpupool.scheduler.types import DEFAULT_POLICY, Policy
 
 DEFAULT_PORT = 8765
 
@@ -42,11 +46,25 @@ class Settings(BaseSettings):
     # (Slurm's PriorityDecayHalfLife); the usage is recomputed at most every few seconds.
     fair_share_half_life_seconds: float = 7 * 86400.0
     usage_refresh_seconds: float = 5.0
+    # A job runs at least this long before least-attained service or a priority may preempt
+    # it (a guarantee's reclaim does not wait); see docs/scheduling.md for the trade-off.
+    min_runtime_seconds: float = Field(default=0.0, ge=0.0)
+    # Where a GPU task goes: "fgd" (least growth of fragmentation) or "best-fit".
+    packing: Literal["fgd", "best-fit"] = "fgd"
     checkpoint_scan_seconds: float = 5.0  # how often a running job's checkpoints are looked at
     max_body_bytes: int = 1024**2
     schedule_interval_seconds: float = 0.5  # the loop also wakes at once on every change
     discovery_interval_seconds: float = 30.0  # re-discovery of this node; 0: only at start
     session_hours: float = 12.0
+
+    def policy(self) -> Policy:
+        """The scheduling policy these settings give (the product's defaults otherwise)."""
+        return replace(
+            DEFAULT_POLICY,
+            min_runtime=self.min_runtime_seconds,
+            usage_half_life=self.fair_share_half_life_seconds,
+            packing=self.packing,
+        )
 
     @property
     def database(self) -> str:

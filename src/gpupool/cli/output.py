@@ -14,6 +14,7 @@ from enum import StrEnum
 from typing import Annotated, Any
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -64,6 +65,15 @@ def report_error(code: str, message: str) -> None:
     err.print(f"[red]error \\[{escape(code)}]: {escape(line)}[/red]")
 
 
+def settings_problem(error: ValidationError) -> str:
+    """The bad GPUPOOL_* variables and what each should be."""
+    problems = [
+        f"GPUPOOL_{'_'.join(str(part) for part in item['loc']).upper()}: {item['msg']}"
+        for item in error.errors()
+    ]
+    return "; ".join(problems) + " (fix the environment variable and start again)"
+
+
 class CliGroup(TyperGroup):
     """The top-level group: its ``invoke`` is the error boundary of every command."""
 
@@ -81,6 +91,11 @@ class CliGroup(TyperGroup):
             raise typer.Exit(130) from None
         except (typer.Exit, typer.Abort, UsageProblem):
             raise
+        except ValidationError as error:
+            if error.title != "Settings":
+                raise
+            report_error("bad_setting", settings_problem(error))
+            raise typer.Exit(2) from None
         except Exception as error:  # a bug or a surprise: one line, unless debugging
             if os.environ.get("GPUPOOL_DEBUG"):
                 raise

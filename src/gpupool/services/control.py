@@ -120,7 +120,11 @@ class ControlLoop:
         self.snapshots = SnapshotBuilder.of(settings)
         self.checkpoints = CheckpointWatcher(executor, settings.checkpoint_scan_seconds)
         # estimated start times, for the API (computed there, on demand, from its own snapshot)
-        self.etas = EtaPredictor(self.snapshots.nodes, settings.fair_share_half_life_seconds)
+        self.etas = EtaPredictor(
+            self.snapshots.nodes,
+            settings.fair_share_half_life_seconds,
+            policy=self.snapshots.policy,
+        )
 
     # -- lifecycle ---------------------------------------------------------------------------
 

@@ -35,7 +35,15 @@ from sqlalchemy.orm import Session
 from gpupool.domain.jobs import JobStatus
 from gpupool.domain.units import format_duration
 from gpupool.scheduler import schedule
-from gpupool.scheduler.types import Allocation, Clock, Decisions, PendingReason, Snapshot
+from gpupool.scheduler.types import (
+    DEFAULT_POLICY,
+    Allocation,
+    Clock,
+    Decisions,
+    PendingReason,
+    Policy,
+    Snapshot,
+)
 from gpupool.services.snapshots import NodeCache, SnapshotBuilder
 from gpupool.services.usage import UsageTracker
 from gpupool.sim.forward import ForwardState, Running, Waiting, forward
@@ -213,8 +221,9 @@ class EtaPredictor:
         half_life: float,
         bounds: Bounds = Bounds(),
         decide: Decide = schedule,
+        policy: Policy = DEFAULT_POLICY,
     ) -> None:
-        self.builder = SnapshotBuilder(nodes=nodes, usage=UsageTracker(half_life))
+        self.builder = SnapshotBuilder(nodes=nodes, usage=UsageTracker(half_life), policy=policy)
         self.bounds, self.decide = bounds, decide
         self._lock = threading.Lock()
         self._forecast: Forecast | None = None

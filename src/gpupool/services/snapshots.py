@@ -21,12 +21,14 @@ from sqlalchemy.orm import Session
 
 from gpupool.domain.jobs import JobStatus, ResourceRequest
 from gpupool.scheduler.types import (
+    DEFAULT_POLICY,
     Allocation,
     GpuShare,
     NodeCapacity,
     Nomination,
     PendingJob,
     Placement,
+    Policy,
     Snapshot,
     TeamQuota,
 )
@@ -105,7 +107,9 @@ class SnapshotBuilder:
         nodes: NodeCache | None = None,
         usage: UsageTracker | None = None,
         quota_max_age: float = 1.0,
+        policy: Policy = DEFAULT_POLICY,
     ) -> None:
+        self.policy = policy
         self._pending: dict[int, PendingJob] = {}
         self._facts: dict[int, JobFacts] = {}
         self._quotas: tuple[TeamQuota, ...] | None = None
@@ -119,7 +123,7 @@ class SnapshotBuilder:
     @classmethod
     def of(cls, settings: Settings) -> SnapshotBuilder:
         half_life, refresh = settings.fair_share_half_life_seconds, settings.usage_refresh_seconds
-        return cls(usage=UsageTracker(half_life, refresh))
+        return cls(usage=UsageTracker(half_life, refresh), policy=settings.policy())
 
     def build(
         self,
@@ -137,6 +141,7 @@ class SnapshotBuilder:
             quotas=self._team_quotas(session),
             usage=self.usage.current(session, now),
             weights=self._user_weights(session),
+            policy=self.policy,
             nominations=dict(nominations or {}),
         )
 

@@ -19,7 +19,16 @@ if TYPE_CHECKING:
     from gpupool.sim.metrics import Metrics
     from gpupool.sim.traces import Trace
 
-POLICY_NAMES = ("default", "fifo", "drf", "srtf-oracle", "las", "best-fit")
+POLICY_NAMES = ("default", "fifo", "drf", "srtf-oracle", "las", "best-fit", "fgd")
+# knobs a policy spec may set (NAME:knob=value,...): numbers and choices of ``Policy``
+POLICY_KNOBS = {
+    "min_runtime": float,
+    "starvation_factor": float,
+    "starvation_min_wait": float,
+    "usage_half_life": float,
+    "placement_charge": float,
+    "packing": ("fgd", "best-fit"),
+}
 """The policies of ``gpupool.sim.policies``, named here so that ``--help`` stays light."""
 
 TRACE_HELP = (
@@ -35,7 +44,13 @@ CLUSTER_HELP = (
 def simulate(
     trace: str = typer.Option(..., "--trace", help=TRACE_HELP),
     cluster: str = typer.Option(..., "--cluster", help=CLUSTER_HELP),
-    policy: list[str] = typer.Option(["default"], "--policy", help="A policy; repeat for more."),
+    policy: list[str] = typer.Option(
+        ["default"],
+        "--policy",
+        help="A policy, NAME or NAME:KNOB=VALUE,... (knobs: "
+        + ", ".join(POLICY_KNOBS)
+        + "); repeat for more.",
+    ),
     restart_cost: float = typer.Option(
         60.0, "--restart-cost", min=0, help="Seconds of work a preempted job redoes."
     ),
@@ -89,17 +104,51 @@ def simulate(
         typer.echo(render_teams(teams), nl=False)
 
 
-def resolve_policy(name: str) -> Policy:
-    """The policy of a name; a usage error (exit 2) listing the known names if none."""
+def resolve_policy(spec: str) -> Policy:
+    """The policy of a spec, ``NAME`` or ``NAME:KNOB=VALUE,...`` (``default:min_runtime=600``);
+    a usage error (exit 2) saying what is known when it is not."""
+    from dataclasses import replace
+
     from gpupool.sim.policies import named
 
+    name, _, knobs = spec.partition(":")
     try:
-        return named(name)
+        policy = named(name)
     except KeyError:
         known = ", ".join(POLICY_NAMES)
         raise typer.BadParameter(
             f"unknown policy '{name}'; known: {known}", param_hint="--policy"
         ) from None
+    changes: dict[str, object] = {}
+    for knob in filter(None, knobs.split(",")):
+        key, equals, text = knob.partition("=")
+        kind = POLICY_KNOBS.get(key.strip())
+        if kind is None or not equals:
+            raise typer.BadParameter(
+                f"'{knob}' in '{spec}' is not KNOB=VALUE with a known knob; knobs: "
+                + ", ".join(POLICY_KNOBS),
+                param_hint="--policy",
+            )
+        changes[key.strip()] = _knob_value(spec, key.strip(), kind, text.strip())
+    return replace(policy, **changes)
+
+
+def _knob_value(spec: str, key: str, kind: object, text: str) -> object:
+    if isinstance(kind, tuple):
+        if text not in kind:
+            raise typer.BadParameter(
+                f"{key} in '{spec}' is one of {', '.join(kind)}", param_hint="--policy"
+            )
+        return text
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        raise typer.BadParameter(
+            f"{key} in '{spec}' is a number of 0 or more, not '{text}'", param_hint="--policy"
+        )
+    return value
 
 
 def load(spec: str) -> Trace:

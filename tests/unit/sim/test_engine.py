@@ -382,3 +382,40 @@ def test_an_unknown_policy_is_a_usage_error_listing_the_known_ones(tmp_path: Pat
     result = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
     assert result.exit_code == 2
     assert "unknown policy 'nonsense'; known: default, fifo, drf, srtf-oracle" in result.output
+
+
+def test_a_policy_spec_sets_knobs_and_names_its_row(tmp_path: Path):
+    # job 1 has run 2,000 s (past the first LAS level) when job 2 arrives: the default
+    # preempts it for job 2; with min_runtime=3600 it has not run long enough to be preempted
+    trace = tmp_path / "las.csv"
+    trace.write_text("submit,duration,gpus,team\n0,5000,1,a\n2000,10,1,a\n")
+    specs = ["default", "default:min_runtime=3600", "default:min_runtime=0,packing=best-fit"]
+    args = ["simulate", "--trace", f"csv:{trace}", "--cluster", "1x1", "--restart-cost", "0"]
+    for spec in specs:
+        args += ["--policy", spec]
+    result = CliRunner().invoke(app, args, env={"COLUMNS": "250"})
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    header = next(line for line in lines if line.startswith("POLICY"))
+    end = header.index("PREEMPTIONS") + len("PREEMPTIONS")  # right-aligned under it
+    rows = lines[lines.index(header) + 1 : lines.index(header) + 1 + len(specs)]
+    preemptions = {row.split()[0]: int(row[:end].split()[-1]) for row in rows}
+    assert preemptions == {specs[0]: 1, specs[1]: 0, specs[2]: 1}
+
+
+def test_a_bad_policy_knob_is_a_usage_error_that_lists_the_knobs():
+    base = ["simulate", "--trace", "x.csv", "--cluster", "1x2", "--policy"]
+    runner = CliRunner()
+    unknown = runner.invoke(app, [*base, "default:speed=9"], env={"COLUMNS": "250"})
+    assert unknown.exit_code == 2
+    assert "knobs: min_runtime, starvation_factor" in " ".join(unknown.output.split())
+    negative = runner.invoke(app, [*base, "default:min_runtime=-5"], env={"COLUMNS": "250"})
+    assert negative.exit_code == 2
+    assert "min_runtime in 'default:min_runtime=-5' is a number of 0 or more" in " ".join(
+        negative.output.split()
+    )
+    choice = runner.invoke(app, [*base, "fifo:packing=worst"], env={"COLUMNS": "250"})
+    assert choice.exit_code == 2
+    assert "packing in 'fifo:packing=worst' is one of fgd, best-fit" in " ".join(
+        choice.output.split()
+    )
