@@ -105,7 +105,7 @@ class FreeCapacity:
     def __init__(self, nodes: Sequence[NodeCapacity], allocations: Iterable[Allocation] = ()):
         ordered = sorted(nodes, key=lambda node: node.name)
         # in one order whatever the snapshot's: float sums of shares then come out the same
-        held = _held_by_node(allocations)
+        held = held_by_node(allocations)
         last = {node.name: rank for rank, node in enumerate(ordered)}  # a name's last node
         self.nodes = [
             _node_state(node, rank, held.get(node.name, ()) if last[node.name] == rank else ())
@@ -218,8 +218,9 @@ def _static(node: NodeCapacity) -> tuple[tuple[GpuCapacity, ...], frozenset[str]
     return found[1], found[2]
 
 
-def _held_by_node(allocations: Iterable[Allocation]) -> dict[str, tuple[Allocation, ...]]:
-    """The allocations by node name, each node's in the order they are held."""
+def held_by_node(allocations: Iterable[Allocation]) -> dict[str, tuple[Allocation, ...]]:
+    """The allocations by node name, each node's in the order they are held (the last
+    tuple's grouping is kept: a cycle asks for it more than once)."""
     global _last_held
     last, groups = _last_held  # one read, one write: safe for cycles in several threads
     if last is allocations:

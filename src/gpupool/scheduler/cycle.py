@@ -24,7 +24,13 @@ from dataclasses import replace
 
 from gpupool.domain.jobs import Reason
 from gpupool.scheduler.backfill import Reservation, Reservations
-from gpupool.scheduler.capacity import Claim, FreeCapacity, GpuState, build_capacity
+from gpupool.scheduler.capacity import (
+    Claim,
+    FreeCapacity,
+    GpuState,
+    build_capacity,
+    held_by_node,
+)
 from gpupool.scheduler.fit import Demand, DemandCache, Where, model_matches
 from gpupool.scheduler.ledger import EPSILON, Ledger
 from gpupool.scheduler.ordering import QueuedJob, Queues
@@ -145,13 +151,16 @@ class Cycle:
         pending = {job.job_id for job in snapshot.pending}
         busy: set[tuple[str, str]] = set()  # GPUs held by work that is not stopping
         stopping: dict[tuple[str, str], set[int]] = {}
-        for allocation in snapshot.allocations:
-            for part in allocation.gpus:
-                where = (allocation.node, part.uuid)
-                if allocation.stopping:
-                    stopping.setdefault(where, set()).add(allocation.job_id)
-                else:
-                    busy.add(where)
+        held = held_by_node(snapshot.allocations)  # the nominated nodes' allocations only
+        nominated = snapshot.nominations.values()
+        for name in {name for nomination in nominated for name, _ in nomination.gpus}:
+            for allocation in held.get(name, ()):
+                for part in allocation.gpus:
+                    where = (allocation.node, part.uuid)
+                    if allocation.stopping:
+                        stopping.setdefault(where, set()).add(allocation.job_id)
+                    else:
+                        busy.add(where)
         for job_id, nomination in sorted(snapshot.nominations.items()):
             if job_id not in pending:
                 continue
