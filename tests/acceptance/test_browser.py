@@ -259,6 +259,12 @@ def test_the_queue_explains_waiting_jobs_and_the_teams_page_draws_charts(
     expect(page.locator("#why-position")).to_contain_text("#1 in team default's queue")
     page.screenshot(path=str(SHOTS / "ui-why.png"), full_page=True)
 
+    headers = {"Authorization": f"Bearer {server.token}"}
+    quota = {"guarantee": {"*": 2}}
+    answer = httpx.put(
+        f"{server.url}/api/v1/teams/default/quota", json=quota, headers=headers, timeout=10
+    )
+    assert answer.status_code == 200, answer.text
     page.get_by_role("navigation", name="Main").get_by_role("link", name="Teams").click()
     expect(page).to_have_url(f"{server.url}/teams")
     team = page.locator("section.team[data-team='default']")
@@ -272,6 +278,9 @@ def test_the_queue_explains_waiting_jobs_and_the_teams_page_draws_charts(
     assert held.evaluate("line => line.getTotalLength()") > 100, "the line is drawn"
     stroke = held.evaluate("line => getComputedStyle(line).stroke")
     assert stroke not in ("none", ""), "the stylesheet colours the line"
+    guarantee = chart.locator("polyline.series-guarantee")
+    assert len(guarantee.get_attribute("points").split()) == 2 * 48 + 1, "a step per period"
+    assert guarantee.evaluate("line => getComputedStyle(line).fill") == "none"
     expect(page.locator(".legend")).to_contain_text("Fair share")
     page.get_by_label("Period").select_option("6")
     page.get_by_role("button", name="Show").click()

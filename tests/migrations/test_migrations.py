@@ -140,3 +140,31 @@ def test_0003_gives_existing_users_weight_1_and_refuses_a_weight_of_0(database_u
         assert connection.execute(text("SELECT name FROM users")).scalar() == "ann"
     database.dispose()
     assert "weight" not in columns
+
+
+def test_0004_records_todays_quotas_as_the_earliest_known(database_url: str) -> None:
+    store.upgrade(database_url, "0003")
+    database = store.Database(database_url)
+    with database.engine.begin() as connection:
+        connection.execute(
+            text(
+                "INSERT INTO teams (id, name, created_at, guarantee, gpu_limit, weight) "
+                """VALUES (1, 'ml', 0, '{"A100": 2}', 4, 2), (2, 'cv', 0, '{}', NULL, 1)"""
+            )
+        )
+    database.dispose()
+    store.upgrade(database_url, "0004")
+    database = store.Database(database_url)
+    with database.engine.connect() as connection:
+        rows = connection.execute(
+            text("SELECT team_id, at, gpu_limit, weight FROM quota_changes ORDER BY team_id")
+        ).all()
+        assert connection.execute(text("SELECT count(*) FROM pool_changes")).scalar() == 0
+    database.dispose()
+    assert [(r.team_id, r.gpu_limit, r.weight) for r in rows] == [(1, 4, 2), (2, None, 1)]
+    assert all(r.at > 0 for r in rows), "recorded at the upgrade"
+    store.downgrade(database_url, "0003")
+    database = store.Database(database_url)
+    tables = set(inspect(database.engine).get_table_names())
+    database.dispose()
+    assert not tables & {"quota_changes", "pool_changes"} and "teams" in tables

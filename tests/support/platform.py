@@ -41,9 +41,10 @@ def running_app(
     settings: Settings,
     executor: Executor | None = None,
     decide: Callable[[Snapshot, Clock], Decisions] = schedule,
+    clock: Clock | None = None,
 ) -> Iterator[tuple[TestClient, Platform]]:
     """The app on an opened platform; ``decide`` stands in for the scheduler when given."""
-    platform = open_platform(settings, executor=executor, decide=decide)
+    platform = open_platform(settings, executor=executor, clock=clock, decide=decide)
     with TestClient(create_app(platform)) as client:
         client.headers["Authorization"] = f"Bearer {admin_token(platform)}"
         yield client, platform
@@ -74,3 +75,16 @@ def submit(client: TestClient, command: list[str], **fields: Any) -> dict:
     response = client.post("/api/v1/jobs", json={"command": command, **fields})
     assert response.status_code == 201, response.text
     return response.json()
+
+
+class ManualClock:
+    """A clock that moves only when a test moves it."""
+
+    def __init__(self, now: float) -> None:
+        self._now = now
+
+    def now(self) -> float:
+        return self._now
+
+    def advance(self, seconds: float) -> None:
+        self._now += seconds

@@ -1,8 +1,9 @@
 """Line charts drawn as inline SVG on the server: coordinates and labels, no chart library.
 
 ``team_chart`` turns one team's series (GPUs per time bucket) into what the template draws:
-an area for the GPUs held, lines for the fair share and the demand, flat lines for the
-guarantee and the limit, and the ticks of both axes. Values only: the template escapes text.
+an area for the GPUs held, lines for the fair share and the demand, a step line for the
+guarantee (it holds from one change to the next), a flat line for today's limit, and the ticks
+of both axes. Values only: the template escapes text.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ class Chart:
     held_line: str  # polyline points
     fair_line: str
     demand_line: str
-    guarantee_y: float | None
+    guarantee_line: str  # polyline points, empty when the team was never guaranteed any GPU
     limit_y: float | None
     x_ticks: list[Tick]
     y_ticks: list[Tick]
@@ -44,15 +45,15 @@ def team_chart(
     bucket: float,
     series: Mapping[str, Sequence[float]],
     now: Mapping[str, float],
-    guarantee: float,
     limit: float | None,
 ) -> Chart:
     """The chart of one team. ``times``: the buckets' starts (epoch seconds); ``series``:
-    ``held``, ``fair`` and ``demand`` per bucket, drawn at each bucket's middle; ``now``: the
-    same three at the end of the last bucket, where each line ends."""
-    lines = {name: [*series[name], now[name]] for name in ("held", "fair", "demand")}
+    ``held``, ``fair`` and ``demand`` per bucket, drawn at each bucket's middle, and
+    ``guarantee`` per bucket, drawn across the bucket; ``now``: the same four at the end of
+    the last bucket, where each line ends. ``limit``: today's."""
+    lines = {name: [*series[name], now[name]] for name in ("held", "fair", "demand", "guarantee")}
     everything = [value for values in lines.values() for value in values]
-    top_value = _nice_top(max([*everything, guarantee, limit or 0.0, 1.0]))
+    top_value = _nice_top(max([*everything, limit or 0.0, 1.0]))
     left, top, right, bottom = LEFT, TOP, WIDTH - RIGHT, HEIGHT - BOTTOM
     start, end = (times[0], times[-1] + bucket) if times else (0.0, 1.0)
 
@@ -71,7 +72,7 @@ def team_chart(
         _points(middles, lines["held"], x, y),
         _points(middles, lines["fair"], x, y),
         _points(middles, lines["demand"], x, y),
-        y(guarantee) if guarantee > 0 else None,
+        _steps([*times, end], lines["guarantee"], x, y) if any(lines["guarantee"]) else "",
         y(limit) if limit is not None and limit <= top_value else None,
         [Tick(x(at), _clock(at, end - start)) for at in _time_ticks(start, end)],
         [Tick(y(value), f"{value:g}") for value in _value_ticks(top_value)],
@@ -81,6 +82,13 @@ def team_chart(
 
 def _points(middles: Sequence[float], values: Sequence[float], x, y) -> str:  # noqa: ANN001
     return " ".join(f"{x(at)},{y(v)}" for at, v in zip(middles, values, strict=True))
+
+
+def _steps(edges: Sequence[float], values: Sequence[float], x, y) -> str:  # noqa: ANN001
+    """Each bucket's value held from its start to its end; the last value (now) at the end."""
+    corners = [(at, v) for i, v in enumerate(values[:-1]) for at in (edges[i], edges[i + 1])]
+    corners.append((edges[-1], values[-1]))
+    return " ".join(f"{x(at)},{y(v)}" for at, v in corners)
 
 
 def _area(middles: Sequence[float], values: Sequence[float], x, y, base: float) -> str:  # noqa: ANN001

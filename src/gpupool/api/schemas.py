@@ -361,9 +361,10 @@ class QueueOut(BaseModel):
 
 class TeamSeriesOut(BaseModel):
     team: str
-    guarantee: float
+    guarantee: float = Field(description="its guarantee today, GPUs in all")
     limit: float | None
     weight: float
+    guarantees: list[float] = Field(description="its guarantee in force, per bucket")
     held: list[float] = Field(description="average GPUs held, per bucket")
     demand: list[float] = Field(description="held plus GPUs its queued jobs asked for")
     fair: list[float] = Field(description="its fair share of the pool, per bucket")

@@ -338,9 +338,13 @@ def teams_page(
         name: charts.team_chart(
             found.times,
             found.bucket_seconds,
-            {"held": s.held, "fair": s.fair, "demand": s.demand},
-            {"held": s.held_now, "fair": s.fair_now, "demand": s.demand_now},
-            s.guarantee,
+            {"held": s.held, "fair": s.fair, "demand": s.demand, "guarantee": s.guarantees},
+            {
+                "held": s.held_now,
+                "fair": s.fair_now,
+                "demand": s.demand_now,
+                "guarantee": s.guarantee,
+            },
             s.limit,
         )
         for name, s in series.items()

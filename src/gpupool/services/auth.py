@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 
 from gpupool.domain.jobs import Role
 from gpupool.errors import NotFound, Unauthenticated
-from gpupool.services import users
+from gpupool.services import quotas, users
 from gpupool.services.access import Principal
 from gpupool.services.passwords import new_secret, secret_hash, verify_password
 from gpupool.store.db import Database
@@ -33,7 +33,7 @@ def bootstrap(session: Session, now: float) -> Bootstrap | None:
     """Create the default team and the admin user with a fresh token, once per database."""
     if session.scalar(select(UserModel.id).limit(1)) is not None:
         return None
-    users.create_team(session, users.DEFAULT_TEAM, now)
+    quotas.create_team(session, users.DEFAULT_TEAM, quotas.Quota(), (), now)
     admin = users.create_user(session, ADMIN, Role.ADMIN, [users.DEFAULT_TEAM], now)
     token, _ = create_token(session, admin, "first-start", now)
     return Bootstrap(user=admin.name, token=token)

@@ -6,15 +6,19 @@ average); it **wanted** that plus the GPUs of its jobs queued then (submitted an
 or back in the queue between two attempts). Its **fair share** is the scheduler's own
 ``water_fill`` of the pool over the teams' guarantees, limits, weights and those demands.
 
-Assumptions, said on the page: the pool's size and the teams' quotas are today's (neither is
-recorded over time); a job's GPUs are what it asked for, all its tasks together.
+The quotas and the pool's size of a bucket are those in force at its start: the last of
+``quota_changes`` and ``pool_changes`` at or before it; before the first record, the earliest
+one; with none at all (a database older than the records), today's. The values *now* use
+today's. Assumption, said on the page: a job's GPUs are what it asked for, all its tasks
+together.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from sqlalchemy import or_, select
@@ -22,7 +26,13 @@ from sqlalchemy.orm import Session
 
 from gpupool.scheduler.ledger import UNLIMITED, water_fill
 from gpupool.scheduler.types import TeamQuota
-from gpupool.store.models import AttemptModel, JobModel, TeamModel
+from gpupool.store.models import (
+    AttemptModel,
+    JobModel,
+    PoolChangeModel,
+    QuotaChangeModel,
+    TeamModel,
+)
 
 MAX_BUCKETS = 500
 
@@ -49,7 +59,8 @@ class Window:
 
 @dataclass(frozen=True)
 class TeamSeries:
-    """One team's values per bucket (average GPUs over the bucket)."""
+    """One team's values per bucket (average GPUs over the bucket); ``guarantee``, ``limit``
+    and ``weight`` are today's, ``guarantees`` the guarantee in force in each bucket."""
 
     team: str
     guarantee: float
@@ -58,6 +69,7 @@ class TeamSeries:
     held: list[float]
     demand: list[float]
     fair: list[float]
+    guarantees: list[float]
     held_now: float = 0.0
     demand_now: float = 0.0
     fair_now: float = 0.0
@@ -73,8 +85,11 @@ class History:
 def team_history(
     session: Session, quotas: Sequence[TeamQuota], pool_gpus: float, window: Window
 ) -> History:
-    """Held GPUs, demand and fair share of every team in ``quotas``, bucket by bucket."""
+    """Held GPUs, demand and fair share of every team in ``quotas``, bucket by bucket.
+
+    ``quotas`` and ``pool_gpus``: today's, for the values now and where nothing is recorded."""
     names = [quota.team for quota in quotas]
+    terms = _terms_by_bucket(session, quotas, pool_gpus, window)
     held_spans = list(_held_intervals(session, window))
     queued_spans = list(_queued_intervals(session, window))
     held = _spread(held_spans, window, names)
@@ -82,12 +97,12 @@ def team_history(
     demand = {
         team: [h + q for h, q in zip(held[team], queued[team], strict=True)] for team in names
     }
-    fair = _fair_shares(quotas, pool_gpus, demand, window.buckets)
+    fair = _fair_shares(terms, demand)
     held_now = _at(held_spans, window.end, names)
     demand_now = {
         team: held_now[team] + q for team, q in _at(queued_spans, window.end, names).items()
     }
-    fair_now = _fair_shares(quotas, pool_gpus, {t: [v] for t, v in demand_now.items()}, 1)
+    fair_now = _fair_shares([Terms.of(quotas, pool_gpus)], {t: [v] for t, v in demand_now.items()})
     return History(
         window,
         pool_gpus,
@@ -100,6 +115,7 @@ def team_history(
                 _rounded(held[quota.team]),
                 _rounded(demand[quota.team]),
                 _rounded(fair[quota.team]),
+                _rounded([term.guarantees[quota.team] for term in terms]),
                 round(held_now[quota.team], 3),
                 round(demand_now[quota.team], 3),
                 round(fair_now[quota.team][0], 3),
@@ -109,7 +125,101 @@ def team_history(
     )
 
 
+@dataclass(frozen=True)
+class Terms:
+    """What fair shares are worked out from at one moment: the pool's size and the teams'
+    guarantees (in all), limits and weights."""
+
+    pool_gpus: float
+    guarantees: Mapping[str, float]
+    limits: Mapping[str, float]
+    weights: Mapping[str, float]
+
+    @classmethod
+    def of(cls, quotas: Iterable[TeamQuota], pool_gpus: float) -> Terms:
+        quotas = list(quotas)
+        return cls(
+            pool_gpus,
+            {q.team: sum(q.guarantee.values()) for q in quotas},
+            {q.team: UNLIMITED if q.limit is None else q.limit for q in quotas},
+            {q.team: q.weight if q.weight > 0 else 1.0 for q in quotas},
+        )
+
+    def shares(self, wanted: Mapping[str, float]) -> dict[str, float]:
+        if not wanted:
+            return {}
+        return water_fill(self.pool_gpus, wanted, self.guarantees, self.limits, self.weights)
+
+
 Interval = tuple[str, float, float, float]  # team, start, end (inf: not ended), GPUs
+QuotaChange = tuple[float, TeamQuota]  # in force from, quota
+PoolChange = tuple[float, float]  # in force from, GPUs
+
+
+def _terms_by_bucket(
+    session: Session, quotas: Sequence[TeamQuota], pool_gpus: float, window: Window
+) -> list[Terms]:
+    """The terms in force at each bucket's start (buckets under the same terms share them)."""
+    teams = {quota.team: quota for quota in quotas}
+    changes = _quota_changes(session, teams)
+    pools = _pool_changes(session)
+    built: dict[tuple[int, ...], Terms] = {}
+    terms = []
+    for start in window.starts():
+        key = (_index_at(pools, start), *(_index_at(changes[t], start) for t in teams))
+        if key not in built:
+            pool = pools[key[0]][1] if pools else pool_gpus
+            in_force = [
+                changes[team][index][1] if changes[team] else today
+                for (team, today), index in zip(teams.items(), key[1:], strict=True)
+            ]
+            built[key] = Terms.of(in_force, pool)
+        terms.append(built[key])
+    return terms
+
+
+def _quota_changes(
+    session: Session, teams: Mapping[str, TeamQuota]
+) -> dict[str, list[QuotaChange]]:
+    """Team -> its recorded quotas, oldest first."""
+    changes: dict[str, list[QuotaChange]] = {team: [] for team in teams}
+    rows = session.execute(
+        select(
+            TeamModel.name,
+            QuotaChangeModel.at,
+            QuotaChangeModel.guarantee,
+            QuotaChangeModel.gpu_limit,
+            QuotaChangeModel.weight,
+        )
+        .join(TeamModel, TeamModel.id == QuotaChangeModel.team_id)
+        .order_by(QuotaChangeModel.at, QuotaChangeModel.id)
+    )
+    for team, at, guarantee, limit, weight in rows:
+        if team in changes:
+            quota = TeamQuota(team, _guarantee(guarantee), limit, weight)
+            changes[team].append((at, quota))
+    return changes
+
+
+def _pool_changes(session: Session) -> list[PoolChange]:
+    rows = session.execute(
+        select(PoolChangeModel.at, PoolChangeModel.gpus).order_by(
+            PoolChangeModel.at, PoolChangeModel.id
+        )
+    )
+    return [(at, float(gpus)) for at, gpus in rows]
+
+
+def _index_at(changes: Sequence[tuple[float, object]], moment: float) -> int:
+    """The index of the last change at or before ``moment``; before the first, the first."""
+    return max(bisect.bisect_right(changes, moment, key=lambda change: change[0]) - 1, 0)
+
+
+def _guarantee(stored: object) -> dict[str, float]:
+    """A recorded guarantee; anything but a mapping of numbers counts as none."""
+    if not isinstance(stored, dict):
+        return {}
+    return {k: float(v) for k, v in stored.items() if isinstance(v, int | float)}
 
 
 def _held_intervals(session: Session, window: Window) -> Iterable[Interval]:
@@ -205,16 +315,12 @@ def _at(intervals: Iterable[Interval], moment: float, teams: Sequence[str]) -> d
     return values
 
 
-def _fair_shares(
-    quotas: Sequence[TeamQuota], pool_gpus: float, demand: dict[str, list[float]], buckets: int
-) -> dict[str, list[float]]:
-    guarantees = {q.team: sum(q.guarantee.values()) for q in quotas}
-    limits = {q.team: UNLIMITED if q.limit is None else q.limit for q in quotas}
-    weights = {q.team: q.weight if q.weight > 0 else 1.0 for q in quotas}
-    fair: dict[str, list[float]] = {q.team: [] for q in quotas}
-    for index in range(buckets):
+def _fair_shares(terms: Sequence[Terms], demand: dict[str, list[float]]) -> dict[str, list[float]]:
+    """Team -> its fair share per bucket, under the terms of each bucket."""
+    fair: dict[str, list[float]] = {team: [] for team in demand}
+    for index, term in enumerate(terms):
         wanted = {team: series[index] for team, series in demand.items() if series[index] > 0}
-        shares = water_fill(pool_gpus, wanted, guarantees, limits, weights) if wanted else {}
+        shares = term.shares(wanted)
         for team in fair:
             fair[team].append(shares.get(team, 0.0))
     return fair

@@ -12,7 +12,7 @@ from gpupool.domain.jobs import JobStatus
 from gpupool.domain.topology import gpu_domains
 from gpupool.errors import NotFound
 from gpupool.scheduler.types import GpuCapacity, NodeCapacity
-from gpupool.store.models import JobModel, NodeModel
+from gpupool.store.models import JobModel, NodeModel, PoolChangeModel
 
 ACTIVE = (JobStatus.STARTING.value, JobStatus.RUNNING.value)
 
@@ -28,9 +28,12 @@ class Holder:
 
 
 def register(session: Session, inventory: NodeInventory, now: float) -> NodeModel:
-    """Insert or refresh a node's inventory; it is schedulable at once."""
+    """Insert or refresh a node's inventory; it is schedulable at once.
+
+    Nodes join and change here only, so this is where the pool's size is recorded."""
     node = session.scalar(select(NodeModel).where(NodeModel.name == inventory.name))
     data = inventory.model_dump(mode="json")
+    before = _pool_part(node) if node is not None else 0
     if node is None:
         node = NodeModel(name=inventory.name, inventory=data, discovered_at=now, last_seen_at=now)
         node.schedulable = True
@@ -38,7 +41,30 @@ def register(session: Session, inventory: NodeInventory, now: float) -> NodeMode
     else:
         node.inventory, node.discovered_at, node.last_seen_at = data, now, now
     session.flush()
+    record_pool(session, now, changed=_pool_part(node) != before)
     return node
+
+
+def pool_gpus(session: Session) -> int:
+    """The GPUs the scheduler may place on: those of schedulable nodes."""
+    return sum(_pool_part(node) for node in list_nodes(session))
+
+
+def record_pool(session: Session, now: float, changed: bool = True) -> None:
+    """Record the pool's size from ``now`` on if it differs from the last one recorded (or
+    none is). ``changed``: False when the caller knows the size did not change (no need to
+    count every node's GPUs again)."""
+    last = session.scalar(
+        select(PoolChangeModel.gpus)
+        .order_by(PoolChangeModel.at.desc(), PoolChangeModel.id.desc())
+        .limit(1)
+    )
+    if last is not None and not changed:
+        return
+    gpus = pool_gpus(session)
+    if gpus != last:
+        session.add(PoolChangeModel(at=now, gpus=gpus))
+        session.flush()
 
 
 def list_nodes(session: Session) -> list[NodeModel]:
@@ -97,3 +123,9 @@ def holders(session: Session) -> dict[str, list[Holder]]:
                 )
             )
     return held
+
+
+def _pool_part(node: NodeModel) -> int:
+    if not node.schedulable:
+        return 0
+    return len(NodeInventory.model_validate(node.inventory).schedulable_gpus())

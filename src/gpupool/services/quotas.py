@@ -20,7 +20,7 @@ from gpupool.errors import GuaranteesExceedPool, InvalidRequest, LimitBelowGuara
 from gpupool.scheduler.types import ANY_MODEL, NodeCapacity, TeamQuota
 from gpupool.services import nodes as node_service
 from gpupool.services import users
-from gpupool.store.models import JobModel, TeamModel
+from gpupool.store.models import JobModel, QuotaChangeModel, TeamModel
 
 EPSILON = 1e-9
 
@@ -54,18 +54,18 @@ def create_team(
     quota = normalized(quota)
     check(session, name, quota, nodes)
     team = users.create_team(session, name, now)
-    _store(team, quota)
+    _store(session, team, quota, now)
     return team
 
 
 def set_quota(
-    session: Session, name: str, quota: Quota, nodes: Sequence[NodeCapacity]
+    session: Session, name: str, quota: Quota, nodes: Sequence[NodeCapacity], now: float
 ) -> TeamModel:
     """Replace a team's quota (every field: what is left out takes its default)."""
     team = users.get_team(session, name)
     quota = normalized(quota)
     check(session, name, quota, nodes)
-    _store(team, quota)
+    _store(session, team, quota, now)
     session.flush()
     return team
 
@@ -184,7 +184,17 @@ def _refuse_above(
     )
 
 
-def _store(team: TeamModel, quota: Quota) -> None:
+def _store(session: Session, team: TeamModel, quota: Quota, now: float) -> None:
+    """Set the team's quota and record it, so the teams' history knows it from ``now`` on."""
     team.guarantee = dict(quota.guarantee)
     team.gpu_limit = quota.limit
     team.weight = quota.weight
+    session.add(
+        QuotaChangeModel(
+            team_id=team.id,
+            at=now,
+            guarantee=dict(quota.guarantee),
+            gpu_limit=quota.limit,
+            weight=quota.weight,
+        )
+    )

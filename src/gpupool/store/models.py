@@ -49,6 +49,30 @@ class TeamModel(Base):
     weight: Mapped[float] = mapped_column(Float, default=1.0, server_default=text("1"))
 
 
+class QuotaChangeModel(Base):
+    """A team's quota as an admin set it (or as the team was created), from ``at`` on."""
+
+    __tablename__ = "quota_changes"
+    __table_args__ = (Index("ix_quota_changes_team_at", "team_id", "at"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    team_id: Mapped[int] = mapped_column(ForeignKey("teams.id", ondelete="CASCADE"))
+    at: Mapped[float] = mapped_column(Time)
+    guarantee: Mapped[dict[str, Any]] = mapped_column(JSON)
+    gpu_limit: Mapped[float | None] = mapped_column(Float)
+    weight: Mapped[float] = mapped_column(Float)
+
+
+class PoolChangeModel(Base):
+    """The pool's size (GPUs of schedulable nodes) from ``at`` on; recorded when it changes."""
+
+    __tablename__ = "pool_changes"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    at: Mapped[float] = mapped_column(Time, index=True)
+    gpus: Mapped[int] = mapped_column(Integer)
+
+
 class UserModel(Base):
     __tablename__ = "users"
     __table_args__ = (CheckConstraint("weight > 0", name="weight_positive"),)

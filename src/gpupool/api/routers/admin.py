@@ -82,7 +82,7 @@ def set_quota(name: str, body: QuotaIn, ctx: PlatformDep, who: PrincipalDep) -> 
     who.require_admin()
     nodes = ctx.loop.snapshots.nodes.recent(ctx.db)
     with ctx.db.session() as session:
-        team = quotas.set_quota(session, name, quota_in(body), nodes)
+        team = quotas.set_quota(session, name, quota_in(body), nodes, ctx.clock.now())
         out = team_out(team, quotas.usage(session, nodes, [team.id])[team.id])
     _quotas_changed(ctx)
     return out
