@@ -5,7 +5,8 @@ the queue holds jobs of 50 users in 10 teams with guarantees: 1, 2, 4 and 8 GPUs
 fractions. The scheduler is a pure function, so each of the timed cycles decides from the
 same snapshot. Baselines in the same run: the ``fifo`` policy on the same snapshot, the
 product policy without explanations (the simulator's setting), and that with best-fit
-packing instead of the fragmentation-aware default.
+packing instead of the fragmentation-aware default. Then the cycle after it, with its
+decisions applied (the server's next tick: few placements, the queue still long).
 
     python benchmarks/scheduler_scale.py [--cycles 20] [--profile]
 """
@@ -140,12 +141,35 @@ def line(label: str, timing: Timing, decisions: Decisions) -> tuple[float, float
     p50, p95 = percentile(wall, 50), percentile(wall, 95)
     rate = len(decisions.placements) / statistics.median(wall)
     print(
-        f"  {label:<34} p50 {p50 * 1000:7.1f} ms   p95 {p95 * 1000:7.1f} ms   "
+        f"  {label:<40} p50 {p50 * 1000:7.1f} ms   p95 {p95 * 1000:7.1f} ms   "
         f"(CPU p50 {percentile(cpu, 50) * 1000:7.1f} ms)   {len(decisions.placements):5d} "
         f"placements, {len(decisions.preemptions):4d} preemptions, {len(decisions.pending):5d} "
         f"explained   {rate:7.0f} placements/s"
     )
     return p95, rate
+
+
+def applied(snapshot: Snapshot, decisions: Decisions) -> Snapshot:
+    """The snapshot of the next cycle: the placed jobs run, the preempted ones are stopping,
+    the nominations stand (what the server's next tick sees, nothing having ended)."""
+    jobs = {job.job_id: job for job in snapshot.pending}
+    preempted = {preemption.job_id for preemption in decisions.preemptions}
+    allocations = [
+        replace(allocation, stopping=True) if allocation.job_id in preempted else allocation
+        for allocation in snapshot.allocations
+    ]
+    by_job: dict[int, list] = {}
+    for placement in decisions.placements:
+        by_job.setdefault(placement.job_id, []).append(placement)
+    for job_id, placements in by_job.items():
+        allocations.extend(jobs[job_id].started(placements, NOW))
+    pending = tuple(job for job in snapshot.pending if job.job_id not in by_job)
+    return replace(
+        snapshot,
+        allocations=tuple(allocations),
+        pending=pending,
+        nominations=dict(decisions.nominations),
+    )
 
 
 def main() -> None:
@@ -170,6 +194,9 @@ def main() -> None:
     line("baseline: the same, best-fit packing", best_fit_times, best_fit)
     times, decisions = time_cycles(product, args.cycles)
     p95, rate = line("gpupool: default policy (server)", times, decisions)
+    after = applied(product, decisions)
+    next_times, next_decisions = time_cycles(after, args.cycles)
+    line("the next cycle, these decisions applied", next_times, next_decisions)
     median = statistics.median(times[0])
     print(
         f"  ratio default / fifo: {median / statistics.median(fifo_times[0]):.2f}   "
