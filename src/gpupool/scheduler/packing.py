@@ -28,7 +28,7 @@ from gpupool.scheduler.capacity import Claim, FreeCapacity, NodeState
 from gpupool.scheduler.fit import CPU_EPSILON, Demand, Where, model_matches
 from gpupool.scheduler.types import SHARE_EPSILON, Allocation, PendingJob
 
-CANDIDATES = 16  # distinct spots scored per kind (shared GPUs, free GPUs, nodes) per task
+CANDIDATES = 16  # spots scored per kind (shared GPUs, free GPUs, nodes) per task
 SCORE_EPSILON = 1e-9
 SHAPES = 24  # the most frequent task shapes kept (the rest weigh little)
 
