@@ -12,7 +12,8 @@ fragment(before, m))``. The lowest wins; best fit breaks ties. Host memory does 
 
 The workload is read from the snapshot: the tasks running and the tasks waiting, by shape.
 The candidates are the first ``CANDIDATES`` spots of each kind in best fit's order
-(``placement.spots``), so that the work per task stays bounded on a large pool.
+(``placement.spots``; ``placement.packed_spot`` chooses among them), so that the work per
+task stays bounded on a large pool.
 """
 
 from __future__ import annotations
@@ -22,10 +23,10 @@ from bisect import bisect_right
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from itertools import accumulate, islice
+from itertools import accumulate
 
-from gpupool.scheduler.capacity import Claim, FreeCapacity, NodeState
-from gpupool.scheduler.fit import CPU_EPSILON, Demand, Where, model_matches
+from gpupool.scheduler.capacity import Claim, NodeState
+from gpupool.scheduler.fit import CPU_EPSILON, Demand, model_matches
 from gpupool.scheduler.types import SHARE_EPSILON, Allocation, PendingJob
 
 CANDIDATES = 16  # spots scored per kind (shared GPUs, free GPUs, nodes) per task
@@ -245,25 +246,3 @@ class Packer:
         if found is None or found[0] != node.version:
             found = self._states[node.rank] = (node.version, gpu_state(node))
         return found[1]
-
-
-def packed_spot(
-    packer: Packer, demand: Demand, capacity: FreeCapacity, where: Where
-) -> Claim | None:
-    """FGD's spot for a GPU demand among best fit's first candidates (``placement``)."""
-    from gpupool.scheduler import placement  # placement calls this module
-
-    if not demand.whole:
-        return packer.choose(placement.spots(demand, capacity, where, CANDIDATES), demand)
-    # whole GPUs: a node of one model scores by its state alone; its GPUs are chosen (of one
-    # connectivity domain) for the winner only
-    best: tuple[float, NodeState] | None = None
-    for node in islice(placement.whole_nodes(demand, capacity, where), CANDIDATES):
-        if placement.uniform(node, demand):
-            score = packer.whole_growth(node, demand)
-        else:
-            state, after = packer.before_after(placement.whole_claim(node, demand, where))
-            score = packer.growth(state, after, node.cpus, demand.cpus)
-        if best is None or score < best[0] - SCORE_EPSILON:
-            best = (score, node)
-    return None if best is None else placement.whole_claim(best[1], demand, where)

@@ -32,7 +32,7 @@ from gpupool.scheduler.fit import (
     least_fraction_share,
     whole_gpus_on,
 )
-from gpupool.scheduler.packing import packed_spot
+from gpupool.scheduler.packing import CANDIDATES, SCORE_EPSILON, Packer
 from gpupool.scheduler.types import GpuShare, Placement
 
 
@@ -42,6 +42,26 @@ def find_spot(demand: Demand, capacity: FreeCapacity, where: Where = ANYWHERE) -
     if capacity.packer is not None and demand.uses_gpus:
         return packed_spot(capacity.packer, demand, capacity, where)
     return next(spots(demand, capacity, where, 1), None)
+
+
+def packed_spot(
+    packer: Packer, demand: Demand, capacity: FreeCapacity, where: Where
+) -> Claim | None:
+    """The spot among best fit's first candidates where fragmentation grows least (``packing``)."""
+    if not demand.whole:
+        return packer.choose(spots(demand, capacity, where, CANDIDATES), demand)
+    # whole GPUs: a node of one model scores by its state alone; its GPUs are chosen (of one
+    # connectivity domain) for the winner only
+    best: tuple[float, NodeState] | None = None
+    for node in islice(whole_nodes(demand, capacity, where), CANDIDATES):
+        if uniform(node, demand):
+            score = packer.whole_growth(node, demand)
+        else:
+            state, after = packer.before_after(whole_claim(node, demand, where))
+            score = packer.growth(state, after, node.cpus, demand.cpus)
+        if best is None or score < best[0] - SCORE_EPSILON:
+            best = (score, node)
+    return None if best is None else whole_claim(best[1], demand, where)
 
 
 def spots(demand: Demand, capacity: FreeCapacity, where: Where, limit: int) -> Iterator[Claim]:

@@ -44,16 +44,9 @@ NAMED: dict[str, Policy] = {
     ),
     "srtf-oracle": Policy(order="srtf", backfill=False),
     "las": replace(DEFAULT_POLICY, las_thresholds=tuple(3600.0 * 2.0**k for k in range(-4, 12))),
-    "best-fit": Policy(
-        order="fifo",
-        fair_share=False,
-        reclaim=False,
-        las_preemption=False,
-        backfill=False,
-        skip_blocked=True,
-        packing="best-fit",
-    ),
 }
+# fifo's one queue in which a job that does not fit holds back no other, placed by best fit
+NAMED["best-fit"] = replace(NAMED["fifo"], skip_blocked=True, packing="best-fit")
 # best-fit's order with the product's placement: the two differ in the placement alone
 NAMED["fgd"] = replace(NAMED["best-fit"], packing="fgd")
 
