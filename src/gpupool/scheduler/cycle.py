@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 import gc
+from collections import Counter
 from dataclasses import replace
 
 from gpupool.domain.jobs import Reason
@@ -33,6 +34,7 @@ from gpupool.scheduler.capacity import (
 )
 from gpupool.scheduler.fit import Demand, DemandCache, Where, model_matches
 from gpupool.scheduler.ledger import EPSILON, Ledger
+from gpupool.scheduler.memo import Group, NoRoom, NoVictims, groups_of
 from gpupool.scheduler.ordering import QueuedJob, Queues
 from gpupool.scheduler.packing import Packer
 from gpupool.scheduler.placement import find_spot, place_tasks, unplace
@@ -81,6 +83,9 @@ class Cycle:
             snapshot.quotas, snapshot.allocations, snapshot.pending, pool_gpus, memories
         )
         self.free_gpus = sum(gpu.free_share for node in self.capacity.nodes for gpu in node.gpus)
+        self.demands = DemandCache()
+        # a team none of whose jobs left can start sleeps (``_rest``): not with one queue
+        self.sleepy = policy.skip_blocked and policy.order != "fifo"
         self.queues = Queues(
             snapshot.pending,
             self.ledger,
@@ -107,9 +112,11 @@ class Cycle:
         self.decisions = Decisions()
         self.blocked: dict[int, Blocked] = {}
         self.unplaced: list[QueuedJob] = []
-        self.demands = DemandCache()
         self.failed: set[tuple] = set()  # placements that did not fit (capacity only shrinks)
+        self.no_room = NoRoom()
         self.no_victims = NoVictims()
+        self.sleeping: set[str] = set()  # teams none of whose jobs left can start (``_rest``)
+        self.groups: dict[str, list[Group]] = {}  # a team's jobs left when it first failed
         self.reserved_teams: set[str] = set()
         self.deferred: list[QueuedJob] = []  # borrowers waiting for guaranteed teams' turns
         # nominations: the standing ones (kept in Decisions); the claims holding their free
@@ -117,6 +124,9 @@ class Cycle:
         self.nominations: dict[int, Nomination] = {}
         self.holds: dict[int, list[Claim]] = {}
         self.stopping_for: dict[int, list] = {}
+        # the jobs with a standing nomination not yet tried, and how many each team has
+        self.nominated: dict[int, str] = {}
+        self.nominees: Counter[str] = Counter()
         self._hold_nominated()
 
     def run(self) -> Decisions:
@@ -129,7 +139,8 @@ class Cycle:
             self.consider(queued, last_try=True)
         self.decisions.nominations = self.nominations
         if self.policy.explain:
-            self.unplaced.extend(self.queues.rest())
+            for queued in self.queues.rest():
+                self._left(queued)
             placed = [
                 Allocation(p.job_id, p.node, p.gpus, p.cpus, p.memory_bytes)
                 for p in self.decisions.placements
@@ -148,7 +159,7 @@ class Cycle:
         snapshot, capacity = self.snapshot, self.capacity
         if not snapshot.nominations:
             return
-        pending = {job.job_id for job in snapshot.pending}
+        pending = {job.job_id: job for job in snapshot.pending}
         busy: set[tuple[str, str]] = set()  # GPUs held by work that is not stopping
         stopping: dict[tuple[str, str], set[int]] = {}
         held = held_by_node(snapshot.allocations)  # the nominated nodes' allocations only
@@ -196,6 +207,8 @@ class Cycle:
             for claim in claims:
                 capacity.take(claim, 0.0, 0)
             self.nominations[job_id] = nomination
+            self.nominated[job_id] = pending[job_id].team
+            self.nominees[pending[job_id].team] += 1
             self.holds[job_id] = claims
             if waiting:
                 running = self.preemptor.running
@@ -211,7 +224,7 @@ class Cycle:
     def _drop_nomination(self, job_id: int) -> None:
         """The job cannot use its nomination: its GPUs are free for all from now on."""
         if self._unhold(job_id):
-            self.failed.clear()  # capacity grew: what did not fit before may fit now
+            self._capacity_grew()
         self.nominations.pop(job_id, None)
         self.stopping_for.pop(job_id, None)
 
@@ -285,12 +298,16 @@ class Cycle:
             return False
         return not self.preemptor.any or len(self.preemptor.taken) >= len(self.preemptor.running)
 
-    def consider(self, queued: QueuedJob, last_try: bool = False) -> None:
+    def consider(self, queued: QueuedJob, last_try: bool = False, again: bool = False) -> None:
+        """Try one job; ``again``: a deferred job tried again (``_rest``), ``last_try``: for
+        the last time, after every turn."""
         job = queued.job
         ledger = self.ledger
         gpus = ledger.gpus(job)
-        if not last_try:
+        if not last_try and not again:
             ledger.tried(job.team, gpus)
+            if job.job_id in self.nominated:
+                self.nominees[self.nominated.pop(job.job_id)] -= 1
         nominated = job.job_id in self.nominations
         if not ledger.fits_limit(job.team, gpus):
             self._drop_nomination(job.job_id)
@@ -320,7 +337,7 @@ class Cycle:
                 if kept:
                     unplace(placements, demand, self.capacity)
                     self._drop_nomination(job.job_id)
-                    self.failed.clear()
+                    self._capacity_grew()
                     if last_try:
                         self._block(queued, Blocked(Reason.FAIR_SHARE, teams=kept))
                     else:
@@ -338,6 +355,7 @@ class Cycle:
                 return
             if not nominated:
                 self.failed.add(key)
+                self.no_room.add(job, demand)
         if nominated:
             waiting = self.stopping_for.get(job.job_id)
             if waiting is not None:
@@ -350,13 +368,14 @@ class Cycle:
             # all its GPUs are free, and still it does not fit: the nomination is of no use
             self.nominations.pop(job.job_id, None)
             if holding:
-                self.failed.clear()
+                self._capacity_grew()
         if self._preempt(queued, demand, where, gpus):
             return
         if guarded:
             reservation = self._reservation_in_the_way(job, demand)
             if reservation is not None:
                 self._block(queued, Blocked(Reason.RESERVED, reservation=reservation))
+                self._rest(queued)
                 return
         blocked = Blocked(None)
         if reservations is not None and job.team not in self.reserved_teams:
@@ -366,6 +385,72 @@ class Cycle:
             )
         self._block(queued, blocked)
         self._hold_back_the_queue(queued)
+        self._rest(queued)
+
+    def _capacity_grew(self) -> None:
+        """What did not fit before may fit now: forget it, and wake the sleeping teams."""
+        self.failed.clear()
+        self.no_room.clear()
+        self.sleeping.clear()
+        self.queues.wake()
+        self.ledger.awake()
+
+    def _rest(self, queued: QueuedJob) -> None:
+        """A job found neither room nor victims: when no job of its team left could find
+        either (a job asking no less than one that found no room, or no victims at no
+        better a rank, finds none: see ``NoRoom``, ``NoVictims``), the team sleeps for the
+        rest of the cycle, unless capacity grows. Each such job would only be blocked, with
+        nothing else to do: none of them holds a nomination, and the team has reserved. Its jobs
+        left then claim no free GPUs kept for guarantees (``Ledger.asleep``), and the jobs held
+        back for them try again at once. The cycle does no work for them but to explain them
+        (``_left``), which long queues need."""
+        job = queued.job
+        team = job.team
+        if not self.sleepy or team in self.sleeping:
+            return
+        if self.nominees[team]:
+            return  # a nominated job takes its nomination back, or gives it up
+        if self.reservations is not None and team not in self.reserved_teams:
+            return
+        rank = self.preemptor.rank(job, queued.level)  # the team's jobs left rank no better
+        victims = self.preemptor.any
+        groups = self.groups.get(team)
+        if groups is None:  # what covers the jobs left then covers those left later
+            groups = self.groups[team] = groups_of(self.queues.left(team), self.demands)
+        for group in groups:
+            if not self.no_room.covers_group(group):
+                return
+            if victims and not self.no_victims.covers_group(team, group, rank):
+                return
+        self.sleeping.add(team)
+        self.queues.sleep(team)
+        self.ledger.asleep(team)
+        # the free GPUs it kept for its guarantee are free for borrowers now: those held back
+        # for it (and others) try again before anyone else takes them
+        deferred, self.deferred = self.deferred, []
+        for waiting in deferred:
+            self.consider(waiting, again=True)
+
+    def _left(self, queued: QueuedJob) -> None:
+        """A job not tried in the cycle, to explain: nothing more could start, or its team
+        slept. What trying it would have said first is said here: its team's limit, no
+        guarantee for non-preemptible work, or a reservation in its way."""
+        job = queued.job
+        if job.team not in self.sleeping:
+            self.unplaced.append(queued)
+            return
+        ledger = self.ledger
+        gpus = ledger.gpus(job)
+        if not ledger.fits_limit(job.team, gpus):
+            self._block(queued, Blocked(Reason.OVER_QUOTA))
+        elif not job.preemptible and not ledger.unpreemptible_fits(job.team, gpus):
+            self._block(queued, Blocked(Reason.NOT_GUARANTEED))
+        elif self.reservations is not None and self.reservations.by_node:
+            reservation = self._reservation_in_the_way(job, self.demands.of(job.request))
+            code = Reason.RESERVED if reservation is not None else None
+            self._block(queued, Blocked(code, reservation=reservation))
+        else:
+            self._block(queued, Blocked(None))
 
     def _hold_back_the_queue(self, queued: QueuedJob) -> None:
         """Strict queues: the jobs behind a blocked head wait behind it."""
@@ -431,34 +516,6 @@ class Cycle:
     def _block(self, queued: QueuedJob, blocked: Blocked) -> None:
         self.blocked[queued.job.job_id] = blocked
         self.unplaced.append(queued)
-
-
-class NoVictims:
-    """The searches for victims that found none in this cycle, so that a job asking no
-    less of the same team's victims does not search again: the same team, GPU types and
-    tasks, a rank no better (``Eligibility.rank``: fewer of its own team's jobs are below
-    it) and no less of any resource (more GPUs also make reclaiming harder). Like the
-    cycle's memo of what did not fit, it holds for the cycle: victims are only taken."""
-
-    def __init__(self) -> None:
-        self._failed: dict[tuple, list[tuple]] = {}
-
-    @staticmethod
-    def _of(job, rank: tuple, demand: Demand) -> tuple[tuple, tuple]:  # noqa: ANN001
-        kind = 2 if demand.whole else 1 if demand.fractional else 0
-        sizes = (demand.gpus, demand.gpu_memory or 0, demand.cpus, demand.memory)
-        return (job.team, job.gpu_types, job.tasks, kind), (rank, sizes)
-
-    def add(self, job, rank: tuple, demand: Demand) -> None:  # noqa: ANN001
-        key, entry = self._of(job, rank, demand)
-        self._failed.setdefault(key, []).append(entry)
-
-    def covers(self, job, rank: tuple, demand: Demand) -> bool:  # noqa: ANN001
-        key, (rank, sizes) = self._of(job, rank, demand)
-        return any(
-            rank >= failed_rank and all(a >= b for a, b in zip(sizes, failed, strict=True))
-            for failed_rank, failed in self._failed.get(key, ())
-        )
 
 
 def _ranges(indices: tuple[int, ...]) -> str:

@@ -99,6 +99,7 @@ class Ledger:
         self.untried: dict[str, float] = {
             team: gpus for team, gpus in wanted.items() if self.guarantee(team) > 0
         }
+        self._asleep: dict[str, float] = {}
 
     # -- quotas ---------------------------------------------------------------------------
 
@@ -182,6 +183,17 @@ class Ledger:
                 del self.untried[team]
             else:
                 self.untried[team] = left
+
+    def asleep(self, team: str) -> None:
+        """None of the team's jobs left can start in this cycle: they claim no free GPUs
+        (until ``awake``)."""
+        gpus = self.untried.pop(team, None)
+        if gpus is not None:
+            self._asleep[team] = gpus
+
+    def awake(self) -> None:
+        self.untried.update(self._asleep)
+        self._asleep.clear()
 
     def order_key(self, team: str) -> tuple[int, float]:
         """Teams under their guarantee first (least served first), then by the GPUs held

@@ -75,10 +75,11 @@ class UserQueue:
 class TeamQueue:
     """One team's users, in fair-share turns."""
 
-    __slots__ = ("_out", "heap", "served", "team", "usage")
+    __slots__ = ("_out", "heap", "served", "team", "usage", "users")
 
     def __init__(self, team: str, users: list[UserQueue], usage: Mapping[str, float]):
         self.team = team
+        self.users = users
         self.usage = {queue.user: usage.get(queue.user, 0.0) for queue in users}
         self.served = 0
         self.heap: list[tuple] = []
@@ -126,6 +127,8 @@ class Queues:
     """The pending jobs in turn: ``next()`` gives a job, then ``done(job)`` hands the turn on.
 
     ``drop_team`` ends a team's turns for this cycle (strict queues whose head is blocked).
+    ``sleep`` takes a team out of the turns until ``wake``: the cycle knows none of its jobs
+    left can start; ``left`` lists a team's jobs not handed out yet.
     """
 
     def __init__(
@@ -161,6 +164,7 @@ class Queues:
         for team in self.teams:
             self._push(team)
         self.dropped: set[str] = set()
+        self.asleep: set[str] = set()
         self._current: TeamQueue | None = None
 
     def _job_key(self, job: PendingJob, now: float, remaining: Mapping[int, float]) -> tuple:
@@ -189,6 +193,8 @@ class Queues:
             _, team, version = heapq.heappop(self.heap)
             if version != self.version[team] or team in self.dropped:
                 continue
+            if team in self.asleep:
+                continue  # ``wake`` puts it back in turn
             queue = self.teams[team]
             job = queue.pop()
             if job is None:
@@ -200,6 +206,22 @@ class Queues:
             if queue:
                 self.version[team] += 1
                 self._push(team)
+
+    def sleep(self, team: str) -> None:
+        self.asleep.add(team)
+
+    def left(self, team: str) -> Iterator[PendingJob]:
+        queue = self.teams.get(team)
+        if queue is not None:
+            for user in queue.users:
+                for _, job in user.jobs[user.next :]:
+                    yield job
+
+    def wake(self) -> None:
+        """Every sleeping team takes its turns again."""
+        asleep, self.asleep = self.asleep, set()
+        for team in sorted(asleep):
+            self.rekey(team)
 
     def charge_user(self, job: PendingJob) -> None:
         """A placed job's user counts as having used ``placement_charge`` more per GPU."""
@@ -221,7 +243,7 @@ class Queues:
     def rest(self) -> list[QueuedJob]:
         """Every job not yet tried (when nothing more can start), in turn order."""
         rest: list[QueuedJob] = []
-        for team in list(self.teams):
+        for team in sorted(self.teams):  # in one order whatever the snapshot's
             if team not in self.dropped:
                 rest.extend(self.drop_team(team))
         return rest

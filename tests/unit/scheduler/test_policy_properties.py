@@ -13,6 +13,7 @@ from bisect import bisect_right
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import replace
+from unittest.mock import patch
 
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -22,6 +23,7 @@ from gpupool.domain.jobs import Reason, ResourceRequest
 from gpupool.domain.units import GiB
 from gpupool.scheduler import infeasible_reason, schedule
 from gpupool.scheduler.ledger import Ledger, job_gpus
+from gpupool.scheduler.ordering import Queues
 from gpupool.scheduler.types import (
     DEFAULT_POLICY,
     Allocation,
@@ -467,6 +469,42 @@ def without_end_ties(snapshot: Snapshot) -> Snapshot:
         for i, job in enumerate(snapshot.pending, start=1)
     )
     return replace(snapshot, allocations=allocations, pending=pending)
+
+
+@st.composite
+def long_queues(draw) -> Snapshot:
+    """Snapshots with more pending jobs than GPUs, so that teams run out of jobs that can
+    start, under the product policy and the simulator's (no explanations) ones."""
+    nodes = draw(pools(max_nodes=3))
+    pool_gpus = sum(len(node.gpus) for node in nodes)
+    policies = [*POLICIES, named("default"), named("las"), named("srtf-oracle")]
+    return Snapshot(
+        nodes,
+        draw(running_work(nodes)),
+        draw(pending_jobs(draw(st.integers(8, 30)))),
+        draw(team_quotas(pool_gpus)),
+        policy=draw(st.sampled_from(policies)),
+    )
+
+
+@SETTINGS
+@given(long_queues())
+def test_a_sleeping_team_had_no_job_that_could_start(snapshot: Snapshot):
+    # a team sleeps once none of its jobs left can start (``Cycle._rest``); trying them all
+    # anyway decides the same and says the same of each job, but for the checks of the
+    # team's limit and of non-preemptible work: a sleeping team's jobs meet them against the
+    # ledger at the end of the cycle (what the user then sees), not at a turn they never had
+    decided = schedule(snapshot, Clock())
+    with patch.object(Queues, "sleep", lambda self, team: None):
+        tried_all = schedule(snapshot, Clock())
+    assert decided.placements == tried_all.placements
+    assert decided.preemptions == tried_all.preemptions
+    assert decided.nominations == tried_all.nominations
+    assert decided.pending.keys() == tried_all.pending.keys()
+    ledger_checks = {Reason.OVER_QUOTA, Reason.NOT_GUARANTEED}
+    for job_id, reason in decided.pending.items():
+        codes = {reason.code, tried_all.pending[job_id].code}
+        assert len(codes) == 1 or codes & ledger_checks, (job_id, codes)
 
 
 @SETTINGS
