@@ -11,8 +11,10 @@ Capacity only ever shrinks within a cycle: ``take`` subtracts a placement at onc
 
 from __future__ import annotations
 
+import threading
 from bisect import bisect_left, insort
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -103,14 +105,15 @@ class FreeCapacity:
     """The free capacity of the given nodes (all of them: filter unschedulable ones first)."""
 
     def __init__(self, nodes: Sequence[NodeCapacity], allocations: Iterable[Allocation] = ()):
-        ordered = sorted(nodes, key=lambda node: node.name)
+        self.sources = ordered = sorted(nodes, key=lambda node: node.name)
         # in one order whatever the snapshot's: float sums of shares then come out the same
         held = held_by_node(allocations)
         last = {node.name: rank for rank, node in enumerate(ordered)}  # a name's last node
-        self.nodes = [
-            _node_state(node, rank, held.get(node.name, ()) if last[node.name] == rank else ())
-            for rank, node in enumerate(ordered)
+        self.holds = [last[node.name] == rank for rank, node in enumerate(ordered)]
+        self.held = [
+            held.get(node.name, ()) if self.holds[rank] else () for rank, node in enumerate(ordered)
         ]
+        self.nodes = [_node_state(node, rank, self.held[rank]) for rank, node in enumerate(ordered)]
         self.by_name = {node.name: node for node in self.nodes}
         self.max_gpus = max((len(node.gpus) for node in self.nodes), default=0)
         self.max_gpu_memory = max(
@@ -124,6 +127,71 @@ class FreeCapacity:
             gpu.key() for node in self.nodes for gpu in node.gpus if gpu.is_shared
         )
         self.packer: Packer | None = None  # fragmentation-aware placement; None: best fit
+        self._saved: dict[int, tuple] | None = None  # by rank: nodes as before ``take``s
+
+    # -- kept from one cycle to the next (``leased_capacity``) -----------------------------
+
+    def journal(self) -> None:
+        """From now on, remember each node as it was before it first changes."""
+        self._saved = {}
+
+    def _touch(self, node: NodeState) -> None:
+        saved = self._saved
+        if saved is not None and node.rank not in saved:
+            saved[node.rank] = (
+                node.cpus,
+                node.memory_bytes,
+                node.version,
+                [(gpu.used_share, gpu.used_memory, gpu.whole, gpu.free) for gpu in node.gpus],
+            )
+
+    def rollback(self) -> None:
+        """Put every node changed since ``journal`` back as it was (and forget the packer)."""
+        saved, self._saved = self._saved or {}, None
+        self.packer = None
+        for rank, (cpus, memory_bytes, version, gpus) in saved.items():
+            node = self.nodes[rank]
+            self._unindex_node(node)
+            node.cpus, node.memory_bytes, node.version = cpus, memory_bytes, version
+            for gpu, (used_share, used_memory, whole, free) in zip(node.gpus, gpus, strict=True):
+                gpu.used_share, gpu.used_memory, gpu.whole, gpu.free = (
+                    used_share,
+                    used_memory,
+                    whole,
+                    free,
+                )
+            self._index_node(node)
+
+    def update(self, allocations: Iterable[Allocation]) -> None:
+        """Become the free capacity with ``allocations`` held: the nodes whose allocations
+        changed are worked out again, the others kept."""
+        held = held_by_node(allocations)
+        for rank, source in enumerate(self.sources):
+            now = held.get(source.name, ()) if self.holds[rank] else ()
+            if _same(self.held[rank], now):
+                continue
+            old = self.nodes[rank]
+            self._unindex_node(old)
+            node = _node_state(source, rank, now)
+            self.nodes[rank] = node
+            self.held[rank] = now
+            if self.by_name.get(node.name) is old:
+                self.by_name[node.name] = node
+            self._index_node(node)
+
+    def _unindex_node(self, node: NodeState) -> None:
+        bucket = self.buckets[node.free_count]
+        del bucket[bisect_left(bucket, node.rank)]
+        for gpu in node.gpus:
+            if gpu.is_shared:
+                self._unindex(gpu)
+
+    def _index_node(self, node: NodeState) -> None:
+        node.free_count = node.count_free()
+        insort(self.buckets[node.free_count], node.rank)
+        for gpu in node.gpus:
+            if gpu.is_shared:
+                insort(self.shared, gpu.key())
 
     def gpu_at(self, key: GpuKey) -> GpuState:
         return self.nodes[key[2]].gpus[key[3]]
@@ -140,6 +208,11 @@ class FreeCapacity:
         for key in self.shared[start:]:
             yield self.gpu_at(key)
 
+    def free_share(self) -> float:
+        """The GPUs free, shares of partly used ones included."""
+        whole = sum(len(self.buckets[count]) * count for count in range(1, self.max_gpus + 1))
+        return whole + sum(self.gpu_at(key).free_share for key in self.shared)
+
     def largest_free_block(self) -> int:
         for count in range(self.max_gpus, 0, -1):
             if self.buckets[count]:
@@ -149,6 +222,7 @@ class FreeCapacity:
     def take(self, claim: Claim, cpus: float, memory_bytes: int) -> None:
         """Subtract a placement from the free capacity and keep the indexes in step."""
         node = claim.node
+        self._touch(node)
         node.cpus -= cpus
         node.memory_bytes -= memory_bytes
         node.version += 1
@@ -167,6 +241,7 @@ class FreeCapacity:
     def give_back(self, claim: Claim, cpus: float, memory_bytes: int) -> None:
         """Undo ``take`` (a gang whose later tasks found no room starts none of its tasks)."""
         node = claim.node
+        self._touch(node)
         node.cpus += cpus
         node.memory_bytes += memory_bytes
         node.version += 1
@@ -277,3 +352,36 @@ def build_capacity(
 ) -> FreeCapacity:
     """Phase 1 of a cycle: the free capacity of the schedulable nodes."""
     return FreeCapacity([node for node in nodes if node.schedulable], allocations)
+
+
+# The free capacity of the last pool, kept for the next cycle over the same nodes: it is
+# brought up to date (``update``: only nodes whose allocations changed) instead of built
+# anew, and put back as it was after each cycle (``rollback``). One cycle at a time uses it;
+# another, meanwhile (the forecast beside the control loop), builds its own.
+_LEASE = threading.Lock()
+_kept: tuple[Sequence[NodeCapacity], FreeCapacity] | None = None
+
+
+@contextmanager
+def leased_capacity(
+    nodes: Sequence[NodeCapacity], allocations: Iterable[Allocation]
+) -> Iterator[FreeCapacity]:
+    """The free capacity for one cycle, which may change it as it likes (see ``_kept``)."""
+    global _kept
+    if not _LEASE.acquire(blocking=False):
+        yield build_capacity(nodes, allocations)
+        return
+    try:
+        kept = _kept
+        _kept = None  # until put back whole: a failure below leaves nothing half changed
+        if kept is not None and (kept[0] is nodes or kept[0] == nodes):
+            capacity = kept[1]
+            capacity.update(allocations)
+        else:
+            capacity = build_capacity(nodes, allocations)
+        capacity.journal()
+        yield capacity
+        capacity.rollback()
+        _kept = (nodes, capacity)
+    finally:
+        _LEASE.release()

@@ -31,6 +31,7 @@ from gpupool.scheduler.capacity import (
     GpuState,
     build_capacity,
     held_by_node,
+    leased_capacity,
 )
 from gpupool.scheduler.fit import Demand, DemandCache, Where, model_matches
 from gpupool.scheduler.ledger import EPSILON, Ledger
@@ -59,7 +60,8 @@ def schedule(snapshot: Snapshot, clock: Clock) -> Decisions:
     paused = gc.isenabled()
     gc.disable()
     try:
-        return Cycle(snapshot, clock.now()).run()
+        with leased_capacity(snapshot.nodes, snapshot.allocations) as capacity:
+            return Cycle(snapshot, clock.now(), capacity).run()
     finally:
         if paused:
             gc.enable()
@@ -68,11 +70,15 @@ def schedule(snapshot: Snapshot, clock: Clock) -> Decisions:
 class Cycle:
     """The state of one cycle (everything here lives for one call of ``schedule``)."""
 
-    def __init__(self, snapshot: Snapshot, now: float) -> None:
+    def __init__(
+        self, snapshot: Snapshot, now: float, capacity: FreeCapacity | None = None
+    ) -> None:
         self.snapshot = snapshot
         self.now = now
         self.policy = policy = snapshot.policy
-        self.capacity: FreeCapacity = build_capacity(snapshot.nodes, snapshot.allocations)
+        if capacity is None:
+            capacity = build_capacity(snapshot.nodes, snapshot.allocations)
+        self.capacity = capacity
         if policy.packing == "fgd":
             self.capacity.packer = Packer(
                 allocations=snapshot.allocations, pending=snapshot.pending
@@ -82,7 +88,7 @@ class Cycle:
         self.ledger = Ledger(
             snapshot.quotas, snapshot.allocations, snapshot.pending, pool_gpus, memories
         )
-        self.free_gpus = sum(gpu.free_share for node in self.capacity.nodes for gpu in node.gpus)
+        self.free_gpus = self.capacity.free_share()
         self.demands = DemandCache()
         # a team none of whose jobs left can start sleeps (``_rest``): not with one queue
         self.sleepy = policy.skip_blocked and policy.order != "fifo"

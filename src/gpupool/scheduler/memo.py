@@ -105,23 +105,42 @@ class Group:
     least: tuple
     runtime: float
 
-    def include(self, job: PendingJob, demand: Demand) -> None:
-        self.least = tuple(map(min, self.least, sizes_of(demand)))
-        self.runtime = min(self.runtime, runtime_of(job))
-
 
 def groups_of(jobs: Iterable[PendingJob], demands: DemandCache) -> list[Group]:
     """The groups of these jobs (one team's), each as the least of its jobs."""
+    shapes = {id(shape): shape for shape in (shape_of(job, demands) for job in jobs)}
     groups: dict[tuple, Group] = {}
-    for job in jobs:
-        demand = demands.of(job.request)
-        key = group_key(job, demand)
+    for key, sizes, runtime in shapes.values():
         found = groups.get(key)
         if found is None:
-            groups[key] = Group(key, sizes_of(demand), runtime_of(job))
+            groups[key] = Group(key, sizes, runtime)
         else:
-            found.include(job, demand)
+            found.least = tuple(map(min, found.least, sizes))
+            found.runtime = min(found.runtime, runtime)
     return list(groups.values())
+
+
+# A pending job (frozen) waits through many cycles, and most share a few shapes: its shape
+# is worked out once, kept by identity (an entry holds the job, so that its id is not
+# reused while the entry lives), and equal shapes are one object.
+_SHAPES: dict[int, tuple[PendingJob, tuple]] = {}
+_ONE: dict[tuple, tuple] = {}
+_CACHED_MAX = 65536
+
+
+def shape_of(job: PendingJob, demands: DemandCache) -> tuple:
+    """(group key, sizes, runtime) of a job, one object per distinct shape."""
+    found = _SHAPES.get(id(job))
+    if found is not None and found[0] is job:
+        return found[1]
+    demand = demands.of(job.request)
+    shape = (group_key(job, demand), sizes_of(demand), runtime_of(job))
+    if len(_SHAPES) >= _CACHED_MAX:
+        _SHAPES.clear()
+        _ONE.clear()
+    shape = _ONE.setdefault(shape, shape)
+    _SHAPES[id(job)] = (job, shape)
+    return shape
 
 
 def kind_of(demand: Demand) -> int:
