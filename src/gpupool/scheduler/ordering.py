@@ -44,12 +44,35 @@ def level_of(attained: float, policy: Policy) -> int:
 
 
 def pending_level(job: PendingJob, now: float, policy: Policy) -> int:
+    """A pending job's level: that of its attained service, or 0 once it has waited
+    ``starvation_factor`` times that service (and ``starvation_min_wait``)."""
+    key, queued, threshold = las_key(job, policy)
+    return 0 if key[1] and now - queued >= threshold else key[1]
+
+
+# a pending job (frozen) waits through many cycles: its least-attained-service key is
+# worked out once per policy, kept by identity (an entry holds the job, so that its id is
+# not reused while the entry lives)
+_KEYS: dict[int, tuple[PendingJob, Policy, tuple[tuple, float, float]]] = {}
+_CACHED_MAX = 65536
+
+
+def las_key(job: PendingJob, policy: Policy) -> tuple[tuple, float, float]:
+    """The job's key before starvation (-priority, level, queued, id), when it (re)entered
+    the queue, and how long it then waits to starve (inf: never)."""
+    found = _KEYS.get(id(job))
+    if found is not None and found[0] is job and (found[1] is policy or found[1] == policy):
+        return found[2]
+    queued = job.queued_at if job.queued_at is not None else job.submitted_at
     level = level_of(job.attained, policy)
+    threshold = float("inf")
     if level and policy.starvation_factor > 0:
-        waited = now - (job.queued_at if job.queued_at is not None else job.submitted_at)
-        if waited >= max(policy.starvation_min_wait, policy.starvation_factor * job.attained):
-            return 0
-    return level
+        threshold = max(policy.starvation_min_wait, policy.starvation_factor * job.attained)
+    if len(_KEYS) >= _CACHED_MAX:
+        _KEYS.clear()
+    entry = ((-job.priority, level, queued, job.job_id), queued, threshold)
+    _KEYS[id(job)] = (job, policy, entry)
+    return entry
 
 
 def running_attained(allocation: Allocation, now: float) -> float:
@@ -168,15 +191,17 @@ class Queues:
         self._current: TeamQueue | None = None
 
     def _job_key(self, job: PendingJob, now: float, remaining: Mapping[int, float]) -> tuple:
-        queued = job.queued_at if job.queued_at is not None else job.submitted_at
         if self.policy.order == "fifo":
             return (0, 0, job.submitted_at, job.job_id)
         if self.policy.order == "srtf":
+            queued = job.queued_at if job.queued_at is not None else job.submitted_at
             return (-job.priority, remaining.get(job.job_id, 0.0), queued, job.job_id)
-        level = pending_level(job, now, self.policy)
-        if level:
-            self.levels[job.job_id] = level
-        return (-job.priority, level, queued, job.job_id)
+        key, queued, threshold = las_key(job, self.policy)
+        if key[1] and now - queued >= threshold:
+            return (key[0], 0, *key[2:])  # waited long enough: back to level 0
+        if key[1]:
+            self.levels[job.job_id] = key[1]
+        return key
 
     def _push(self, team: str) -> None:
         key = (0, 0.0) if team == FIFO_TEAM else self.ledger.order_key(team)

@@ -64,16 +64,37 @@ def workload_of(
 ) -> tuple[TaskShape, ...]:
     """The GPU task shapes of the running and waiting tasks, with their frequencies."""
     counts: Counter[tuple[float, tuple[str, ...], float]] = Counter()
-    for allocation in allocations:
-        parts = allocation.gpus
+    for item in (*allocations, *pending):
+        found = _TASKS.get(id(item))
+        if found is None or found[0] is not item:
+            found = _task_of(item)
+        if found[1] is not None:
+            counts[found[1]] += found[2]
+    return shapes_of(counts)
+
+
+# running and waiting tasks (frozen) last many cycles: each one's shape is worked out once,
+# kept by identity (an entry holds its object, so that no id is reused while it lives)
+_TASKS: dict[int, tuple[object, tuple | None, int]] = {}
+
+
+def _task_of(item: Allocation | PendingJob) -> tuple[object, tuple | None, int]:
+    key: tuple | None = None
+    count = 1
+    if isinstance(item, Allocation):
+        parts = item.gpus
         if parts:
             gpus = parts[0].share if len(parts) == 1 else float(len(parts))
-            counts[(round(gpus, 6), allocation.gpu_types, round(allocation.cpus, 3))] += 1
-    for job in pending:
-        gpus = job.request.gpus
+            key = (round(gpus, 6), item.gpu_types, round(item.cpus, 3))
+    else:
+        gpus = item.request.gpus
+        count = item.tasks
         if gpus:
-            counts[(round(gpus, 6), job.gpu_types, round(job.request.cpus, 3))] += job.tasks
-    return shapes_of(counts)
+            key = (round(gpus, 6), item.gpu_types, round(item.request.cpus, 3))
+    if len(_TASKS) >= _CACHED_MAX:
+        _TASKS.clear()
+    found = _TASKS[id(item)] = (item, key, count)
+    return found
 
 
 def node_fragment(free: Sequence[float], models: Sequence[str], shape: TaskShape) -> float:
