@@ -310,7 +310,8 @@ def held_by_node(allocations: Iterable[Allocation]) -> dict[str, tuple[Allocatio
 
 
 def _same(one: tuple, other: tuple) -> bool:
-    return len(one) == len(other) and all(a is b for a, b in zip(one, other, strict=True))
+    """The same allocations: the same objects, or equal ones (a server reads them anew)."""
+    return len(one) == len(other) and all(a is b or a == b for a, b in zip(one, other, strict=True))
 
 
 def _node_state(node: NodeCapacity, rank: int, held: tuple[Allocation, ...] = ()) -> NodeState:

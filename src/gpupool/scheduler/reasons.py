@@ -102,6 +102,22 @@ def no_type_message(types: tuple[str, ...], nodes: Sequence[NodeCapacity]) -> st
     return f"no GPU in the pool is of type {' or '.join(types)} (models here: {known})"
 
 
+# The empty pool's capacity, which explanations only read: kept while the nodes are the same.
+_empty: tuple[tuple[NodeCapacity, ...], FreeCapacity] | None = None
+
+
+def empty_capacity(nodes: Sequence[NodeCapacity]) -> FreeCapacity:
+    """The capacity of ``nodes`` with nothing held (not to be changed: it is shared)."""
+    global _empty
+    nodes = tuple(nodes)
+    kept = _empty  # one read, one write: safe for cycles in several threads
+    if kept is not None and (kept[0] is nodes or kept[0] == nodes):
+        return kept[1]
+    capacity = FreeCapacity(nodes)
+    _empty = (nodes, capacity)
+    return capacity
+
+
 class Explainer:
     """Reasons against the capacity left after placement and against the empty nodes."""
 
@@ -109,7 +125,7 @@ class Explainer:
         self._has_nodes = bool(capacity.nodes)
         self._capacity = capacity
         self._now = ShortfallFinder(capacity)
-        self._empty_capacity = FreeCapacity(schedulable) if schedulable else None
+        self._empty_capacity = empty_capacity(schedulable) if schedulable else None
         self._empty = ShortfallFinder(self._empty_capacity) if schedulable else None
         self._demands = DemandCache()
         self._memo: dict[int, tuple[Reason, str]] = {}  # by id: the cache makes one per shape
