@@ -386,23 +386,6 @@ def test_a_borrower_takes_what_the_guarantees_leave():
     assert placed_ids(decisions) == {1, 2, 3}
 
 
-def test_a_borrower_held_back_for_a_team_that_cannot_start_goes_before_teams_without_one():
-    # b (guaranteed 1) wants 2 of the 4 free GPUs, one beyond its guarantee, which c
-    # (guaranteed 3) may claim; c asks for A100s the pool lacks, so once its jobs are known
-    # not to start, the GPUs go back to b in its turn, before d (no guarantee) takes them
-    jobs = [
-        pending(1, team="b", gpus=2),
-        pending(2, team="c", gpus=2, gpu_types=("A100",)),
-        pending(3, team="c", gpus=2, gpu_types=("A100",)),
-        pending(4, team="d", gpus=3),
-    ]
-
-    decisions = decide([gpu_node("node-a", 4)], jobs, quotas=[quota("b", 1), quota("c", 3)])
-
-    assert placed_ids(decisions) == {1}
-    assert codes(decisions) == {2: "NoGpuOfType", 3: "NoGpuOfType", 4: "WaitingForFairShare"}
-
-
 def test_fifo_never_says_waiting_for_fair_share():
     # a holds both GPUs, above its fair share of 1 while c waits: the default says so; fifo
     # has no fair share, so its head only lacks GPUs
