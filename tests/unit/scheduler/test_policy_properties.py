@@ -202,15 +202,17 @@ POLICIES = [
 
 
 @st.composite
-def snapshots(draw) -> Snapshot:
-    nodes = draw(pools())
+def snapshots(
+    draw, max_nodes: int = 5, jobs: tuple[int, int] = (0, 12), policies: Sequence = POLICIES
+) -> Snapshot:
+    nodes = draw(pools(max_nodes))
     pool_gpus = sum(len(node.gpus) for node in nodes)
     return Snapshot(
         nodes,
         draw(running_work(nodes)),
-        draw(pending_jobs(draw(st.integers(0, 12)))),
+        draw(pending_jobs(draw(st.integers(*jobs)))),
         draw(team_quotas(pool_gpus)),
-        policy=draw(st.sampled_from(POLICIES)),
+        policy=draw(st.sampled_from(policies)),
     )
 
 
@@ -471,20 +473,11 @@ def without_end_ties(snapshot: Snapshot) -> Snapshot:
     return replace(snapshot, allocations=allocations, pending=pending)
 
 
-@st.composite
-def long_queues(draw) -> Snapshot:
+def long_queues() -> st.SearchStrategy[Snapshot]:
     """Snapshots with more pending jobs than GPUs, so that teams run out of jobs that can
     start, under the product policy and the simulator's (no explanations) ones."""
-    nodes = draw(pools(max_nodes=3))
-    pool_gpus = sum(len(node.gpus) for node in nodes)
     policies = [*POLICIES, named("default"), named("las"), named("srtf-oracle")]
-    return Snapshot(
-        nodes,
-        draw(running_work(nodes)),
-        draw(pending_jobs(draw(st.integers(8, 30)))),
-        draw(team_quotas(pool_gpus)),
-        policy=draw(st.sampled_from(policies)),
-    )
+    return snapshots(max_nodes=3, jobs=(8, 30), policies=policies)
 
 
 @SETTINGS
