@@ -216,6 +216,7 @@ class Explanations:
         self.explainers: dict[tuple[str, ...], Explainer | None] = {
             (): Explainer(capacity, self.schedulable)
         }
+        self._said: dict[tuple, tuple[Reason, str, tuple[str, ...], float | None]] = {}
 
     def explainer(self, types: tuple[str, ...]) -> Explainer | None:
         """The explainer over the GPUs of ``types`` (None: the pool has no such GPU)."""
@@ -229,6 +230,30 @@ class Explanations:
         return self.explainers[types]
 
     def explain(self, queued: QueuedJob, blocked: Blocked | None) -> PendingReason:
+        job = queued.job
+        if blocked is None or (blocked.code is None and blocked.reservation is None):
+            # what is said of a job left to the explainer depends on its team and shape alone
+            request = job.request
+            key = (
+                job.team,
+                request.gpus,
+                request.gpu_memory_bytes,
+                request.cpus,
+                request.memory_bytes,
+                job.tasks,
+                job.gpu_types,
+            )
+            found = self._said.get(key)
+            if found is None:
+                found = self._said[key] = self._explain(queued, blocked)
+            code, message, blockers, eta = found
+        else:
+            code, message, blockers, eta = self._explain(queued, blocked)
+        return PendingReason(job.job_id, code, message, queued.position, blockers, eta)
+
+    def _explain(
+        self, queued: QueuedJob, blocked: Blocked | None
+    ) -> tuple[Reason, str, tuple[str, ...], float | None]:
         job = queued.job
         blockers = self.blockers(queued, blocked)
         eta = None
@@ -247,7 +272,7 @@ class Explanations:
                 code, message = self.fair_share(job, code, message)
             if blocked is not None and blocked.reservation is not None:
                 eta = blocked.reservation.at
-        return PendingReason(job.job_id, code, message, queued.position, blockers, eta)
+        return code, message, blockers, eta
 
     def decided(self, queued: QueuedJob, blocked: Blocked) -> tuple[Reason, str]:
         job, ledger = queued.job, self.ledger
