@@ -124,7 +124,6 @@ class Cycle:
         self.decisions = Decisions()
         self.blocked: dict[int, Blocked] = {}
         self.unplaced: list[QueuedJob] = []
-        self.failed: set[tuple] = set()  # placements that did not fit (capacity only shrinks)
         self.no_room = NoRoom()
         self.no_victims = NoVictims()
         self.sleeping: set[str] = set()  # teams none of whose jobs left can start (``_rest``)
@@ -339,8 +338,7 @@ class Cycle:
         else:
             where = reservations.where(job, job.gpu_types) if reservations else Where(job.gpu_types)
         guarded = where.node_ok is not None
-        key = (id(demand), job.tasks, job.gpu_types, guarded and job.max_runtime)
-        if nominated or key not in self.failed:
+        if nominated or not self.no_room.covers(job, demand):
             placements = place_tasks(job.job_id, job.tasks, demand, self.capacity, where)
             if placements is not None:
                 held = sum(part.share for placement in placements for part in placement.gpus)
@@ -366,7 +364,6 @@ class Cycle:
                     reservations.note(placements, job)
                 return
             if not nominated:
-                self.failed.add(key)
                 self.no_room.add(job, demand)
         if nominated:
             waiting = self.stopping_for.get(job.job_id)
@@ -401,7 +398,6 @@ class Cycle:
 
     def _capacity_grew(self) -> None:
         """What did not fit before may fit now: forget it, and wake the sleeping teams."""
-        self.failed.clear()
         self.no_room.clear()
         self.sleeping.clear()
         self.queues.wake()

@@ -24,14 +24,14 @@ class NoVictims:
     less of the same team's victims does not search again: the same team, GPU types and
     tasks, a rank no better (``Eligibility.rank``: fewer of its own team's jobs are below
     it) and no less of any resource (more GPUs also make reclaiming harder). Like the
-    cycle's memo of what did not fit, it holds for the cycle: victims are only taken."""
+    memo of what found no room (``NoRoom``), it holds for the cycle: victims are only taken."""
 
     def __init__(self) -> None:
         self._failed: dict[tuple, Frontier] = {}
 
     @staticmethod
     def _of(job: PendingJob, rank: tuple, demand: Demand) -> tuple[tuple, tuple]:
-        return (job.team, job.gpu_types, job.tasks, kind_of(demand)), (rank, sizes_of(demand))
+        return (job.team, *group_key(job, demand)), (rank, sizes_of(demand))
 
     def add(self, job: PendingJob, rank: tuple, demand: Demand) -> None:
         key, (rank, sizes) = self._of(job, rank, demand)
@@ -61,6 +61,10 @@ class NoRoom:
     def add(self, job: PendingJob, demand: Demand) -> None:
         frontier = self._failed.setdefault(group_key(job, demand), Frontier())
         frontier.add((runtime_of(job),), sizes_of(demand))
+
+    def covers(self, job: PendingJob, demand: Demand) -> bool:
+        found = self._failed.get(group_key(job, demand))
+        return found is not None and found.covers((runtime_of(job),), sizes_of(demand))
 
     def covers_group(self, group: Group) -> bool:
         found = self._failed.get(group.key)

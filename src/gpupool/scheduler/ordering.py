@@ -196,12 +196,11 @@ class Queues:
         if self.policy.order == "srtf":
             queued = job.queued_at if job.queued_at is not None else job.submitted_at
             return (-job.priority, remaining.get(job.job_id, 0.0), queued, job.job_id)
-        key, queued, threshold = las_key(job, self.policy)
-        if key[1] and now - queued >= threshold:
-            return (key[0], 0, *key[2:])  # waited long enough: back to level 0
-        if key[1]:
-            self.levels[job.job_id] = key[1]
-        return key
+        key = las_key(job, self.policy)[0]
+        level = pending_level(job, now, self.policy)
+        if level:
+            self.levels[job.job_id] = level
+        return key if level == key[1] else (key[0], level, *key[2:])
 
     def _push(self, team: str) -> None:
         key = (0, 0.0) if team == FIFO_TEAM else self.ledger.order_key(team)
