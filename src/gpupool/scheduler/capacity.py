@@ -119,6 +119,9 @@ class FreeCapacity:
         self.max_gpu_memory = max(
             (gpu.memory_bytes for node in self.nodes for gpu in node.gpus), default=0
         )
+        # the pool's GPUs and their sizes of memory (the nodes' GPUs do not change)
+        self.pool_gpus = float(sum(len(node.gpus) for node in self.nodes))
+        self.gpu_memories = {gpu.memory_bytes for node in self.nodes for gpu in node.gpus}
         self.buckets: list[list[int]] = [[] for _ in range(self.max_gpus + 1)]
         for node in self.nodes:
             node.free_count = node.count_free()

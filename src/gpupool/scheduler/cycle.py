@@ -20,7 +20,8 @@
 
 The free capacity is kept from one cycle to the next (``capacity.leased_capacity``): only
 nodes whose allocations changed are worked out again, and a cycle's changes are undone
-after it, so that each cycle still decides from its snapshot alone.
+after it, so that each cycle still decides from its snapshot alone. So are the users'
+queues (``ordering.leased_order``): only jobs come, gone or starved are put in place.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from gpupool.scheduler.capacity import (
 from gpupool.scheduler.fit import Demand, DemandCache, Where, model_matches
 from gpupool.scheduler.ledger import EPSILON, Ledger
 from gpupool.scheduler.memo import Group, NoRoom, NoVictims, groups_of
-from gpupool.scheduler.ordering import QueuedJob, Queues
+from gpupool.scheduler.ordering import KeptOrder, QueuedJob, Queues, leased_order
 from gpupool.scheduler.packing import Packer
 from gpupool.scheduler.placement import find_spot, place_tasks, unplace
 from gpupool.scheduler.preemption import Choice, Preemptor
@@ -66,8 +67,12 @@ def schedule(snapshot: Snapshot, clock: Clock) -> Decisions:
     paused = gc.isenabled()
     gc.disable()
     try:
-        with leased_capacity(snapshot.nodes, snapshot.allocations) as capacity:
-            return Cycle(snapshot, clock.now(), capacity).run()
+        now = clock.now()
+        with (
+            leased_capacity(snapshot.nodes, snapshot.allocations) as capacity,
+            leased_order(snapshot.pending, snapshot.policy, now) as order,
+        ):
+            return Cycle(snapshot, now, capacity, order).run()
     finally:
         if paused:
             gc.enable()
@@ -77,7 +82,11 @@ class Cycle:
     """The state of one cycle (everything here lives for one call of ``schedule``)."""
 
     def __init__(
-        self, snapshot: Snapshot, now: float, capacity: FreeCapacity | None = None
+        self,
+        snapshot: Snapshot,
+        now: float,
+        capacity: FreeCapacity | None = None,
+        order: KeptOrder | None = None,
     ) -> None:
         self.snapshot = snapshot
         self.now = now
@@ -89,10 +98,12 @@ class Cycle:
             self.capacity.packer = Packer(
                 allocations=snapshot.allocations, pending=snapshot.pending
             )
-        pool_gpus = float(sum(len(node.gpus) for node in self.capacity.nodes))
-        memories = {gpu.memory_bytes for node in self.capacity.nodes for gpu in node.gpus}
         self.ledger = Ledger(
-            snapshot.quotas, snapshot.allocations, snapshot.pending, pool_gpus, memories
+            snapshot.quotas,
+            snapshot.allocations,
+            snapshot.pending,
+            capacity.pool_gpus,
+            capacity.gpu_memories,
         )
         self.free_gpus = self.capacity.free_share()
         self.demands = DemandCache()
@@ -106,6 +117,7 @@ class Cycle:
             snapshot.usage,
             snapshot.weights,
             snapshot.remaining,
+            order,
         )
         preempts = policy.reclaim or policy.las_preemption
         self.preemptor = Preemptor.of(  # running jobs worked out when first needed

@@ -17,13 +17,19 @@ ahead of week-long runs without anyone knowing durations. A job that has waited
 ``starvation_factor`` times its attained service goes back to level 0.
 
 A job's position is its 1-based place in its team's order.
+
+Each user's queue is kept from one cycle to the next (``leased_order``): a job's place in
+it changes only when it starves, so a cycle takes the queues of the one before, less the
+jobs gone and plus those come, instead of sorting every pending job anew.
 """
 
 from __future__ import annotations
 
 import heapq
-from bisect import bisect_right
+import threading
+from bisect import bisect_left, bisect_right, insort
 from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from gpupool.scheduler.ledger import Ledger
@@ -81,11 +87,20 @@ def running_attained(allocation: Allocation, now: float) -> float:
     return allocation.attained + gpus * max(0.0, now - allocation.started_at)
 
 
+def _first(entry: tuple[tuple, PendingJob]) -> tuple:
+    return entry[0]
+
+
 class UserQueue:
+    """One user's jobs in order (``jobs`` is read, never changed: it may be a kept list)."""
+
     __slots__ = ("jobs", "next", "user", "weight")
 
-    def __init__(self, user: str, jobs: list[tuple[tuple, PendingJob]], weight: float):
-        jobs.sort(key=lambda entry: entry[0])
+    def __init__(
+        self, user: str, jobs: list[tuple[tuple, PendingJob]], weight: float, ordered: bool = False
+    ):
+        if not ordered:
+            jobs.sort(key=_first)
         self.user = user
         self.jobs = jobs
         self.next = 0
@@ -163,22 +178,28 @@ class Queues:
         usage: Mapping[str, float],
         weights: Mapping[str, float],
         remaining: Mapping[int, float],
+        kept: KeptOrder | None = None,
     ) -> None:
         self.ledger = ledger
         self.policy = policy
         by_team: dict[str, dict[str, list[tuple[tuple, PendingJob]]]] = {}
-        self.levels: dict[int, int] = {}
         fifo = policy.order == "fifo"
-        for job in pending:
-            key = self._job_key(job, now, remaining)
-            team = FIFO_TEAM if fifo else job.team
-            user = FIFO_TEAM if fifo else job.user
-            by_team.setdefault(team, {}).setdefault(user, []).append((key, job))
+        if kept is not None:  # the users' queues kept from the cycle before, brought up to date
+            for (team, user), jobs in kept.lists.items():
+                by_team.setdefault(team, {})[user] = jobs
+            self.levels = kept.levels
+        else:
+            self.levels = {}
+            for job in pending:
+                key = self._job_key(job, now, remaining)
+                team = FIFO_TEAM if fifo else job.team
+                user = FIFO_TEAM if fifo else job.user
+                by_team.setdefault(team, {}).setdefault(user, []).append((key, job))
         fair = policy.fair_share and not fifo
         self.teams: dict[str, TeamQueue] = {}
         for team, users in by_team.items():
             queues = [
-                UserQueue(user, jobs, weights.get(user, 1.0) if fair else 1.0)
+                UserQueue(user, jobs, weights.get(user, 1.0) if fair else 1.0, kept is not None)
                 for user, jobs in users.items()
             ]
             self.teams[team] = TeamQueue(team, queues, usage if fair else {})
@@ -271,3 +292,119 @@ class Queues:
             if team not in self.dropped:
                 rest.extend(self.drop_team(team))
         return rest
+
+
+class KeptOrder:
+    """The users' queues of the pending jobs, kept in order from one cycle to the next.
+
+    A pending job's place in its user's queue does not change while it waits, but when it
+    starves (``pending_level``): so the queues of a cycle are those of the cycle before,
+    less the jobs gone (started, cancelled, or requeued as another job object), plus those
+    come, each put in place by bisection, and the starving moved. ``srtf`` (whose keys are
+    the remaining work of each cycle) is not kept. ``lists`` and ``levels`` are read by the
+    cycle, never changed."""
+
+    def __init__(self, policy: Policy) -> None:
+        self.policy = policy
+        self.now = float("-inf")
+        self.fifo = policy.order == "fifo"
+        self.jobs: dict[int, tuple[PendingJob, tuple, tuple[str, str]]] = {}  # by id(job)
+        self.lists: dict[tuple[str, str], list[tuple[tuple, PendingJob]]] = {}
+        self.levels: dict[int, int] = {}  # job id -> its level, when not 0
+        # when each job of a level above 0 would starve (entries of jobs gone are skipped)
+        self.starving: list[tuple[float, int, PendingJob]] = []
+
+    @staticmethod
+    def keeps(policy: Policy) -> bool:
+        return policy.order != "srtf"
+
+    def update(self, pending: Iterable[PendingJob], now: float) -> None:
+        if now < self.now:  # a clock gone back: starved jobs would not be starved
+            self.__init__(self.policy)  # type: ignore[misc]
+        self.now = now
+        jobs = {id(job): job for job in pending}
+        kept = self.jobs
+        gone = kept.keys() - jobs.keys()  # an id kept is its job's: the entry holds it
+        for ident in gone:
+            self._remove(ident)
+        self._starve(now)
+        for ident in jobs.keys() - kept.keys():
+            self._add(jobs[ident], now)
+
+    def _where(self, job: PendingJob) -> tuple[str, str]:
+        return (FIFO_TEAM, FIFO_TEAM) if self.fifo else (job.team, job.user)
+
+    def _add(self, job: PendingJob, now: float) -> None:
+        if self.fifo:
+            key: tuple = (0, 0, job.submitted_at, job.job_id)
+        else:
+            key, queued, threshold = las_key(job, self.policy)
+            if key[1]:
+                if now - queued >= threshold:
+                    key = (key[0], 0, *key[2:])
+                else:
+                    self.levels[job.job_id] = key[1]
+                    if threshold != float("inf"):
+                        heapq.heappush(self.starving, (queued + threshold, id(job), job))
+        where = self._where(job)
+        self.jobs[id(job)] = (job, key, where)
+        insort(self.lists.setdefault(where, []), (key, job), key=_first)
+
+    def _remove(self, ident: int) -> None:
+        job, key, where = self.jobs.pop(ident)
+        entries = self.lists[where]
+        at = bisect_left(entries, key, key=_first)
+        del entries[at]
+        if not entries:
+            del self.lists[where]
+        if self.levels.get(job.job_id) == key[1] and key[1]:
+            del self.levels[job.job_id]
+
+    def _starve(self, now: float) -> None:
+        """Move the jobs that have waited long enough to level 0."""
+        starving, later = self.starving, []
+        while starving and starving[0][0] <= now + 1.0:
+            entry = heapq.heappop(starving)
+            job = entry[2]
+            found = self.jobs.get(id(job))
+            if found is None or found[0] is not job or not found[1][1]:
+                continue  # gone, or starved already
+            _, queued, threshold = las_key(job, self.policy)
+            if now - queued < threshold:  # by a rounding of queued + threshold
+                later.append(entry)
+                continue
+            self._remove(id(job))
+            self._add(job, now)
+        for entry in later:
+            heapq.heappush(starving, entry)
+        if len(starving) > 2 * len(self.jobs) + 64:  # mostly jobs gone: keep those still here
+            kept = self.jobs
+            self.starving = [e for e in starving if kept.get(e[1], (None,))[0] is e[2]]
+            heapq.heapify(self.starving)
+
+
+# The order of the last cycle, kept for the next (see ``KeptOrder``); one cycle at a time
+# uses it, another meanwhile (the forecast beside the control loop) orders its own.
+_ORDER_LEASE = threading.Lock()
+_kept_order: KeptOrder | None = None
+
+
+@contextmanager
+def leased_order(
+    pending: Iterable[PendingJob], policy: Policy, now: float
+) -> Iterator[KeptOrder | None]:
+    """The kept order brought up to date for one cycle (None: the cycle orders its own)."""
+    global _kept_order
+    if not KeptOrder.keeps(policy) or not _ORDER_LEASE.acquire(blocking=False):
+        yield None
+        return
+    try:
+        kept = _kept_order
+        _kept_order = None  # until brought up to date whole
+        if kept is None or not (kept.policy is policy or kept.policy == policy):
+            kept = KeptOrder(policy)
+        kept.update(pending, now)
+        _kept_order = kept
+        yield kept
+    finally:
+        _ORDER_LEASE.release()

@@ -1,0 +1,138 @@
+"""The users' queues kept from one cycle to the next (``ordering.leased_order``): brought
+up to date with the jobs come and gone and the jobs starved since, they are the queues a
+cycle would sort anew, whatever the changes and the clock."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+
+from hypothesis import given
+from hypothesis import strategies as st
+from policy_builders import pending
+from test_policy_properties import SETTINGS
+
+from gpupool.scheduler import ordering
+from gpupool.scheduler.ledger import Ledger
+from gpupool.scheduler.ordering import KeptOrder, Queues, leased_order
+from gpupool.scheduler.types import DEFAULT_POLICY, PendingJob, Policy
+
+STARVING = replace(DEFAULT_POLICY, starvation_factor=2.0, starvation_min_wait=100.0)
+POLICIES = (STARVING, DEFAULT_POLICY, replace(DEFAULT_POLICY, order="fifo"))
+
+
+def anew(jobs: tuple[PendingJob, ...], policy: Policy, now: float) -> tuple[dict, dict]:
+    """Each user's queue and the jobs' levels as a cycle sorts them anew."""
+    queues = Queues(jobs, Ledger((), (), jobs, 8.0), policy, now, {}, {}, {})
+    lists = {
+        (team, user.user): [entry[1] for entry in user.jobs]
+        for team, queue in queues.teams.items()
+        for user in queue.users
+    }
+    return lists, queues.levels
+
+
+def kept_lists(kept: KeptOrder) -> dict:
+    return {where: [entry[1] for entry in entries] for where, entries in kept.lists.items()}
+
+
+@st.composite
+def job(draw, job_id: int) -> PendingJob:
+    made = pending(
+        job_id,
+        team=draw(st.sampled_from("ab")),
+        user=draw(st.sampled_from(("u1", "u2", None))),
+        priority=draw(st.sampled_from((0, 0, 5))),
+        submitted=draw(st.sampled_from((0.0, 10.0, float(job_id)))),
+        attained=draw(st.sampled_from((0.0, 0.0, 2_000.0, 50_000.0))),
+    )
+    if draw(st.booleans()):  # requeued after a preemption: it waits from then on
+        made = replace(made, queued_at=draw(st.floats(0.0, 500.0)))
+    return made
+
+
+@st.composite
+def histories(draw) -> tuple[Policy, list[tuple[tuple[PendingJob, ...], float]]]:
+    """A policy and the pending jobs and clock of a few cycles in a row: jobs come, go,
+    and come back as new job objects (requeued with more service); time goes on, mostly
+    forward, past some starvation times, and once in a while back."""
+    policy = draw(st.sampled_from(POLICIES))
+    present: dict[int, PendingJob] = {}
+    cycles = []
+    now = 0.0
+    for _ in range(draw(st.integers(1, 6))):
+        for job_id in draw(st.lists(st.integers(1, 12), max_size=6)):
+            if job_id in present and draw(st.booleans()):
+                del present[job_id]  # started, or cancelled
+            else:
+                present[job_id] = draw(job(job_id))  # come, or requeued as another object
+        now = draw(st.sampled_from((now, now + 1.0, now + 150.0, now + 5_000.0, now / 2)))
+        cycles.append((tuple(present.values()), now))
+    return policy, cycles
+
+
+@SETTINGS
+@given(histories())
+def test_the_kept_queues_are_those_sorted_anew(history):
+    policy, cycles = history
+    kept = KeptOrder(policy)
+    for jobs, now in cycles:
+        kept.update(jobs, now)
+        lists, levels = anew(jobs, policy, now)
+        assert kept_lists(kept) == lists
+        assert kept.levels == levels
+
+
+def test_a_job_starves_in_the_kept_queues_when_its_time_comes():
+    served = pending(1, attained=50_000.0, submitted=0.0)  # level 2: waits behind the others
+    fresh = pending(2, submitted=10.0)
+    kept = KeptOrder(STARVING)
+    kept.update((served, fresh), 10.0)
+    assert kept_lists(kept) == {("a", "a-user"): [fresh, served]}
+    assert kept.levels == {1: 2}
+    kept.update((served, fresh), 100_000.0)  # waited twice its 50,000 GPU-seconds
+    assert kept_lists(kept) == {("a", "a-user"): [served, fresh]}
+    assert kept.levels == {}
+
+
+def test_the_heap_of_starving_jobs_forgets_jobs_gone():
+    kept = KeptOrder(STARVING)
+    for round_ in range(200):
+        kept.update((pending(round_, attained=50_000.0, submitted=0.0),), float(round_))
+    assert len(kept.jobs) == 1
+    assert len(kept.starving) <= 2 * len(kept.jobs) + 64
+
+
+def test_srtf_orders_its_own_queues_each_cycle():
+    with leased_order((pending(1),), replace(DEFAULT_POLICY, order="srtf"), 0.0) as kept:
+        assert kept is None
+
+
+def test_another_policy_keeps_another_order():
+    jobs = (pending(1, priority=5), pending(2, priority=0))
+    with leased_order(jobs, DEFAULT_POLICY, 0.0) as first:
+        assert first is not None
+    fifo = replace(DEFAULT_POLICY, order="fifo")
+    with leased_order(jobs, fifo, 0.0) as kept:
+        assert kept is not first
+        assert kept_lists(kept) == {("", ""): [jobs[0], jobs[1]]}  # by submit time
+
+
+def test_a_cycle_beside_another_orders_its_own():
+    held, done = threading.Event(), threading.Event()
+    seen: list[KeptOrder | None] = []
+
+    def holder() -> None:
+        with leased_order((pending(1),), DEFAULT_POLICY, 0.0):
+            held.set()
+            done.wait(5)
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    held.wait(5)
+    with leased_order((pending(1),), DEFAULT_POLICY, 0.0) as kept:
+        seen.append(kept)
+    done.set()
+    thread.join()
+    assert seen == [None]
+    assert ordering._kept_order is not None  # the holder's order is kept for the next cycle
