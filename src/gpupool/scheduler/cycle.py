@@ -42,7 +42,7 @@ from gpupool.scheduler.capacity import (
 )
 from gpupool.scheduler.fit import Demand, DemandCache, Where, model_matches
 from gpupool.scheduler.ledger import EPSILON, Ledger
-from gpupool.scheduler.memo import Group, NoRoom, NoVictims, groups_of
+from gpupool.scheduler.memo import Group, NoRoom, NoVictims
 from gpupool.scheduler.ordering import KeptOrder, QueuedJob, Queues, leased_order
 from gpupool.scheduler.packing import Packer
 from gpupool.scheduler.placement import find_spot, place_tasks, unplace
@@ -438,7 +438,7 @@ class Cycle:
         victims = self.preemptor.any
         groups = self.groups.get(team)
         if groups is None:  # what covers the jobs left then covers those left later
-            groups = self.groups[team] = groups_of(self.queues.left(team), self.demands)
+            groups = self.groups[team] = self.queues.groups_left(team, self.demands)
         for group in groups:
             if not self.no_room.covers_group(group):
                 return

@@ -78,14 +78,20 @@ class Ledger:
         self.gpu_memories = sorted(memory for memory in gpu_memories if memory > 0)
         self.held: dict[str, float] = defaultdict(float)
         self.unpreemptible: dict[str, float] = defaultdict(float)
+        known = _HELD  # ``held_gpus``, its cache read here: one call per allocation less
         for allocation in allocations:
-            gpus = held_gpus(allocation)
+            found = known.get(id(allocation))
+            gpus = (
+                found[1] if found is not None and found[0] is allocation else held_gpus(allocation)
+            )
             self.held[allocation.team] += gpus
             if not allocation.preemptible:
                 self.unpreemptible[allocation.team] += gpus
         wanted: dict[str, float] = defaultdict(float)
+        memories = self.gpu_memories
         for job in pending:
-            wanted[job.team] += self.gpus(job)
+            whole = job.request.gpus  # ``job_gpus``, its common case here
+            wanted[job.team] += whole * job.tasks if whole else job_gpus(job, memories)
         demand = {team: self.held.get(team, 0.0) + wanted.get(team, 0.0) for team in wanted}
         for team, gpus in self.held.items():
             demand.setdefault(team, gpus)

@@ -124,6 +124,21 @@ def groups_of(jobs: Iterable[PendingJob], demands: DemandCache) -> list[Group]:
     return list(groups.values())
 
 
+def merged(parts: Iterable[list[Group]]) -> list[Group]:
+    """The groups of the jobs of all ``parts`` (each the groups of some of the jobs), new
+    objects: the parts are not changed."""
+    groups: dict[tuple, Group] = {}
+    for part in parts:
+        for group in part:
+            found = groups.get(group.key)
+            if found is None:
+                groups[group.key] = Group(group.key, group.least, group.runtime)
+            else:
+                found.least = tuple(map(min, found.least, group.least))
+                found.runtime = min(found.runtime, group.runtime)
+    return list(groups.values())
+
+
 # A pending job (frozen) waits through many cycles, and most share a few shapes: its shape
 # is worked out once, kept by identity (an entry holds the job, so that its id is not
 # reused while the entry lives), and equal shapes are one object.

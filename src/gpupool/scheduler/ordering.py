@@ -32,7 +32,9 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from gpupool.scheduler.fit import DemandCache
 from gpupool.scheduler.ledger import Ledger
+from gpupool.scheduler.memo import Group, groups_of, merged
 from gpupool.scheduler.types import Allocation, PendingJob, Policy
 
 FIFO_TEAM = ""  # the single queue of the fifo baseline
@@ -182,6 +184,7 @@ class Queues:
     ) -> None:
         self.ledger = ledger
         self.policy = policy
+        self.kept = kept
         by_team: dict[str, dict[str, list[tuple[tuple, PendingJob]]]] = {}
         fifo = policy.order == "fifo"
         if kept is not None:  # the users' queues kept from the cycle before, brought up to date
@@ -262,6 +265,18 @@ class Queues:
                 for _, job in user.jobs[user.next :]:
                     yield job
 
+    def groups_left(self, team: str, demands: DemandCache) -> list[Group]:
+        """The groups (``memo.Group``) of the team's jobs not handed out yet."""
+        queue = self.teams.get(team)
+        if queue is None:
+            return []
+        kept = self.kept
+        if kept is None:
+            return groups_of(self.left(team), demands)
+        return merged(
+            kept.groups_from((team, user.user), user.next, demands) for user in queue.users
+        )
+
     def wake(self) -> None:
         """Every sleeping team takes its turns again."""
         asleep, self.asleep = self.asleep, set()
@@ -311,6 +326,8 @@ class KeptOrder:
         self.jobs: dict[int, tuple[PendingJob, tuple, tuple[str, str]]] = {}  # by id(job)
         self.lists: dict[tuple[str, str], list[tuple[tuple, PendingJob]]] = {}
         self.levels: dict[int, int] = {}  # job id -> its level, when not 0
+        # the groups of a user's jobs from a place in its queue on (``Queues.groups_left``)
+        self.suffixes: dict[tuple[str, str], dict[int, list[Group]]] = {}
         # when each job of a level above 0 would starve (entries of jobs gone are skipped)
         self.starving: list[tuple[float, int, PendingJob]] = []
 
@@ -348,10 +365,12 @@ class KeptOrder:
                         heapq.heappush(self.starving, (queued + threshold, id(job), job))
         where = self._where(job)
         self.jobs[id(job)] = (job, key, where)
+        self.suffixes.pop(where, None)
         insort(self.lists.setdefault(where, []), (key, job), key=_first)
 
     def _remove(self, ident: int) -> None:
         job, key, where = self.jobs.pop(ident)
+        self.suffixes.pop(where, None)
         entries = self.lists[where]
         at = bisect_left(entries, key, key=_first)
         del entries[at]
@@ -359,6 +378,15 @@ class KeptOrder:
             del self.lists[where]
         if self.levels.get(job.job_id) == key[1] and key[1]:
             del self.levels[job.job_id]
+
+    def groups_from(self, where: tuple[str, str], start: int, demands: DemandCache) -> list[Group]:
+        """The groups of a user's jobs from ``start`` on (to merge: not to be changed)."""
+        found = self.suffixes.setdefault(where, {})
+        groups = found.get(start)
+        if groups is None:
+            entries = self.lists.get(where, [])
+            groups = found[start] = groups_of((entry[1] for entry in entries[start:]), demands)
+        return groups
 
     def _starve(self, now: float) -> None:
         """Move the jobs that have waited long enough to level 0."""

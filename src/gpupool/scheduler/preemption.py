@@ -24,14 +24,14 @@ until all its tasks fit.
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_right
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gpupool.scheduler.capacity import FreeCapacity, NodeState
 from gpupool.scheduler.fit import CPU_EPSILON, Demand, Where, fraction_demand
-from gpupool.scheduler.ledger import EPSILON, Ledger, held_gpus
-from gpupool.scheduler.ordering import level_of
+from gpupool.scheduler.ledger import _HELD, EPSILON, Ledger, held_gpus
 from gpupool.scheduler.types import SHARE_EPSILON, Allocation, PendingJob, Policy
 
 MAX_NODES_EXAMINED = 64  # nodes searched for one job, best candidates first
@@ -73,13 +73,17 @@ def running_jobs(
     allocations: Sequence[Allocation], policy: Policy, now: float, remaining: Mapping[int, float]
 ) -> dict[int, RunningJob]:
     jobs: dict[int, RunningJob] = {}
-    served: dict[int, list[float]] = {}  # per job: each allocation's attained service
-    earlier: dict[int, list[float]] = {}  # per job: the attained of its later allocations
+    # per job: the attained service of its first allocation (``running_attained``, whose
+    # sum of shares is ``held_gpus``), and of a job of several, each allocation's and
+    # the attained of its later ones (its level: the sum of the first less the second)
+    first: dict[int, float] = {}
+    several: dict[int, tuple[list[float], list[float]]] = {}
+    known = _HELD  # ``held_gpus``, its cache read here: one call per allocation less
     for allocation in allocations:
-        gpus = held_gpus(allocation)
+        found = known.get(id(allocation))
+        gpus = found[1] if found is not None and found[0] is allocation else held_gpus(allocation)
         job_id = allocation.job_id
         job = jobs.get(job_id)
-        # as ``running_attained``, whose sum of shares this is
         attained = allocation.attained + gpus * max(0.0, now - allocation.started_at)
         if job is None:
             since = allocation.checkpoint_at if allocation.checkpoint_at is not None else None
@@ -94,20 +98,25 @@ def running_jobs(
                 0,
                 remaining.get(job_id, 0.0),
                 max(0.0, now - since),
-                0.0,
-                [],
+                gpus,
+                [allocation],
             )
-            served[job_id] = [attained]
-            earlier[job_id] = []
-        else:
-            served[job_id].append(attained)
-            earlier[job_id].append(allocation.attained)
+            first[job_id] = attained
+            continue
+        lists = several.get(job_id)
+        if lists is None:
+            lists = several[job_id] = ([first[job_id]], [])
+        lists[0].append(attained)
+        lists[1].append(allocation.attained)
         job.allocations.append(allocation)
         job.gpus += gpus
         job.stopping = job.stopping or allocation.stopping
     if policy.order == "las":
+        thresholds = policy.las_thresholds  # ``level_of``
         for job_id, job in jobs.items():
-            job.level = level_of(sum(served[job_id]) - sum(earlier[job_id]), policy)
+            lists = several.get(job_id)
+            served = first[job_id] if lists is None else sum(lists[0]) - sum(lists[1])
+            job.level = bisect_right(thresholds, served)
     return jobs
 
 

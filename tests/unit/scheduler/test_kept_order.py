@@ -13,7 +13,9 @@ from policy_builders import pending
 from test_policy_properties import SETTINGS
 
 from gpupool.scheduler import ordering
+from gpupool.scheduler.fit import DemandCache
 from gpupool.scheduler.ledger import Ledger
+from gpupool.scheduler.memo import groups_of
 from gpupool.scheduler.ordering import KeptOrder, Queues, leased_order
 from gpupool.scheduler.types import DEFAULT_POLICY, PendingJob, Policy
 
@@ -71,9 +73,13 @@ def histories(draw) -> tuple[Policy, list[tuple[tuple[PendingJob, ...], float]]]
     return policy, cycles
 
 
+def summed(groups) -> set:  # noqa: ANN001
+    return {(group.key, group.least, group.runtime) for group in groups}
+
+
 @SETTINGS
-@given(histories())
-def test_the_kept_queues_are_those_sorted_anew(history):
+@given(histories(), st.integers(0, 8))
+def test_the_kept_queues_are_those_sorted_anew(history, tried: int):
     policy, cycles = history
     kept = KeptOrder(policy)
     for jobs, now in cycles:
@@ -81,6 +87,15 @@ def test_the_kept_queues_are_those_sorted_anew(history):
         lists, levels = anew(jobs, policy, now)
         assert kept_lists(kept) == lists
         assert kept.levels == levels
+        # a cycle over the kept queues: the groups of each team's jobs left, after a few
+        # were handed out, are those of the jobs left
+        queues = Queues(jobs, Ledger((), (), jobs, 8.0), policy, now, {}, {}, {}, kept)
+        for _, _ in zip(range(tried), queues, strict=False):
+            pass
+        demands = DemandCache()
+        for team in queues.teams:
+            left = groups_of(queues.left(team), demands)
+            assert summed(queues.groups_left(team, demands)) == summed(left)
 
 
 def test_a_job_starves_in_the_kept_queues_when_its_time_comes():
