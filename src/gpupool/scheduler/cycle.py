@@ -46,7 +46,7 @@ from gpupool.scheduler.memo import Group, NoRoom, NoVictims
 from gpupool.scheduler.ordering import KeptOrder, QueuedJob, Queues, leased_order
 from gpupool.scheduler.packing import Packer
 from gpupool.scheduler.placement import find_spot, place_tasks, unplace
-from gpupool.scheduler.preemption import Choice, Preemptor
+from gpupool.scheduler.preemption import Choice, KeptRunning, Preemptor, leased_running
 from gpupool.scheduler.reasons import Blocked, explain_unplaced
 from gpupool.scheduler.types import (
     NOMINATION_TTL,
@@ -71,8 +71,9 @@ def schedule(snapshot: Snapshot, clock: Clock) -> Decisions:
         with (
             leased_capacity(snapshot.nodes, snapshot.allocations) as capacity,
             leased_order(snapshot.pending, snapshot.policy, now) as order,
+            leased_running(snapshot.policy) as running,
         ):
-            return Cycle(snapshot, now, capacity, order).run()
+            return Cycle(snapshot, now, capacity, order, running).run()
     finally:
         if paused:
             gc.enable()
@@ -87,6 +88,7 @@ class Cycle:
         now: float,
         capacity: FreeCapacity | None = None,
         order: KeptOrder | None = None,
+        running: KeptRunning | None = None,
     ) -> None:
         self.snapshot = snapshot
         self.now = now
@@ -127,6 +129,7 @@ class Cycle:
             policy,
             now,
             snapshot.remaining,
+            running,
         )
         self.reservations = (
             Reservations(snapshot.allocations, now)

@@ -24,9 +24,11 @@ until all its tasks fit.
 from __future__ import annotations
 
 import heapq
+import threading
 from bisect import bisect_right
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from gpupool.scheduler.capacity import FreeCapacity, NodeState
@@ -120,6 +122,135 @@ def running_jobs(
     return jobs
 
 
+class KeptRunning:
+    """The running jobs of the last cycle, kept for the next (``leased_running``).
+
+    Between two cycles few allocations come or go: the jobs they belong to are worked out
+    again, the others kept; what time changes (a job's level and the work a restart
+    loses) is worked out for every job, as ``running_jobs`` does. The possible victims by
+    node are kept the same way. A job's tasks stay in the order of the snapshot they came
+    in. Each cycle's jobs are this object's: not to be kept."""
+
+    def __init__(self, policy: Policy) -> None:
+        self.policy = policy
+        self.allocations: dict[int, Allocation] = {}  # by id: the entry holds it
+        self.jobs: dict[int, RunningJob] = {}
+        self.by_node: dict[str, list[RunningJob]] = defaultdict(list)
+        # per job: its allocations' (attained, GPUs, start), and the attained of its later
+        # ones, for its level; when its restart would lose work from
+        self._served: dict[int, tuple[list[tuple[float, float, float]], list[float]]] = {}
+        self._since: dict[int, float] = {}
+
+    def update(
+        self, allocations: Sequence[Allocation], now: float, remaining: Mapping[int, float]
+    ) -> dict[int, RunningJob]:
+        present = {id(allocation): allocation for allocation in allocations}
+        kept = self.allocations
+        if present.keys() != kept.keys():
+            touched = {kept[ident].job_id for ident in kept.keys() - present.keys()}
+            touched.update(present[ident].job_id for ident in present.keys() - kept.keys())
+            self.allocations = present
+            parts: dict[int, list[Allocation]] = {}
+            for allocation in allocations:  # in the snapshot's order, as ``running_jobs``
+                if allocation.job_id in touched:
+                    parts.setdefault(allocation.job_id, []).append(allocation)
+            for job_id in touched:
+                self._forget(job_id)
+                if job_id in parts:
+                    self._add(parts[job_id])
+        self._advance(now, remaining)
+        return self.jobs
+
+    def _forget(self, job_id: int) -> None:
+        job = self.jobs.pop(job_id, None)
+        if job is None:
+            return
+        del self._served[job_id], self._since[job_id]
+        for node in {allocation.node for allocation in job.allocations}:
+            on = self.by_node.get(node, [])
+            for at, other in enumerate(on):
+                if other is job:
+                    del on[at]
+                    break
+            if not on:
+                self.by_node.pop(node, None)
+
+    def _add(self, allocations: list[Allocation]) -> None:
+        first = allocations[0]
+        job_id = first.job_id
+        job = RunningJob(
+            job_id,
+            first.team,
+            first.priority,
+            first.preemptible,
+            first.stopping,
+            first.started_at,
+            0,
+            0.0,
+            0.0,
+            0.0,
+            [],
+        )
+        served: list[tuple[float, float, float]] = []
+        for allocation in allocations:
+            gpus = held_gpus(allocation)
+            served.append((allocation.attained, gpus, allocation.started_at))
+            job.allocations.append(allocation)
+            job.gpus += gpus
+            job.stopping = job.stopping or allocation.stopping
+        since = first.checkpoint_at if first.checkpoint_at is not None else None
+        self._since[job_id] = max(since or first.started_at, first.started_at)
+        self._served[job_id] = (served, [allocation.attained for allocation in allocations[1:]])
+        self.jobs[job_id] = job
+        if job.preemptible or job.stopping:
+            for node in {allocation.node for allocation in allocations}:
+                self.by_node[node].append(job)
+
+    def _advance(self, now: float, remaining: Mapping[int, float]) -> None:
+        """What time changes, as ``running_jobs`` works it out."""
+        las = self.policy.order == "las"
+        thresholds = self.policy.las_thresholds
+        since, served_of = self._since, self._served
+        for job_id, job in self.jobs.items():
+            job.lost = max(0.0, now - since[job_id])
+            job.remaining = remaining.get(job_id, 0.0)
+            if las:
+                served, earlier = served_of[job_id]
+                if len(served) == 1:
+                    attained, gpus, started = served[0]
+                    level = attained + gpus * max(0.0, now - started)
+                else:
+                    level = sum(
+                        attained + gpus * max(0.0, now - started)
+                        for attained, gpus, started in served
+                    ) - sum(earlier)
+                job.level = bisect_right(thresholds, level)
+
+
+# The running jobs of the last cycle, kept for the next (see ``KeptRunning``); one cycle at
+# a time uses them, another meanwhile (the forecast beside the control loop) its own.
+_RUNNING_LEASE = threading.Lock()
+_kept_running: KeptRunning | None = None
+
+
+@contextmanager
+def leased_running(policy: Policy) -> Iterator[KeptRunning | None]:
+    """The kept running jobs for one cycle (None: the cycle works out its own)."""
+    global _kept_running
+    if not _RUNNING_LEASE.acquire(blocking=False):
+        yield None
+        return
+    try:
+        kept = _kept_running
+        _kept_running = None  # until the cycle is done: a failure leaves nothing half changed
+        if kept is None or not (kept.policy is policy or kept.policy == policy):
+            kept = KeptRunning(policy)
+        yield kept
+        _kept_running = kept
+    finally:
+        _RUNNING_LEASE.release()
+
+
 def any_victim(allocations: Iterable[Allocation]) -> bool:
     """Whether ``running_jobs`` of these allocations holds a job preemptible or stopping."""
     seen: set[int] = set()
@@ -161,6 +292,7 @@ class Preemptor:
         self.remaining = remaining
         self._running: Mapping[int, RunningJob] | None = running
         self._allocations: Sequence[Allocation] = ()
+        self._kept: KeptRunning | None = None
         self._by_node: dict[str, list[RunningJob]] | None = None
         self.taken: set[int] = set()
         self.any = bool(self.by_node) if running is not None else False
@@ -181,23 +313,34 @@ class Preemptor:
         policy: Policy,
         now: float,
         remaining: Mapping[int, float],
+        kept: KeptRunning | None = None,
     ) -> Preemptor:
         """A preemptor over the jobs of ``allocations``, worked out when first needed (a
-        cycle where every job fits never needs them)."""
+        cycle where every job fits never needs them): from those ``kept`` by the cycles
+        before, when given."""
         preemptor = cls(None, capacity, ledger, policy, now, remaining)
         preemptor._allocations = allocations
+        preemptor._kept = kept
         preemptor.any = any_victim(allocations)
         return preemptor
 
     @property
     def running(self) -> Mapping[int, RunningJob]:
         if self._running is None:
-            self._running = running_jobs(self._allocations, self.policy, self.now, self.remaining)
+            if self._kept is not None:
+                self._running = self._kept.update(self._allocations, self.now, self.remaining)
+                self._by_node = self._kept.by_node
+            else:
+                self._running = running_jobs(
+                    self._allocations, self.policy, self.now, self.remaining
+                )
         return self._running
 
     @property
     def by_node(self) -> dict[str, list[RunningJob]]:
         """The possible victims (preemptible or stopping) by the nodes they run on."""
+        if self._by_node is None and self._kept is not None:
+            self.running  # noqa: B018 -- brings the kept jobs and their nodes up to date
         if self._by_node is None:
             by_node: dict[str, list[RunningJob]] = defaultdict(list)
             for job in self.running.values():

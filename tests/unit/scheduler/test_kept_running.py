@@ -1,0 +1,131 @@
+"""The running jobs kept from one cycle to the next (``preemption.leased_running``): brought
+up to date with the allocations come and gone and the time gone by, they are the jobs a
+cycle would work out anew (levels, work a restart loses, victims by node)."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+
+from hypothesis import given
+from hypothesis import strategies as st
+from policy_builders import NOW, running
+from test_policy_properties import SETTINGS
+
+from gpupool.scheduler import preemption
+from gpupool.scheduler.preemption import KeptRunning, leased_running, running_jobs
+from gpupool.scheduler.types import DEFAULT_POLICY, Allocation
+
+POLICIES = (DEFAULT_POLICY, replace(DEFAULT_POLICY, order="srtf"))
+
+
+def victims_by_node(by_node) -> dict[str, list[int]]:  # noqa: ANN001
+    return {node: sorted(job.job_id for job in jobs) for node, jobs in by_node.items() if jobs}
+
+
+@st.composite
+def job_allocations(draw, job_id: int) -> list[Allocation]:
+    """A job's tasks: one, or a gang over nodes, whole GPUs or shares of one."""
+    traits = {
+        "team": draw(st.sampled_from("ab")),
+        "priority": draw(st.sampled_from((0, 5))),
+        "preemptible": draw(st.booleans()),
+        "started_at": NOW - draw(st.sampled_from((10.0, 2_000.0, 40_000.0))),
+        "checkpoint_at": draw(st.sampled_from((None, NOW - 5.0))),
+    }
+    tasks = draw(st.integers(1, 3))
+    share = draw(st.sampled_from((1.0, 0.5)))
+    return [
+        running(
+            job_id,
+            f"node-{draw(st.integers(0, 3))}",
+            [draw(st.integers(0, 3))],
+            share=share,
+            task=task,
+            attained=draw(st.sampled_from((0.0, 3_000.0, 500_000.0))),
+            stopping=draw(st.booleans()) and draw(st.booleans()),
+            **traits,
+        )
+        for task in range(tasks)
+    ]
+
+
+@st.composite
+def histories(draw) -> list[tuple[tuple[Allocation, ...], float]]:
+    """The allocations and clock of a few cycles: jobs start, end, start to stop (a new
+    allocation object) or start again as new objects; time goes by."""
+    present: dict[int, list[Allocation]] = {}
+    cycles = []
+    now = NOW
+    for _ in range(draw(st.integers(1, 6))):
+        for job_id in draw(st.lists(st.integers(1, 10), max_size=5)):
+            if job_id in present and draw(st.booleans()):
+                del present[job_id]
+            elif job_id in present and draw(st.booleans()):
+                present[job_id] = [replace(a, stopping=True) for a in present[job_id]]
+            else:
+                present[job_id] = draw(job_allocations(job_id))
+        now += draw(st.sampled_from((0.0, 1.0, 1_000.0, 100_000.0)))
+        jobs = list(present.values())
+        if draw(st.booleans()):  # the jobs in another order (a job's tasks in theirs)
+            jobs.reverse()
+        allocations = tuple(a for parts in jobs for a in parts)
+        cycles.append((allocations, now))
+    return cycles
+
+
+@SETTINGS
+@given(st.sampled_from(POLICIES), histories())
+def test_the_kept_running_jobs_are_those_worked_out_anew(policy, history):
+    kept = KeptRunning(policy)
+    for allocations, now in history:
+        remaining = {allocation.job_id: now / 1_000 for allocation in allocations}
+        jobs = kept.update(allocations, now, remaining)
+        expected = running_jobs(allocations, policy, now, remaining)
+        assert jobs == expected  # levels, work lost, GPUs, allocations in the snapshot's order
+        by_node = {}
+        for job in expected.values():
+            if job.preemptible or job.stopping:
+                for node in {allocation.node for allocation in job.allocations}:
+                    by_node.setdefault(node, []).append(job.job_id)
+        assert victims_by_node(kept.by_node) == {n: sorted(ids) for n, ids in by_node.items()}
+
+
+def test_a_job_climbs_a_level_in_the_kept_jobs_as_its_service_grows():
+    task = running(1, "node-0", started_at=NOW - 60.0)  # one GPU for a minute
+    kept = KeptRunning(DEFAULT_POLICY)
+    assert kept.update((task,), NOW, {})[1].level == 0
+    later = NOW + DEFAULT_POLICY.las_thresholds[0]  # past the first threshold
+    job = kept.update((task,), later, {})[1]
+    assert job.level == 1
+    assert job.lost == later - task.started_at
+
+
+def test_a_cycle_beside_another_works_out_its_own_running_jobs():
+    held, done = threading.Event(), threading.Event()
+    seen: list[KeptRunning | None] = []
+
+    def holder() -> None:
+        with leased_running(DEFAULT_POLICY):
+            held.set()
+            done.wait(5)
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    held.wait(5)
+    with leased_running(DEFAULT_POLICY) as kept:
+        seen.append(kept)
+    done.set()
+    thread.join()
+    assert seen == [None]
+    assert preemption._kept_running is not None
+
+
+def test_a_cycle_that_fails_leaves_no_running_jobs_kept():
+    try:
+        with leased_running(DEFAULT_POLICY) as kept:
+            assert kept is not None
+            raise RuntimeError("a bug")
+    except RuntimeError:
+        pass
+    assert preemption._kept_running is None
