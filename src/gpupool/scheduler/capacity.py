@@ -110,6 +110,10 @@ class FreeCapacity:
         held = held_by_node(allocations)
         last = {node.name: rank for rank, node in enumerate(ordered)}  # a name's last node
         self.holds = [last[node.name] == rank for rank, node in enumerate(ordered)]
+        self.ranks: dict[str, list[int]] = {}  # a name's nodes (one, in a well-formed pool)
+        for rank, node in enumerate(ordered):
+            self.ranks.setdefault(node.name, []).append(rank)
+        self._present: dict[int, Allocation] | None = None  # those of the last ``update``
         self.held = [
             held.get(node.name, ()) if self.holds[rank] else () for rank, node in enumerate(ordered)
         ]
@@ -167,20 +171,45 @@ class FreeCapacity:
 
     def update(self, allocations: Iterable[Allocation]) -> None:
         """Become the free capacity with ``allocations`` held: the nodes whose allocations
-        changed are worked out again, the others kept."""
+        changed are worked out again, the others kept. When few allocation objects came or
+        went since the last update (a tuple of them, as the simulator's), only their nodes
+        are looked at."""
+        present = None
+        if isinstance(allocations, tuple):
+            present = {id(allocation): allocation for allocation in allocations}
+            if len(present) != len(allocations):
+                present = None
+        known, self._present = self._present, present  # the entries hold their objects
+        if present is not None and known is not None:
+            gone, come = known.keys() - present.keys(), present.keys() - known.keys()
+            if len(gone) + len(come) <= len(present) // 4:
+                names = {known[ident].node for ident in gone}
+                names.update(present[ident].node for ident in come)
+                found: dict[str, list[Allocation]] = {}
+                for allocation in allocations:
+                    if allocation.node in names:
+                        found.setdefault(allocation.node, []).append(allocation)
+                for name in names:
+                    held = tuple(sorted(found.get(name, ()), key=_allocation_order))
+                    for rank in self.ranks.get(name, ()):
+                        self._renew(rank, held if self.holds[rank] else ())
+                return
         held = held_by_node(allocations)
         for rank, source in enumerate(self.sources):
-            now = held.get(source.name, ()) if self.holds[rank] else ()
-            if _same(self.held[rank], now):
-                continue
-            old = self.nodes[rank]
-            self._unindex_node(old)
-            node = _node_state(source, rank, now)
-            self.nodes[rank] = node
-            self.held[rank] = now
-            if self.by_name.get(node.name) is old:
-                self.by_name[node.name] = node
-            self._index_node(node)
+            self._renew(rank, held.get(source.name, ()) if self.holds[rank] else ())
+
+    def _renew(self, rank: int, held: tuple[Allocation, ...]) -> None:
+        """The node of ``rank`` with ``held``, worked out again if they changed."""
+        if _same(self.held[rank], held):
+            return
+        old = self.nodes[rank]
+        self._unindex_node(old)
+        node = _node_state(self.sources[rank], rank, held)
+        self.nodes[rank] = node
+        self.held[rank] = held
+        if self.by_name.get(node.name) is old:
+            self.by_name[node.name] = node
+        self._index_node(node)
 
     def _unindex_node(self, node: NodeState) -> None:
         bucket = self.buckets[node.free_count]

@@ -63,14 +63,45 @@ def workload_of(
     allocations: Iterable[Allocation], pending: Iterable[PendingJob]
 ) -> tuple[TaskShape, ...]:
     """The GPU task shapes of the running and waiting tasks, with their frequencies."""
-    counts: Counter[tuple[float, tuple[str, ...], float]] = Counter()
-    for item in (*allocations, *pending):
-        found = _TASKS.get(id(item))
-        if found is None or found[0] is not item:
-            found = _task_of(item)
-        if found[1] is not None:
-            counts[found[1]] += found[2]
+    global _last_workload
+    items = (*allocations, *pending)
+    present = {id(item): item for item in items}
+    last = _last_workload  # one read, one write: safe for cycles in several threads
+    if last is not None and len(present) == len(items):
+        # the counts of the last call, less the tasks gone and plus those come (the
+        # entries hold their objects: an id known is its object's)
+        known, counts = last
+        gone, come = known.keys() - present.keys(), present.keys() - known.keys()
+        if len(gone) + len(come) < len(items):
+            counts = counts.copy()
+            for ident in gone:
+                _count(counts, _task(known[ident]), -1)
+            for ident in come:
+                _count(counts, _task(present[ident]), 1)
+            _last_workload = (present, counts)
+            return shapes_of(counts)
+    counts = Counter()
+    for item in items:
+        _count(counts, _task(item), 1)
+    if len(present) == len(items):
+        _last_workload = (present, counts)
     return shapes_of(counts)
+
+
+def _count(counts: Counter, found: tuple[object, tuple | None, int], sign: int) -> None:
+    key = found[1]
+    if key is not None:
+        counts[key] += sign * found[2]
+        if not counts[key]:
+            del counts[key]
+
+
+def _task(item: Allocation | PendingJob) -> tuple[object, tuple | None, int]:
+    found = _TASKS.get(id(item))
+    return found if found is not None and found[0] is item else _task_of(item)
+
+
+_last_workload: tuple[dict[int, object], Counter] | None = None
 
 
 # running and waiting tasks (frozen) last many cycles: each one's shape is worked out once,

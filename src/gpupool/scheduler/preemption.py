@@ -122,6 +122,23 @@ def running_jobs(
     return jobs
 
 
+def _entry_order(entry: tuple[tuple, int, NodeState, RunningJob]) -> tuple[tuple, int]:
+    return entry[0], entry[1]
+
+
+def _in_base_order(
+    pairs: Iterable[tuple[RunningJob, NodeState]],
+) -> list[tuple[tuple, int, NodeState, RunningJob]]:
+    """(candidate, node) pairs in the order of ``RunningJob.key`` less its team part, then
+    node rank, each as (that key, rank, node, candidate)."""
+    entries = [
+        ((0 if c.stopping else 1, c.priority, -c.level, c.work_lost, c.job_id), node.rank, node, c)
+        for c, node in pairs
+    ]
+    entries.sort(key=_entry_order)
+    return entries
+
+
 class KeptRunning:
     """The running jobs of the last cycle, kept for the next (``leased_running``).
 
@@ -297,9 +314,10 @@ class Preemptor:
         self.taken: set[int] = set()
         self.any = bool(self.by_node) if running is not None else False
         # per cycle, built on first use: candidates keyed by their order for a team
-        self._base: list[tuple[tuple, int, NodeState, RunningJob]] | None = None
+        self._by_team: dict[str, list[tuple[RunningJob, NodeState]]] | None = None
+        self._stopping_order: list[tuple[tuple, int, NodeState, RunningJob]] = []
         self._segments: dict[str, list] = {}
-        self._teams: dict[str, list] | None = None
+        self._teams: dict[str, list] = {}
         self._least: dict[str, float] = {}
         self._on_node: dict[tuple[str, str], list[RunningJob]] = {}
         self._bounds: dict[tuple[str, str], tuple | None] = {}
@@ -352,41 +370,42 @@ class Preemptor:
 
     # -- orders (candidate keys do not change within a cycle) -------------------------------
 
-    def _base_order(self) -> list[tuple[tuple, int, NodeState, RunningJob]]:
-        """Every (candidate, node) pair on a node of the capacity, in the order of
-        ``RunningJob.key`` less its team part, then node rank."""
-        if self._base is None:
+    def _pairs(self) -> dict[str, list[tuple[RunningJob, NodeState]]]:
+        """The (candidate, node) pairs on nodes of the capacity of the jobs that are not
+        stopping, by team (each team's put in order when first needed: ``_team_order``),
+        with the stopping ones in order beside them."""
+        if self._by_team is None:
             by_name = self.capacity.by_name
-            entries = []
+            teams: dict[str, list[tuple[RunningJob, NodeState]]] = {}
+            stopping: list[tuple[RunningJob, NodeState]] = []
             for name, candidates in self.by_node.items():
                 node = by_name.get(name)
                 if node is None:
                     continue
                 for c in candidates:
-                    base = (0 if c.stopping else 1, c.priority, -c.level, c.work_lost, c.job_id)
-                    entries.append((base, node.rank, node, c))
-            entries.sort(key=lambda entry: (entry[0], entry[1]))
-            self._base = entries
-        return self._base
+                    if c.stopping:
+                        stopping.append((c, node))
+                    else:
+                        teams.setdefault(c.team, []).append((c, node))
+            self._by_team = teams
+            self._least = {team: min(c.gpus for c, _ in pairs) for team, pairs in teams.items()}
+            self._stopping_order = _in_base_order(stopping)
+        return self._by_team
 
-    def _by_team(self) -> dict[str, list[tuple[tuple, int, NodeState, RunningJob]]]:
-        """The pairs of jobs that are not stopping, by team, in base order."""
-        if self._teams is None:
-            self._teams = {}
-            for entry in self._base_order():
-                if not entry[3].stopping:
-                    self._teams.setdefault(entry[3].team, []).append(entry)
-            self._least = {
-                team: min(entry[3].gpus for entry in entries)
-                for team, entries in self._teams.items()
-            }
-        return self._teams
+    def _team_order(self, team: str) -> list[tuple[tuple, int, NodeState, RunningJob]]:
+        """The team's pairs of jobs that are not stopping, in the order of
+        ``RunningJob.key`` less its team part, then node rank."""
+        found = self._teams.get(team)
+        if found is None:
+            found = self._teams[team] = _in_base_order(self._pairs().get(team, []))
+        return found
 
     def _stopping(self, team: str) -> list[tuple[tuple, int, NodeState, RunningJob]]:
         """The pairs of stopping jobs in ``key(team)`` order: other teams' first."""
         found = self._segments.get(team)
         if found is None:
-            entries = [entry for entry in self._base_order() if entry[3].stopping]
+            self._pairs()
+            entries = self._stopping_order
             found = self._segments[team] = [e for e in entries if e[3].team != team] + [
                 e for e in entries if e[3].team == team
             ]
@@ -478,17 +497,17 @@ class Preemptor:
         for it and every node after it: the candidates come in key order, so a node's
         victims are all at or past the one that brought it (the same (priority, level),
         then no less work lost each, or a worse one)."""
-        by_team = self._by_team()
-        own = by_team.get(job.team, [])
+        pairs = self._pairs()
         policy = self.policy
+        own = self._team_order(job.team) if policy.las_preemption else []
         segments: list[Iterable[tuple[tuple, int, NodeState, RunningJob]]] = [
             self._stopping(job.team)
         ]
         if eligible.reclaim:
             least = self._least
             lists = [
-                entries
-                for team, entries in by_team.items()
+                self._team_order(team)
+                for team in pairs
                 if team != job.team and eligible.team_possible(team, least[team])
             ]
             segments.append(lists[0] if len(lists) == 1 else heapq.merge(*lists))

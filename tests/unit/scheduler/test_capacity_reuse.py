@@ -9,6 +9,7 @@ from dataclasses import replace
 
 import pytest
 from hypothesis import given
+from hypothesis import strategies as st
 from policy_builders import Clock, gpu_node, pending, running
 from test_policy_properties import SETTINGS, long_queues
 
@@ -89,3 +90,59 @@ def test_a_cycle_beside_another_builds_its_own_capacity():
 
     assert results == [expected]
     assert schedule(snapshot, Clock()) == expected
+
+
+def capacity_state(capacity: capacity_module.FreeCapacity) -> tuple:
+    """Everything a cycle reads of a free capacity."""
+    nodes = [
+        (
+            node.name,
+            node.cpus,
+            node.memory_bytes,
+            node.free_count,
+            [(gpu.uuid, gpu.used_share, gpu.used_memory, gpu.whole, gpu.free) for gpu in node.gpus],
+        )
+        for node in capacity.nodes
+    ]
+    by_name = sorted((name, node.rank) for name, node in capacity.by_name.items())
+    return nodes, by_name, [list(bucket) for bucket in capacity.buckets], list(capacity.shared)
+
+
+@SETTINGS
+@given(st.lists(st.tuples(st.integers(0, 39), st.integers(0, 5), st.booleans()), max_size=12))
+def test_a_few_allocations_come_and_gone_update_only_their_nodes_rightly(changes):
+    """Forty allocations, then some ended and some started, a few at a time: the update
+    that looks only at their nodes leaves the capacity built anew from them."""
+    nodes = tuple(gpu_node(f"node-{index}", 8) for index in range(6))
+    held = {
+        job: running(job, f"node-{job % 6}", [job % 8], share=0.5 if job % 3 else 1.0)
+        for job in range(40)
+    }
+    capacity = capacity_module.build_capacity(nodes, tuple(held.values()))
+    for job, node, ends in changes:
+        if ends:
+            held.pop(job, None)
+        else:  # another task of the job, on a GPU of its own
+            held[job + 100] = running(job + 100, f"node-{node}", [job % 8 // 2 + 4], share=0.25)
+        allocations = tuple(held.values())
+        capacity.update(allocations)
+        assert capacity_state(capacity) == capacity_state(
+            capacity_module.build_capacity(nodes, allocations)
+        )
+
+
+def test_the_workload_counted_from_the_last_one_is_that_counted_anew():
+    from gpupool.scheduler import packing
+
+    held = [running(job, "node-a", [job % 8], share=0.5 if job % 2 else 1.0) for job in range(20)]
+    jobs = [pending(job, gpus=(0.25, 1, 2)[job % 3]) for job in range(100, 130)]
+    first = packing.workload_of(tuple(held), tuple(jobs))
+    packing._last_workload = None
+    assert packing.workload_of(tuple(held), tuple(jobs)) == first
+    # two started, one ended, one came: counted from the last call
+    held = held[1:] + [running(100, "node-b", [0], share=0.25), running(101, "node-b", [1])]
+    jobs = jobs[2:] + [pending(200, gpus=8)]
+    counted = packing.workload_of(tuple(held), tuple(jobs))
+    packing._last_workload = None
+    assert counted == packing.workload_of(tuple(held), tuple(jobs))
+    assert len(counted) == 5  # the 8-GPU shape came, none went
