@@ -488,6 +488,36 @@ class Preemptor:
                 best = (cost, victims)
         return Choice(best[1]) if best is not None else None
 
+    def _in_turn(
+        self, job: PendingJob, eligible: Eligibility
+    ) -> Iterator[tuple[int, NodeState, RunningJob, bool]]:
+        """The (candidate, node) pairs that may hold an eligible candidate for ``job``, in
+        ``RunningJob.key(job.team)`` order (then node rank), each with whether the
+        candidate is of the job's own team: the stopping ones, then other teams' (those a
+        reclaim may take from), then its own team's, a merge of the cycle's orders."""
+        pairs = self._pairs()
+        policy = self.policy
+        yield from ((e[1], e[2], e[3], False) for e in self._stopping(job.team))
+        if eligible.reclaim:
+            least = self._least
+            lists = [
+                self._team_order(team)
+                for team in pairs
+                if team != job.team and eligible.team_possible(team, least[team])
+            ]
+            others = lists[0] if len(lists) == 1 else heapq.merge(*lists)
+            yield from ((e[1], e[2], e[3], False) for e in others)
+        if not policy.las_preemption:
+            return
+        # the own team's jobs come by (priority, -level): past the first that J does not
+        # outrank by (priority, level), none is eligible (not so for "srtf")
+        ordered_rank = policy.order != "srtf"
+        jrank = eligible.rank
+        for _, rank, node, candidate in self._team_order(job.team):
+            if ordered_rank and not jrank < (-candidate.priority, candidate.level):
+                return
+            yield rank, node, candidate, True
+
     def _best_nodes(
         self, job: PendingJob, demand: Demand, where: Where, eligible: Eligibility
     ) -> Iterator[tuple[NodeState, tuple]]:
@@ -497,65 +527,41 @@ class Preemptor:
         for it and every node after it: the candidates come in key order, so a node's
         victims are all at or past the one that brought it (the same (priority, level),
         then no less work lost each, or a worse one)."""
-        pairs = self._pairs()
-        policy = self.policy
-        own = self._team_order(job.team) if policy.las_preemption else []
-        segments: list[Iterable[tuple[tuple, int, NodeState, RunningJob]]] = [
-            self._stopping(job.team)
-        ]
-        if eligible.reclaim:
-            least = self._least
-            lists = [
-                self._team_order(team)
-                for team in pairs
-                if team != job.team and eligible.team_possible(team, least[team])
-            ]
-            segments.append(lists[0] if len(lists) == 1 else heapq.merge(*lists))
-        if policy.las_preemption:
-            segments.append(own)
-        # the own team's jobs come by (priority, -level): past the first that J does not
-        # outrank by (priority, level), none is eligible (not so for "srtf")
-        ordered_rank = policy.order != "srtf"
-        jrank = eligible.rank
         types = where.types
         seen: set[int] = set()
         chosen = 0
-        for segment in segments:
-            is_own = segment is own
-            for _, rank, node, candidate in segment:
-                if rank in seen:
-                    continue
-                if is_own and ordered_rank and not jrank < (-candidate.priority, candidate.level):
-                    return
-                if not eligible(candidate):
-                    continue
-                seen.add(rank)
-                if types and not where.node_allowed(node, demand):
-                    continue
-                if candidate.stopping:
-                    floor: tuple = (False,)  # it may cost nothing
-                else:
-                    worst = (candidate.priority, -candidate.level)
-                    floor = (True, 1 if is_own else 0, worst, candidate.work_lost, 1)
-                yield node, floor
-                chosen += 1
-                if chosen >= MAX_NODES_EXAMINED:
-                    return
+        for rank, node, candidate, is_own in self._in_turn(job, eligible):
+            if rank in seen or not eligible(candidate):
+                continue
+            seen.add(rank)
+            if types and not where.node_allowed(node, demand):
+                continue
+            if candidate.stopping:
+                floor: tuple = (False,)  # it may cost nothing
+            else:
+                worst = (candidate.priority, -candidate.level)
+                floor = (True, 1 if is_own else 0, worst, candidate.work_lost, 1)
+            yield node, floor
+            chosen += 1
+            if chosen >= MAX_NODES_EXAMINED:
+                return
 
     def _gang(
         self, job: PendingJob, demand: Demand, where: Where, eligible: Eligibility
     ) -> Choice | None:
+        """Victims in ``RunningJob.key`` order until the gang's tasks fit (those on nodes
+        out of the pool free nothing it can use, and are not taken)."""
         slots = _GangSlots(self.capacity, demand, where)
         if slots.total >= job.tasks:
             return None  # it fits without victims: the placement failed for another reason
-        candidates = sorted(
-            {c.job_id: c for group in self.by_node.values() for c in group if eligible(c)}.values(),
-            key=lambda c: c.key(job.team),
-        )
         chosen: list[RunningJob] = []
         losses = eligible.losses()
-        for candidate in candidates:
-            if not losses.add(candidate):
+        seen: set[int] = set()
+        for _, _, candidate, _ in self._in_turn(job, eligible):
+            if candidate.job_id in seen:
+                continue
+            seen.add(candidate.job_id)
+            if not eligible(candidate) or not losses.add(candidate):
                 continue
             slots.release(candidate)
             chosen.append(candidate)
