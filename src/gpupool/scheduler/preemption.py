@@ -153,10 +153,12 @@ class KeptRunning:
         self.allocations: dict[int, Allocation] = {}  # by id: the entry holds it
         self.jobs: dict[int, RunningJob] = {}
         self.by_node: dict[str, list[RunningJob]] = defaultdict(list)
-        # per job: its allocations' (attained, GPUs, start), and the attained of its later
-        # ones, for its level; when its restart would lose work from
-        self._served: dict[int, tuple[list[tuple[float, float, float]], list[float]]] = {}
-        self._since: dict[int, float] = {}
+        # per job, what time changes is worked out from: the job, when its restart would
+        # lose work from, its allocations' (attained, GPUs, start), and the attained of its
+        # later ones (its level)
+        self._clock: dict[
+            int, tuple[RunningJob, float, list[tuple[float, float, float]], list]
+        ] = {}
 
     def update(
         self, allocations: Sequence[Allocation], now: float, remaining: Mapping[int, float]
@@ -182,7 +184,7 @@ class KeptRunning:
         job = self.jobs.pop(job_id, None)
         if job is None:
             return
-        del self._served[job_id], self._since[job_id]
+        del self._clock[job_id]
         for node in {allocation.node for allocation in job.allocations}:
             on = self.by_node.get(node, [])
             for at, other in enumerate(on):
@@ -216,8 +218,9 @@ class KeptRunning:
             job.gpus += gpus
             job.stopping = job.stopping or allocation.stopping
         since = first.checkpoint_at if first.checkpoint_at is not None else None
-        self._since[job_id] = max(since or first.started_at, first.started_at)
-        self._served[job_id] = (served, [allocation.attained for allocation in allocations[1:]])
+        since = max(since or first.started_at, first.started_at)
+        later = [allocation.attained for allocation in allocations[1:]]
+        self._clock[job_id] = (job, since, served, later)
         self.jobs[job_id] = job
         if job.preemptible or job.stopping:
             for node in {allocation.node for allocation in allocations}:
@@ -227,21 +230,20 @@ class KeptRunning:
         """What time changes, as ``running_jobs`` works it out."""
         las = self.policy.order == "las"
         thresholds = self.policy.las_thresholds
-        since, served_of = self._since, self._served
-        for job_id, job in self.jobs.items():
-            job.lost = max(0.0, now - since[job_id])
-            job.remaining = remaining.get(job_id, 0.0)
-            if las:
-                served, earlier = served_of[job_id]
-                if len(served) == 1:
-                    attained, gpus, started = served[0]
-                    level = attained + gpus * max(0.0, now - started)
-                else:
-                    level = sum(
-                        attained + gpus * max(0.0, now - started)
-                        for attained, gpus, started in served
-                    ) - sum(earlier)
-                job.level = bisect_right(thresholds, level)
+        left = remaining.get
+        for job_id, (job, since, served, earlier) in self._clock.items():
+            job.lost = max(0.0, now - since)
+            job.remaining = left(job_id, 0.0)
+            if not las:
+                continue
+            if earlier:
+                level = sum(
+                    attained + gpus * max(0.0, now - started) for attained, gpus, started in served
+                ) - sum(earlier)
+            else:
+                attained, gpus, started = served[0]
+                level = attained + gpus * max(0.0, now - started)
+            job.level = bisect_right(thresholds, level)
 
 
 # The running jobs of the last cycle, kept for the next (see ``KeptRunning``); one cycle at
