@@ -113,8 +113,13 @@ class Group:
 def groups_of(jobs: Iterable[PendingJob], demands: DemandCache) -> list[Group]:
     """The groups of these jobs (one team's), each as the least of its jobs."""
     shapes = {id(shape): shape for shape in (shape_of(job, demands) for job in jobs)}
+    return groups_of_shapes(shapes.values())
+
+
+def groups_of_shapes(shapes: Iterable[tuple]) -> list[Group]:
+    """The groups of jobs of these shapes (``shape_of``), each as the least of them."""
     groups: dict[tuple, Group] = {}
-    for key, sizes, runtime in shapes.values():
+    for key, sizes, runtime in shapes:
         found = groups.get(key)
         if found is None:
             groups[key] = Group(key, sizes, runtime)

@@ -28,13 +28,14 @@ from __future__ import annotations
 import heapq
 import threading
 from bisect import bisect_left, bisect_right, insort
+from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 from gpupool.scheduler.fit import DemandCache
 from gpupool.scheduler.ledger import Ledger
-from gpupool.scheduler.memo import Group, groups_of, merged
+from gpupool.scheduler.memo import Group, groups_of, groups_of_shapes, merged, shape_of
 from gpupool.scheduler.types import Allocation, PendingJob, Policy
 
 FIFO_TEAM = ""  # the single queue of the fifo baseline
@@ -273,9 +274,7 @@ class Queues:
         kept = self.kept
         if kept is None:
             return groups_of(self.left(team), demands)
-        return merged(
-            kept.groups_from((team, user.user), user.next, demands) for user in queue.users
-        )
+        return merged(kept.groups_from((team, user.user), user.next) for user in queue.users)
 
     def wake(self) -> None:
         """Every sleeping team takes its turns again."""
@@ -326,8 +325,10 @@ class KeptOrder:
         self.jobs: dict[int, tuple[PendingJob, tuple, tuple[str, str]]] = {}  # by id(job)
         self.lists: dict[tuple[str, str], list[tuple[tuple, PendingJob]]] = {}
         self.levels: dict[int, int] = {}  # job id -> its level, when not 0
-        # the groups of a user's jobs from a place in its queue on (``Queues.groups_left``)
-        self.suffixes: dict[tuple[str, str], dict[int, list[Group]]] = {}
+        # how many jobs of each shape (``memo.shape_of``) each user's queue holds, for the
+        # groups of its jobs from a place on (``groups_from``)
+        self.shapes: dict[tuple[str, str], Counter[tuple]] = {}
+        self.demands = DemandCache()  # one per update: requests differ over time
         # when each job of a level above 0 would starve (entries of jobs gone are skipped)
         self.starving: list[tuple[float, int, PendingJob]] = []
 
@@ -339,6 +340,7 @@ class KeptOrder:
         if now < self.now:  # a clock gone back: starved jobs would not be starved
             self.__init__(self.policy)  # type: ignore[misc]
         self.now = now
+        self.demands = DemandCache()
         jobs = {id(job): job for job in pending}
         kept = self.jobs
         gone = kept.keys() - jobs.keys()  # an id kept is its job's: the entry holds it
@@ -365,28 +367,38 @@ class KeptOrder:
                         heapq.heappush(self.starving, (queued + threshold, id(job), job))
         where = self._where(job)
         self.jobs[id(job)] = (job, key, where)
-        self.suffixes.pop(where, None)
+        self.shapes.setdefault(where, Counter())[shape_of(job, self.demands)] += 1
         insort(self.lists.setdefault(where, []), (key, job), key=_first)
 
     def _remove(self, ident: int) -> None:
         job, key, where = self.jobs.pop(ident)
-        self.suffixes.pop(where, None)
+        shapes = self.shapes[where]
+        shape = shape_of(job, self.demands)
+        shapes[shape] -= 1
+        if not shapes[shape]:
+            del shapes[shape]
         entries = self.lists[where]
         at = bisect_left(entries, key, key=_first)
         del entries[at]
         if not entries:
-            del self.lists[where]
+            del self.lists[where], self.shapes[where]
         if self.levels.get(job.job_id) == key[1] and key[1]:
             del self.levels[job.job_id]
 
-    def groups_from(self, where: tuple[str, str], start: int, demands: DemandCache) -> list[Group]:
-        """The groups of a user's jobs from ``start`` on (to merge: not to be changed)."""
-        found = self.suffixes.setdefault(where, {})
-        groups = found.get(start)
-        if groups is None:
-            entries = self.lists.get(where, [])
-            groups = found[start] = groups_of((entry[1] for entry in entries[start:]), demands)
-        return groups
+    def groups_from(self, where: tuple[str, str], start: int) -> list[Group]:
+        """The groups of a user's jobs from ``start`` on: those of the shapes its queue
+        holds, less the shapes of the jobs before ``start`` (few: those handed out)."""
+        shapes = self.shapes.get(where)
+        if not shapes:
+            return []
+        if start:
+            shapes = shapes.copy()
+            for _, job in self.lists[where][:start]:
+                shape = shape_of(job, self.demands)
+                shapes[shape] -= 1
+                if not shapes[shape]:
+                    del shapes[shape]
+        return groups_of_shapes(shapes)
 
     def _starve(self, now: float) -> None:
         """Move the jobs that have waited long enough to level 0."""
