@@ -52,13 +52,6 @@ def level_of(attained: float, policy: Policy) -> int:
     return bisect_right(policy.las_thresholds, attained) if policy.order == "las" else 0
 
 
-def pending_level(job: PendingJob, now: float, policy: Policy) -> int:
-    """A pending job's level: that of its attained service, or 0 once it has waited
-    ``starvation_factor`` times that service (and ``starvation_min_wait``)."""
-    key, queued, threshold = las_key(job, policy)
-    return 0 if key[1] and now - queued >= threshold else key[1]
-
-
 # a pending job (frozen) waits through many cycles: its least-attained-service key is
 # worked out once per policy, kept by identity (an entry holds the job, so that its id is
 # not reused while the entry lives)
@@ -82,6 +75,21 @@ def las_key(job: PendingJob, policy: Policy) -> tuple[tuple, float, float]:
     entry = ((-job.priority, level, queued, job.job_id), queued, threshold)
     _KEYS[id(job)] = (job, policy, entry)
     return entry
+
+
+def queue_key(job: PendingJob, now: float, policy: Policy) -> tuple[tuple, float]:
+    """A pending job's key in its user's queue (not for ``srtf``: see ``Queues``), with when
+    it will starve (inf: never, or starved already). Its level is that of its attained
+    service, or 0 once it has waited ``starvation_factor`` times that service (and
+    ``starvation_min_wait``)."""
+    if policy.order == "fifo":
+        return (0, 0, job.submitted_at, job.job_id), float("inf")
+    key, queued, threshold = las_key(job, policy)
+    if not key[1]:
+        return key, float("inf")
+    if now - queued >= threshold:
+        return (key[0], 0, *key[2:]), float("inf")
+    return key, queued + threshold
 
 
 def running_attained(allocation: Allocation, now: float) -> float:
@@ -216,16 +224,13 @@ class Queues:
         self._current: TeamQueue | None = None
 
     def _job_key(self, job: PendingJob, now: float, remaining: Mapping[int, float]) -> tuple:
-        if self.policy.order == "fifo":
-            return (0, 0, job.submitted_at, job.job_id)
         if self.policy.order == "srtf":
             queued = job.queued_at if job.queued_at is not None else job.submitted_at
             return (-job.priority, remaining.get(job.job_id, 0.0), queued, job.job_id)
-        key = las_key(job, self.policy)[0]
-        level = pending_level(job, now, self.policy)
-        if level:
-            self.levels[job.job_id] = level
-        return key if level == key[1] else (key[0], level, *key[2:])
+        key, _ = queue_key(job, now, self.policy)
+        if key[1]:
+            self.levels[job.job_id] = key[1]
+        return key
 
     def _push(self, team: str) -> None:
         key = (0, 0.0) if team == FIFO_TEAM else self.ledger.order_key(team)
@@ -312,7 +317,7 @@ class KeptOrder:
     """The users' queues of the pending jobs, kept in order from one cycle to the next.
 
     A pending job's place in its user's queue does not change while it waits, but when it
-    starves (``pending_level``): so the queues of a cycle are those of the cycle before,
+    starves (``queue_key``): so the queues of a cycle are those of the cycle before,
     less the jobs gone (started, cancelled, or requeued as another job object), plus those
     come, each put in place by bisection, and the starving moved. ``srtf`` (whose keys are
     the remaining work of each cycle) is not kept. ``lists`` and ``levels`` are read by the
@@ -320,8 +325,11 @@ class KeptOrder:
 
     def __init__(self, policy: Policy) -> None:
         self.policy = policy
-        self.now = float("-inf")
         self.fifo = policy.order == "fifo"
+        self._clear()
+
+    def _clear(self) -> None:
+        self.now = float("-inf")
         self.jobs: dict[int, tuple[PendingJob, tuple, tuple[str, str]]] = {}  # by id(job)
         self.lists: dict[tuple[str, str], list[tuple[tuple, PendingJob]]] = {}
         self.levels: dict[int, int] = {}  # job id -> its level, when not 0
@@ -338,7 +346,7 @@ class KeptOrder:
 
     def update(self, pending: Iterable[PendingJob], now: float) -> None:
         if now < self.now:  # a clock gone back: starved jobs would not be starved
-            self.__init__(self.policy)  # type: ignore[misc]
+            self._clear()
         self.now = now
         self.demands = DemandCache()
         jobs = {id(job): job for job in pending}
@@ -354,18 +362,12 @@ class KeptOrder:
         return (FIFO_TEAM, FIFO_TEAM) if self.fifo else (job.team, job.user)
 
     def _add(self, job: PendingJob, now: float) -> None:
-        if self.fifo:
-            key: tuple = (0, 0, job.submitted_at, job.job_id)
-        else:
-            key, queued, threshold = las_key(job, self.policy)
-            if key[1]:
-                if now - queued >= threshold:
-                    key = (key[0], 0, *key[2:])
-                else:
-                    self.levels[job.job_id] = key[1]
-                    if threshold != float("inf"):
-                        heapq.heappush(self.starving, (queued + threshold, id(job), job))
-        where = self._where(job)
+        key, starves = queue_key(job, now, self.policy)
+        if key[1]:
+            self.levels[job.job_id] = key[1]
+            if starves != float("inf"):
+                heapq.heappush(self.starving, (starves, id(job), job))
+        where = (FIFO_TEAM, FIFO_TEAM) if self.fifo else (job.team, job.user)
         self.jobs[id(job)] = (job, key, where)
         self.shapes.setdefault(where, Counter())[shape_of(job, self.demands)] += 1
         insort(self.lists.setdefault(where, []), (key, job), key=_first)

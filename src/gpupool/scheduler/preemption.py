@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 from gpupool.scheduler.capacity import FreeCapacity, NodeState
 from gpupool.scheduler.fit import CPU_EPSILON, Demand, Where, fraction_demand
-from gpupool.scheduler.ledger import _HELD, EPSILON, Ledger, held_gpus
+from gpupool.scheduler.ledger import EPSILON, Ledger, held_gpus
 from gpupool.scheduler.types import SHARE_EPSILON, Allocation, PendingJob, Policy
 
 MAX_NODES_EXAMINED = 64  # nodes searched for one job, best candidates first
@@ -74,52 +74,8 @@ class RunningJob:
 def running_jobs(
     allocations: Sequence[Allocation], policy: Policy, now: float, remaining: Mapping[int, float]
 ) -> dict[int, RunningJob]:
-    jobs: dict[int, RunningJob] = {}
-    # per job: the attained service of its first allocation (``running_attained``, whose
-    # sum of shares is ``held_gpus``), and of a job of several, each allocation's and
-    # the attained of its later ones (its level: the sum of the first less the second)
-    first: dict[int, float] = {}
-    several: dict[int, tuple[list[float], list[float]]] = {}
-    known = _HELD  # ``held_gpus``, its cache read here: one call per allocation less
-    for allocation in allocations:
-        found = known.get(id(allocation))
-        gpus = found[1] if found is not None and found[0] is allocation else held_gpus(allocation)
-        job_id = allocation.job_id
-        job = jobs.get(job_id)
-        attained = allocation.attained + gpus * max(0.0, now - allocation.started_at)
-        if job is None:
-            since = allocation.checkpoint_at if allocation.checkpoint_at is not None else None
-            since = max(since or allocation.started_at, allocation.started_at)
-            job = jobs[job_id] = RunningJob(
-                job_id,
-                allocation.team,
-                allocation.priority,
-                allocation.preemptible,
-                allocation.stopping,
-                allocation.started_at,
-                0,
-                remaining.get(job_id, 0.0),
-                max(0.0, now - since),
-                gpus,
-                [allocation],
-            )
-            first[job_id] = attained
-            continue
-        lists = several.get(job_id)
-        if lists is None:
-            lists = several[job_id] = ([first[job_id]], [])
-        lists[0].append(attained)
-        lists[1].append(allocation.attained)
-        job.allocations.append(allocation)
-        job.gpus += gpus
-        job.stopping = job.stopping or allocation.stopping
-    if policy.order == "las":
-        thresholds = policy.las_thresholds  # ``level_of``
-        for job_id, job in jobs.items():
-            lists = several.get(job_id)
-            served = first[job_id] if lists is None else sum(lists[0]) - sum(lists[1])
-            job.level = bisect_right(thresholds, served)
-    return jobs
+    """The running jobs of these allocations, as possible victims (see ``KeptRunning``)."""
+    return KeptRunning(policy).update(allocations, now, remaining)
 
 
 def _entry_order(entry: tuple[tuple, int, NodeState, RunningJob]) -> tuple[tuple, int]:
@@ -140,13 +96,16 @@ def _in_base_order(
 
 
 class KeptRunning:
-    """The running jobs of the last cycle, kept for the next (``leased_running``).
+    """The running jobs (all tasks of each) as possible victims, kept from one cycle to the
+    next (``leased_running``; ``running_jobs``: for one cycle only).
 
     Between two cycles few allocations come or go: the jobs they belong to are worked out
-    again, the others kept; what time changes (a job's level and the work a restart
-    loses) is worked out for every job, as ``running_jobs`` does. The possible victims by
-    node are kept the same way. A job's tasks stay in the order of the snapshot they came
-    in. Each cycle's jobs are this object's: not to be kept."""
+    again, the others kept; what time changes is worked out for every job: the work a
+    restart loses (since its last checkpoint, or start) and its least-attained-service
+    level (the attained service of its first task, as ``running_attained``, its other
+    tasks adding only their service in this attempt). The possible victims by node are kept
+    the same way. A job's tasks stay in the order of the snapshot they came in. Each
+    cycle's jobs are this object's: not to be kept."""
 
     def __init__(self, policy: Policy) -> None:
         self.policy = policy
@@ -170,7 +129,7 @@ class KeptRunning:
             touched.update(present[ident].job_id for ident in present.keys() - kept.keys())
             self.allocations = present
             parts: dict[int, list[Allocation]] = {}
-            for allocation in allocations:  # in the snapshot's order, as ``running_jobs``
+            for allocation in allocations:  # in the snapshot's order
                 if allocation.job_id in touched:
                     parts.setdefault(allocation.job_id, []).append(allocation)
             for job_id in touched:
@@ -227,7 +186,8 @@ class KeptRunning:
                 self.by_node[node].append(job)
 
     def _advance(self, now: float, remaining: Mapping[int, float]) -> None:
-        """What time changes, as ``running_jobs`` works it out."""
+        """The work a restart loses, the remaining work (``srtf``) and the level of each job
+        at ``now``."""
         las = self.policy.order == "las"
         thresholds = self.policy.las_thresholds
         left = remaining.get

@@ -1,6 +1,7 @@
 """The running jobs kept from one cycle to the next (``preemption.leased_running``): brought
 up to date with the allocations come and gone and the time gone by, they are the jobs a
-cycle would work out anew (levels, work a restart loses, victims by node)."""
+cycle would work out anew (levels, work a restart loses, victims by node), and those
+levels are the attained service's."""
 
 from __future__ import annotations
 
@@ -89,6 +90,19 @@ def test_the_kept_running_jobs_are_those_worked_out_anew(policy, history):
                 for node in {allocation.node for allocation in job.allocations}:
                     by_node.setdefault(node, []).append(job.job_id)
         assert victims_by_node(kept.by_node) == {n: sorted(ids) for n, ids in by_node.items()}
+
+
+def test_a_gang_is_levelled_by_its_first_task_and_the_others_service_in_this_attempt():
+    # earlier attempts' service is counted once (each task carries it), this one per task
+    tasks = tuple(
+        running(1, f"node-{task}", task=task, attained=33_000.0, started_at=NOW - 2_000.0)
+        for task in range(2)
+    )
+    job = running_jobs(tasks, DEFAULT_POLICY, NOW, {})[1]
+    assert job.gpus == 2.0
+    assert job.level == 2  # 33,000 + 2 x 2,000 GPU-seconds: past 1,800 and 36,000 ...
+    one = running_jobs(tasks[:1], DEFAULT_POLICY, NOW, {})[1]
+    assert one.level == 1  # ... and 33,000 + 2,000 on one task: past 1,800 only
 
 
 def test_a_job_climbs_a_level_in_the_kept_jobs_as_its_service_grows():
