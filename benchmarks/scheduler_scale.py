@@ -128,7 +128,8 @@ Timing = tuple[list[float], list[float]]  # wall and CPU seconds per cycle
 
 
 def built_anew(snapshot: Snapshot, clock: VirtualClock) -> Decisions:
-    """A cycle over a free capacity built for it, not the one kept from the cycle before."""
+    """A cycle that builds its free capacity, queues and running jobs, instead of taking
+    those kept from the cycle before."""
     gc.disable()
     try:
         return Cycle(snapshot, clock.now()).run()
@@ -212,7 +213,7 @@ def main() -> None:
     p95, rate = line("gpupool: default policy (server)", times, decisions)
     after = applied(product, decisions)
     anew_times, anew_decisions = time_cycles(after, args.cycles, built_anew)
-    line("baseline: the next cycle, capacity anew", anew_times, anew_decisions)
+    line("baseline: the next cycle, nothing kept", anew_times, anew_decisions)
     next_times, next_decisions = time_cycles(after, args.cycles)
     line("the next cycle, these decisions applied", next_times, next_decisions)
     median = statistics.median(times[0])
@@ -222,7 +223,7 @@ def main() -> None:
         f"{median / statistics.median(quiet_times[0]):.2f}   fragmentation-aware / best-fit "
         f"packing (no explanations): "
         f"{statistics.median(quiet_times[0]) / statistics.median(best_fit_times[0]):.2f}   "
-        "next cycle, kept / new capacity: "
+        "next cycle, kept / built anew: "
         f"{statistics.median(next_times[0]) / statistics.median(anew_times[0]):.2f}"
     )
     print(

@@ -106,6 +106,7 @@ class Cycle:
             snapshot.pending,
             capacity.pool_gpus,
             capacity.gpu_memories,
+            order.waiting if order is not None else None,
         )
         self.free_gpus = self.capacity.free_share()
         self.demands = DemandCache()

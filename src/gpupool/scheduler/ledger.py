@@ -17,9 +17,10 @@ the water-fill hands out GPUs, so that one cycle places what the fair shares say
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left
-from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from gpupool.scheduler.types import Allocation, PendingJob, TeamQuota
 
@@ -43,6 +44,22 @@ def job_gpus(job: PendingJob, gpu_memories: Sequence[int] = ()) -> float:
     at = bisect_left(gpu_memories, memory)
     share = min(1.0, memory / gpu_memories[at]) if at < len(gpu_memories) else 1.0
     return share * job.tasks
+
+
+def waiting_by_team(pending: Iterable[PendingJob], gpu_memories: Sequence[int]) -> dict[str, float]:
+    """The GPUs the pending jobs ask for (``job_gpus``), by team (in name order)."""
+    counts: dict[str, Counter[float]] = {}
+    for job in pending:
+        whole = job.request.gpus  # ``job_gpus``, its common case here
+        gpus = whole * job.tasks if whole else job_gpus(job, gpu_memories)
+        counts.setdefault(job.team, Counter())[gpus] += 1
+    return {team: total_gpus(counts[team]) for team in sorted(counts)}
+
+
+def total_gpus(counted: Mapping[float, int]) -> float:
+    """The sum of GPUs counted by size, correctly rounded: the same whatever the order of
+    the jobs (kept queues count them as they come and go)."""
+    return math.fsum(gpus * count for gpus, count in counted.items())
 
 
 # an allocation (frozen) lives for many cycles: its GPUs are summed once, kept by identity
@@ -72,7 +89,10 @@ class Ledger:
         pending: Sequence[PendingJob],
         pool_gpus: float,
         gpu_memories: Iterable[int] = (),
+        demand_of: Callable[[list[int]], dict[str, float]] | None = None,
     ) -> None:
+        """``demand_of``: the GPUs the pending jobs ask for by team, given the pool's GPU
+        memory sizes (``waiting_by_team`` of ``pending`` when None)."""
         self.quotas: dict[str, TeamQuota] = {quota.team: quota for quota in quotas}
         self.pool_gpus = pool_gpus
         self.gpu_memories = sorted(memory for memory in gpu_memories if memory > 0)
@@ -87,11 +107,11 @@ class Ledger:
             self.held[allocation.team] += gpus
             if not allocation.preemptible:
                 self.unpreemptible[allocation.team] += gpus
-        wanted: dict[str, float] = defaultdict(float)
-        memories = self.gpu_memories
-        for job in pending:
-            whole = job.request.gpus  # ``job_gpus``, its common case here
-            wanted[job.team] += whole * job.tasks if whole else job_gpus(job, memories)
+        wanted = (
+            demand_of(self.gpu_memories)
+            if demand_of is not None
+            else waiting_by_team(pending, self.gpu_memories)
+        )
         demand = {team: self.held.get(team, 0.0) + wanted.get(team, 0.0) for team in wanted}
         for team, gpus in self.held.items():
             demand.setdefault(team, gpus)

@@ -34,7 +34,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from gpupool.scheduler.fit import DemandCache
-from gpupool.scheduler.ledger import Ledger
+from gpupool.scheduler.ledger import Ledger, job_gpus, total_gpus
 from gpupool.scheduler.memo import Group, groups_of, groups_of_shapes, merged, shape_of
 from gpupool.scheduler.types import Allocation, PendingJob, Policy
 
@@ -337,6 +337,10 @@ class KeptOrder:
         # groups of its jobs from a place on (``groups_from``)
         self.shapes: dict[tuple[str, str], Counter[tuple]] = {}
         self.demands = DemandCache()  # one per update: requests differ over time
+        # the GPUs the jobs ask for by team (``Ledger``): counted by size, but those asking
+        # for GPU memory alone, whose share depends on the pool's GPUs
+        self.counted: dict[str, Counter[float]] = {}
+        self.by_memory: dict[str, dict[int, PendingJob]] = {}
         # when each job of a level above 0 would starve (entries of jobs gone are skipped)
         self.starving: list[tuple[float, int, PendingJob]] = []
 
@@ -369,11 +373,13 @@ class KeptOrder:
                 heapq.heappush(self.starving, (starves, id(job), job))
         where = (FIFO_TEAM, FIFO_TEAM) if self.fifo else (job.team, job.user)
         self.jobs[id(job)] = (job, key, where)
+        self._count(job, 1)
         self.shapes.setdefault(where, Counter())[shape_of(job, self.demands)] += 1
         insort(self.lists.setdefault(where, []), (key, job), key=_first)
 
     def _remove(self, ident: int) -> None:
         job, key, where = self.jobs.pop(ident)
+        self._count(job, -1)
         shapes = self.shapes[where]
         shape = shape_of(job, self.demands)
         shapes[shape] -= 1
@@ -386,6 +392,34 @@ class KeptOrder:
             del self.lists[where], self.shapes[where]
         if self.levels.get(job.job_id) == key[1] and key[1]:
             del self.levels[job.job_id]
+
+    def _count(self, job: PendingJob, sign: int) -> None:
+        request = job.request  # as ``job_gpus``
+        if not request.gpus and request.gpu_memory_bytes:
+            if sign > 0:
+                self.by_memory.setdefault(job.team, {})[id(job)] = job
+            else:
+                del self.by_memory[job.team][id(job)]
+            return
+        counted = self.counted.setdefault(job.team, Counter())
+        gpus = request.gpus * job.tasks if request.gpus else 0.0
+        counted[gpus] += sign
+        if not counted[gpus]:
+            del counted[gpus]
+
+    def waiting(self, gpu_memories: list[int]) -> dict[str, float]:
+        """The GPUs the pending jobs ask for, by team, as ``ledger.waiting_by_team``."""
+        result: dict[str, float] = {}
+        for team in sorted(self.counted.keys() | self.by_memory.keys()):
+            counted = self.counted.get(team, Counter())
+            memory = self.by_memory.get(team)
+            if memory:
+                counted = counted.copy()
+                for job in memory.values():
+                    counted[job_gpus(job, gpu_memories)] += 1
+            if counted:
+                result[team] = total_gpus(counted)
+        return result
 
     def groups_from(self, where: tuple[str, str], start: int) -> list[Group]:
         """The groups of a user's jobs from ``start`` on: those of the shapes its queue

@@ -12,13 +12,16 @@ from hypothesis import strategies as st
 from policy_builders import pending
 from test_policy_properties import SETTINGS
 
+from gpupool.domain.jobs import ResourceRequest
+from gpupool.domain.units import GiB
 from gpupool.scheduler import ordering
 from gpupool.scheduler.fit import DemandCache
-from gpupool.scheduler.ledger import Ledger
+from gpupool.scheduler.ledger import Ledger, waiting_by_team
 from gpupool.scheduler.memo import groups_of
 from gpupool.scheduler.ordering import KeptOrder, Queues, leased_order
 from gpupool.scheduler.types import DEFAULT_POLICY, PendingJob, Policy
 
+MEMORIES = st.sampled_from((10 * GiB, 30 * GiB, 100 * GiB))
 STARVING = replace(DEFAULT_POLICY, starvation_factor=2.0, starvation_min_wait=100.0)
 POLICIES = (STARVING, DEFAULT_POLICY, replace(DEFAULT_POLICY, order="fifo"))
 
@@ -50,6 +53,13 @@ def job(draw, job_id: int) -> PendingJob:
     )
     if draw(st.booleans()):  # requeued after a preemption: it waits from then on
         made = replace(made, queued_at=draw(st.floats(0.0, 500.0)))
+    asks = draw(st.sampled_from(("gpus", "gpus", "memory", "none")))
+    if asks == "memory":  # a share of a GPU, by its memory: depends on the pool's GPUs
+        made = replace(made, request=ResourceRequest(gpu_memory_bytes=draw(MEMORIES)))
+    elif asks == "none":
+        made = replace(made, request=ResourceRequest(cpus=1.0))
+    elif draw(st.booleans()):
+        made = replace(made, request=ResourceRequest(gpus=draw(st.sampled_from((0.3, 0.5, 2)))))
     return made
 
 
@@ -87,6 +97,8 @@ def test_the_kept_queues_are_those_sorted_anew(history, tried: int):
         lists, levels = anew(jobs, policy, now)
         assert kept_lists(kept) == lists
         assert kept.levels == levels
+        for memories in ([], [40 * GiB, 80 * GiB]):  # what the ledger is told is waiting
+            assert kept.waiting(memories) == waiting_by_team(jobs, memories)
         # a cycle over the kept queues: the groups of each team's jobs left, after a few
         # were handed out, are those of the jobs left
         queues = Queues(jobs, Ledger((), (), jobs, 8.0), policy, now, {}, {}, {}, kept)
