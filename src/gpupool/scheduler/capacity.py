@@ -11,13 +11,13 @@ Capacity only ever shrinks within a cycle: ``take`` subtracts a placement at onc
 
 from __future__ import annotations
 
-import threading
 from bisect import bisect_left, insort
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from gpupool.scheduler.kept import Kept
 from gpupool.scheduler.types import SHARE_EPSILON, Allocation, GpuCapacity, NodeCapacity
 
 if TYPE_CHECKING:
@@ -389,24 +389,21 @@ def build_capacity(
 
 # The free capacity of the last pool, kept for the next cycle over the same nodes: it is
 # brought up to date (``update``: only nodes whose allocations changed) instead of built
-# anew, and put back as it was after each cycle (``rollback``). One cycle at a time uses it;
-# another, meanwhile (the forecast beside the control loop), builds its own.
-_LEASE = threading.Lock()
-_kept: tuple[Sequence[NodeCapacity], FreeCapacity] | None = None
+# anew, and put back as it was after each cycle (``rollback``).
+_KEPT: Kept[tuple[Sequence[NodeCapacity], FreeCapacity]] = Kept()
 
 
 @contextmanager
 def leased_capacity(
     nodes: Sequence[NodeCapacity], allocations: Iterable[Allocation]
 ) -> Iterator[FreeCapacity]:
-    """The free capacity for one cycle, which may change it as it likes (see ``_kept``)."""
-    global _kept
-    if not _LEASE.acquire(blocking=False):
-        yield build_capacity(nodes, allocations)
-        return
-    try:
-        kept = _kept
-        _kept = None  # until put back whole: a failure below leaves nothing half changed
+    """The free capacity for one cycle, which may change it as it likes (see ``_KEPT``)."""
+    with _KEPT.lease() as slot:
+        if slot is None:
+            yield build_capacity(nodes, allocations)
+            return
+        kept = slot.value
+        slot.value = None  # a cycle that fails leaves nothing half changed
         if kept is not None and (kept[0] is nodes or kept[0] == nodes):
             capacity = kept[1]
             capacity.update(allocations)
@@ -415,6 +412,4 @@ def leased_capacity(
         capacity.journal()
         yield capacity
         capacity.rollback()
-        _kept = (nodes, capacity)
-    finally:
-        _LEASE.release()
+        slot.value = (nodes, capacity)

@@ -28,6 +28,15 @@ EPSILON = 1e-6
 UNLIMITED = float("inf")
 
 
+def fixed_gpus(job: PendingJob) -> float | None:
+    """The GPUs a pending job asks for when they do not depend on the pool's GPUs (None: a
+    request of GPU memory alone, see ``job_gpus``)."""
+    request = job.request
+    if request.gpus:
+        return request.gpus * job.tasks
+    return None if request.gpu_memory_bytes else 0.0
+
+
 def job_gpus(job: PendingJob, gpu_memories: Sequence[int] = ()) -> float:
     """The GPUs a pending job asks for, all tasks together (0 for none).
 
@@ -35,12 +44,10 @@ def job_gpus(job: PendingJob, gpu_memories: Sequence[int] = ()) -> float:
     GPU it lands on is not known yet, so it counts as the share it takes on the smallest GPU
     of ``gpu_memories`` (sorted) that can hold it, the most it can take (1 without one).
     """
-    request = job.request
-    if request.gpus:
-        return request.gpus * job.tasks
-    memory = request.gpu_memory_bytes
-    if not memory:
-        return 0.0
+    gpus = fixed_gpus(job)
+    if gpus is not None:
+        return gpus
+    memory = job.request.gpu_memory_bytes
     at = bisect_left(gpu_memories, memory)
     share = min(1.0, memory / gpu_memories[at]) if at < len(gpu_memories) else 1.0
     return share * job.tasks
@@ -50,9 +57,7 @@ def waiting_by_team(pending: Iterable[PendingJob], gpu_memories: Sequence[int]) 
     """The GPUs the pending jobs ask for (``job_gpus``), by team (in name order)."""
     counts: dict[str, Counter[float]] = {}
     for job in pending:
-        whole = job.request.gpus  # ``job_gpus``, its common case here
-        gpus = whole * job.tasks if whole else job_gpus(job, gpu_memories)
-        counts.setdefault(job.team, Counter())[gpus] += 1
+        counts.setdefault(job.team, Counter())[job_gpus(job, gpu_memories)] += 1
     return {team: total_gpus(counts[team]) for team in sorted(counts)}
 
 

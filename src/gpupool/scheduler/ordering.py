@@ -26,7 +26,6 @@ jobs gone and plus those come, instead of sorting every pending job anew.
 from __future__ import annotations
 
 import heapq
-import threading
 from bisect import bisect_left, bisect_right, insort
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
@@ -34,7 +33,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from gpupool.scheduler.fit import DemandCache
-from gpupool.scheduler.ledger import Ledger, job_gpus, total_gpus
+from gpupool.scheduler.kept import Kept
+from gpupool.scheduler.ledger import Ledger, fixed_gpus, job_gpus, total_gpus
 from gpupool.scheduler.memo import Group, groups_of, groups_of_shapes, merged, shape_of
 from gpupool.scheduler.types import Allocation, PendingJob, Policy
 
@@ -394,15 +394,14 @@ class KeptOrder:
             del self.levels[job.job_id]
 
     def _count(self, job: PendingJob, sign: int) -> None:
-        request = job.request  # as ``job_gpus``
-        if not request.gpus and request.gpu_memory_bytes:
+        gpus = fixed_gpus(job)
+        if gpus is None:
             if sign > 0:
                 self.by_memory.setdefault(job.team, {})[id(job)] = job
             else:
                 del self.by_memory[job.team][id(job)]
             return
         counted = self.counted.setdefault(job.team, Counter())
-        gpus = request.gpus * job.tasks if request.gpus else 0.0
         counted[gpus] += sign
         if not counted[gpus]:
             del counted[gpus]
@@ -459,10 +458,8 @@ class KeptOrder:
             heapq.heapify(self.starving)
 
 
-# The order of the last cycle, kept for the next (see ``KeptOrder``); one cycle at a time
-# uses it, another meanwhile (the forecast beside the control loop) orders its own.
-_ORDER_LEASE = threading.Lock()
-_kept_order: KeptOrder | None = None
+# The order of the last cycle, kept for the next (see ``KeptOrder``).
+_KEPT: Kept[KeptOrder] = Kept()
 
 
 @contextmanager
@@ -470,17 +467,16 @@ def leased_order(
     pending: Iterable[PendingJob], policy: Policy, now: float
 ) -> Iterator[KeptOrder | None]:
     """The kept order brought up to date for one cycle (None: the cycle orders its own)."""
-    global _kept_order
-    if not KeptOrder.keeps(policy) or not _ORDER_LEASE.acquire(blocking=False):
+    if not KeptOrder.keeps(policy):
         yield None
         return
-    try:
-        kept = _kept_order
-        _kept_order = None  # until brought up to date whole
+    with _KEPT.lease() as slot:
+        if slot is None:
+            yield None
+            return
+        kept = slot.value
         if kept is None or not (kept.policy is policy or kept.policy == policy):
             kept = KeptOrder(policy)
         kept.update(pending, now)
-        _kept_order = kept
+        slot.value = kept
         yield kept
-    finally:
-        _ORDER_LEASE.release()

@@ -24,7 +24,6 @@ until all its tasks fit.
 from __future__ import annotations
 
 import heapq
-import threading
 from bisect import bisect_right
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -33,6 +32,7 @@ from dataclasses import dataclass, field
 
 from gpupool.scheduler.capacity import FreeCapacity, NodeState
 from gpupool.scheduler.fit import CPU_EPSILON, Demand, Where, fraction_demand
+from gpupool.scheduler.kept import Kept
 from gpupool.scheduler.ledger import EPSILON, Ledger, held_gpus
 from gpupool.scheduler.types import SHARE_EPSILON, Allocation, PendingJob, Policy
 
@@ -206,28 +206,21 @@ class KeptRunning:
             job.level = bisect_right(thresholds, level)
 
 
-# The running jobs of the last cycle, kept for the next (see ``KeptRunning``); one cycle at
-# a time uses them, another meanwhile (the forecast beside the control loop) its own.
-_RUNNING_LEASE = threading.Lock()
-_kept_running: KeptRunning | None = None
+# The running jobs of the last cycle, kept for the next (see ``KeptRunning``).
+_KEPT: Kept[KeptRunning] = Kept()
 
 
 @contextmanager
 def leased_running(policy: Policy) -> Iterator[KeptRunning | None]:
     """The kept running jobs for one cycle (None: the cycle works out its own)."""
-    global _kept_running
-    if not _RUNNING_LEASE.acquire(blocking=False):
-        yield None
-        return
-    try:
-        kept = _kept_running
-        _kept_running = None  # until the cycle is done: a failure leaves nothing half changed
+    with _KEPT.lease() as slot:
+        if slot is None:
+            yield None
+            return
+        kept = slot.value
         if kept is None or not (kept.policy is policy or kept.policy == policy):
-            kept = KeptRunning(policy)
+            kept = slot.value = KeptRunning(policy)
         yield kept
-        _kept_running = kept
-    finally:
-        _RUNNING_LEASE.release()
 
 
 def any_victim(allocations: Iterable[Allocation]) -> bool:

@@ -83,7 +83,7 @@ def test_a_cycle_beside_another_builds_its_own_capacity():
     expected = fresh(snapshot)
     results: list[Decisions] = []
 
-    with capacity_module._LEASE:  # another cycle holds the kept capacity
+    with capacity_module._KEPT.lease():  # another cycle holds the kept capacity
         thread = threading.Thread(target=lambda: results.append(schedule(snapshot, Clock())))
         thread.start()
         thread.join()

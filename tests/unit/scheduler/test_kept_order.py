@@ -162,4 +162,4 @@ def test_a_cycle_beside_another_orders_its_own():
     done.set()
     thread.join()
     assert seen == [None]
-    assert ordering._kept_order is not None  # the holder's order is kept for the next cycle
+    assert ordering._KEPT.value is not None  # the holder's order is kept for the next cycle

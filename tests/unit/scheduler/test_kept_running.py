@@ -132,7 +132,7 @@ def test_a_cycle_beside_another_works_out_its_own_running_jobs():
     done.set()
     thread.join()
     assert seen == [None]
-    assert preemption._kept_running is not None
+    assert preemption._KEPT.value is not None
 
 
 def test_a_cycle_that_fails_leaves_no_running_jobs_kept():
@@ -142,4 +142,4 @@ def test_a_cycle_that_fails_leaves_no_running_jobs_kept():
             raise RuntimeError("a bug")
     except RuntimeError:
         pass
-    assert preemption._kept_running is None
+    assert preemption._KEPT.value is None
