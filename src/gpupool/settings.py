@@ -51,6 +51,11 @@ class Settings(BaseSettings):
     min_runtime_seconds: float = Field(default=0.0, ge=0.0)
     # Where a GPU task goes: "fgd" (least growth of fragmentation) or "best-fit".
     packing: Literal["fgd", "best-fit"] = "fgd"
+    # Bounded work per cycle, so that a cycle over a long queue stays short: the jobs a cycle
+    # starts (the next runs at once), and the jobs of one team it tries that cannot start
+    # before it tries no more of that team's (docs/scheduling.md, "Bounded cycles"); 0: none.
+    cycle_max_starts: int = Field(default=100, ge=0)
+    cycle_max_tries: int = Field(default=32, ge=0)
     checkpoint_scan_seconds: float = 5.0  # how often a running job's checkpoints are looked at
     max_body_bytes: int = 1024**2
     schedule_interval_seconds: float = 0.5  # the loop also wakes at once on every change
@@ -64,6 +69,8 @@ class Settings(BaseSettings):
             min_runtime=self.min_runtime_seconds,
             usage_half_life=self.fair_share_half_life_seconds,
             packing=self.packing,
+            max_starts=self.cycle_max_starts,
+            max_tries=self.cycle_max_tries,
         )
 
     @property

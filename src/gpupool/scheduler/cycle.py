@@ -154,18 +154,29 @@ class Cycle:
         # the jobs with a standing nomination not yet tried, and how many each team has
         self.nominated: dict[int, str] = {}
         self.nominees: Counter[str] = Counter()
+        self.starts = 0  # jobs placed or preempted for (``Policy.max_starts``)
+        self.tries: Counter[str] = Counter()  # per team, jobs tried that could not start
+        self.tired: set[str] = set()  # teams tried ``Policy.max_tries`` times in vain
+        self.first_blocked: dict[str, int] = {}
         self._hold_nominated()
 
     def run(self) -> Decisions:
+        policy = self.policy
         for queued in self.queues:
             self.consider(queued)
-            if not self.policy.explain and self._nothing_left_to_do():
+            if self._cut_short():
+                return self._stop_here()
+            if policy.max_tries and queued.job.job_id in self.blocked:
+                self._count_try(queued)
+            if not policy.explain and self._nothing_left_to_do():
                 break
         deferred, self.deferred = self.deferred, []
         for queued in deferred:
             self.consider(queued, last_try=True)
+            if self._cut_short():
+                return self._stop_here()
         self.decisions.nominations = self.nominations
-        if self.policy.explain:
+        if policy.explain:
             for queued in self.queues.rest():
                 self._left(queued)
             placed = [
@@ -177,6 +188,37 @@ class Cycle:
             )
             self._say_what_is_freed()
         return self.decisions
+
+    # -- bounded work (``Policy.max_starts``, ``Policy.max_tries``) ------------------------------
+
+    def _cut_short(self) -> bool:
+        """Started ``max_starts`` jobs, and jobs are left to try (a team asleep included:
+        the next cycle tries it anew)."""
+        limit = self.policy.max_starts
+        return (
+            bool(limit) and self.starts >= limit and (bool(self.deferred) or self.queues.any_left())
+        )
+
+    def _stop_here(self) -> Decisions:
+        """Enough started for one cycle: the caller runs the next at once, which tries the
+        jobs left (with these started) and explains every job then left pending."""
+        self.decisions.nominations = self.nominations
+        self.decisions.more = True
+        return self.decisions
+
+    def _count_try(self, queued: QueuedJob) -> None:
+        """A job of the team could not start: after ``max_tries`` of them, the cycle tries no
+        more of the team's jobs (they wait behind those; capacity growing does not wake it),
+        and they claim no free GPUs kept for guarantees."""
+        team = queued_team(self, queued)
+        if self.blocked[queued.job.job_id].code is Reason.PREEMPTING or team in self.tired:
+            return
+        self.tries[team] += 1
+        self.first_blocked.setdefault(team, queued.job.job_id)
+        if self.tries[team] >= self.policy.max_tries:
+            self.tired.add(team)
+            self.queues.sleep(team)
+            self.ledger.give_up(team)
 
     # -- nominations ------------------------------------------------------------------------
 
@@ -371,6 +413,7 @@ class Cycle:
                         self._hold_back_the_queue(queued)  # strict queues: it stays the head
                     return
                 self.decisions.placements.extend(placements)
+                self.starts += 1
                 self.nominations.pop(job.job_id, None)  # it starts: the nomination is spent
                 self.stopping_for.pop(job.job_id, None)
                 self.free_gpus -= held
@@ -418,6 +461,8 @@ class Cycle:
         self.sleeping.clear()
         self.queues.wake()
         self.ledger.awake()
+        for team in self.tired:  # tried enough in this cycle, whatever frees
+            self.queues.sleep(team)
 
     def _rest(self, queued: QueuedJob) -> None:
         """A job found neither room nor victims: when no job of its team left could find
@@ -432,7 +477,7 @@ class Cycle:
         to explain them (``_left``), which long queues need."""
         job = queued.job
         team = job.team
-        if not self.sleepy or team in self.sleeping:
+        if not self.sleepy or team in self.sleeping or team in self.tired:
             return
         if self.nominees[team]:
             return  # a nominated job takes its nomination back, or gives it up
@@ -457,6 +502,10 @@ class Cycle:
         slept. What trying it would have said first is said here: its team's limit, no
         guarantee for non-preemptible work, or a reservation in its way."""
         job = queued.job
+        team = queued_team(self, queued)
+        if team in self.tired:
+            self._left_untried(queued, team)
+            return
         if job.team not in self.sleeping:
             self.unplaced.append(queued)
             return
@@ -472,6 +521,18 @@ class Cycle:
             self._block(queued, Blocked(code, reservation=reservation))
         else:
             self._block(queued, Blocked(None))
+
+    def _left_untried(self, queued: QueuedJob, team: str) -> None:
+        """A job of a team the cycle stopped trying (``max_tries``): over its team's limit
+        if it is, else waiting behind the team's jobs that could not start."""
+        job = queued.job
+        if not self.ledger.fits_limit(job.team, self.ledger.gpus(job)):
+            self._block(queued, Blocked(Reason.OVER_QUOTA))
+            return
+        self._block(
+            queued,
+            Blocked(Reason.QUEUED, behind=self.first_blocked[team], tries=self.tries[team]),
+        )
 
     def _hold_back_the_queue(self, queued: QueuedJob) -> None:
         """Strict queues: the jobs behind a blocked head wait behind it."""
@@ -519,6 +580,7 @@ class Cycle:
             return False
         self._apply(job, choice, gpus)
         self._nominate(job, choice, demand)
+        self.starts += 1
         self._block(queued, Blocked(Reason.PREEMPTING, victims=choice.victims))
         return True
 

@@ -60,6 +60,7 @@ class Blocked:
     victims: list = field(default_factory=list)
     behind: int | None = None
     teams: list[str] = field(default_factory=list)  # FAIR_SHARE: teams the GPUs are kept for
+    tries: int = 0  # QUEUED, not tried: the jobs of its team ahead of it that could not start
 
 
 def infeasible_reason(
@@ -310,6 +311,13 @@ class Explanations:
         if code is Reason.PREEMPTING:
             ids = ", ".join(str(victim.job_id) for victim in blocked.victims)
             return code, f"waiting for {plural(len(blocked.victims), 'job')} {ids} to stop"
+        if blocked.tries:
+            queue = "the queue" if self.snapshot.policy.order == "fifo" else f"team {job.team}"
+            return Reason.QUEUED, (
+                f"not tried in this cycle: {blocked.tries} {plural(blocked.tries, 'job')} "
+                f"ahead of it in {queue} could not start (job {blocked.behind} first), and a "
+                "cycle stops trying a queue after that many; it is tried as those start or leave"
+            )
         return Reason.QUEUED, f"waits behind job {blocked.behind}, which does not fit yet"
 
     def fair_share(self, job, code: Reason, message: str) -> tuple[Reason, str]:  # noqa: ANN001

@@ -163,6 +163,13 @@ class Policy:
     ``packing``: where a GPU task goes among the spots it fits: ``"fgd"``, where the
     fragmentation of the pool grows least for the workload of the snapshot (FGD), best fit
     breaking ties; ``"best-fit"``, where the least is left over (``placement``).
+
+    Bounded work per cycle (0: no bound, the simulator's default), so that a cycle over a long
+    queue stays short: ``max_starts``, the jobs a cycle starts (or preempts for) before it
+    stops, leaving the rest to the next cycle, which its caller runs at once
+    (``Decisions.more``; Slurm's ``sched_max_job_start``); ``max_tries``, the jobs of one
+    team a cycle tries that cannot start before it tries no more of that team's (Slurm's
+    ``bf_max_job_part``): the team's jobs behind them wait until those start or leave.
     """
 
     order: str = "las"  # "las"; "fifo": one queue in submit order; "srtf": needs remaining
@@ -179,6 +186,8 @@ class Policy:
     placement_charge: float = 600.0
     explain: bool = True
     packing: str = "fgd"  # or "best-fit"
+    max_starts: int = 0
+    max_tries: int = 0
 
 
 DEFAULT_POLICY = Policy()
@@ -267,3 +276,6 @@ class Decisions:
     # the nominations standing after this cycle (kept ones and new ones): the caller passes
     # them in the next snapshot
     nominations: dict[int, Nomination] = field(default_factory=dict)
+    # the cycle stopped at ``Policy.max_starts`` with jobs left to try: the caller runs the
+    # next one at once (and this one explained nothing: the next one does)
+    more: bool = False

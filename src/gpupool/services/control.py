@@ -52,6 +52,8 @@ BUSY_POLL = 0.25
 MAX_REST = 0.25
 SUBMIT_REST_FACTOR = 5
 BATCH_WINDOW = 0.01
+# Cycles one pass runs while each is cut short (Policy.max_starts); the next pass goes on
+MAX_ROUNDS = 64
 
 
 @dataclass
@@ -345,16 +347,22 @@ class ControlLoop:
     # -- (3) schedule and (4) dispatch -------------------------------------------------------
 
     def schedule_and_dispatch(self) -> None:
-        with self.db.reader() as session:
-            snapshot = self.snapshots.build(session, self.clock.now(), self.nominations)
-        decisions = self.decide(snapshot, self.clock)
-        self.nominations = dict(decisions.nominations)
-        self.pending_reasons = decisions.pending
-        self._record_reasons(decisions.pending)
-        if decisions.preemptions:
-            self._preempt(decisions.preemptions)
-        if decisions.placements:
-            self._dispatch(decisions.placements)
+        """Cycles until one is not cut short (``Decisions.more``: it started
+        ``Policy.max_starts`` jobs), at most ``MAX_ROUNDS``; the last explains the jobs left."""
+        for _ in range(MAX_ROUNDS):
+            with self.db.reader() as session:
+                snapshot = self.snapshots.build(session, self.clock.now(), self.nominations)
+            decisions = self.decide(snapshot, self.clock)
+            self.nominations = dict(decisions.nominations)
+            if not decisions.more:
+                self.pending_reasons = decisions.pending
+                self._record_reasons(decisions.pending)
+            if decisions.preemptions:
+                self._preempt(decisions.preemptions)
+            if decisions.placements:
+                self._dispatch(decisions.placements)
+            if not decisions.more:
+                return
 
     def _preempt(self, preemptions: list[Preemption]) -> None:
         """(4) Stop each preempted job's attempts; they are requeued when they end."""

@@ -28,6 +28,8 @@ POLICY_KNOBS = {
     "usage_half_life": float,
     "placement_charge": float,
     "packing": ("fgd", "best-fit"),
+    "max_starts": int,  # bounded cycles, as the server runs them (0: no bound)
+    "max_tries": int,
 }
 """The policies of ``gpupool.sim.policies``, named here so that ``--help`` stays light."""
 
@@ -140,6 +142,13 @@ def _knob_value(spec: str, key: str, kind: object, text: str) -> object:
                 f"{key} in '{spec}' is one of {', '.join(kind)}", param_hint="--policy"
             )
         return text
+    if kind is int:
+        if not text.isdigit():
+            raise typer.BadParameter(
+                f"{key} in '{spec}' is a whole number of 0 or more, not '{text}'",
+                param_hint="--policy",
+            )
+        return int(text)
     try:
         value = float(text)
     except ValueError:

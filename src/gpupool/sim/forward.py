@@ -25,12 +25,13 @@ from gpupool.scheduler import schedule
 from gpupool.scheduler.types import (
     DEFAULT_POLICY,
     Allocation,
+    Decisions,
     PendingJob,
     Placement,
     Policy,
     Snapshot,
 )
-from gpupool.sim.engine import MAX_CYCLES_PER_EVENT, DecayedUsage, PolicyFunction, VirtualClock
+from gpupool.sim.engine import Again, DecayedUsage, PolicyFunction, VirtualClock
 
 DEFAULT_HORIZON = 7 * 86400.0
 DEFAULT_MAX_CYCLES = 400
@@ -100,7 +101,9 @@ class Forward:
         self, state: ForwardState, policy: PolicyFunction, horizon: float, max_cycles: int
     ) -> None:
         self.state, self.policy = state, policy
-        self.settings = replace(state.policy, explain=False)  # nobody reads reasons here
+        # nobody reads reasons here; a cycle places all it can (the server's are cut short
+        # to stay short, and run again at once: at one instant of the forecast, the same)
+        self.settings = replace(state.policy, explain=False, max_starts=0)
         self.clock = VirtualClock(state.now)
         self.deadline = state.now + max(0.0, horizon)
         self.max_cycles = max_cycles
@@ -135,18 +138,20 @@ class Forward:
             self._finish_due(end)
 
     def _cycles(self) -> str | None:
-        """Cycles at this time (again after preemptions); a reason to stop, or None."""
-        for _ in range(MAX_CYCLES_PER_EVENT):
+        """Cycles at this time (again after preemptions, or one cut short); a reason to
+        stop, or None."""
+        again = Again()
+        while True:
             if not self.pending:
                 return "done"
             if self.cycles >= self.max_cycles:
                 return "cycles"
-            if not self._cycle():
+            if not again(self._cycle()):
                 break
         return None if self.pending else "done"
 
-    def _cycle(self) -> bool:
-        """One call of the policy; True when it preempted something."""
+    def _cycle(self) -> Decisions:
+        """One call of the policy, its decisions applied."""
         now = self.clock.now()
         snapshot = Snapshot(
             tuple(self.state.nodes),
@@ -166,7 +171,7 @@ class Forward:
             by_job.setdefault(placement.job_id, []).append(placement)
         for job_id, placements in by_job.items():
             self._start(job_id, placements, now)
-        return bool(decisions.preemptions)
+        return decisions
 
     def _start(self, job_id: int, placements: list[Placement], now: float) -> None:
         job = self.pending.pop(job_id, None)

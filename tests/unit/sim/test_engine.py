@@ -419,3 +419,38 @@ def test_a_bad_policy_knob_is_a_usage_error_that_lists_the_knobs():
     assert "packing in 'fifo:packing=worst' is one of fgd, best-fit" in " ".join(
         choice.output.split()
     )
+
+
+# -- bounded cycles ------------------------------------------------------------------------------
+
+
+def test_cycles_cut_short_run_again_at_the_same_time_as_the_server_does():
+    """Twelve jobs at once on 8 GPUs, cycles of at most 3 starts: the replay runs the cycles
+    cut short at once, so every job starts when it would with cycles unbounded."""
+    burst = [job(i, 0, 10 + i, 1, "a" if i % 2 else "b") for i in range(1, 13)]
+    whole = simulate(burst, cluster("1x8"))
+    bounded = simulate(burst, cluster("1x8"), settings=replace(DEFAULT_POLICY, max_starts=3))
+    assert times(bounded) == times(whole)
+    assert whole.cycles < bounded.cycles
+    assert [record.start for record in bounded.records].count(0) == 8
+
+
+def test_bounded_cycles_are_a_policy_knob_of_the_simulator(tmp_path: Path):
+    trace = tmp_path / "burst.csv"
+    trace.write_text("submit,duration,gpus,team\n" + "0,100,1,a\n" * 6)
+    specs = ["default", "default:max_starts=2,max_tries=1"]
+    args = ["simulate", "--trace", f"csv:{trace}", "--cluster", "1x4", "--restart-cost", "0"]
+    for spec in specs:
+        args += ["--policy", spec]
+    result = CliRunner().invoke(app, args, env={"COLUMNS": "250"})
+    assert result.exit_code == 0, result.output
+    rows = [line.split() for line in result.stdout.splitlines() if line.startswith("default")]
+    assert [row[0] for row in rows] == specs
+    assert rows[0][1:] == rows[1][1:]  # all six start as soon without: the same figures
+    bad = CliRunner().invoke(
+        app, [*args[:-2], "--policy", "default:max_starts=1.5"], env={"COLUMNS": "250"}
+    )
+    assert bad.exit_code == 2
+    assert "max_starts in 'default:max_starts=1.5' is a whole number of 0 or more" in " ".join(
+        bad.output.split()
+    )

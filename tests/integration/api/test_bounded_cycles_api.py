@@ -1,0 +1,88 @@
+"""Bounded cycles in the server, through the API (on SQLite and on PostgreSQL): a cycle cut
+short at ``cycle_max_starts`` is followed at once by the next, and a job the cycle did not
+try, its team's first jobs having failed ``cycle_max_tries`` times, says so."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from gpupool.scheduler import schedule
+from gpupool.scheduler.types import Clock, Decisions, Snapshot
+from tests.support.platform import make_settings, running_app, submit, wait_job
+from tests.support.waiting import wait_for
+
+SLEEP = [sys.executable, "-c", "import time; time.sleep(120)"]
+
+
+class Recorded:
+    """The real scheduler, each call's decisions kept."""
+
+    def __init__(self) -> None:
+        self.calls: list[Decisions] = []
+
+    def __call__(self, snapshot: Snapshot, clock: Clock) -> Decisions:
+        decisions = schedule(snapshot, clock)
+        self.calls.append(decisions)
+        return decisions
+
+
+@pytest.fixture
+def bounded(tmp_path: Path, database_url: str) -> Iterator[tuple[TestClient, Recorded]]:
+    """4 declared A100s; a cycle starts at most two jobs and tries one that cannot start."""
+    settings = make_settings(tmp_path / "data", database_url, cycle_max_starts=2, cycle_max_tries=1)
+    recorded = Recorded()
+    with running_app(settings, decide=recorded) as (client, _platform):
+        yield client, recorded
+
+
+def test_a_cycle_cut_short_is_followed_at_once_by_the_next(
+    bounded: tuple[TestClient, Recorded],
+) -> None:
+    client, recorded = bounded
+    holder = submit(client, SLEEP, resources={"gpus": 4})
+    wait_job(client, holder["id"], {"running"})
+    jobs = [submit(client, SLEEP, resources={"gpus": 1}) for _ in range(4)]
+    for job in jobs:
+        assert client.get(f"/api/v1/jobs/{job['id']}").json()["status"] == "pending"
+    calls = len(recorded.calls)
+
+    assert client.post(f"/api/v1/jobs/{holder['id']}/cancel").status_code == 200
+    for job in jobs:
+        wait_job(client, job["id"], {"running"})
+
+    after = recorded.calls[calls:]
+    starts = [len({p.job_id for p in decisions.placements}) for decisions in after]
+    cut = next(i for i, decisions in enumerate(after) if decisions.more)
+    assert starts[cut] == 2 and after[cut].pending == {}  # explained by the next
+    assert starts[cut + 1] == 2 and not after[cut + 1].more  # the next, at once
+    assert sum(starts) == 4
+
+
+def test_a_job_not_tried_says_what_it_waits_behind(bounded: tuple[TestClient, Recorded]) -> None:
+    client, _ = bounded
+    holder = submit(client, SLEEP, resources={"gpus": 3})
+    wait_job(client, holder["id"], {"running"})
+    big = submit(client, SLEEP, resources={"gpus": 2})
+    small = submit(client, SLEEP, resources={"gpus": 1})
+
+    def queued() -> dict | None:
+        answer = client.get(f"/api/v1/jobs/{small['id']}/why").json()
+        return answer if answer["code"] == "Queued" else None
+
+    answer = wait_for(queued, 30.0, "the small job to be explained", 0.05)
+    assert answer["status"] == "pending"
+    assert answer["message"] == (
+        f"not tried in this cycle: 1 job ahead of it in team default could not start (job "
+        f"{big['id']} first), and a cycle stops trying a queue after that many; it is tried as "
+        "those start or leave"
+    )
+    assert answer["position"] == 2
+    # its turn comes once the job ahead starts
+    assert client.post(f"/api/v1/jobs/{holder['id']}/cancel").status_code == 200
+    wait_job(client, big["id"], {"running"})
+    wait_job(client, small["id"], {"running"})
