@@ -116,6 +116,9 @@ class SnapshotBuilder:
         self._quotas_at = 0.0
         self._weights: Mapping[str, float] | None = None
         self._weights_at = 0.0
+        # changes announced (``quotas_changed``, ``weights_changed``): what a build read after
+        # one was announced during it (its transaction may predate the change) is not kept
+        self._changes = 0
         self.quota_max_age = quota_max_age
         self.nodes = nodes or NodeCache()
         self.usage = usage or UsageTracker(DEFAULT_HALF_LIFE)
@@ -134,23 +137,26 @@ class SnapshotBuilder:
         """A snapshot of now; ``nominations``: the GPUs being freed for preempting jobs (the
         previous cycle's ``Decisions.nominations``, which the control loop keeps)."""
         now = time.time() if now is None else now
+        changes = self._changes  # before the first read of this build's transaction
         return Snapshot(
             nodes=self.nodes.capacities(session),
             allocations=self._allocations(session),
             pending=self._pending_jobs(session),
-            quotas=self._team_quotas(session),
+            quotas=self._team_quotas(session, changes),
             usage=self.usage.current(session, now),
-            weights=self._user_weights(session),
+            weights=self._user_weights(session, changes),
             policy=self.policy,
             nominations=dict(nominations or {}),
         )
 
     def quotas_changed(self) -> None:
         """Read the teams' quotas again at the next build (an admin changed one)."""
+        self._changes += 1
         self._quotas = None
 
     def weights_changed(self) -> None:
         """Read the users' fair-share weights again at the next build (an admin changed one)."""
+        self._changes += 1
         self._weights = None
 
     def forget(self, job_id: int) -> None:
@@ -186,17 +192,22 @@ class SnapshotBuilder:
             if row.placement and row.id in self._facts
         )
 
-    def _user_weights(self, session: Session) -> Mapping[str, float]:
+    def _user_weights(self, session: Session, changes: int) -> Mapping[str, float]:
         # read as often as quotas: both change only when an admin says so
-        if self._weights is None or time.monotonic() - self._weights_at > self.quota_max_age:
-            self._weights = MappingProxyType(users.user_weights(session))
-            self._weights_at = time.monotonic()
-        return self._weights
+        weights = self._weights
+        if weights is None or time.monotonic() - self._weights_at > self.quota_max_age:
+            weights = MappingProxyType(users.user_weights(session))
+            if changes == self._changes:
+                self._weights, self._weights_at = weights, time.monotonic()
+        return weights
 
-    def _team_quotas(self, session: Session) -> tuple[TeamQuota, ...]:
-        if self._quotas is None or time.monotonic() - self._quotas_at > self.quota_max_age:
-            self._quotas, self._quotas_at = team_quotas(session), time.monotonic()
-        return self._quotas
+    def _team_quotas(self, session: Session, changes: int) -> tuple[TeamQuota, ...]:
+        quotas = self._quotas
+        if quotas is None or time.monotonic() - self._quotas_at > self.quota_max_age:
+            quotas = team_quotas(session)
+            if changes == self._changes:
+                self._quotas, self._quotas_at = quotas, time.monotonic()
+        return quotas
 
 
 def pending_jobs(session: Session, ids: set[int]) -> list[PendingJob]:

@@ -140,3 +140,26 @@ def test_the_decay_formula() -> None:
     assert decayed_gpu_seconds(2, 0, 10, 10, 1e12) == pytest.approx(20)  # no decay to speak of
     assert decayed_gpu_seconds(1, 0, HOUR, HOUR, HOUR) == pytest.approx(HOUR / 2 / math.log(2))
     assert decayed_gpu_seconds(1, 0, 20, 10, HOUR) == decayed_gpu_seconds(1, 0, 10, 10, HOUR)
+
+
+def test_a_weight_changed_while_a_build_reads_is_read_again_by_the_next(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The control loop builds while an admin changes a weight: the build that read before
+    the change (its transaction older than the commit) is not kept for the next ones."""
+    builder = SnapshotBuilder()
+    read = users.user_weights
+
+    def read_then_change(session):  # noqa: ANN001, ANN202
+        weights = read(session)  # what this build's transaction sees: before the change
+        with db.session() as other:
+            users.update_user(other, "ann", weight=3.0)
+        builder.weights_changed()  # as the API announces it, after its commit
+        return weights
+
+    monkeypatch.setattr(users, "user_weights", read_then_change)
+    with db.reader() as session:
+        assert dict(builder.build(session, NOW).weights) == {}
+    monkeypatch.setattr(users, "user_weights", read)
+    with db.reader() as session:
+        assert dict(builder.build(session, NOW).weights) == {"ann": 3.0}
