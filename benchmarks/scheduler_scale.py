@@ -10,10 +10,12 @@ decisions applied (the server's next tick: few placements, the queue still long)
 free capacity kept from the cycle before (as the server's cycles run) and, as a baseline,
 over one built anew.
 
-Last, the server's bounded cycles (``Settings.cycle_max_starts`` / ``cycle_max_tries``): from
-the same snapshot, cycles of at most that many starts, each with the decisions of the one
-before applied, until one is not cut short, then cycles with nothing new (the queue still
-long): the cycle times of that sequence, and the placements per second of its wall time.
+Last, the server's cycles (``Settings.cycle_max_starts`` / ``cycle_max_tries``): from the
+same snapshot, cycles of at most that many starts, each with the decisions of the one before
+applied, until one is not cut short, then cycles with nothing new (the queue still long):
+the times of those deciding cycles, and the placements per second of the burst's wall time.
+The server explains the jobs left pending at most once a second
+(``Settings.explain_interval_seconds``): the cycle that does is timed apart.
 
     python benchmarks/scheduler_scale.py [--cycles 20] [--profile]
 """
@@ -195,12 +197,14 @@ def applied(snapshot: Snapshot, decisions: Decisions) -> Snapshot:
     )
 
 
-def server_cycles(snapshot: Snapshot, steady: int) -> tuple[Timing, int, int, int]:
-    """The server's cycles from ``snapshot`` (its policy bounded): until one is not cut
-    short, then ``steady`` more. Their times, the jobs placed, the preemptions, and how many
-    were cut short."""
+def server_cycles(snapshot: Snapshot, steady: int) -> tuple[Timing, int, int, int, Snapshot]:
+    """The server's deciding cycles from ``snapshot`` (its policy bounded; they explain
+    nothing, as between its explaining ones): until one is not cut short, then ``steady``
+    more. Their times, the jobs placed, the preemptions, how many were cut short, and the
+    snapshot after them."""
     clock = VirtualClock(NOW)
     schedule(snapshot, clock)  # the kept state, as the tick before left it
+    snapshot = replace(snapshot, explain=False)
     wall, cpu = [], []
     placed = preempted = cut = 0
     while True:
@@ -214,7 +218,7 @@ def server_cycles(snapshot: Snapshot, steady: int) -> tuple[Timing, int, int, in
         if decisions.more:
             cut += 1
         elif len(wall) > cut + steady:
-            return (wall, cpu), placed, preempted, cut
+            return (wall, cpu), placed, preempted, cut, replace(snapshot, explain=True)
 
 
 def baselines(product: Snapshot, cycles: int) -> None:
@@ -270,23 +274,21 @@ def main() -> None:
         baselines(product, args.cycles)
     server = Settings().policy()
     bounded = replace(product, policy=server)
-    (wall, cpu), placed, preempted, cut = server_cycles(bounded, args.cycles)
+    (wall, cpu), placed, preempted, cut, after = server_cycles(bounded, args.cycles)
     burst = sum(wall[: cut + 1])
-    p95 = percentile(wall, 95)
+    p95, rate = percentile(wall, 95), placed / burst
     print(
-        f"  gpupool: the server's bounded cycles (at most {server.max_starts} starts, "
-        f"{server.max_tries} tries a team): {cut} cut short + 1 + {args.cycles} with nothing "
-        f"new\n  {'':<42} p50 {percentile(wall, 50) * 1000:7.1f} ms   p95 {p95 * 1000:7.1f} "
-        f"ms   (CPU p50 {percentile(cpu, 50) * 1000:7.1f} ms)   max {max(wall) * 1000:7.1f} ms"
-        f"   {placed} placements, {preempted} preemptions in {burst:.2f} s: "
-        f"{placed / burst:7.0f} placements/s\n"
-        f"  {'':<42} the burst's cycles: p50 {percentile(wall[: cut + 1], 50) * 1000:.1f} ms, "
-        f"the last (it explains the queue) {wall[cut] * 1000:.1f} ms; with nothing new: p50 "
-        f"{percentile(wall[cut + 1 :], 50) * 1000:.1f} ms"
+        f"  gpupool: the server's cycles (at most {server.max_starts} starts, "
+        f"{server.max_tries} tries a user), deciding: {cut} cut short, 1, and "
+        f"{args.cycles} with nothing new\n  {'':<42} p50 {percentile(wall, 50) * 1000:7.1f} "
+        f"ms   p95 {p95 * 1000:7.1f} ms   (CPU p50 {percentile(cpu, 50) * 1000:7.1f} ms)   max "
+        f"{max(wall) * 1000:7.1f} ms   {placed} placements, {preempted} preemptions in "
+        f"{burst:.2f} s: {rate:7.0f} placements/s"
     )
-    rate = placed / burst
+    explaining, decisions = time_cycles(after, max(3, args.cycles // 4))
+    line("the server: a cycle that explains", explaining, decisions)
     print(
-        f"  aim (the server's cycles): p95 < {AIM_P95 * 1000:.0f} ms "
+        f"  aim (the server's deciding cycles): p95 < {AIM_P95 * 1000:.0f} ms "
         f"({'met' if p95 < AIM_P95 else 'NOT met'}), >= {AIM_RATE:,.0f} placements/s "
         f"({'met' if rate >= AIM_RATE else 'NOT met'})"
     )

@@ -52,10 +52,13 @@ class Settings(BaseSettings):
     # Where a GPU task goes: "fgd" (least growth of fragmentation) or "best-fit".
     packing: Literal["fgd", "best-fit"] = "fgd"
     # Bounded work per cycle, so that a cycle over a long queue stays short: the jobs a cycle
-    # starts (the next runs at once), and the jobs of one team it tries that cannot start
-    # before it tries no more of that team's (docs/scheduling.md, "Bounded cycles"); 0: none.
-    cycle_max_starts: int = Field(default=100, ge=0)
-    cycle_max_tries: int = Field(default=32, ge=0)
+    # starts (the next runs at once), and the jobs of one user it tries that cannot start
+    # before it tries no more of that user's (docs/scheduling.md, "Bounded cycles"); 0: none.
+    cycle_max_starts: int = Field(default=DEFAULT_POLICY.max_starts, ge=0)
+    cycle_max_tries: int = Field(default=DEFAULT_POLICY.max_tries, ge=0)
+    # The reasons of the jobs left pending are worked out at most this often (explaining a
+    # long queue costs more than deciding); the cycles between decide only. 0: every cycle.
+    explain_interval_seconds: float = Field(default=1.0, ge=0.0)
     checkpoint_scan_seconds: float = 5.0  # how often a running job's checkpoints are looked at
     max_body_bytes: int = 1024**2
     schedule_interval_seconds: float = 0.5  # the loop also wakes at once on every change

@@ -37,13 +37,12 @@ from gpupool.scheduler.capacity import (
     FreeCapacity,
     GpuState,
     build_capacity,
-    held_by_node,
     leased_capacity,
 )
 from gpupool.scheduler.fit import Demand, DemandCache, Where, model_matches
 from gpupool.scheduler.ledger import EPSILON, Ledger
 from gpupool.scheduler.memo import Group, NoRoom, NoVictims
-from gpupool.scheduler.ordering import KeptOrder, QueuedJob, Queues, leased_order
+from gpupool.scheduler.ordering import FIFO_TEAM, KeptOrder, QueuedJob, Queues, leased_order
 from gpupool.scheduler.packing import Packer
 from gpupool.scheduler.placement import find_spot, place_tasks, unplace
 from gpupool.scheduler.preemption import Choice, KeptRunning, Preemptor, leased_running
@@ -93,6 +92,7 @@ class Cycle:
         self.snapshot = snapshot
         self.now = now
         self.policy = policy = snapshot.policy
+        self.explain = policy.explain and snapshot.explain
         if capacity is None:
             capacity = build_capacity(snapshot.nodes, snapshot.allocations)
         self.capacity = capacity
@@ -155,9 +155,11 @@ class Cycle:
         self.nominated: dict[int, str] = {}
         self.nominees: Counter[str] = Counter()
         self.starts = 0  # jobs placed or preempted for (``Policy.max_starts``)
-        self.tries: Counter[str] = Counter()  # per team, jobs tried that could not start
-        self.tired: set[str] = set()  # teams tried ``Policy.max_tries`` times in vain
-        self.first_blocked: dict[str, int] = {}
+        # per user's queue (team, user): jobs tried that could not start, the first of them,
+        # and the queues tried ``Policy.max_tries`` times in vain
+        self.tries: Counter[tuple[str, str]] = Counter()
+        self.first_blocked: dict[tuple[str, str], int] = {}
+        self.tired: set[tuple[str, str]] = set()
         self._hold_nominated()
 
     def run(self) -> Decisions:
@@ -168,7 +170,7 @@ class Cycle:
                 return self._stop_here()
             if policy.max_tries and queued.job.job_id in self.blocked:
                 self._count_try(queued)
-            if not policy.explain and self._nothing_left_to_do():
+            if not self.explain and self._nothing_left_to_do():
                 break
         deferred, self.deferred = self.deferred, []
         for queued in deferred:
@@ -176,7 +178,7 @@ class Cycle:
             if self._cut_short():
                 return self._stop_here()
         self.decisions.nominations = self.nominations
-        if policy.explain:
+        if self.explain:
             for queued in self.queues.rest():
                 self._left(queued)
             placed = [
@@ -207,18 +209,19 @@ class Cycle:
         return self.decisions
 
     def _count_try(self, queued: QueuedJob) -> None:
-        """A job of the team could not start: after ``max_tries`` of them, the cycle tries no
-        more of the team's jobs (they wait behind those; capacity growing does not wake it),
-        and they claim no free GPUs kept for guarantees."""
-        team = queued_team(self, queued)
-        if self.blocked[queued.job.job_id].code is Reason.PREEMPTING or team in self.tired:
+        """A job of a user could not start: after ``max_tries`` of them, the cycle tries no
+        more of the user's jobs (they wait behind those, even if capacity grows), and they
+        claim no free GPUs kept for guarantees (Slurm's ``bf_max_job_user``)."""
+        key = queue_of(self, queued)
+        if self.blocked[queued.job.job_id].code is Reason.PREEMPTING or key in self.tired:
             return
-        self.tries[team] += 1
-        self.first_blocked.setdefault(team, queued.job.job_id)
-        if self.tries[team] >= self.policy.max_tries:
-            self.tired.add(team)
-            self.queues.sleep(team)
-            self.ledger.give_up(team)
+        self.tries[key] += 1
+        self.first_blocked.setdefault(key, queued.job.job_id)
+        if self.tries[key] >= self.policy.max_tries:
+            self.tired.add(key)
+            ledger = self.ledger
+            for job in self.queues.tire(*key):
+                ledger.tried(job.team, ledger.gpus(job))
 
     # -- nominations ------------------------------------------------------------------------
 
@@ -231,10 +234,12 @@ class Cycle:
         pending = {job.job_id: job for job in snapshot.pending}
         busy: set[tuple[str, str]] = set()  # GPUs held by work that is not stopping
         stopping: dict[tuple[str, str], set[int]] = {}
-        held = held_by_node(snapshot.allocations)  # the nominated nodes' allocations only
         nominated = snapshot.nominations.values()
         for name in {name for nomination in nominated for name, _ in nomination.gpus}:
-            for allocation in held.get(name, ()):
+            node = capacity.by_name.get(name)
+            if node is None:  # not in the pool: no nomination there can serve
+                continue
+            for allocation in capacity.held[node.rank]:  # what the node's GPUs hold
                 for part in allocation.gpus:
                     where = (allocation.node, part.uuid)
                     if allocation.stopping:
@@ -461,8 +466,6 @@ class Cycle:
         self.sleeping.clear()
         self.queues.wake()
         self.ledger.awake()
-        for team in self.tired:  # tried enough in this cycle, whatever frees
-            self.queues.sleep(team)
 
     def _rest(self, queued: QueuedJob) -> None:
         """A job found neither room nor victims: when no job of its team left could find
@@ -477,7 +480,7 @@ class Cycle:
         to explain them (``_left``), which long queues need."""
         job = queued.job
         team = job.team
-        if not self.sleepy or team in self.sleeping or team in self.tired:
+        if not self.sleepy or team in self.sleeping:
             return
         if self.nominees[team]:
             return  # a nominated job takes its nomination back, or gives it up
@@ -502,9 +505,8 @@ class Cycle:
         slept. What trying it would have said first is said here: its team's limit, no
         guarantee for non-preemptible work, or a reservation in its way."""
         job = queued.job
-        team = queued_team(self, queued)
-        if team in self.tired:
-            self._left_untried(queued, team)
+        if self.tired and queue_of(self, queued) in self.tired:
+            self._left_untried(queued)
             return
         if job.team not in self.sleeping:
             self.unplaced.append(queued)
@@ -522,17 +524,16 @@ class Cycle:
         else:
             self._block(queued, Blocked(None))
 
-    def _left_untried(self, queued: QueuedJob, team: str) -> None:
-        """A job of a team the cycle stopped trying (``max_tries``): over its team's limit
-        if it is, else waiting behind the team's jobs that could not start."""
+    def _left_untried(self, queued: QueuedJob) -> None:
+        """A job of a user the cycle stopped trying (``max_tries``): over its team's limit
+        if it is, else waiting behind the user's jobs that could not start."""
         job = queued.job
         if not self.ledger.fits_limit(job.team, self.ledger.gpus(job)):
             self._block(queued, Blocked(Reason.OVER_QUOTA))
             return
-        self._block(
-            queued,
-            Blocked(Reason.QUEUED, behind=self.first_blocked[team], tries=self.tries[team]),
-        )
+        key = queue_of(self, queued)
+        behind, tries = self.first_blocked[key], self.tries[key]
+        self._block(queued, Blocked(Reason.QUEUED, behind=behind, tries=tries))
 
     def _hold_back_the_queue(self, queued: QueuedJob) -> None:
         """Strict queues: the jobs behind a blocked head wait behind it."""
@@ -619,6 +620,13 @@ def _ranges(indices: tuple[int, ...]) -> str:
 
 def queued_team(cycle: Cycle, queued: QueuedJob) -> str:
     return "" if cycle.policy.order == "fifo" else queued.job.team
+
+
+def queue_of(cycle: Cycle, queued: QueuedJob) -> tuple[str, str]:
+    """The (team, user) of the queue a job waits in (fifo: the one queue)."""
+    if cycle.policy.order == "fifo":
+        return FIFO_TEAM, FIFO_TEAM
+    return queued.job.team, queued.job.user
 
 
 def preemption_reason(job, victim) -> tuple[Reason, str]:  # noqa: ANN001

@@ -222,12 +222,6 @@ class Ledger:
         if gpus is not None:
             self._asleep[team] = gpus
 
-    def give_up(self, team: str) -> None:
-        """The cycle tries none of the team's jobs left: they claim no free GPUs, even once
-        the others wake."""
-        self.untried.pop(team, None)
-        self._asleep.pop(team, None)
-
     def awake(self) -> None:
         self.untried.update(self._asleep)
         self._asleep.clear()

@@ -124,7 +124,7 @@ class UserQueue:
 class TeamQueue:
     """One team's users, in fair-share turns."""
 
-    __slots__ = ("_out", "heap", "served", "team", "usage", "users")
+    __slots__ = ("_out", "heap", "served", "team", "tired", "usage", "users")
 
     def __init__(self, team: str, users: list[UserQueue], usage: Mapping[str, float]):
         self.team = team
@@ -133,8 +133,19 @@ class TeamQueue:
         self.served = 0
         self.heap: list[tuple] = []
         self._out: UserQueue | None = None  # the user whose job was handed out last
+        self.tired: list[UserQueue] = []  # users whose turns ended for the cycle (``tire``)
         for queue in users:
             self._push(queue)
+
+    def tire(self, user: str) -> list[PendingJob]:
+        """End the turns of the user of the last job handed out, for this cycle; the user's
+        jobs left (not handed out)."""
+        queue = self._out
+        if queue is None or queue.user != user:
+            return []
+        self._out = None
+        self.tired.append(queue)
+        return [job for _, job in queue.jobs[queue.next :]]
 
     def _push(self, queue: UserQueue) -> None:
         head = queue.head()
@@ -298,14 +309,26 @@ class Queues:
             gpus = self.ledger.gpus(job)
             queue.charge(job.user, gpus * self.policy.placement_charge)
 
+    def tire(self, team: str, user: str) -> list[PendingJob]:
+        """End the turns of a user (of the job just handed out) for this cycle; the user's
+        jobs left."""
+        queue = self.teams.get(team)
+        return queue.tire(user) if queue is not None else []
+
     def drop_team(self, team: str) -> list[QueuedJob]:
-        """End a team's turns for this cycle; its jobs not yet tried, in order."""
+        """End a team's turns for this cycle; its jobs not yet tried, in order (those of
+        users whose turns ended last)."""
         self.dropped.add(team)
         queue = self.teams[team]
         rest: list[QueuedJob] = []
+        levels = self.levels
         while (job := queue.pop()) is not None:  # pop puts the user of the last job back
-            rest.append(QueuedJob(job, queue.served, self.levels.get(job.job_id, 0)))
+            rest.append(QueuedJob(job, queue.served, levels.get(job.job_id, 0)))
         queue.restore()
+        for tired in queue.tired:
+            for _, job in tired.jobs[tired.next :]:
+                queue.served += 1
+                rest.append(QueuedJob(job, queue.served, levels.get(job.job_id, 0)))
         return rest
 
     def rest(self) -> list[QueuedJob]:

@@ -435,6 +435,8 @@ class Preemptor:
                 if bound is not None and bound >= best[0]:
                     continue  # no choice on this node can cost less than the best so far
             usable = [c for c in self._sorted_on(node.name, job.team) if eligible(c)]
+            if demand.whole and not _may_free(node, usable, demand.whole):
+                continue
             victims = _victims_on(node, usable, demand, where, eligible)
             if victims is None:
                 continue
@@ -719,6 +721,22 @@ class _NodeScratch:
                     return True
             return False
         return True
+
+
+def _may_free(node: NodeState, usable: list[RunningJob], whole: int) -> bool:
+    """Whether ``whole`` GPUs of the node could be free once every job of ``usable`` ended:
+    at most those free now and those the jobs hold there (a bound: cheaper than
+    ``_victims_on``, which would find none when it fails)."""
+    room = node.free_count
+    if room >= whole:
+        return True
+    name = node.name
+    held: set[str] = set()
+    for victim in usable:
+        for allocation in victim.allocations:
+            if allocation.node == name:
+                held.update(part.uuid for part in allocation.gpus)
+    return room + len(held) >= whole
 
 
 def _victims_on(

@@ -60,7 +60,7 @@ class Blocked:
     victims: list = field(default_factory=list)
     behind: int | None = None
     teams: list[str] = field(default_factory=list)  # FAIR_SHARE: teams the GPUs are kept for
-    tries: int = 0  # QUEUED, not tried: the jobs of its team ahead of it that could not start
+    tries: int = 0  # QUEUED, not tried: the jobs of its user ahead of it that could not start
 
 
 def infeasible_reason(
@@ -312,11 +312,13 @@ class Explanations:
             ids = ", ".join(str(victim.job_id) for victim in blocked.victims)
             return code, f"waiting for {plural(len(blocked.victims), 'job')} {ids} to stop"
         if blocked.tries:
-            queue = "the queue" if self.snapshot.policy.order == "fifo" else f"team {job.team}"
+            fifo = self.snapshot.policy.order == "fifo"
+            whose = "in the queue" if fifo else f"of user {job.user}"
             return Reason.QUEUED, (
                 f"not tried in this cycle: {blocked.tries} {plural(blocked.tries, 'job')} "
-                f"ahead of it in {queue} could not start (job {blocked.behind} first), and a "
-                "cycle stops trying a queue after that many; it is tried as those start or leave"
+                f"{whose} ahead of it could not start (job {blocked.behind} first), and a "
+                "cycle tries no more of a user's jobs after that many; it is tried as those "
+                "start or leave"
             )
         return Reason.QUEUED, f"waits behind job {blocked.behind}, which does not fit yet"
 

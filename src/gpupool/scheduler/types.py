@@ -164,12 +164,12 @@ class Policy:
     fragmentation of the pool grows least for the workload of the snapshot (FGD), best fit
     breaking ties; ``"best-fit"``, where the least is left over (``placement``).
 
-    Bounded work per cycle (0: no bound, the simulator's default), so that a cycle over a long
-    queue stays short: ``max_starts``, the jobs a cycle starts (or preempts for) before it
-    stops, leaving the rest to the next cycle, which its caller runs at once
+    Bounded work per cycle (0: no bound, as the simulator's baselines run), so that a cycle
+    over a long queue stays short: ``max_starts``, the jobs a cycle starts (or preempts for)
+    before it stops, leaving the rest to the next cycle, which its caller runs at once
     (``Decisions.more``; Slurm's ``sched_max_job_start``); ``max_tries``, the jobs of one
-    team a cycle tries that cannot start before it tries no more of that team's (Slurm's
-    ``bf_max_job_part``): the team's jobs behind them wait until those start or leave.
+    user a cycle tries that cannot start before it tries no more of that user's (Slurm's
+    ``bf_max_job_user``): the user's jobs behind them wait until those start or leave.
     """
 
     order: str = "las"  # "las"; "fifo": one queue in submit order; "srtf": needs remaining
@@ -186,8 +186,8 @@ class Policy:
     placement_charge: float = 600.0
     explain: bool = True
     packing: str = "fgd"  # or "best-fit"
-    max_starts: int = 0
-    max_tries: int = 0
+    max_starts: int = 100
+    max_tries: int = 32
 
 
 DEFAULT_POLICY = Policy()
@@ -212,6 +212,9 @@ class Snapshot:
     policy: Policy = DEFAULT_POLICY
     remaining: Mapping[int, float] = field(default_factory=dict)  # work left: "srtf" only
     nominations: Mapping[int, Nomination] = field(default_factory=dict)
+    # work out reasons for the jobs left pending in this cycle (with ``Policy.explain``): the
+    # server explains at most every ``explain_interval_seconds``, the cycles between decide only
+    explain: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import select as io_select
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sqlalchemy import bindparam, insert, select, update
 
@@ -119,6 +120,7 @@ class ControlLoop:
         self._thread: threading.Thread | None = None
         self._last_codes: dict[int, tuple[str, str]] = {}
         self._last_schedule = 0.0
+        self._explained_at = -math.inf  # when a cycle last explained the jobs left pending
         self.snapshots = SnapshotBuilder.of(settings)
         self.checkpoints = CheckpointWatcher(executor, settings.checkpoint_scan_seconds)
         # estimated start times, for the API (computed there, on demand, from its own snapshot)
@@ -348,13 +350,18 @@ class ControlLoop:
 
     def schedule_and_dispatch(self) -> None:
         """Cycles until one is not cut short (``Decisions.more``: it started
-        ``Policy.max_starts`` jobs), at most ``MAX_ROUNDS``; the last explains the jobs left."""
+        ``Policy.max_starts`` jobs), at most ``MAX_ROUNDS``. The last explains the jobs left,
+        when ``explain_interval_seconds`` have passed since the last that did."""
         for _ in range(MAX_ROUNDS):
             with self.db.reader() as session:
                 snapshot = self.snapshots.build(session, self.clock.now(), self.nominations)
+            due = time.monotonic() - self._explained_at >= self.settings.explain_interval_seconds
+            if not due:
+                snapshot = replace(snapshot, explain=False)
             decisions = self.decide(snapshot, self.clock)
             self.nominations = dict(decisions.nominations)
-            if not decisions.more:
+            if due and not decisions.more:
+                self._explained_at = time.monotonic()
                 self.pending_reasons = decisions.pending
                 self._record_reasons(decisions.pending)
             if decisions.preemptions:

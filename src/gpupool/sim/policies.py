@@ -16,7 +16,9 @@ baselines made from the same code with parts switched off or an oracle switched 
   (``gpupool.scheduler.packing``): the two differ in the placement alone. Every other policy
   places as the product does.
 
-The simulator skips the explanations of pending jobs (nobody reads them there).
+``default`` and ``las`` run the product's bounded cycles (``Policy.max_starts``,
+``Policy.max_tries``), as the server does; the baselines try every job in every cycle. The
+simulator skips the explanations of pending jobs (nobody reads them there).
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from gpupool.scheduler.types import DEFAULT_POLICY, Policy
+
+UNBOUNDED = {"max_starts": 0, "max_tries": 0}  # the baselines: each cycle tries every job
 
 NAMED: dict[str, Policy] = {
     "default": DEFAULT_POLICY,
@@ -34,6 +38,7 @@ NAMED: dict[str, Policy] = {
         las_preemption=False,
         backfill=False,
         skip_blocked=False,
+        **UNBOUNDED,
     ),
     "drf": Policy(
         las_thresholds=(),
@@ -41,8 +46,9 @@ NAMED: dict[str, Policy] = {
         las_preemption=False,
         backfill=False,
         skip_blocked=False,
+        **UNBOUNDED,
     ),
-    "srtf-oracle": Policy(order="srtf", backfill=False),
+    "srtf-oracle": Policy(order="srtf", backfill=False, **UNBOUNDED),
     "las": replace(DEFAULT_POLICY, las_thresholds=tuple(3600.0 * 2.0**k for k in range(-4, 12))),
 }
 # fifo's one queue in which a job that does not fit holds back no other, placed by best fit

@@ -1,6 +1,7 @@
 """Bounded cycles in the server, through the API (on SQLite and on PostgreSQL): a cycle cut
-short at ``cycle_max_starts`` is followed at once by the next, and a job the cycle did not
-try, its team's first jobs having failed ``cycle_max_tries`` times, says so."""
+short at ``cycle_max_starts`` is followed at once by the next, a job the cycle did not try,
+its user's first jobs having failed ``cycle_max_tries`` times, says so, and reasons are
+worked out at most every ``explain_interval_seconds``."""
 
 from __future__ import annotations
 
@@ -72,17 +73,53 @@ def test_a_job_not_tried_says_what_it_waits_behind(bounded: tuple[TestClient, Re
 
     def queued() -> dict | None:
         answer = client.get(f"/api/v1/jobs/{small['id']}/why").json()
-        return answer if answer["code"] == "Queued" else None
+        # ("Queued" too, "waiting for the scheduler", until a cycle explains it)
+        return answer if answer["message"].startswith("not tried") else None
 
     answer = wait_for(queued, 30.0, "the small job to be explained", 0.05)
     assert answer["status"] == "pending"
     assert answer["message"] == (
-        f"not tried in this cycle: 1 job ahead of it in team default could not start (job "
-        f"{big['id']} first), and a cycle stops trying a queue after that many; it is tried as "
-        "those start or leave"
+        f"not tried in this cycle: 1 job of user admin ahead of it could not start (job "
+        f"{big['id']} first), and a cycle tries no more of a user's jobs after that many; it is "
+        "tried as those start or leave"
     )
     assert answer["position"] == 2
     # its turn comes once the job ahead starts
     assert client.post(f"/api/v1/jobs/{holder['id']}/cancel").status_code == 200
     wait_job(client, big["id"], {"running"})
     wait_job(client, small["id"], {"running"})
+
+
+class Seen(Recorded):
+    """The real scheduler; whether each call was asked to explain, and its decisions."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.explained: list[bool] = []
+
+    def __call__(self, snapshot: Snapshot, clock: Clock) -> Decisions:
+        self.explained.append(snapshot.explain)
+        return super().__call__(snapshot, clock)
+
+
+def test_reasons_are_worked_out_at_most_every_explain_interval(
+    tmp_path: Path, database_url: str
+) -> None:
+    settings = make_settings(tmp_path / "data", database_url, explain_interval_seconds=3600)
+    seen = Seen()
+    with running_app(settings, decide=seen) as (client, _platform):
+        holder = submit(client, SLEEP, resources={"gpus": 4})
+        wait_job(client, holder["id"], {"running"})
+        first = submit(client, SLEEP, resources={"gpus": 1})
+        calls = len(seen.calls)
+        wait_for(lambda: len(seen.calls) > calls + 2 or None, 30.0, "more cycles", 0.05)
+
+        assert seen.explained[0] is True  # the first cycle explains
+        assert not any(seen.explained[calls:])  # within the hour, none does again
+        assert all(decisions.pending == {} for decisions in seen.calls[calls:])
+        answer = client.get(f"/api/v1/jobs/{first['id']}/why").json()
+        assert (answer["status"], answer["code"], answer["message"]) == (
+            "pending",
+            "Queued",
+            "waiting for the scheduler",  # as submitted: not explained yet
+        )

@@ -1,6 +1,6 @@
 """Bounded work per cycle: ``Policy.max_starts`` cuts a cycle short once it has started (or
 preempted for) that many jobs, and its caller runs the next at once; ``Policy.max_tries``
-stops trying a team's jobs after that many of them could not start."""
+stops trying a user's jobs after that many of them could not start."""
 
 from __future__ import annotations
 
@@ -23,7 +23,8 @@ from policy_builders import (
 )
 
 from gpupool.scheduler import schedule
-from gpupool.scheduler.types import Allocation, Decisions, Nomination, PendingJob, Snapshot
+from gpupool.scheduler.types import Decisions, Nomination, Snapshot
+from gpupool.sim.policies import named
 
 EIGHT = [gpu_node("node-a", 8)]
 
@@ -142,7 +143,7 @@ def test_cycles_cut_short_start_what_one_cycle_starts_when_every_job_fits(worklo
 FULL = [running(100 + i, "node-a", [i], team="b", preemptible=False) for i in range(6)]
 
 
-def test_a_team_whose_jobs_could_not_start_max_tries_times_is_tried_no_more():
+def test_a_user_whose_jobs_could_not_start_max_tries_times_is_tried_no_more():
     jobs = [pending(1, gpus=4), pending(2, gpus=3), pending(3, gpus=1), pending(4, gpus=1)]
 
     unbounded = decide(EIGHT, jobs, FULL)
@@ -157,12 +158,28 @@ def test_a_team_whose_jobs_could_not_start_max_tries_times_is_tried_no_more():
         4: "Queued",
     }
     assert bounded.pending[3].message == (
-        "not tried in this cycle: 2 jobs ahead of it in team a could not start (job 1 "
-        "first), and a cycle stops trying a queue after that many; it is tried as those start "
-        "or leave"
+        "not tried in this cycle: 2 jobs of user a-user ahead of it could not start (job 1 "
+        "first), and a cycle tries no more of a user's jobs after that many; it is tried as "
+        "those start or leave"
     )
     assert bounded.pending[4].position == 4
     assert bounded.more is False  # nothing new until something changes
+
+
+def test_a_user_tried_enough_leaves_the_turns_to_the_teams_other_users():
+    """Users x and y of team a have used as much: x, first by job number, is tried twice in
+    vain; y's job is still tried, and starts."""
+    jobs = [
+        pending(1, gpus=4, user="x"),
+        pending(2, gpus=3, user="x"),
+        pending(3, gpus=1, user="x"),
+        pending(4, gpus=1, user="y", submitted=10.0),
+    ]
+
+    decisions = decide(EIGHT, jobs, FULL, settings=policy(max_tries=2))
+
+    assert placed_ids(decisions) == {4}
+    assert codes(decisions)[3] == "Queued"
 
 
 def test_a_team_tried_enough_leaves_its_turns_to_the_others():
@@ -182,7 +199,8 @@ def test_a_team_tried_enough_leaves_its_turns_to_the_others():
 
 def test_capacity_freed_later_in_the_cycle_does_not_wake_a_team_tried_enough():
     """GPUs 6 and 7 are nominated to team n's job 9, which is now over its team's limit: its
-    turn, after team a's, gives them back to all; team a, tried enough, is not tried again."""
+    turn, after team a's, gives them back to all; team a's user, tried enough, is not tried
+    again."""
     jobs = [pending(1, gpus=4), pending(2, gpus=1), pending(9, team="n", gpus=2)]
     nomination = Nomination(9, (("node-a", (6, 7)),), NOW)
     quotas = [quota("n", 0, limit=1)]
@@ -197,8 +215,8 @@ def test_capacity_freed_later_in_the_cycle_does_not_wake_a_team_tried_enough():
 
 
 def test_the_jobs_of_a_team_tried_enough_keep_no_free_gpus_from_borrowers():
-    """Team a, below its guarantee of 4, is tried no more after job 1: its job 2 claims none
-    of the 4 free GPUs, so team b may borrow them."""
+    """Team a's one user, below the team's guarantee of 4, is tried no more after job 1: its
+    job 2 claims none of the 4 free GPUs, so team b may borrow them."""
     half = [running(100 + i, "node-a", [i], team="x", preemptible=False) for i in range(4)]
     jobs = [pending(1, gpus=8), pending(2, gpus=5), pending(3, team="b", gpus=2)]
     quotas = [quota("a", 4), quota("b", 0), quota("x", 0)]
@@ -218,11 +236,26 @@ def test_an_untried_job_over_its_teams_limit_says_so():
     assert codes(decisions) == {1: "OverQuota", 2: "OverQuota", 3: "OverQuota"}
 
 
-def test_no_bound_by_default():
-    jobs: list[PendingJob] = [pending(i, gpus=0.5) for i in range(1, 13)]
-    held: list[Allocation] = []
+def test_the_product_is_bounded_and_the_baselines_try_every_job():
+    """Forty 4-GPU jobs that cannot start ahead of a 1-GPU job that can: the product's cycle
+    tries 32 of them and leaves it waiting; a baseline of the simulator tries it."""
+    jobs = [pending(i, gpus=4) for i in range(1, 41)] + [pending(41, gpus=1)]
 
-    decisions = decide(EIGHT, jobs, held)
+    product = decide(EIGHT, jobs, FULL)
+    baseline = decide(EIGHT, jobs, FULL, settings=replace(named("best-fit"), explain=True))
 
-    assert len(placed_ids(decisions)) == 12
-    assert decisions.more is False
+    assert codes(product)[41] == "Queued" and placed_ids(product) == set()
+    assert "32 jobs of user a-user ahead of it could not start" in product.pending[41].message
+    assert placed_ids(baseline) == {41}
+
+
+def test_a_cycle_asked_not_to_explain_decides_the_same_and_explains_nothing():
+    jobs = [pending(1, gpus=4), pending(2, gpus=3), pending(3, gpus=1), pending(9, gpus=8)]
+    snapshot = Snapshot(tuple(EIGHT), tuple(FULL), tuple(jobs))
+
+    explained = schedule(snapshot, Clock())
+    quiet = schedule(replace(snapshot, explain=False), Clock())
+
+    assert quiet.placements == explained.placements and placed_ids(quiet) == {3}
+    assert set(explained.pending) == {1, 2, 9}
+    assert quiet.pending == {}
