@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 from gpupool.api.app import create_app
 from gpupool.executors.base import Executor
 from gpupool.scheduler import schedule
-from gpupool.scheduler.types import Clock, Decisions, Snapshot
+from gpupool.scheduler.types import Clock, Schedule
 from gpupool.services import auth, users
 from gpupool.services.platform import Platform, open_platform
 from gpupool.settings import Settings
@@ -40,7 +40,7 @@ def make_settings(data_dir: Path, database_url: str | None = None, **overrides: 
 def running_app(
     settings: Settings,
     executor: Executor | None = None,
-    decide: Callable[[Snapshot, Clock], Decisions] = schedule,
+    decide: Schedule = schedule,
     clock: Clock | None = None,
 ) -> Iterator[tuple[TestClient, Platform]]:
     """The app on an opened platform; ``decide`` stands in for the scheduler when given."""

@@ -53,14 +53,21 @@ from gpupool.scheduler.types import (
     Allocation,
     Clock,
     Decisions,
+    HandOver,
     Nomination,
+    Placement,
     Preemption,
     Snapshot,
 )
 
 
-def schedule(snapshot: Snapshot, clock: Clock) -> Decisions:
-    """Decide which pending jobs start where, which running jobs yield, and why others wait."""
+def schedule(snapshot: Snapshot, clock: Clock, hand_over: HandOver | None = None) -> Decisions:
+    """Decide which pending jobs start where, which running jobs yield, and why others wait.
+
+    ``hand_over``: called, while the cycle goes on, with the placements and preemptions of
+    each ``Policy.max_starts`` jobs as soon as they are decided, so that its caller starts
+    them at once; the decisions returned then hold the rest. The decisions are the same
+    with or without it."""
     # a cycle allocates many short-lived objects and frees them all at its end: the cyclic
     # collector, paused meanwhile, would only walk them again and again
     paused = gc.isenabled()
@@ -72,7 +79,7 @@ def schedule(snapshot: Snapshot, clock: Clock) -> Decisions:
             leased_order(snapshot.pending, snapshot.policy, now) as order,
             leased_running(snapshot.policy) as running,
         ):
-            return Cycle(snapshot, now, capacity, order, running).run()
+            return Cycle(snapshot, now, capacity, order, running, hand_over).run()
     finally:
         if paused:
             gc.enable()
@@ -88,8 +95,10 @@ class Cycle:
         capacity: FreeCapacity | None = None,
         order: KeptOrder | None = None,
         running: KeptRunning | None = None,
+        hand_over: HandOver | None = None,
     ) -> None:
         self.snapshot = snapshot
+        self.hand_over = hand_over
         self.now = now
         self.policy = policy = snapshot.policy
         self.explain = policy.explain and snapshot.explain
@@ -154,7 +163,8 @@ class Cycle:
         # the jobs with a standing nomination not yet tried, and how many each team has
         self.nominated: dict[int, str] = {}
         self.nominees: Counter[str] = Counter()
-        self.starts = 0  # jobs placed or preempted for (``Policy.max_starts``)
+        self.starts = 0  # jobs placed or preempted for since the last hand-over
+        self.placed: list[Placement] = []  # every placement of the cycle, handed over or not
         # per user's queue (team, user): jobs tried that could not start, the first of them,
         # and the queues tried ``Policy.max_tries`` times in vain
         self.tries: Counter[tuple[str, str]] = Counter()
@@ -166,8 +176,7 @@ class Cycle:
         policy = self.policy
         for queued in self.queues:
             self.consider(queued)
-            if self._cut_short():
-                return self._stop_here()
+            self._hand_over_enough()
             if policy.max_tries and queued.job.job_id in self.blocked:
                 self._count_try(queued)
             if not self.explain and self._nothing_left_to_do():
@@ -175,15 +184,13 @@ class Cycle:
         deferred, self.deferred = self.deferred, []
         for queued in deferred:
             self.consider(queued, last_try=True)
-            if self._cut_short():
-                return self._stop_here()
+            self._hand_over_enough()
         self.decisions.nominations = self.nominations
         if self.explain:
             for queued in self.queues.rest():
                 self._left(queued)
             placed = [
-                Allocation(p.job_id, p.node, p.gpus, p.cpus, p.memory_bytes)
-                for p in self.decisions.placements
+                Allocation(p.job_id, p.node, p.gpus, p.cpus, p.memory_bytes) for p in self.placed
             ]
             self.decisions.pending = explain_unplaced(
                 self.unplaced, self.blocked, self.capacity, self.snapshot, self.ledger, placed
@@ -193,20 +200,16 @@ class Cycle:
 
     # -- bounded work (``Policy.max_starts``, ``Policy.max_tries``) ------------------------------
 
-    def _cut_short(self) -> bool:
-        """Started ``max_starts`` jobs, and jobs are left to try (a team asleep included:
-        the next cycle tries it anew)."""
+    def _hand_over_enough(self) -> None:
+        """``max_starts`` jobs decided since the last hand-over: hand them over."""
         limit = self.policy.max_starts
-        return (
-            bool(limit) and self.starts >= limit and (bool(self.deferred) or self.queues.any_left())
-        )
-
-    def _stop_here(self) -> Decisions:
-        """Enough started for one cycle: the caller runs the next at once, which tries the
-        jobs left (with these started) and explains every job then left pending."""
-        self.decisions.nominations = self.nominations
-        self.decisions.more = True
-        return self.decisions
+        if self.hand_over is None or not limit or self.starts < limit:
+            return
+        decisions = self.decisions
+        chunk = Decisions(decisions.placements, preemptions=decisions.preemptions)
+        decisions.placements, decisions.preemptions = [], []
+        self.starts = 0
+        self.hand_over(chunk)
 
     def _count_try(self, queued: QueuedJob) -> None:
         """A job of a user could not start: after ``max_tries`` of them, the cycle tries no
@@ -418,6 +421,7 @@ class Cycle:
                         self._hold_back_the_queue(queued)  # strict queues: it stays the head
                     return
                 self.decisions.placements.extend(placements)
+                self.placed.extend(placements)
                 self.starts += 1
                 self.nominations.pop(job.job_id, None)  # it starts: the nomination is spent
                 self.stopping_for.pop(job.job_id, None)

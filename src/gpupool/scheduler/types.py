@@ -7,7 +7,7 @@ the simulator, the ETA predictor and the benchmarks all build a ``Snapshot`` and
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -164,12 +164,13 @@ class Policy:
     fragmentation of the pool grows least for the workload of the snapshot (FGD), best fit
     breaking ties; ``"best-fit"``, where the least is left over (``placement``).
 
-    Bounded work per cycle (0: no bound, as the simulator's baselines run), so that a cycle
-    over a long queue stays short: ``max_starts``, the jobs a cycle starts (or preempts for)
-    before it stops, leaving the rest to the next cycle, which its caller runs at once
-    (``Decisions.more``; Slurm's ``sched_max_job_start``); ``max_tries``, the jobs of one
-    user a cycle tries that cannot start before it tries no more of that user's (Slurm's
-    ``bf_max_job_user``): the user's jobs behind them wait until those start or leave.
+    ``max_starts``: a cycle that has started (or preempted for) this many jobs hands them to
+    its caller, who starts them while the cycle goes on (``schedule``'s ``hand_over``; as
+    Slurm's ``sched_max_job_start`` bounds what one pass starts), so that the first jobs of a
+    burst start without waiting for the whole cycle; it changes no decision. ``max_tries``:
+    after this many jobs of one user could not start, a cycle tries no more of that user's
+    (Slurm's ``bf_max_job_user``): they wait until those start or leave, and a cycle over a
+    long queue stays short. 0: no bound (the simulator's baselines).
     """
 
     order: str = "las"  # "las"; "fifo": one queue in submit order; "srtf": needs remaining
@@ -279,6 +280,8 @@ class Decisions:
     # the nominations standing after this cycle (kept ones and new ones): the caller passes
     # them in the next snapshot
     nominations: dict[int, Nomination] = field(default_factory=dict)
-    # the cycle stopped at ``Policy.max_starts`` with jobs left to try: the caller runs the
-    # next one at once (and this one explained nothing: the next one does)
-    more: bool = False
+
+
+HandOver = Callable[[Decisions], None]  # takes a cycle's decisions so far (``schedule``)
+# what the server's control loop calls each cycle: ``gpupool.scheduler.schedule``
+Schedule = Callable[[Snapshot, Clock, HandOver | None], Decisions]

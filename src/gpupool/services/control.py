@@ -17,7 +17,6 @@ import os
 import select as io_select
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from sqlalchemy import bindparam, insert, select, update
@@ -32,7 +31,7 @@ from gpupool.scheduler.types import (
     PendingReason,
     Placement,
     Preemption,
-    Snapshot,
+    Schedule,
 )
 from gpupool.services import jobs as job_service
 from gpupool.services import nodes as node_service
@@ -53,8 +52,6 @@ BUSY_POLL = 0.25
 MAX_REST = 0.25
 SUBMIT_REST_FACTOR = 5
 BATCH_WINDOW = 0.01
-# Cycles one pass runs while each is cut short (Policy.max_starts); the next pass goes on
-MAX_ROUNDS = 64
 
 
 @dataclass
@@ -102,7 +99,7 @@ class ControlLoop:
         executor: Executor,
         settings: Settings,
         clock: Clock,
-        decide: Callable[[Snapshot, Clock], Decisions] = schedule,
+        decide: Schedule = schedule,
     ) -> None:
         self.db, self.executor, self.settings, self.clock = db, executor, settings, clock
         self.decide = decide
@@ -349,27 +346,28 @@ class ControlLoop:
     # -- (3) schedule and (4) dispatch -------------------------------------------------------
 
     def schedule_and_dispatch(self) -> None:
-        """Cycles until one is not cut short (``Decisions.more``: it started
-        ``Policy.max_starts`` jobs), at most ``MAX_ROUNDS``. The last explains the jobs left,
-        when ``explain_interval_seconds`` have passed since the last that did."""
-        for _ in range(MAX_ROUNDS):
-            with self.db.reader() as session:
-                snapshot = self.snapshots.build(session, self.clock.now(), self.nominations)
-            due = time.monotonic() - self._explained_at >= self.settings.explain_interval_seconds
-            if not due:
-                snapshot = replace(snapshot, explain=False)
-            decisions = self.decide(snapshot, self.clock)
-            self.nominations = dict(decisions.nominations)
-            if due and not decisions.more:
-                self._explained_at = time.monotonic()
-                self.pending_reasons = decisions.pending
-                self._record_reasons(decisions.pending)
-            if decisions.preemptions:
-                self._preempt(decisions.preemptions)
-            if decisions.placements:
-                self._dispatch(decisions.placements)
-            if not decisions.more:
-                return
+        """One cycle; what it decides is started in parts as it goes (``Policy.max_starts``
+        jobs at a time). It explains the jobs left pending when ``explain_interval_seconds``
+        have passed since the last cycle that did."""
+        with self.db.reader() as session:
+            snapshot = self.snapshots.build(session, self.clock.now(), self.nominations)
+        due = time.monotonic() - self._explained_at >= self.settings.explain_interval_seconds
+        if not due:
+            snapshot = replace(snapshot, explain=False)
+        decisions = self.decide(snapshot, self.clock, self._carry_out)
+        self.nominations = dict(decisions.nominations)
+        if due:
+            self._explained_at = time.monotonic()
+            self.pending_reasons = decisions.pending
+            self._record_reasons(decisions.pending)
+        self._carry_out(decisions)
+
+    def _carry_out(self, decisions: Decisions) -> None:
+        """Stop the preempted jobs and start the placed ones (all or part of a cycle's)."""
+        if decisions.preemptions:
+            self._preempt(decisions.preemptions)
+        if decisions.placements:
+            self._dispatch(decisions.placements)
 
     def _preempt(self, preemptions: list[Preemption]) -> None:
         """(4) Stop each preempted job's attempts; they are requeued when they end."""

@@ -13,7 +13,7 @@ from gpupool.domain.inventory import NodeInventory
 from gpupool.executors.base import Executor
 from gpupool.executors.local import LocalExecutor
 from gpupool.scheduler import schedule
-from gpupool.scheduler.types import Clock, Decisions, Snapshot
+from gpupool.scheduler.types import Clock, Schedule
 from gpupool.services import auth, nodes
 from gpupool.services.clock import SystemClock
 from gpupool.services.control import ControlLoop
@@ -106,7 +106,7 @@ def open_platform(
     settings: Settings,
     executor: Executor | None = None,
     clock: Clock | None = None,
-    decide: Callable[[Snapshot, Clock], Decisions] = schedule,
+    decide: Schedule = schedule,
 ) -> Platform:
     """Prepare the data directory and database, register this node; the loop is not started.
 

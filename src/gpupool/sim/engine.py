@@ -73,16 +73,13 @@ MAX_CYCLES_PER_EVENT = 8  # cycles at one event time (each after preemptions fre
 
 
 class Again:
-    """Whether to run another cycle at the same time: at once after one cut short
-    (``Decisions.more``), as the server does; after one that preempted (the freed GPUs are
-    offered again), up to ``MAX_CYCLES_PER_EVENT`` cycles that were not cut short."""
+    """Whether to run another cycle at the same time: after one that preempted (the freed
+    GPUs are offered again at once), up to ``MAX_CYCLES_PER_EVENT`` cycles."""
 
     def __init__(self) -> None:
         self.cycles = 0
 
     def __call__(self, decisions: Decisions) -> bool:
-        if decisions.more:
-            return True
         self.cycles += 1
         return bool(decisions.preemptions) and self.cycles < MAX_CYCLES_PER_EVENT
 
@@ -256,7 +253,7 @@ class Replay:
             arrived = self.apply_events(time)
             again = Again()
             # with nothing pending a cycle has nothing to decide; after preemptions, the freed
-            # GPUs are offered again at once, and so is what a cycle cut short left
+            # GPUs are offered again at once
             while self.pending and again(self.run_cycle()):
                 pass
             if self.probe is not None and arrived:

@@ -101,9 +101,7 @@ class Forward:
         self, state: ForwardState, policy: PolicyFunction, horizon: float, max_cycles: int
     ) -> None:
         self.state, self.policy = state, policy
-        # nobody reads reasons here; a cycle places all it can (the server's are cut short
-        # to stay short, and run again at once: at one instant of the forecast, the same)
-        self.settings = replace(state.policy, explain=False, max_starts=0)
+        self.settings = replace(state.policy, explain=False)  # nobody reads reasons here
         self.clock = VirtualClock(state.now)
         self.deadline = state.now + max(0.0, horizon)
         self.max_cycles = max_cycles
@@ -138,8 +136,7 @@ class Forward:
             self._finish_due(end)
 
     def _cycles(self) -> str | None:
-        """Cycles at this time (again after preemptions, or one cut short); a reason to
-        stop, or None."""
+        """Cycles at this time (again after preemptions); a reason to stop, or None."""
         again = Again()
         while True:
             if not self.pending:

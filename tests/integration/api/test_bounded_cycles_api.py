@@ -1,7 +1,7 @@
-"""Bounded cycles in the server, through the API (on SQLite and on PostgreSQL): a cycle cut
-short at ``cycle_max_starts`` is followed at once by the next, a job the cycle did not try,
-its user's first jobs having failed ``cycle_max_tries`` times, says so, and reasons are
-worked out at most every ``explain_interval_seconds``."""
+"""Bounded cycles in the server, through the API (on SQLite and on PostgreSQL): a cycle starts
+its jobs ``cycle_max_starts`` at a time as it goes, a job the cycle did not try, its user's
+first jobs having failed ``cycle_max_tries`` times, says so, and reasons are worked out at
+most every ``explain_interval_seconds``."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from gpupool.scheduler import schedule
-from gpupool.scheduler.types import Clock, Decisions, Snapshot
+from gpupool.scheduler.types import Clock, Decisions, HandOver, Snapshot
 from tests.support.platform import make_settings, running_app, submit, wait_job
 from tests.support.waiting import wait_for
 
@@ -21,14 +21,25 @@ SLEEP = [sys.executable, "-c", "import time; time.sleep(120)"]
 
 
 class Recorded:
-    """The real scheduler, each call's decisions kept."""
+    """The real scheduler; each call's decisions kept, and the parts it handed over."""
 
     def __init__(self) -> None:
         self.calls: list[Decisions] = []
+        self.parts: list[list[Decisions]] = []
 
-    def __call__(self, snapshot: Snapshot, clock: Clock) -> Decisions:
-        decisions = schedule(snapshot, clock)
+    def __call__(
+        self, snapshot: Snapshot, clock: Clock, hand_over: HandOver | None = None
+    ) -> Decisions:
+        parts: list[Decisions] = []
+
+        def record(part: Decisions) -> None:
+            parts.append(part)
+            assert hand_over is not None
+            hand_over(part)
+
+        decisions = schedule(snapshot, clock, record if hand_over else None)
         self.calls.append(decisions)
+        self.parts.append(parts)
         return decisions
 
 
@@ -41,27 +52,25 @@ def bounded(tmp_path: Path, database_url: str) -> Iterator[tuple[TestClient, Rec
         yield client, recorded
 
 
-def test_a_cycle_cut_short_is_followed_at_once_by_the_next(
+def test_a_cycle_starts_its_jobs_max_starts_at_a_time_as_it_goes(
     bounded: tuple[TestClient, Recorded],
 ) -> None:
     client, recorded = bounded
     holder = submit(client, SLEEP, resources={"gpus": 4})
     wait_job(client, holder["id"], {"running"})
-    jobs = [submit(client, SLEEP, resources={"gpus": 1}) for _ in range(4)]
-    for job in jobs:
-        assert client.get(f"/api/v1/jobs/{job['id']}").json()["status"] == "pending"
+    jobs = [submit(client, SLEEP, resources={"gpus": 1}) for _ in range(3)]
     calls = len(recorded.calls)
 
     assert client.post(f"/api/v1/jobs/{holder['id']}/cancel").status_code == 200
     for job in jobs:
         wait_job(client, job["id"], {"running"})
 
-    after = recorded.calls[calls:]
-    starts = [len({p.job_id for p in decisions.placements}) for decisions in after]
-    cut = next(i for i, decisions in enumerate(after) if decisions.more)
-    assert starts[cut] == 2 and after[cut].pending == {}  # explained by the next
-    assert starts[cut + 1] == 2 and not after[cut + 1].more  # the next, at once
-    assert sum(starts) == 4
+    cycle = next(i for i in range(calls, len(recorded.calls)) if recorded.parts[i])
+    (part,) = recorded.parts[cycle]  # two jobs handed over at once, the third returned
+    placed = [p.job_id for p in part.placements] + [
+        p.job_id for p in recorded.calls[cycle].placements
+    ]
+    assert len(part.placements) == 2 and sorted(placed) == [job["id"] for job in jobs]
 
 
 def test_a_job_not_tried_says_what_it_waits_behind(bounded: tuple[TestClient, Recorded]) -> None:
@@ -97,9 +106,11 @@ class Seen(Recorded):
         super().__init__()
         self.explained: list[bool] = []
 
-    def __call__(self, snapshot: Snapshot, clock: Clock) -> Decisions:
+    def __call__(
+        self, snapshot: Snapshot, clock: Clock, hand_over: HandOver | None = None
+    ) -> Decisions:
         self.explained.append(snapshot.explain)
-        return super().__call__(snapshot, clock)
+        return super().__call__(snapshot, clock, hand_over)
 
 
 def test_reasons_are_worked_out_at_most_every_explain_interval(

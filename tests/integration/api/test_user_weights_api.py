@@ -10,7 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from gpupool.scheduler import schedule
-from gpupool.scheduler.types import Clock, Decisions, Snapshot
+from gpupool.scheduler.types import Clock, Decisions, HandOver, Snapshot
 from gpupool.services.platform import Platform
 from gpupool.services.snapshots import build_snapshot
 from tests.support.platform import make_settings, running_app
@@ -22,7 +22,7 @@ USERS = "/api/v1/users"
 def app(tmp_path: Path, database_url: str) -> Iterator[tuple[TestClient, Platform]]:
     """4 declared A100s; the scheduler decides nothing, so submitted jobs stay pending."""
 
-    def hold(_snapshot: Snapshot, _clock: Clock) -> Decisions:
+    def hold(_snapshot: Snapshot, _clock: Clock, _hand_over: HandOver | None) -> Decisions:
         return Decisions()
 
     with running_app(make_settings(tmp_path / "data", database_url), decide=hold) as running:

@@ -10,7 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from gpupool.scheduler import schedule
-from gpupool.scheduler.types import Clock, Decisions, Nomination, Snapshot
+from gpupool.scheduler.types import Clock, Decisions, HandOver, Nomination, Snapshot
 from gpupool.services.platform import Platform
 from tests.support.platform import make_settings, running_app, submit, wait_job
 from tests.support.waiting import wait_for
@@ -25,9 +25,9 @@ class Nominator:
         self.holding = True
         self.given: list[dict[int, Nomination]] = []
 
-    def __call__(self, snapshot: Snapshot, clock: Clock) -> Decisions:
+    def __call__(self, snapshot: Snapshot, clock: Clock, hand_over: HandOver | None) -> Decisions:
         self.given.append(dict(snapshot.nominations))
-        decisions = schedule(snapshot, clock)
+        decisions = schedule(snapshot, clock, hand_over)
         if self.holding:
             decisions.placements = []
             for job in snapshot.pending:

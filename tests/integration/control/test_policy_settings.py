@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from gpupool.main import app as cli
 from gpupool.scheduler import schedule
-from gpupool.scheduler.types import DEFAULT_POLICY, Clock, Decisions, Snapshot
+from gpupool.scheduler.types import DEFAULT_POLICY, Clock, Decisions, HandOver, Snapshot
 from tests.support.platform import make_settings, running_app, submit, wait_job
 
 
@@ -18,9 +18,9 @@ class Recorder:
     def __init__(self) -> None:
         self.policies = []
 
-    def __call__(self, snapshot: Snapshot, clock: Clock) -> Decisions:
+    def __call__(self, snapshot: Snapshot, clock: Clock, hand_over: HandOver | None) -> Decisions:
         self.policies.append(snapshot.policy)
-        return schedule(snapshot, clock)
+        return schedule(snapshot, clock, hand_over)
 
 
 def test_the_loop_schedules_with_the_site_settings(tmp_path: Path) -> None:

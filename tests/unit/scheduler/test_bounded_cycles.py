@@ -1,6 +1,6 @@
-"""Bounded work per cycle: ``Policy.max_starts`` cuts a cycle short once it has started (or
-preempted for) that many jobs, and its caller runs the next at once; ``Policy.max_tries``
-stops trying a user's jobs after that many of them could not start."""
+"""Bounded work per cycle: a cycle hands its caller each ``Policy.max_starts`` jobs it has
+started (or preempted for) as it goes, deciding the same; ``Policy.max_tries`` stops trying a
+user's jobs after that many of them could not start."""
 
 from __future__ import annotations
 
@@ -29,112 +29,76 @@ from gpupool.sim.policies import named
 EIGHT = [gpu_node("node-a", 8)]
 
 
-def started(snapshot: Snapshot, decisions: Decisions) -> Snapshot:
-    """The next cycle's snapshot: the placed jobs run, the preempted ones stop at once."""
-    jobs = {job.job_id: job for job in snapshot.pending}
-    placed: dict[int, list] = {}
-    for placement in decisions.placements:
-        placed.setdefault(placement.job_id, []).append(placement)
-    gone = set(victims(decisions))
-    allocations = [a for a in snapshot.allocations if a.job_id not in gone]
-    for job_id, placements in placed.items():
-        allocations.extend(jobs[job_id].started(placements, Clock().now()))
-    return replace(
-        snapshot,
-        allocations=tuple(allocations),
-        pending=tuple(job for job in snapshot.pending if job.job_id not in placed),
-        nominations=dict(decisions.nominations),
-    )
+def handed(snapshot: Snapshot) -> tuple[list[Decisions], Decisions]:
+    """A cycle with a hand-over: what it handed over as it went, and what it returned."""
+    parts: list[Decisions] = []
+    return parts, schedule(snapshot, Clock(), parts.append)
 
 
-def until_done(snapshot: Snapshot) -> list[Decisions]:
-    """Cycles as the server runs them: again at once while one is cut short."""
-    runs = []
-    while True:
-        decisions = schedule(snapshot, Clock())
-        runs.append(decisions)
-        if not decisions.more:
-            return runs
-        snapshot = started(snapshot, decisions)
-        assert len(runs) < 100
+def jobs_of(decisions: Decisions) -> list[int]:
+    """The placed jobs, in the order placed (a gang's tasks once)."""
+    return list(dict.fromkeys(placement.job_id for placement in decisions.placements))
 
 
-# -- max_starts ---------------------------------------------------------------------------------
+# -- max_starts: hand over as the cycle goes -----------------------------------------------------
 
 
-def test_a_cycle_stops_after_max_starts_explains_nothing_and_asks_for_the_next():
-    jobs = [pending(i) for i in range(1, 7)]
-    snapshot = Snapshot(tuple(EIGHT), (), tuple(jobs), policy=policy(max_starts=4))
+def test_a_cycle_hands_over_each_max_starts_jobs_as_soon_as_decided():
+    jobs = [pending(i) for i in range(1, 8)]
+    snapshot = Snapshot(tuple(EIGHT), (), tuple(jobs), policy=policy(max_starts=3))
 
-    first = schedule(snapshot, Clock())
+    parts, rest = handed(snapshot)
 
-    assert placed_ids(first) == {1, 2, 3, 4}  # in queue order
-    assert first.more is True
-    assert first.pending == {}  # the next cycle, at once, explains what is left
-    second = schedule(started(snapshot, first), Clock())
-    assert placed_ids(second) == {5, 6}
-    assert second.more is False
+    assert [jobs_of(part) for part in parts] == [[1, 2, 3], [4, 5, 6]]
+    assert jobs_of(rest) == [7]
+    assert all(part.pending == {} and part.nominations == {} for part in parts)
 
 
-def test_the_cycle_that_starts_exactly_the_last_jobs_is_not_cut_short():
-    # job 5, first in the queue, never fits
-    jobs = [pending(5, gpu_types=("A100",), submitted=0.5)] + [pending(i) for i in range(1, 5)]
-
-    decisions = decide(EIGHT, jobs, settings=policy(max_starts=4))
-
-    assert placed_ids(decisions) == {1, 2, 3, 4}
-    assert decisions.more is False  # nothing left to try: it explains what waits
-    assert codes(decisions) == {5: "NoGpuOfType"}
-
-
-def test_a_job_that_preempts_counts_as_a_start():
+def test_a_job_that_preempts_counts_as_a_start_and_its_preemptions_go_with_it():
     borrowed = [running(100 + i, "node-a", [i], team="b") for i in range(8)]
     jobs = [pending(i, team="a") for i in range(1, 5)]
     quotas = [quota("a", 4), quota("b", 0)]
-
-    decisions = decide(EIGHT, jobs, borrowed, quotas, settings=policy(max_starts=2))
-
-    assert sorted(victims(decisions).values()) == [1, 2]
-    assert decisions.more is True
     snapshot = Snapshot(tuple(EIGHT), tuple(borrowed), tuple(jobs), tuple(quotas))
-    runs = until_done(replace(snapshot, policy=policy(max_starts=2)))
-    assert sum(len(run.preemptions) for run in runs) == 4  # all four reclaimed, two a cycle
+
+    parts, rest = handed(replace(snapshot, policy=policy(max_starts=2)))
+
+    assert [sorted(victims(part).values()) for part in parts] == [[1, 2], [3, 4]]
+    assert rest.preemptions == [] and set(rest.nominations) == {1, 2, 3, 4}
+    assert codes(rest) == dict.fromkeys([1, 2, 3, 4], "Preempting")
 
 
 def _workloads():
     job = st.tuples(
         st.sampled_from(["a", "b", "c"]),
-        st.sampled_from([0.5, 1, 1, 2, 4]),
+        st.sampled_from([0.5, 1, 1, 2, 4, 8]),
         st.integers(0, 2),  # priority
+        st.integers(1, 2),  # tasks
     )
     return st.lists(job, min_size=1, max_size=30)
 
 
 @settings(max_examples=60, deadline=None)
-@given(_workloads(), st.integers(1, 5))
-def test_cycles_cut_short_start_what_one_cycle_starts_when_every_job_fits(workload, bound):
-    """Room for all: the cycles cut short start every job one unbounded cycle starts, each
-    at most ``bound`` at a time, none twice, and no GPU is over-admitted."""
-    nodes = [gpu_node("node-a", 8), gpu_node("node-b", 8), gpu_node("node-c", 8)]
-    nodes += [gpu_node(f"node-{i}", 8) for i in range(12)]  # 120 GPUs: 30 jobs of 4 fit
+@given(_workloads(), st.integers(1, 5), st.integers(0, 12))
+def test_handing_over_changes_no_decision(workload, bound, busy):
+    """With or without a hand-over, a cycle decides the same: the parts and the rest, joined
+    in order, are the decisions of the cycle without one, whatever ``max_starts``."""
+    nodes = [gpu_node(f"node-{i}", 8) for i in range(4)]
+    held = [running(100 + i, f"node-{i % 4}", [i // 4], team="c") for i in range(busy)]
     jobs = [
-        pending(i, team=team, gpus=gpus, priority=priority)
-        for i, (team, gpus, priority) in enumerate(workload, start=1)
+        pending(i, team=team, gpus=gpus, priority=priority, tasks=tasks)
+        for i, (team, gpus, priority, tasks) in enumerate(workload, start=1)
     ]
-    snapshot = Snapshot(tuple(nodes), (), tuple(jobs))
-    whole = placed_ids(schedule(snapshot, Clock()))
-    runs = until_done(replace(snapshot, policy=policy(max_starts=bound)))
-    each = [placed_ids(run) for run in runs]
-    assert all(len(ids) == bound for ids in each[:-1])
-    assert len(each[-1]) <= bound
-    assert set().union(*each) == whole == {job.job_id for job in jobs}
-    assert sum(len(ids) for ids in each) == len(whole)
-    held: dict[str, float] = {}
-    for run in runs:
-        for placement in run.placements:
-            for part in placement.gpus:
-                held[part.uuid] = held.get(part.uuid, 0.0) + part.share
-    assert max(held.values()) <= 1.0 + 1e-9
+    quotas = (quota("a", 8), quota("b", 8), quota("c", 0))
+    snapshot = Snapshot(tuple(nodes), tuple(held), tuple(jobs), quotas)
+    whole = schedule(replace(snapshot, policy=policy(max_starts=0)), Clock())
+
+    parts, rest = handed(replace(snapshot, policy=policy(max_starts=bound)))
+
+    assert [p for part in parts for p in part.placements] + rest.placements == whole.placements
+    assert [p for part in parts for p in part.preemptions] + rest.preemptions == (whole.preemptions)
+    assert (rest.pending, rest.nominations) == (whole.pending, whole.nominations)
+    for part in parts:  # each part: ``bound`` jobs placed or preempted for
+        assert len(jobs_of(part)) + len({p.for_job for p in part.preemptions}) == bound
 
 
 # -- max_tries ----------------------------------------------------------------------------------
@@ -163,7 +127,6 @@ def test_a_user_whose_jobs_could_not_start_max_tries_times_is_tried_no_more():
         "those start or leave"
     )
     assert bounded.pending[4].position == 4
-    assert bounded.more is False  # nothing new until something changes
 
 
 def test_a_user_tried_enough_leaves_the_turns_to_the_teams_other_users():

@@ -424,17 +424,6 @@ def test_a_bad_policy_knob_is_a_usage_error_that_lists_the_knobs():
 # -- bounded cycles ------------------------------------------------------------------------------
 
 
-def test_cycles_cut_short_run_again_at_the_same_time_as_the_server_does():
-    """Twelve jobs at once on 8 GPUs, cycles of at most 3 starts: the replay runs the cycles
-    cut short at once, so every job starts when it would with cycles unbounded."""
-    burst = [job(i, 0, 10 + i, 1, "a" if i % 2 else "b") for i in range(1, 13)]
-    whole = simulate(burst, cluster("1x8"))
-    bounded = simulate(burst, cluster("1x8"), settings=replace(DEFAULT_POLICY, max_starts=3))
-    assert times(bounded) == times(whole)
-    assert whole.cycles < bounded.cycles
-    assert [record.start for record in bounded.records].count(0) == 8
-
-
 def test_bounded_cycles_are_a_policy_knob_of_the_simulator(tmp_path: Path):
     trace = tmp_path / "burst.csv"
     trace.write_text("submit,duration,gpus,team\n" + "0,100,1,a\n" * 6)
