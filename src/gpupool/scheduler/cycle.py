@@ -16,7 +16,12 @@
    freed GPUs cannot go to another job (or the victims, queued again) and start a new round.
    What found no room or no victims is remembered (``memo``): a team none of whose jobs
    left could find either sleeps for the rest of the cycle, unless capacity grows.
-4. Explain every job left pending: reason code, message, position, blockers (``reasons``).
+4. Explain every job left pending: reason code, message, position, blockers (``reasons``),
+   unless the snapshot says not to (the server explains at most once a second).
+
+Work is bounded (``Policy.max_starts``, ``Policy.max_tries``): the starts are handed to the
+caller as they are decided, a hundred at a time, and a user's jobs are tried no more once
+32 of them could not start in the cycle.
 
 The free capacity is kept from one cycle to the next (``capacity.leased_capacity``): only
 nodes whose allocations changed are worked out again, and a cycle's changes are undone

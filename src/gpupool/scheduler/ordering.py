@@ -275,10 +275,6 @@ class Queues:
     def sleep(self, team: str) -> None:
         self.asleep.add(team)
 
-    def any_left(self) -> bool:
-        """Whether any team not dropped has jobs not handed out yet (asleep or not)."""
-        return any(queue for team, queue in self.teams.items() if team not in self.dropped)
-
     def left(self, team: str) -> Iterator[PendingJob]:
         queue = self.teams.get(team)
         if queue is not None:
