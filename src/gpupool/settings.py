@@ -51,9 +51,9 @@ class Settings(BaseSettings):
     min_runtime_seconds: float = Field(default=0.0, ge=0.0)
     # Where a GPU task goes: "fgd" (least growth of fragmentation) or "best-fit".
     packing: Literal["fgd", "best-fit"] = "fgd"
-    # Bounded work per cycle, so that a cycle over a long queue stays short: the jobs a cycle
-    # starts (the next runs at once), and the jobs of one user it tries that cannot start
-    # before it tries no more of that user's (docs/scheduling.md, "Bounded cycles"); 0: none.
+    # Bounded work per cycle (docs/scheduling.md, "Bounded cycles"): a cycle hands its starts
+    # over this many at a time as it goes, and after this many jobs of one user could not
+    # start it tries no more of that user's; 0: no bound.
     cycle_max_starts: int = Field(default=DEFAULT_POLICY.max_starts, ge=0)
     cycle_max_tries: int = Field(default=DEFAULT_POLICY.max_tries, ge=0)
     # The reasons of the jobs left pending are worked out at most this often (explaining a

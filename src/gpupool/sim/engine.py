@@ -72,18 +72,6 @@ PLACEMENT_MODES = ("node", "count")
 MAX_CYCLES_PER_EVENT = 8  # cycles at one event time (each after preemptions freed GPUs)
 
 
-class Again:
-    """Whether to run another cycle at the same time: after one that preempted (the freed
-    GPUs are offered again at once), up to ``MAX_CYCLES_PER_EVENT`` cycles."""
-
-    def __init__(self) -> None:
-        self.cycles = 0
-
-    def __call__(self, decisions: Decisions) -> bool:
-        self.cycles += 1
-        return bool(decisions.preemptions) and self.cycles < MAX_CYCLES_PER_EVENT
-
-
 class VirtualClock:
     """The simulation's clock: it reads the current event time and only moves forward."""
 
@@ -251,11 +239,11 @@ class Replay:
         while (time := self.next_event_time()) is not None:
             self.clock.advance_to(time)
             arrived = self.apply_events(time)
-            again = Again()
-            # with nothing pending a cycle has nothing to decide; after preemptions, the freed
-            # GPUs are offered again at once
-            while self.pending and again(self.run_cycle()):
-                pass
+            for _ in range(MAX_CYCLES_PER_EVENT):
+                # with nothing pending a cycle has nothing to decide; after preemptions, the
+                # freed GPUs are offered again at once
+                if not self.pending or not self.run_cycle():
+                    break
             if self.probe is not None and arrived:
                 self.probe.arrived(arrived, self.pending)
             if self.drop_unplaced:
@@ -322,8 +310,8 @@ class Replay:
         """The per-task request and the task count of a job in this placement mode."""
         return task_shape(job.request, self.placement, self.largest_node)
 
-    def run_cycle(self) -> Decisions:
-        """Call the policy once on a snapshot of now, and apply its decisions."""
+    def run_cycle(self) -> bool:
+        """Call the policy once on a snapshot of now; True when it preempted anything."""
         if self._held is None:
             self._held = tuple(a for allocations in self.running.values() for a in allocations)
         snapshot = Snapshot(
@@ -341,13 +329,13 @@ class Replay:
         self.cycles += 1
         self.last_decisions = decisions
         self.nominations = dict(decisions.nominations)
-        self.apply_preemptions(decisions)
+        preempted = self.apply_preemptions(decisions)
         by_job: dict[int, list[Placement]] = {}
         for placement in decisions.placements:
             by_job.setdefault(placement.job_id, []).append(placement)
         for job_id, placements in by_job.items():
             self.start(job_id, placements)
-        return decisions
+        return preempted
 
     def apply_preemptions(self, decisions: Decisions) -> bool:
         """Stop each victim at once and queue it again with the work it has left."""

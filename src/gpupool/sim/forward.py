@@ -25,13 +25,12 @@ from gpupool.scheduler import schedule
 from gpupool.scheduler.types import (
     DEFAULT_POLICY,
     Allocation,
-    Decisions,
     PendingJob,
     Placement,
     Policy,
     Snapshot,
 )
-from gpupool.sim.engine import Again, DecayedUsage, PolicyFunction, VirtualClock
+from gpupool.sim.engine import MAX_CYCLES_PER_EVENT, DecayedUsage, PolicyFunction, VirtualClock
 
 DEFAULT_HORIZON = 7 * 86400.0
 DEFAULT_MAX_CYCLES = 400
@@ -137,18 +136,17 @@ class Forward:
 
     def _cycles(self) -> str | None:
         """Cycles at this time (again after preemptions); a reason to stop, or None."""
-        again = Again()
-        while True:
+        for _ in range(MAX_CYCLES_PER_EVENT):
             if not self.pending:
                 return "done"
             if self.cycles >= self.max_cycles:
                 return "cycles"
-            if not again(self._cycle()):
+            if not self._cycle():
                 break
         return None if self.pending else "done"
 
-    def _cycle(self) -> Decisions:
-        """One call of the policy, its decisions applied."""
+    def _cycle(self) -> bool:
+        """One call of the policy; True when it preempted something."""
         now = self.clock.now()
         snapshot = Snapshot(
             tuple(self.state.nodes),
@@ -168,7 +166,7 @@ class Forward:
             by_job.setdefault(placement.job_id, []).append(placement)
         for job_id, placements in by_job.items():
             self._start(job_id, placements, now)
-        return decisions
+        return bool(decisions.preemptions)
 
     def _start(self, job_id: int, placements: list[Placement], now: float) -> None:
         job = self.pending.pop(job_id, None)
