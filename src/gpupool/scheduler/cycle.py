@@ -60,7 +60,6 @@ from gpupool.scheduler.types import (
     Decisions,
     HandOver,
     Nomination,
-    Placement,
     Preemption,
     Snapshot,
 )
@@ -169,7 +168,7 @@ class Cycle:
         self.nominated: dict[int, str] = {}
         self.nominees: Counter[str] = Counter()
         self.starts = 0  # jobs placed or preempted for since the last hand-over
-        self.placed: list[Placement] = []  # every placement of the cycle, handed over or not
+        self.handed = (0, 0)  # the placements and preemptions handed over so far
         # per user's queue (team, user): jobs tried that could not start, the first of them,
         # and the queues tried ``Policy.max_tries`` times in vain
         self.tries: Counter[tuple[str, str]] = Counter()
@@ -195,13 +194,18 @@ class Cycle:
             for queued in self.queues.rest():
                 self._left(queued)
             placed = [
-                Allocation(p.job_id, p.node, p.gpus, p.cpus, p.memory_bytes) for p in self.placed
+                Allocation(p.job_id, p.node, p.gpus, p.cpus, p.memory_bytes)
+                for p in self.decisions.placements
             ]
             self.decisions.pending = explain_unplaced(
                 self.unplaced, self.blocked, self.capacity, self.snapshot, self.ledger, placed
             )
             self._say_what_is_freed()
-        return self.decisions
+        decisions = self.decisions
+        placed, preempted = self.handed  # the rest: what was not handed over
+        decisions.placements = decisions.placements[placed:]
+        decisions.preemptions = decisions.preemptions[preempted:]
+        return decisions
 
     # -- bounded work (``Policy.max_starts``, ``Policy.max_tries``) ------------------------------
 
@@ -210,11 +214,11 @@ class Cycle:
         limit = self.policy.max_starts
         if self.hand_over is None or not limit or self.starts < limit:
             return
-        decisions = self.decisions
-        chunk = Decisions(decisions.placements, preemptions=decisions.preemptions)
-        decisions.placements, decisions.preemptions = [], []
+        placements, preemptions = self.decisions.placements, self.decisions.preemptions
+        placed, preempted = self.handed
+        self.handed = (len(placements), len(preemptions))
         self.starts = 0
-        self.hand_over(chunk)
+        self.hand_over(Decisions(placements[placed:], preemptions=preemptions[preempted:]))
 
     def _count_try(self, queued: QueuedJob) -> None:
         """A job of a user could not start: after ``max_tries`` of them, the cycle tries no
@@ -426,7 +430,6 @@ class Cycle:
                         self._hold_back_the_queue(queued)  # strict queues: it stays the head
                     return
                 self.decisions.placements.extend(placements)
-                self.placed.extend(placements)
                 self.starts += 1
                 self.nominations.pop(job.job_id, None)  # it starts: the nomination is spent
                 self.stopping_for.pop(job.job_id, None)
