@@ -549,9 +549,14 @@ class Cycle:
 
     def _hold_back_the_queue(self, queued: QueuedJob) -> None:
         """Strict queues: the jobs behind a blocked head wait behind it."""
-        if not self.policy.skip_blocked:
-            for behind in self.queues.drop_team(queued_team(self, queued)):
-                self._block(behind, Blocked(Reason.QUEUED, behind=queued.job.job_id))
+        if self.policy.skip_blocked:
+            return
+        team = queued_team(self, queued)
+        if not self.explain:  # nobody reads why they wait: they are not worked through
+            self.queues.drop(team)
+            return
+        for behind in self.queues.drop_team(team):
+            self._block(behind, Blocked(Reason.QUEUED, behind=queued.job.job_id))
 
     def _kept_for_guarantees(self, job, gpus: float) -> list[str]:  # noqa: ANN001
         """The teams below their guarantee whose claim on the free GPUs this job, borrowing

@@ -2,9 +2,9 @@
 
 Each such object is a cache of what a cycle would otherwise work out from its snapshot: a
 cycle brings it up to date with what changed and hands it on. One cycle at a time holds it
-(a lock taken without waiting: another cycle meanwhile, such as the forecast beside the
-control loop, works out its own), and a cycle that fails hands nothing on, so that no
-half-changed object is ever used again.
+(a lock taken without waiting: another cycle meanwhile works out its own; the forecast
+beside the control loop keeps objects of its own, ``own_kept``), and a cycle that fails
+hands nothing on, so that no half-changed object is ever used again.
 """
 
 from __future__ import annotations
@@ -12,10 +12,28 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
+
+# the objects kept by the cycles of an ``own_kept`` block (None: outside one), by Kept
+_SCOPE: ContextVar[dict[int, object] | None] = ContextVar("gpupool_kept_scope", default=None)
+
+
+@contextmanager
+def own_kept() -> Iterator[None]:
+    """Within the block, the cycles hand on objects of their own, from one to the next, and
+    leave those of the cycles outside it as they were: a forecast running the scheduler
+    forward from another state, beside the control loop, would otherwise take the loop's
+    objects over (its next cycle then works everything out anew) or, while it holds them,
+    leave the loop's cycles nothing kept."""
+    token = _SCOPE.set({})
+    try:
+        yield
+    finally:
+        _SCOPE.reset(token)
 
 
 @dataclass(slots=True)
@@ -39,7 +57,14 @@ class Kept(Generic[T]):
     @contextmanager
     def lease(self) -> Iterator[Slot[T] | None]:
         """The slot for one cycle (None: another cycle holds it). What the slot holds when
-        the cycle ends without an error is kept for the next."""
+        the cycle ends without an error is kept for the next (in an ``own_kept`` block, for
+        the next cycle of the block)."""
+        scope = _SCOPE.get()
+        if scope is not None:  # one block's cycles run one after another: no lock
+            own: Slot = Slot(scope.pop(id(self), None))
+            yield own
+            scope[id(self)] = own.value
+            return
         if not self._lock.acquire(blocking=False):
             yield None
             return

@@ -311,6 +311,10 @@ class Queues:
         queue = self.teams.get(team)
         return queue.tire(user) if queue is not None else []
 
+    def drop(self, team: str) -> None:
+        """End a team's turns for this cycle (``drop_team`` without its jobs left)."""
+        self.dropped.add(team)
+
     def drop_team(self, team: str) -> list[QueuedJob]:
         """End a team's turns for this cycle; its jobs not yet tried, in order (those of
         users whose turns ended last)."""

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 
 from gpupool.domain.jobs import ResourceRequest
 from gpupool.scheduler import schedule
+from gpupool.scheduler.kept import own_kept
 from gpupool.scheduler.types import (
     DEFAULT_POLICY,
     Allocation,
@@ -89,8 +90,11 @@ def forward(
     horizon: float = DEFAULT_HORIZON,
     max_cycles: int = DEFAULT_MAX_CYCLES,
 ) -> ForwardResult:
-    """Run the scheduler forward from ``state``; deterministic for equal inputs."""
-    return Forward(state, policy, horizon, max_cycles).run()
+    """Run the scheduler forward from ``state``; deterministic for equal inputs. Its
+    cycles keep their own objects from one to the next (``own_kept``): those the control
+    loop's cycles keep are left to them."""
+    with own_kept():
+        return Forward(state, policy, horizon, max_cycles).run()
 
 
 class Forward:

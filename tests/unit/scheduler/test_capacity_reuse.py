@@ -146,3 +146,46 @@ def test_the_workload_counted_from_the_last_one_is_that_counted_anew():
     packing._last_workload = None
     assert counted == packing.workload_of(tuple(held), tuple(jobs))
     assert len(counted) == 5  # the 8-GPU shape came, none went
+
+
+def kept_objects() -> list[object]:
+    """What the cycles outside an ``own_kept`` block keep: capacity, queues, running jobs."""
+    from gpupool.scheduler import ordering, preemption
+
+    return [kept._KEPT.value for kept in (capacity_module, ordering, preemption)]
+
+
+def test_cycles_of_their_own_leave_the_kept_objects_to_the_cycles_outside():
+    """The forecast runs the scheduler forward from another state beside the control loop:
+    its cycles keep objects of their own, and the loop's next cycle finds its own again."""
+    from gpupool.scheduler.kept import own_kept
+
+    nodes = (gpu_node("node-a", 8), gpu_node("node-b", 8))
+    held = (running(100, "node-a", [0, 1]), running(101, "node-b", [0]))
+    loop = Snapshot(nodes, held, tuple(pending(i, gpus=1) for i in range(1, 4)))
+    schedule(loop, Clock())
+    before = kept_objects()
+    assert all(value is not None for value in before)
+
+    other = Snapshot(nodes, (), tuple(pending(i, gpus=2) for i in range(10, 20)))
+    with own_kept():
+        first = schedule(other, Clock())
+        inside = kept_objects()
+        assert schedule(other, Clock()) == first == fresh(other)
+    assert all(a is b for a, b in zip(kept_objects(), before, strict=True))
+    assert all(a is b for a, b in zip(inside, before, strict=True))
+    assert schedule(loop, Clock()) == fresh(loop)
+
+
+def test_an_own_kept_block_hands_its_objects_from_cycle_to_cycle(monkeypatch):
+    from gpupool.scheduler import kept
+
+    nodes = (gpu_node("node-a", 8),)
+    snapshot = Snapshot(nodes, (running(100, "node-a", [0]),), (pending(1, gpus=2),))
+    built: list[int] = []
+    build = capacity_module.build_capacity
+    monkeypatch.setattr(capacity_module, "build_capacity", lambda *a: built.append(1) or build(*a))
+    with kept.own_kept():
+        for _ in range(3):
+            assert schedule(snapshot, Clock()) == fresh(snapshot)
+    assert built == [1]  # the block's first cycle built one, the others brought it up to date

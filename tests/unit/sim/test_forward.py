@@ -23,7 +23,7 @@ from gpupool.services.eta import (
     Durations,
     predict,
 )
-from gpupool.sim.engine import cluster
+from gpupool.sim.engine import VirtualClock, cluster
 from gpupool.sim.forward import ForwardState, Running, Waiting, forward, held_request
 
 NODES = cluster("1x4")
@@ -48,6 +48,22 @@ def test_a_waiting_job_starts_when_the_running_job_ends() -> None:
     result = forward(state)
     assert result.starts == {2: NOW + 500}
     assert result.stopped == "done"
+
+
+def test_the_forecast_leaves_the_control_loops_kept_objects_to_it() -> None:
+    """The control loop's next cycle finds the capacity, queues and running jobs its last
+    cycle kept, not those of the forecast's world (which it would have to work out anew)."""
+    from gpupool.scheduler import capacity, ordering, preemption
+
+    loop = Snapshot(NODES, (holding(1, 1),), (waiting(2, 1), waiting(3, 4)), policy=DEFAULT_POLICY)
+    schedule(loop, VirtualClock(NOW))
+    kept = [module._KEPT.value for module in (capacity, ordering, preemption)]
+    state = ForwardState(
+        NOW, NODES, [Running((holding(5, 2),), 300.0)], [Waiting(waiting(6, 4), 60)]
+    )
+    assert forward(state).starts == {6: NOW + 300}
+    after = [module._KEPT.value for module in (capacity, ordering, preemption)]
+    assert all(a is b for a, b in zip(after, kept, strict=True))
 
 
 def test_jobs_that_fit_now_start_now_and_the_rest_in_turn() -> None:
