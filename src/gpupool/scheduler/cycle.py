@@ -475,6 +475,7 @@ class Cycle:
     def _capacity_grew(self) -> None:
         """What did not fit before may fit now: forget it, and wake the sleeping teams."""
         self.no_room.clear()
+        self.preemptor.capacity_grew()
         self.sleeping.clear()
         self.queues.wake()
         self.ledger.awake()

@@ -34,9 +34,11 @@ from gpupool.scheduler.capacity import FreeCapacity, NodeState
 from gpupool.scheduler.fit import CPU_EPSILON, Demand, Where, fraction_demand
 from gpupool.scheduler.kept import Kept
 from gpupool.scheduler.ledger import EPSILON, Ledger, held_gpus
+from gpupool.scheduler.memo import Frontier
 from gpupool.scheduler.types import SHARE_EPSILON, Allocation, PendingJob, Policy
 
-MAX_NODES_EXAMINED = 64  # nodes searched for one job, best candidates first
+# nodes whose victims could free enough (``_may_free``) searched for one job, best first
+MAX_NODES_EXAMINED = 64
 
 
 @dataclass(slots=True)
@@ -276,6 +278,11 @@ class Preemptor:
         self._least: dict[str, float] = {}
         self._on_node: dict[tuple[str, str], list[RunningJob]] = {}
         self._bounds: dict[tuple[str, str], tuple | None] = {}
+        # per (team, GPU types, reclaim by fair share, by guarantee): searches of single-task
+        # whole-GPU jobs that walked every node with an eligible victim and found none that
+        # could free enough, as (rank, (1 + the most any node could free,)), the least of
+        # them: a job asking at least that many at no better a rank finds none either
+        self._short: dict[tuple, Frontier] = {}
 
     @classmethod
     def of(
@@ -407,10 +414,22 @@ class Preemptor:
         if not eligible.possible:
             return None
         if job.tasks == 1:
+            if demand.whole and where.node_ok is None:
+                short = self._short.get(self._short_key(job, eligible))
+                if short is not None and short.covers(eligible.rank, (demand.whole,)):
+                    return None
             return self._one_task(job, demand, where, eligible)
         if demand.whole:
             return self._gang(job, demand, where, eligible)
         return None
+
+    @staticmethod
+    def _short_key(job: PendingJob, eligible: Eligibility) -> tuple:
+        return (job.team, job.gpu_types, eligible.by_fair_share, eligible.by_guarantee)
+
+    def capacity_grew(self) -> None:
+        """GPUs were given back (a nomination given up): nodes may free more than they could."""
+        self._short.clear()
 
     def rank(self, job: PendingJob, level: int) -> tuple:
         """How a pending job ranks against its own team's running jobs: it may preempt
@@ -427,6 +446,9 @@ class Preemptor:
         self, job: PendingJob, demand: Demand, where: Where, eligible: Eligibility
     ) -> Choice | None:
         best: tuple[tuple, list[RunningJob]] | None = None
+        examined = 0
+        whole = demand.whole
+        most = 0  # the most GPUs a node walked could free, while none could free enough
         for node, floor in self._best_nodes(job, demand, where, eligible):
             if best is not None:
                 if not best[0][0] or floor >= best[0]:
@@ -435,15 +457,26 @@ class Preemptor:
                 if bound is not None and bound >= best[0]:
                     continue  # no choice on this node can cost less than the best so far
             usable = [c for c in self._sorted_on(node.name, job.team) if eligible(c)]
-            if demand.whole and not _may_free(node, usable, demand.whole):
-                continue
+            if whole:
+                freeable = _freeable(node, usable, whole)
+                if freeable < whole:  # not even all its usable victims free enough
+                    most = max(most, freeable)
+                    continue
+                most = whole  # a node could: the walk tells nothing of larger jobs
+            examined += 1
             victims = _victims_on(node, usable, demand, where, eligible)
-            if victims is None:
-                continue
-            cost = _cost(victims, job.team)
-            if best is None or cost < best[0]:
-                best = (cost, victims)
-        return Choice(best[1]) if best is not None else None
+            if victims is not None:
+                cost = _cost(victims, job.team)
+                if best is None or cost < best[0]:
+                    best = (cost, victims)
+            if examined >= MAX_NODES_EXAMINED:
+                return Choice(best[1]) if best is not None else None
+        if best is not None:
+            return Choice(best[1])
+        if whole and most < whole and where.node_ok is None:  # every node walked, none could
+            key = self._short_key(job, eligible)
+            self._short.setdefault(key, Frontier()).add(eligible.rank, (most + 1,))
+        return None
 
     def _in_turn(
         self, job: PendingJob, eligible: Eligibility
@@ -478,15 +511,14 @@ class Preemptor:
     def _best_nodes(
         self, job: PendingJob, demand: Demand, where: Where, eligible: Eligibility
     ) -> Iterator[tuple[NodeState, tuple]]:
-        """The first ``MAX_NODES_EXAMINED`` nodes allowed for the job that hold an eligible
-        candidate, by their best eligible candidate's key (then rank): a merge of the
-        cycle's candidate order, not a sort per job. Each comes with a floor of ``_cost``
-        for it and every node after it: the candidates come in key order, so a node's
-        victims are all at or past the one that brought it (the same (priority, level),
-        then no less work lost each, or a worse one)."""
+        """The nodes allowed for the job that hold an eligible candidate, by their best
+        eligible candidate's key (then rank): a merge of the cycle's candidate order, not a
+        sort per job (``_one_task`` examines ``MAX_NODES_EXAMINED`` of them at most). Each
+        comes with a floor of ``_cost`` for it and every node after it: the candidates come
+        in key order, so a node's victims are all at or past the one that brought it (the
+        same (priority, level), then no less work lost each, or a worse one)."""
         types = where.types
         seen: set[int] = set()
-        chosen = 0
         for rank, node, candidate, is_own in self._in_turn(job, eligible):
             if rank in seen or not eligible(candidate):
                 continue
@@ -499,9 +531,6 @@ class Preemptor:
                 worst = (candidate.priority, -candidate.level)
                 floor = (True, 1 if is_own else 0, worst, candidate.work_lost, 1)
             yield node, floor
-            chosen += 1
-            if chosen >= MAX_NODES_EXAMINED:
-                return
 
     def _gang(
         self, job: PendingJob, demand: Demand, where: Where, eligible: Eligibility
@@ -723,20 +752,31 @@ class _NodeScratch:
         return True
 
 
-def _may_free(node: NodeState, usable: list[RunningJob], whole: int) -> bool:
-    """Whether ``whole`` GPUs of the node could be free once every job of ``usable`` ended:
-    at most those free now and those the jobs hold there (a bound: cheaper than
-    ``_victims_on``, which would find none when it fails)."""
+def _freeable(node: NodeState, usable: list[RunningJob], whole: int) -> int:
+    """How many GPUs of the node could be free once every job of ``usable`` ended, up to
+    ``whole`` (no fewer when it is more): at most those free now and those whose every
+    share the jobs hold (a GPU shared with a job that is not usable, or placed on in this
+    cycle, stays taken). A bound: cheaper than ``_victims_on``, which would find none when
+    it is below ``whole``."""
     room = node.free_count
     if room >= whole:
-        return True
+        return room
     name = node.name
-    held: set[str] = set()
+    freed: dict[str, float] = {}
     for victim in usable:
         for allocation in victim.allocations:
             if allocation.node == name:
-                held.update(part.uuid for part in allocation.gpus)
-    return room + len(held) >= whole
+                for part in allocation.gpus:
+                    freed[part.uuid] = freed.get(part.uuid, 0.0) + part.share
+    by_uuid = node.by_uuid
+    for uuid, share in freed.items():
+        gpu = by_uuid.get(uuid)
+        # the margin: ``_NodeScratch.release`` subtracts the shares one by one
+        if gpu is not None and not gpu.free and gpu.used_share - share <= SHARE_EPSILON + 1e-9:
+            room += 1
+            if room >= whole:
+                return room
+    return room
 
 
 def _victims_on(

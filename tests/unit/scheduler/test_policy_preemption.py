@@ -17,6 +17,7 @@ from policy_builders import (
 )
 
 from gpupool.domain.jobs import Reason
+from gpupool.scheduler.preemption import MAX_NODES_EXAMINED, Preemptor
 
 ONE_GPU = [gpu_node("node-a", 1)]
 TWO_GPUS = [gpu_node("node-a", 2)]
@@ -317,3 +318,89 @@ def test_across_nodes_a_stopping_job_goes_first():
             decisions.pending[1].message
             == "waiting for job 101 to stop; GPU 0 on node-b is being freed for it"
         )
+
+
+# -- the search goes past nodes that could not free enough --------------------------------------
+
+
+def crowded_nodes(team: str) -> tuple[list, list]:
+    """More nodes than a search examines, each one GPU shared by a victim that comes first
+    in victim order (checkpointed a moment ago) and a job that may not be preempted: ending
+    the victim frees no whole GPU. Then one node whose victim (never checkpointed, so it
+    comes last) holds its GPU whole."""
+    count = MAX_NODES_EXAMINED + 6
+    nodes = [gpu_node(f"node-{index:03d}", 1) for index in range(count)]
+    held = []
+    for index, node in enumerate(nodes):
+        attained = LEVEL_2 if team == "a" else 0.0
+        held.append(
+            running(
+                1000 + index,
+                node.name,
+                team=team,
+                attained=attained,
+                share=0.5,
+                checkpoint_at=NOW - 10,
+            )
+        )
+        held.append(running(3000 + index, node.name, team=team, share=0.5, preemptible=False))
+    nodes.append(gpu_node("node-z", 1))
+    held.append(running(100, "node-z", team=team, attained=LEVEL_2 if team == "a" else 0.0))
+    return nodes, held
+
+
+def test_a_victim_is_found_past_the_nodes_whose_victims_free_no_whole_gpu():
+    nodes, held = crowded_nodes("a")  # the job's own team, two levels above it
+
+    decisions = decide(nodes, [pending(1)], held)
+
+    assert victims(decisions) == {100: 1}
+
+
+def test_a_guarantee_is_reclaimed_past_the_nodes_whose_victims_free_no_whole_gpu():
+    nodes, held = crowded_nodes("b")  # a borrower far above its guarantee (none)
+
+    decisions = decide(nodes, [pending(1)], held, [quota("a", 1)])
+
+    assert victims(decisions) == {100: 1}
+    assert decisions.preemptions[0].message.startswith("preempted for job 1 of team a")
+
+
+def test_a_smaller_job_still_searches_where_a_larger_one_found_too_few_victims():
+    # job 1 (2 GPUs) fails: node-a could free one GPU at most; job 2 (1 GPU) of the same
+    # team and rank is not taken to fail with it (only jobs asking 2 or more would)
+    nodes = [gpu_node("node-a", 2)]
+    held = [
+        running(100, "node-a", [0], team="a", attained=LEVEL_2),
+        running(101, "node-a", [1], team="a", preemptible=False),
+    ]
+
+    decisions = decide(nodes, [pending(1, gpus=2), pending(2, gpus=1)], held)
+
+    assert victims(decisions) == {100: 2}
+    assert codes(decisions)[1] == "InsufficientGpus"
+
+
+def test_a_job_asking_as_many_gpus_as_no_node_could_free_is_not_searched_for(monkeypatch):
+    # job 3 asks fewer CPUs than job 1, so the memo of failed searches (``NoVictims``) does
+    # not cover it; but no node could free 2 GPUs for the team at job 1's rank
+    nodes = [gpu_node("node-a", 2), gpu_node("node-b", 2)]
+    held = [
+        running(100, "node-a", [0], team="a", attained=LEVEL_2),
+        running(101, "node-a", [1], team="a", preemptible=False),
+        running(102, "node-b", [0, 1], team="a", preemptible=False),
+    ]
+    searched: list[int] = []
+    search = Preemptor._one_task
+
+    def counted(self, job, *args):  # noqa: ANN001, ANN202
+        searched.append(job.job_id)
+        return search(self, job, *args)
+
+    monkeypatch.setattr(Preemptor, "_one_task", counted)
+    jobs = [pending(1, gpus=2, cpus=4.0), pending(3, gpus=2, cpus=1.0)]
+
+    decisions = decide(nodes, jobs, held)
+
+    assert searched == [1]
+    assert decisions.preemptions == []

@@ -24,6 +24,7 @@ from gpupool.domain.units import GiB
 from gpupool.scheduler import infeasible_reason, schedule
 from gpupool.scheduler.ledger import Ledger, job_gpus
 from gpupool.scheduler.ordering import Queues
+from gpupool.scheduler.preemption import Preemptor
 from gpupool.scheduler.types import (
     DEFAULT_POLICY,
     Allocation,
@@ -498,6 +499,17 @@ def test_a_sleeping_team_had_no_job_that_could_start(snapshot: Snapshot):
     for job_id, reason in decided.pending.items():
         codes = {reason.code, tried_all.pending[job_id].code}
         assert len(codes) == 1 or codes & ledger_checks, (job_id, codes)
+
+
+@SETTINGS
+@given(long_queues())
+def test_searches_skipped_for_larger_jobs_would_have_found_no_victims(snapshot: Snapshot):
+    # a search that walked every node and found none that could free enough tells that a
+    # job of the same team asking more, at no better a rank, finds none (``Preemptor._short``)
+    decided = schedule(snapshot, Clock())
+    with patch.object(Preemptor, "_short_key", staticmethod(lambda job, eligible: object())):
+        searched_all = schedule(snapshot, Clock())
+    assert decided == searched_all
 
 
 @SETTINGS
