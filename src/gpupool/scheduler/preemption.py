@@ -30,7 +30,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from gpupool.scheduler.capacity import FreeCapacity, NodeState
+from gpupool.scheduler.capacity import FreeCapacity, GpuState, NodeState
 from gpupool.scheduler.fit import CPU_EPSILON, Demand, Where, fraction_demand
 from gpupool.scheduler.kept import Kept
 from gpupool.scheduler.ledger import EPSILON, Ledger, held_gpus
@@ -82,6 +82,10 @@ def running_jobs(
 
 def _entry_order(entry: tuple[tuple, int, NodeState, RunningJob]) -> tuple[tuple, int]:
     return entry[0], entry[1]
+
+
+def _first(item: tuple[float, list]) -> float:
+    return item[0]
 
 
 def _in_base_order(
@@ -275,6 +279,7 @@ class Preemptor:
         self._stopping_order: list[tuple[tuple, int, NodeState, RunningJob]] = []
         self._segments: dict[str, list] = {}
         self._teams: dict[str, list] = {}
+        self._sized: dict[str, list[tuple[float, list]]] = {}
         self._least: dict[str, float] = {}
         self._on_node: dict[tuple[str, str], list[RunningJob]] = {}
         self._bounds: dict[tuple[str, str], tuple | None] = {}
@@ -283,6 +288,12 @@ class Preemptor:
         # could free enough, as (rank, (1 + the most any node could free,)), the least of
         # them: a job asking at least that many at no better a rank finds none either
         self._short: dict[tuple, Frontier] = {}
+        # per node, built when first needed: each GPU its possible victims hold, with the
+        # teams they belong to (bits of ``_bit``; 1: stopping) and the share they hold
+        self._held_on: dict[str, list[tuple[int, float, GpuState]]] = {}
+        self._bits: dict[str, int] = {}
+        # per bits of teams, per node rank: ``_freeable_by_teams`` as last worked out
+        self._by_teams: dict[int, dict[int, int]] = {}
 
     @classmethod
     def of(
@@ -346,7 +357,8 @@ class Preemptor:
                     continue
                 for c in candidates:
                     if c.stopping:
-                        stopping.append((c, node))
+                        if c.job_id not in self.taken:  # stopping for a nominated job: taken
+                            stopping.append((c, node))
                     else:
                         teams.setdefault(c.team, []).append((c, node))
             self._by_team = teams
@@ -360,6 +372,17 @@ class Preemptor:
         found = self._teams.get(team)
         if found is None:
             found = self._teams[team] = _in_base_order(self._pairs().get(team, []))
+        return found
+
+    def _team_by_size(self, team: str) -> list[tuple[float, list]]:
+        """``_team_order`` of the team in parts, one per GPUs a job holds (each in that
+        order), the fewest GPUs first: a reclaim may take a team's jobs up to some size."""
+        found = self._sized.get(team)
+        if found is None:
+            parts: dict[float, list] = {}
+            for entry in self._team_order(team):
+                parts.setdefault(entry[3].gpus, []).append(entry)
+            found = self._sized[team] = sorted(parts.items(), key=_first)
         return found
 
     def _stopping(self, team: str) -> list[tuple[tuple, int, NodeState, RunningJob]]:
@@ -430,6 +453,7 @@ class Preemptor:
     def capacity_grew(self) -> None:
         """GPUs were given back (a nomination given up): nodes may free more than they could."""
         self._short.clear()
+        self._by_teams.clear()
 
     def rank(self, job: PendingJob, level: int) -> tuple:
         """How a pending job ranks against its own team's running jobs: it may preempt
@@ -448,8 +472,9 @@ class Preemptor:
         best: tuple[tuple, list[RunningJob]] | None = None
         examined = 0
         whole = demand.whole
-        most = 0  # the most GPUs a node walked could free, while none could free enough
-        for node, floor in self._best_nodes(job, demand, where, eligible):
+        # the most GPUs a node walked could free, while none could free enough
+        most = [0]
+        for node, floor in self._best_nodes(job, demand, where, eligible, most):
             if best is not None:
                 if not best[0][0] or floor >= best[0]:
                     break  # neither this node nor any after it can cost less
@@ -460,9 +485,9 @@ class Preemptor:
             if whole:
                 freeable = _freeable(node, usable, whole)
                 if freeable < whole:  # not even all its usable victims free enough
-                    most = max(most, freeable)
+                    most[0] = max(most[0], freeable)
                     continue
-                most = whole  # a node could: the walk tells nothing of larger jobs
+                most[0] = whole  # a node could: the walk tells nothing of larger jobs
             examined += 1
             victims = _victims_on(node, usable, demand, where, eligible)
             if victims is not None:
@@ -473,10 +498,77 @@ class Preemptor:
                 return Choice(best[1]) if best is not None else None
         if best is not None:
             return Choice(best[1])
-        if whole and most < whole and where.node_ok is None:  # every node walked, none could
+        if whole and most[0] < whole and where.node_ok is None:  # every node walked, none could
             key = self._short_key(job, eligible)
-            self._short.setdefault(key, Frontier()).add(eligible.rank, (most + 1,))
+            self._short.setdefault(key, Frontier()).add(eligible.rank, (most[0] + 1,))
         return None
+
+    # -- what a node could free, by the teams of its possible victims ----------------------------
+
+    def _bit(self, team: str) -> int:
+        bit = self._bits.get(team)
+        if bit is None:
+            bit = self._bits[team] = 2 << len(self._bits)
+        return bit
+
+    def _teams_usable(self, job: PendingJob, eligible: Eligibility) -> int:
+        """The bits of the teams whose jobs may be victims of ``job`` (some of them; none of
+        the others), and of the stopping jobs."""
+        bits = 1
+        if self.policy.las_preemption:
+            bits |= self._bit(job.team)
+        if eligible.reclaim:
+            pairs = self._pairs()  # the teams with possible victims, and their least
+            least = self._least
+            for team in pairs:
+                if team != job.team and eligible.team_possible(team, least[team]):
+                    bits |= self._bit(team)
+        return bits
+
+    def _held_by_candidates(self, node: NodeState) -> list[tuple[int, float, GpuState]]:
+        """The node's GPUs its possible victims hold, each with the bits of their teams
+        and the share they hold together (as the cycle began: victims taken since count,
+        which only makes ``_freeable_by_teams`` larger)."""
+        found = self._held_on.get(node.name)
+        if found is None:
+            name, by_uuid = node.name, node.by_uuid
+            held: dict[str, list] = {}
+            for candidate in self.by_node.get(name, ()):
+                bit = 1 if candidate.stopping else self._bit(candidate.team)
+                for allocation in candidate.allocations:
+                    if allocation.node != name:
+                        continue
+                    for part in allocation.gpus:
+                        entry = held.get(part.uuid)
+                        if entry is None:
+                            held[part.uuid] = [bit, part.share]
+                        else:
+                            entry[0] |= bit
+                            entry[1] += part.share
+            found = self._held_on[name] = [
+                (bits, share, by_uuid[uuid])
+                for uuid, (bits, share) in held.items()
+                if uuid in by_uuid  # a GPU the node no longer reports frees nothing
+            ]
+        return found
+
+    def _freeable_by_teams(self, node: NodeState, teams: int) -> int:
+        """No fewer than ``_freeable`` of the node for any victims of the ``teams`` (bits):
+        the GPUs free now and those held only by possible victims of those teams (one
+        holding a share of the GPU that no possible victim holds, such as a job that may
+        not be preempted or one placed in this cycle, keeps it taken). It stays no fewer
+        for the rest of the cycle, as capacity shrinks and victims are taken, until capacity
+        grows (``capacity_grew``): the cycle keeps it by ``teams`` and node."""
+        room = node.free_count
+        outside = ~teams
+        for bits, share, gpu in self._held_by_candidates(node):
+            if (
+                not bits & outside
+                and not gpu.free
+                and gpu.used_share - share <= SHARE_EPSILON + 1e-9
+            ):
+                room += 1
+        return room
 
     def _in_turn(
         self, job: PendingJob, eligible: Eligibility
@@ -487,13 +579,18 @@ class Preemptor:
         reclaim may take from), then its own team's, a merge of the cycle's orders."""
         pairs = self._pairs()
         policy = self.policy
-        yield from ((e[1], e[2], e[3], False) for e in self._stopping(job.team))
+        taken = self.taken  # stopping jobs whose GPUs are nominated to a job are taken
+        yield from (
+            (e[1], e[2], e[3], False) for e in self._stopping(job.team) if e[3].job_id not in taken
+        )
         if eligible.reclaim:
             least = self._least
             lists = [
-                self._team_order(team)
+                part
                 for team in pairs
                 if team != job.team and eligible.team_possible(team, least[team])
+                for gpus, part in self._team_by_size(team)
+                if eligible.may_take_of(team, gpus, 0.0)  # none bigger is eligible either
             ]
             others = lists[0] if len(lists) == 1 else heapq.merge(*lists)
             yield from ((e[1], e[2], e[3], False) for e in others)
@@ -509,22 +606,47 @@ class Preemptor:
             yield rank, node, candidate, True
 
     def _best_nodes(
-        self, job: PendingJob, demand: Demand, where: Where, eligible: Eligibility
+        self,
+        job: PendingJob,
+        demand: Demand,
+        where: Where,
+        eligible: Eligibility,
+        most: list[int],
     ) -> Iterator[tuple[NodeState, tuple]]:
         """The nodes allowed for the job that hold an eligible candidate, by their best
         eligible candidate's key (then rank): a merge of the cycle's candidate order, not a
         sort per job (``_one_task`` examines ``MAX_NODES_EXAMINED`` of them at most). Each
         comes with a floor of ``_cost`` for it and every node after it: the candidates come
         in key order, so a node's victims are all at or past the one that brought it (the
-        same (priority, level), then no less work lost each, or a worse one)."""
+        same (priority, level), then no less work lost each, or a worse one).
+
+        For a whole-GPU job, a node whose possible victims of the teams it may take from
+        could not free enough (``_freeable_by_teams``) is passed over before its victims are
+        worked out; ``most[0]``: the most such a node could free."""
         types = where.types
+        whole = demand.whole
+        teams = self._teams_usable(job, eligible) if whole else 0
+        known = self._by_teams.setdefault(teams, {})
         seen: set[int] = set()
         for rank, node, candidate, is_own in self._in_turn(job, eligible):
-            if rank in seen or not eligible(candidate):
+            if rank in seen:
+                continue
+            freeable = known.get(rank) if whole else None
+            if freeable is not None and freeable < whole:  # no test of its candidates
+                seen.add(rank)
+                most[0] = max(most[0], freeable)
+                continue
+            if not eligible(candidate):
                 continue
             seen.add(rank)
             if types and not where.node_allowed(node, demand):
                 continue
+            if whole:
+                if freeable is None:
+                    freeable = known[rank] = self._freeable_by_teams(node, teams)
+                if freeable < whole:
+                    most[0] = max(most[0], freeable)
+                    continue
             if candidate.stopping:
                 floor: tuple = (False,)  # it may cost nothing
             else:
@@ -642,9 +764,13 @@ class Eligibility:
         its fair share (J's team is within its own) or above its guarantee (J's team is not),
         so no preemption is answered by another.
         """
-        held, fair, floor = self._figures(victim.team)
+        return self.may_take_of(victim.team, victim.gpus, lost)
+
+    def may_take_of(self, team: str, gpus: float, lost: float) -> bool:
+        """``may_take`` of a job of ``team`` holding ``gpus``: false for any bigger."""
+        held, fair, floor = self._figures(team)
         held -= lost
-        if self.by_fair_share and held - victim.gpus >= fair - EPSILON:
+        if self.by_fair_share and held - gpus >= fair - EPSILON:
             return True
         return self.by_guarantee and held > floor + EPSILON
 

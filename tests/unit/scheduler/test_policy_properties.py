@@ -9,6 +9,7 @@ fair shares, which are the ledger's water-fill by definition.
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_right
 from collections import defaultdict
 from collections.abc import Sequence
@@ -503,11 +504,22 @@ def test_a_sleeping_team_had_no_job_that_could_start(snapshot: Snapshot):
 
 @SETTINGS
 @given(long_queues())
-def test_searches_skipped_for_larger_jobs_would_have_found_no_victims(snapshot: Snapshot):
-    # a search that walked every node and found none that could free enough tells that a
-    # job of the same team asking more, at no better a rank, finds none (``Preemptor._short``)
+def test_the_victim_search_passes_over_only_what_could_not_help(snapshot: Snapshot):
+    # searching every node, every candidate of every team, and every job decides the same
+    # as passing over: a job asking more than a search found any node could free, at no
+    # better a rank (``Preemptor._short``); a node that the teams a job may take from could
+    # not free enough (``_freeable_by_teams``); a team's jobs too big to be taken
+    # (``_team_by_size``)
     decided = schedule(snapshot, Clock())
-    with patch.object(Preemptor, "_short_key", staticmethod(lambda job, eligible: object())):
+    with (
+        patch.object(Preemptor, "_short_key", staticmethod(lambda job, eligible: object())),
+        patch.object(Preemptor, "_freeable_by_teams", lambda self, node, teams: 1 << 30),
+        patch.object(
+            Preemptor,
+            "_team_by_size",
+            lambda self, team: [(-math.inf, self._team_order(team))],
+        ),
+    ):
         searched_all = schedule(snapshot, Clock())
     assert decided == searched_all
 
