@@ -289,11 +289,10 @@ class Preemptor:
         # them: a job asking at least that many at no better a rank finds none either
         self._short: dict[tuple, Frontier] = {}
         # per node, built when first needed: each GPU its possible victims hold, with the
-        # teams they belong to (bits of ``_bit``; 1: stopping) and the share they hold
-        self._held_on: dict[str, list[tuple[int, float, GpuState]]] = {}
-        self._bits: dict[str, int] = {}
-        # per bits of teams, per node rank: ``_freeable_by_teams`` as last worked out
-        self._by_teams: dict[int, dict[int, int]] = {}
+        # (team, GPUs) of each of them that is not stopping and the share they hold together
+        self._held_on: dict[str, list[tuple[tuple[tuple[str, float], ...], float, GpuState]]] = {}
+        # per ``_takeable`` (what a job may take), per node rank: ``_freeable_by_teams``
+        self._by_teams: dict[tuple, dict[int, int]] = {}
 
     @classmethod
     def of(
@@ -503,69 +502,71 @@ class Preemptor:
             self._short.setdefault(key, Frontier()).add(eligible.rank, (most[0] + 1,))
         return None
 
-    # -- what a node could free, by the teams of its possible victims ----------------------------
+    # -- what a node could free, by the teams and sizes of its possible victims -----------------
 
-    def _bit(self, team: str) -> int:
-        bit = self._bits.get(team)
-        if bit is None:
-            bit = self._bits[team] = 2 << len(self._bits)
-        return bit
-
-    def _teams_usable(self, job: PendingJob, eligible: Eligibility) -> int:
-        """The bits of the teams whose jobs may be victims of ``job`` (some of them; none of
-        the others), and of the stopping jobs."""
-        bits = 1
-        if self.policy.las_preemption:
-            bits |= self._bit(job.team)
+    def _takeable(self, job: PendingJob, eligible: Eligibility) -> tuple:
+        """What ``job`` may take, or more: (the teams any of whose jobs it may take, the
+        (team, GPUs) of the other teams' jobs it may take). A stopping job it may always."""
+        teams = frozenset((job.team,)) if self.policy.las_preemption else frozenset()
+        sizes: set[tuple[str, float]] = set()
         if eligible.reclaim:
             pairs = self._pairs()  # the teams with possible victims, and their least
             least = self._least
             for team in pairs:
-                if team != job.team and eligible.team_possible(team, least[team]):
-                    bits |= self._bit(team)
-        return bits
+                if team == job.team or not eligible.team_possible(team, least[team]):
+                    continue
+                for gpus, _ in self._team_by_size(team):
+                    if not eligible.may_take_of(team, gpus, 0.0):
+                        break  # none bigger either
+                    sizes.add((team, gpus))
+        return teams, frozenset(sizes)
 
-    def _held_by_candidates(self, node: NodeState) -> list[tuple[int, float, GpuState]]:
-        """The node's GPUs its possible victims hold, each with the bits of their teams
-        and the share they hold together (as the cycle began: victims taken since count,
-        which only makes ``_freeable_by_teams`` larger)."""
+    def _held_by_candidates(
+        self, node: NodeState
+    ) -> list[tuple[tuple[tuple[str, float], ...], float, GpuState]]:
+        """The node's GPUs its possible victims hold, each with the (team, GPUs) of those
+        that are not stopping and the share they all hold together (those not taken when
+        first asked: victims taken since count, which only makes ``_freeable_by_teams``
+        larger)."""
         found = self._held_on.get(node.name)
         if found is None:
-            name, by_uuid = node.name, node.by_uuid
+            name, by_uuid, taken = node.name, node.by_uuid, self.taken
             held: dict[str, list] = {}
             for candidate in self.by_node.get(name, ()):
-                bit = 1 if candidate.stopping else self._bit(candidate.team)
+                if candidate.job_id in taken:  # such as stopping for a nominated job
+                    continue
+                holder = () if candidate.stopping else ((candidate.team, candidate.gpus),)
                 for allocation in candidate.allocations:
                     if allocation.node != name:
                         continue
                     for part in allocation.gpus:
                         entry = held.get(part.uuid)
                         if entry is None:
-                            held[part.uuid] = [bit, part.share]
+                            held[part.uuid] = [holder, part.share]
                         else:
-                            entry[0] |= bit
+                            entry[0] += holder
                             entry[1] += part.share
             found = self._held_on[name] = [
-                (bits, share, by_uuid[uuid])
-                for uuid, (bits, share) in held.items()
+                (holders, share, by_uuid[uuid])
+                for uuid, (holders, share) in held.items()
                 if uuid in by_uuid  # a GPU the node no longer reports frees nothing
             ]
         return found
 
-    def _freeable_by_teams(self, node: NodeState, teams: int) -> int:
-        """No fewer than ``_freeable`` of the node for any victims of the ``teams`` (bits):
-        the GPUs free now and those held only by possible victims of those teams (one
-        holding a share of the GPU that no possible victim holds, such as a job that may
-        not be preempted or one placed in this cycle, keeps it taken). It stays no fewer
-        for the rest of the cycle, as capacity shrinks and victims are taken, until capacity
-        grows (``capacity_grew``): the cycle keeps it by ``teams`` and node."""
+    def _freeable_by_teams(self, node: NodeState, takeable: tuple) -> int:
+        """No fewer than ``_freeable`` of the node for any victims a job may take
+        (``_takeable``): the GPUs free now and those held only by jobs it may take (one
+        holding a share of the GPU that is no possible victim, such as a job that may not
+        be preempted or one placed in this cycle, keeps it taken). It stays no fewer for the
+        rest of the cycle, as capacity shrinks and victims are taken, until capacity grows
+        (``capacity_grew``): the cycle keeps it by what is takeable and node."""
+        teams, sizes = takeable
         room = node.free_count
-        outside = ~teams
-        for bits, share, gpu in self._held_by_candidates(node):
+        for holders, share, gpu in self._held_by_candidates(node):
             if (
-                not bits & outside
-                and not gpu.free
+                not gpu.free
                 and gpu.used_share - share <= SHARE_EPSILON + 1e-9
+                and all(team in teams or (team, gpus) in sizes for team, gpus in holders)
             ):
                 room += 1
         return room
@@ -625,8 +626,8 @@ class Preemptor:
         worked out; ``most[0]``: the most such a node could free."""
         types = where.types
         whole = demand.whole
-        teams = self._teams_usable(job, eligible) if whole else 0
-        known = self._by_teams.setdefault(teams, {})
+        takeable = self._takeable(job, eligible) if whole else ()
+        known = self._by_teams.setdefault(takeable, {})
         seen: set[int] = set()
         for rank, node, candidate, is_own in self._in_turn(job, eligible):
             if rank in seen:
@@ -643,7 +644,7 @@ class Preemptor:
                 continue
             if whole:
                 if freeable is None:
-                    freeable = known[rank] = self._freeable_by_teams(node, teams)
+                    freeable = known[rank] = self._freeable_by_teams(node, takeable)
                 if freeable < whole:
                     most[0] = max(most[0], freeable)
                     continue
