@@ -131,6 +131,7 @@ class Ledger:
             team: gpus for team, gpus in wanted.items() if self.guarantee(team) > 0
         }
         self._asleep: dict[str, float] = {}
+        self.changes = 0  # charges and refunds so far: what teams hold changed
 
     # -- quotas ---------------------------------------------------------------------------
 
@@ -240,11 +241,13 @@ class Ledger:
     # -- changes --------------------------------------------------------------------------
 
     def charge(self, team: str, gpus: float, preemptible: bool = True) -> None:
+        self.changes += 1
         self.held[team] += gpus
         if not preemptible:
             self.unpreemptible[team] += gpus
 
     def refund(self, team: str, gpus: float, preemptible: bool = True) -> None:
+        self.changes += 1
         self.held[team] -= gpus
         if not preemptible:
             self.unpreemptible[team] -= gpus

@@ -37,7 +37,7 @@ from gpupool.scheduler.ledger import EPSILON, Ledger, held_gpus
 from gpupool.scheduler.memo import Frontier
 from gpupool.scheduler.types import SHARE_EPSILON, Allocation, PendingJob, Policy
 
-# nodes whose victims could free enough (``_may_free``) searched for one job, best first
+# nodes whose victims could free enough (``_freeable``) searched for one job, best first
 MAX_NODES_EXAMINED = 64
 
 
@@ -283,10 +283,11 @@ class Preemptor:
         self._least: dict[str, float] = {}
         self._on_node: dict[tuple[str, str], list[RunningJob]] = {}
         self._bounds: dict[tuple[str, str], tuple | None] = {}
-        # per (team, GPU types, reclaim by fair share, by guarantee): searches of single-task
-        # whole-GPU jobs that walked every node with an eligible victim and found none that
-        # could free enough, as (rank, (1 + the most any node could free,)), the least of
-        # them: a job asking at least that many at no better a rank finds none either
+        # per (team, GPU types, reclaim by fair share, by guarantee, ``Ledger.changes``):
+        # searches of single-task whole-GPU jobs that walked every node with an eligible
+        # victim and found none that could free enough, as (rank, (1 + the most any node
+        # could free,)), the least of them: a job asking at least that many at no better a
+        # rank finds none either, until capacity grows or what a team holds changes
         self._short: dict[tuple, Frontier] = {}
         # per node, built when first needed: each GPU its possible victims hold, with the
         # (team, GPUs) of each of them that is not stopping and the share they hold together
@@ -445,9 +446,10 @@ class Preemptor:
             return self._gang(job, demand, where, eligible)
         return None
 
-    @staticmethod
-    def _short_key(job: PendingJob, eligible: Eligibility) -> tuple:
-        return (job.team, job.gpu_types, eligible.by_fair_share, eligible.by_guarantee)
+    def _short_key(self, job: PendingJob, eligible: Eligibility) -> tuple:
+        # what teams hold decides what may be taken: a placement may make more takeable
+        flags = (eligible.by_fair_share, eligible.by_guarantee)
+        return (job.team, job.gpu_types, *flags, self.ledger.changes)
 
     def capacity_grew(self) -> None:
         """GPUs were given back (a nomination given up): nodes may free more than they could."""

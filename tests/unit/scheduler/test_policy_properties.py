@@ -512,7 +512,7 @@ def test_the_victim_search_passes_over_only_what_could_not_help(snapshot: Snapsh
     # (``_team_by_size``)
     decided = schedule(snapshot, Clock())
     with (
-        patch.object(Preemptor, "_short_key", staticmethod(lambda job, eligible: object())),
+        patch.object(Preemptor, "_short_key", lambda self, job, eligible: object()),
         patch.object(Preemptor, "_freeable_by_teams", lambda self, node, takeable: 1 << 30),
         patch.object(
             Preemptor,
