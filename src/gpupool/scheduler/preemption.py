@@ -506,22 +506,29 @@ class Preemptor:
 
     # -- what a node could free, by the teams and sizes of its possible victims -----------------
 
-    def _takeable(self, job: PendingJob, eligible: Eligibility) -> tuple:
+    def _reclaimable(self, job: PendingJob, eligible: Eligibility) -> list[tuple[str, float, list]]:
+        """The parts of other teams' jobs (``_team_by_size``) a reclaim by ``job`` may take
+        from, as (team, GPUs, part): those of teams it may take from, no bigger than such a
+        team may lose (none when it may not reclaim)."""
+        if not eligible.reclaim:
+            return []
+        pairs = self._pairs()  # the teams with possible victims, and their least
+        least = self._least
+        parts: list[tuple[str, float, list]] = []
+        for team in pairs:
+            if team == job.team or not eligible.team_possible(team, least[team]):
+                continue
+            for gpus, part in self._team_by_size(team):
+                if not eligible.may_take_of(team, gpus, 0.0):
+                    break  # none bigger either
+                parts.append((team, gpus, part))
+        return parts
+
+    def _takeable(self, job: PendingJob, reclaimable: list[tuple[str, float, list]]) -> tuple:
         """What ``job`` may take, or more: (the teams any of whose jobs it may take, the
         (team, GPUs) of the other teams' jobs it may take). A stopping job it may always."""
         teams = frozenset((job.team,)) if self.policy.las_preemption else frozenset()
-        sizes: set[tuple[str, float]] = set()
-        if eligible.reclaim:
-            pairs = self._pairs()  # the teams with possible victims, and their least
-            least = self._least
-            for team in pairs:
-                if team == job.team or not eligible.team_possible(team, least[team]):
-                    continue
-                for gpus, _ in self._team_by_size(team):
-                    if not eligible.may_take_of(team, gpus, 0.0):
-                        break  # none bigger either
-                    sizes.add((team, gpus))
-        return teams, frozenset(sizes)
+        return teams, frozenset((team, gpus) for team, gpus, _ in reclaimable)
 
     def _held_by_candidates(
         self, node: NodeState
@@ -574,27 +581,25 @@ class Preemptor:
         return room
 
     def _in_turn(
-        self, job: PendingJob, eligible: Eligibility
+        self,
+        job: PendingJob,
+        eligible: Eligibility,
+        reclaimable: list[tuple[str, float, list]] | None = None,
     ) -> Iterator[tuple[int, NodeState, RunningJob, bool]]:
         """The (candidate, node) pairs that may hold an eligible candidate for ``job``, in
         ``RunningJob.key(job.team)`` order (then node rank), each with whether the
         candidate is of the job's own team: the stopping ones, then other teams' (those a
-        reclaim may take from), then its own team's, a merge of the cycle's orders."""
-        pairs = self._pairs()
+        reclaim may take from: ``_reclaimable``, unless given), then its own team's, a
+        merge of the cycle's orders."""
         policy = self.policy
         taken = self.taken  # stopping jobs whose GPUs are nominated to a job are taken
         yield from (
             (e[1], e[2], e[3], False) for e in self._stopping(job.team) if e[3].job_id not in taken
         )
-        if eligible.reclaim:
-            least = self._least
-            lists = [
-                part
-                for team in pairs
-                if team != job.team and eligible.team_possible(team, least[team])
-                for gpus, part in self._team_by_size(team)
-                if eligible.may_take_of(team, gpus, 0.0)  # none bigger is eligible either
-            ]
+        if reclaimable is None:
+            reclaimable = self._reclaimable(job, eligible)
+        if reclaimable:
+            lists = [part for _, _, part in reclaimable]
             others = lists[0] if len(lists) == 1 else heapq.merge(*lists)
             yield from ((e[1], e[2], e[3], False) for e in others)
         if not policy.las_preemption:
@@ -628,10 +633,11 @@ class Preemptor:
         worked out; ``most[0]``: the most such a node could free."""
         types = where.types
         whole = demand.whole
-        takeable = self._takeable(job, eligible) if whole else ()
+        reclaimable = self._reclaimable(job, eligible)
+        takeable = self._takeable(job, reclaimable) if whole else ()
         known = self._by_teams.setdefault(takeable, {})
         seen: set[int] = set()
-        for rank, node, candidate, is_own in self._in_turn(job, eligible):
+        for rank, node, candidate, is_own in self._in_turn(job, eligible, reclaimable):
             if rank in seen:
                 continue
             freeable = known.get(rank) if whole else None
