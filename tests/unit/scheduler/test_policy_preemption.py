@@ -17,7 +17,11 @@ from policy_builders import (
 )
 
 from gpupool.domain.jobs import Reason
+from gpupool.scheduler.capacity import Claim
+from gpupool.scheduler.cycle import Cycle
+from gpupool.scheduler.fit import Where
 from gpupool.scheduler.preemption import MAX_NODES_EXAMINED, Preemptor
+from gpupool.scheduler.types import Snapshot
 
 ONE_GPU = [gpu_node("node-a", 1)]
 TWO_GPUS = [gpu_node("node-a", 2)]
@@ -404,3 +408,28 @@ def test_a_job_asking_as_many_gpus_as_no_node_could_free_is_not_searched_for(mon
 
     assert searched == [1]
     assert decisions.preemptions == []
+
+
+def test_a_search_that_found_too_few_victims_is_made_again_once_capacity_grows():
+    # node-a's GPU 1 is held for a nominated job: its one victim frees one GPU of the two job
+    # 1 asks for. The nomination given up (capacity grows), job 2, asking as much at the
+    # same rank, is searched for and finds that victim (the record of job 1's search is gone)
+    nodes = [gpu_node("node-a", 2)]
+    held = [running(100, "node-a", [0], team="a", attained=LEVEL_2)]
+    snapshot = Snapshot(tuple(nodes), tuple(held), (pending(1, gpus=2), pending(2, gpus=2)), ())
+    cycle = Cycle(snapshot, NOW)
+    node = cycle.capacity.by_name["node-a"]
+    gpu = node.gpus[1]
+    nomination = Claim(node, ((gpu, 1.0, gpu.memory_bytes),))
+    cycle.capacity.take(nomination, 0.0, 0)
+    first, second = snapshot.pending
+    demand = cycle.demands.of(first.request)
+
+    assert cycle.preemptor.find(first, 0, demand, Where(())) is None
+
+    cycle.capacity.give_back(nomination, 0.0, 0)
+    cycle._capacity_grew()
+    choice = cycle.preemptor.find(second, 0, demand, Where(()))
+
+    assert choice is not None
+    assert [victim.job_id for victim in choice.victims] == [100]
