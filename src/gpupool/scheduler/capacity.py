@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from gpupool.scheduler.kept import Kept
+from gpupool.scheduler.kept import Kept, by_identity
 from gpupool.scheduler.types import SHARE_EPSILON, Allocation, GpuCapacity, NodeCapacity
 
 if TYPE_CHECKING:
@@ -176,7 +176,7 @@ class FreeCapacity:
         are looked at."""
         present = None
         if isinstance(allocations, tuple):
-            present = {id(allocation): allocation for allocation in allocations}
+            present = by_identity(allocations)
             if len(present) != len(allocations):
                 present = None
         known, self._present = self._present, present  # the entries hold their objects

@@ -10,7 +10,7 @@ hands nothing on, so that no half-changed object is ever used again.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -75,3 +75,9 @@ class Kept(Generic[T]):
             self._value = slot.value
         finally:
             self._lock.release()
+
+
+def by_identity(items: Sequence[T]) -> dict[int, T]:
+    """The items by ``id``, as the kept objects tell what came and went (the last of
+    repeated ones); the loop runs in C: a pass over every job and allocation each cycle."""
+    return dict(zip(map(id, items), items, strict=True))

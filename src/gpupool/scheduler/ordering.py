@@ -33,7 +33,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from gpupool.scheduler.fit import DemandCache
-from gpupool.scheduler.kept import Kept
+from gpupool.scheduler.kept import Kept, by_identity
 from gpupool.scheduler.ledger import Ledger, fixed_gpus, job_gpus, total_gpus
 from gpupool.scheduler.memo import Group, groups_of, groups_of_shapes, merged, shape_of
 from gpupool.scheduler.types import Allocation, PendingJob, Policy
@@ -380,7 +380,9 @@ class KeptOrder:
             self._clear()
         self.now = now
         self.demands = DemandCache()
-        jobs = {id(job): job for job in pending}
+        if not isinstance(pending, tuple | list):
+            pending = tuple(pending)
+        jobs = by_identity(pending)
         kept = self.jobs
         gone = kept.keys() - jobs.keys()  # an id kept is its job's: the entry holds it
         for ident in gone:

@@ -27,6 +27,7 @@ from itertools import accumulate
 
 from gpupool.scheduler.capacity import Claim, NodeState
 from gpupool.scheduler.fit import CPU_EPSILON, Demand, model_matches
+from gpupool.scheduler.kept import by_identity
 from gpupool.scheduler.types import SHARE_EPSILON, Allocation, PendingJob
 
 CANDIDATES = 16  # spots scored per kind (shared GPUs, free GPUs, nodes) per task
@@ -65,7 +66,7 @@ def workload_of(
     """The GPU task shapes of the running and waiting tasks, with their frequencies."""
     global _last_workload
     items = (*allocations, *pending)
-    present = {id(item): item for item in items}
+    present = by_identity(items)
     last = _last_workload  # one read, one write: safe for cycles in several threads
     if last is not None and len(present) == len(items):
         # the counts of the last call, less the tasks gone and plus those come (the

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 from gpupool.scheduler.capacity import FreeCapacity, GpuState, NodeState
 from gpupool.scheduler.fit import CPU_EPSILON, Demand, Where, fraction_demand
-from gpupool.scheduler.kept import Kept
+from gpupool.scheduler.kept import Kept, by_identity
 from gpupool.scheduler.ledger import EPSILON, Ledger, held_gpus
 from gpupool.scheduler.memo import Frontier
 from gpupool.scheduler.types import SHARE_EPSILON, Allocation, PendingJob, Policy
@@ -128,7 +128,7 @@ class KeptRunning:
     def update(
         self, allocations: Sequence[Allocation], now: float, remaining: Mapping[int, float]
     ) -> dict[int, RunningJob]:
-        present = {id(allocation): allocation for allocation in allocations}
+        present = by_identity(allocations)
         kept = self.allocations
         if present.keys() != kept.keys():
             touched = {kept[ident].job_id for ident in kept.keys() - present.keys()}
