@@ -17,7 +17,10 @@ queue still long). The server explains the jobs left pending at most once a seco
 (``Settings.explain_interval_seconds``): the cycles between decide only, and the cycle that
 explains is timed apart.
 
-    python benchmarks/scheduler_scale.py [--cycles 20] [--profile]
+With ``--apart``, that cycle with nothing new is taken apart: its cost with no job pending,
+with one, with no victims to search for, and with one try a user, beside the server's.
+
+    python benchmarks/scheduler_scale.py [--cycles 20] [--server-only] [--apart] [--profile]
 """
 
 from __future__ import annotations
@@ -281,12 +284,35 @@ def baselines(product: Snapshot, cycles: int) -> None:
     )
 
 
+def taken_apart(after: Snapshot, cycles: int) -> None:
+    """The server's cycle after the burst (deciding only), taken apart: with no job to try,
+    one, no victims to search for, one try a user, then as the server runs it."""
+    quiet = replace(after, explain=False)
+    server = quiet.policy
+    rows = [
+        ("no job pending", replace(quiet, pending=(), nominations={})),
+        ("one job pending", replace(quiet, pending=quiet.pending[:1])),
+        (
+            "no preemption",
+            replace(quiet, policy=replace(server, reclaim=False, las_preemption=False)),
+        ),
+        ("1 try a user", replace(quiet, policy=replace(server, max_tries=1))),
+        (f"{server.max_tries} tries a user (the server's)", quiet),
+    ]
+    print("  the next cycle taken apart, deciding only")
+    for label, snapshot in rows:
+        line(f"  {label}", *time_cycles(snapshot, cycles))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cycles", type=int, default=20)
     parser.add_argument("--profile", action="store_true", help="cProfile one product cycle")
     parser.add_argument(
         "--server-only", action="store_true", help="the server's bounded cycles alone"
+    )
+    parser.add_argument(
+        "--apart", action="store_true", help="then the server's next cycle, taken apart"
     )
     args = parser.parse_args()
     print(
@@ -324,6 +350,8 @@ def main() -> None:
         f"{'met' if steady95 < AIM_P95 else 'NOT met'};   >= {AIM_RATE:,.0f} placements/s "
         f"{'met' if rate >= AIM_RATE else 'NOT met'}"
     )
+    if args.apart:
+        taken_apart(after, max(3, args.cycles // 4))
     if args.profile:
         profile = cProfile.Profile()
         profile.runcall(schedule, product, VirtualClock(NOW))
