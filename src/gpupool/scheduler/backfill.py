@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from gpupool.scheduler.capacity import FreeCapacity, NodeState
 from gpupool.scheduler.fit import Demand, Where, host_fits, whole_gpus_on
-from gpupool.scheduler.types import SHARE_EPSILON, Allocation, PendingJob, Placement
+from gpupool.scheduler.types import SHARE_EPSILON, Allocation, GpuShare, PendingJob, Placement
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,27 +39,34 @@ class Reservations:
 
     def __init__(self, allocations: Iterable[Allocation], now: float) -> None:
         self.now = now
-        self.ends: dict[str, list[tuple[float, int]]] = defaultdict(list)  # node: (end, gpus)
-        for allocation in allocations:
-            end = _end_of(allocation, now)
-            if end is not None:
-                self._add(allocation.node, end, allocation.gpus)
-        for ends in self.ends.values():
-            ends.sort()
+        self._allocations = allocations
+        self._ends: dict[str, list[tuple[float, int]]] | None = None
         self.by_node: dict[str, Reservation] = {}
         self.by_job: dict[int, Reservation] = {}
 
-    def _add(self, node: str, end: float, gpus: Sequence) -> None:
-        whole = sum(1 for part in gpus if part.share >= 1.0 - SHARE_EPSILON)
-        if whole:
-            self.ends[node].append((end, whole))
+    @property
+    def ends(self) -> dict[str, list[tuple[float, int]]]:
+        """Per node, (when, whole GPUs) that the running jobs whose end is known free, in
+        end order: worked out when first needed (a cycle that blocks no job never does)."""
+        if self._ends is None:
+            ends: dict[str, list[tuple[float, int]]] = defaultdict(list)
+            for allocation in self._allocations:
+                end = _end_of(allocation, self.now)
+                if end is not None:
+                    whole = _whole(allocation.gpus)
+                    if whole:
+                        ends[allocation.node].append((end, whole))
+            for node_ends in ends.values():
+                node_ends.sort()
+            self._ends = ends
+        return self._ends
 
     def note(self, placements: Sequence[Placement], job: PendingJob) -> None:
         """Jobs started in this cycle with a max runtime free their GPUs at a known time."""
         if job.max_runtime is None:
             return
         for placement in placements:
-            whole = sum(1 for part in placement.gpus if part.share >= 1.0 - SHARE_EPSILON)
+            whole = _whole(placement.gpus)
             if whole:
                 ends = self.ends[placement.node]
                 ends.insert(
@@ -109,6 +116,10 @@ class Reservations:
         if not self.by_node:
             return Where(types)
         return Where(types, lambda node, demand: not self.blocks(node, demand, job))
+
+
+def _whole(gpus: Sequence[GpuShare]) -> int:
+    return sum(1 for part in gpus if part.share >= 1.0 - SHARE_EPSILON)
 
 
 def _end_of(allocation: Allocation, now: float) -> float | None:

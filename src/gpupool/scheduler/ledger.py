@@ -99,6 +99,10 @@ class Ledger:
         """``demand_of``: the GPUs the pending jobs ask for by team, given the pool's GPU
         memory sizes (``waiting_by_team`` of ``pending`` when None)."""
         self.quotas: dict[str, TeamQuota] = {quota.team: quota for quota in quotas}
+        # each team's guarantee, all GPU models together (asked for at every turn and try)
+        self._guaranteed = {
+            team: sum(quota.guarantee.values()) for team, quota in self.quotas.items()
+        }
         self.pool_gpus = pool_gpus
         self.gpu_memories = sorted(memory for memory in gpu_memories if memory > 0)
         self.held: dict[str, float] = defaultdict(float)
@@ -136,8 +140,7 @@ class Ledger:
     # -- quotas ---------------------------------------------------------------------------
 
     def guarantee(self, team: str) -> float:
-        quota = self.quotas.get(team)
-        return sum(quota.guarantee.values()) if quota is not None else 0.0
+        return self._guaranteed.get(team, 0.0)
 
     def limit(self, team: str) -> float:
         quota = self.quotas.get(team)
