@@ -88,6 +88,9 @@ class NodeState:
     models: frozenset[str] = frozenset()
     free_count: int = 0
     version: int = 0  # counts the changes of its GPUs in the cycle (``take``, ``give_back``)
+    # (version, the packer's GPU state of the node at that version): kept with the node from
+    # one cycle to the next, forgotten when ``rollback`` puts an older version back
+    packed: tuple[int, tuple] | None = None
 
     def count_free(self) -> int:
         return sum(1 for gpu in self.gpus if gpu.free)
@@ -160,6 +163,7 @@ class FreeCapacity:
             node = self.nodes[rank]
             self._unindex_node(node)
             node.cpus, node.memory_bytes, node.version = cpus, memory_bytes, version
+            node.packed = None  # worked out at a version this node may reach again, changed
             for gpu, (used_share, used_memory, whole, free) in zip(node.gpus, gpus, strict=True):
                 gpu.used_share, gpu.used_memory, gpu.whole, gpu.free = (
                     used_share,

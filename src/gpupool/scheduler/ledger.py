@@ -22,6 +22,7 @@ from bisect import bisect_left
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
+from gpupool.scheduler.kept import by_identity
 from gpupool.scheduler.types import Allocation, PendingJob, TeamQuota
 
 EPSILON = 1e-6
@@ -84,6 +85,54 @@ def held_gpus(allocation: Allocation) -> float:
     return gpus
 
 
+# the allocations of the last ``held_by_team`` and their GPUs counted by (team, GPUs,
+# preemptible): the next call counts only those come and gone (one read and one write of
+# an immutable pair: safe for cycles in several threads)
+_last_held: tuple[dict[int, Allocation], Counter[tuple[str, float, bool]]] | None = None
+
+
+def held_by_team(allocations: Sequence[Allocation]) -> tuple[dict[str, float], dict[str, float]]:
+    """The GPUs each team's allocations hold, and those its non-preemptible ones hold (teams
+    in name order), each sum correctly rounded by size (``total_gpus``): the same whatever
+    the order of the allocations, so that counting from the last call's counts, less the
+    allocations gone and plus those come, gives what counting all of them anew does."""
+    global _last_held
+    present = by_identity(allocations)
+    last = _last_held
+    counts: Counter[tuple[str, float, bool]] | None = None
+    if last is not None and len(present) == len(allocations):
+        known, counted = last  # the entries hold their objects: an id known is its object's
+        gone, come = known.keys() - present.keys(), present.keys() - known.keys()
+        if len(gone) + len(come) < len(present):
+            counts = counted.copy()
+            for ident in gone:
+                allocation = known[ident]
+                key = (allocation.team, held_gpus(allocation), allocation.preemptible)
+                counts[key] -= 1
+                if not counts[key]:
+                    del counts[key]
+            for ident in come:
+                allocation = present[ident]
+                counts[(allocation.team, held_gpus(allocation), allocation.preemptible)] += 1
+    if counts is None:
+        counts = Counter(
+            (allocation.team, held_gpus(allocation), allocation.preemptible)
+            for allocation in allocations
+        )
+    if len(present) == len(allocations):
+        _last_held = (present, counts)
+    by_team: dict[str, Counter[float]] = {}
+    unpreemptible: dict[str, Counter[float]] = {}
+    for (team, gpus, preemptible), count in counts.items():
+        by_team.setdefault(team, Counter())[gpus] += count
+        if not preemptible:
+            unpreemptible.setdefault(team, Counter())[gpus] += count
+    return (
+        {team: total_gpus(by_team[team]) for team in sorted(by_team)},
+        {team: total_gpus(unpreemptible[team]) for team in sorted(unpreemptible)},
+    )
+
+
 class Ledger:
     """Teams' held GPUs (kept current as the cycle places and preempts) and fair shares."""
 
@@ -105,17 +154,9 @@ class Ledger:
         }
         self.pool_gpus = pool_gpus
         self.gpu_memories = sorted(memory for memory in gpu_memories if memory > 0)
-        self.held: dict[str, float] = defaultdict(float)
-        self.unpreemptible: dict[str, float] = defaultdict(float)
-        known = _HELD  # ``held_gpus``, its cache read here: one call per allocation less
-        for allocation in allocations:
-            found = known.get(id(allocation))
-            gpus = (
-                found[1] if found is not None and found[0] is allocation else held_gpus(allocation)
-            )
-            self.held[allocation.team] += gpus
-            if not allocation.preemptible:
-                self.unpreemptible[allocation.team] += gpus
+        held, unpreemptible = held_by_team(allocations)
+        self.held: dict[str, float] = defaultdict(float, held)
+        self.unpreemptible: dict[str, float] = defaultdict(float, unpreemptible)
         wanted = (
             demand_of(self.gpu_memories)
             if demand_of is not None

@@ -227,7 +227,6 @@ class Packer:
         self._groups: list[_Group] | None = _groups(shapes) if shapes else None
         self._source = (allocations, pending)
         self._scores: dict[tuple[GpuState, float], float] = {}
-        self._states: dict[int, tuple[int, GpuState]] = {}  # node rank: (version, state)
         self._after: dict[tuple[GpuState, tuple], GpuState] = {}
         self._whole: dict[tuple[GpuState, float, int, float], float] = {}
 
@@ -294,8 +293,8 @@ class Packer:
         return found
 
     def state(self, node: NodeState) -> GpuState:
-        """The node's GPU state (kept while the node does not change)."""
-        found = self._states.get(node.rank)
+        """The node's GPU state (kept with the node while it does not change)."""
+        found = node.packed
         if found is None or found[0] != node.version:
-            found = self._states[node.rank] = (node.version, gpu_state(node))
+            found = node.packed = (node.version, gpu_state(node))
         return found[1]

@@ -131,6 +131,51 @@ def test_a_few_allocations_come_and_gone_update_only_their_nodes_rightly(changes
         )
 
 
+@SETTINGS
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 39),
+            st.sampled_from(["a", "b", "c"]),
+            st.sampled_from([0.3, 0.35, 0.5, 1.0]),
+            st.booleans(),
+            st.booleans(),
+        ),
+        max_size=12,
+    )
+)
+def test_the_teams_held_gpus_counted_from_the_last_ones_are_those_counted_anew(changes):
+    """Forty allocations of three teams, with shares whose sums round, then some ended and
+    some started, a few at a time: each team's GPUs held (and held by work that may not be
+    preempted), counted from the last call's counts, are those counted anew, to the bit."""
+    from gpupool.scheduler import ledger
+
+    held = {
+        job: running(
+            job,
+            "node-a",
+            [job % 8],
+            team="abc"[job % 3],
+            share=(0.3, 0.35, 1.0)[job % 3],
+            preemptible=job % 4 != 0,
+        )
+        for job in range(40)
+    }
+    ledger.held_by_team(tuple(held.values()))
+    for job, team, share, preemptible, ends in changes:
+        if ends:
+            held.pop(job, None)
+        else:  # a new object, even for a job id already held
+            held[job % 7 + 100] = running(
+                job % 7 + 100, "node-b", [job % 8], team=team, share=share, preemptible=preemptible
+            )
+        allocations = tuple(held.values())
+        counted = ledger.held_by_team(allocations)
+        kept, ledger._last_held = ledger._last_held, None
+        assert counted == ledger.held_by_team(allocations)
+        ledger._last_held = kept  # the next call counts from this one's
+
+
 def test_the_workload_counted_from_the_last_one_is_that_counted_anew():
     from gpupool.scheduler import packing
 

@@ -7,9 +7,9 @@ from hypothesis import strategies as st
 from scheduler_builders import BEST_FIT, allocation, gpu_uuid, job, node, placed, run
 
 from gpupool.domain.units import GiB
-from gpupool.scheduler.capacity import FreeCapacity
+from gpupool.scheduler.capacity import Claim, FreeCapacity
 from gpupool.scheduler.fit import Demand
-from gpupool.scheduler.packing import Packer, TaskShape, node_fragment, workload_of
+from gpupool.scheduler.packing import Packer, TaskShape, gpu_state, node_fragment, workload_of
 from gpupool.scheduler.placement import find_spot, take_spot
 from gpupool.scheduler.types import DEFAULT_POLICY
 
@@ -124,3 +124,20 @@ def test_fgd_fits_wherever_best_fit_fits(case):
 def test_the_default_policy_packs_by_fragmentation():
     assert DEFAULT_POLICY.packing == "fgd"
     assert BEST_FIT.packing == "best-fit"
+
+
+def test_a_nodes_gpu_state_is_never_that_of_a_change_undone():
+    # the state is kept with the node from cycle to cycle, by the node's version: a cycle's
+    # changes undone put an older version back, which the next cycle's change reaches again
+    capacity = FreeCapacity([node("n1").gpus(4).build()], ())
+    shapes = [TaskShape(1, (), 1.0)]
+    state = capacity.nodes[0]
+    gpu = state.gpus[0]
+    capacity.journal()
+    capacity.take(Claim(state, ((gpu, 1.0, gpu.memory_bytes),)), 0.0, 0)
+    whole_taken = Packer(shapes).state(state)
+    capacity.rollback()
+    capacity.journal()
+    capacity.take(Claim(state, ((gpu, 0.5, gpu.memory_bytes // 2),)), 0.0, 0)
+
+    assert Packer(shapes).state(state) == gpu_state(state) != whole_taken
