@@ -10,7 +10,8 @@ hands nothing on, so that no half-changed object is ever used again.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Sequence
+from collections import Counter
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -81,3 +82,50 @@ def by_identity(items: Sequence[T]) -> dict[int, T]:
     """The items by ``id``, as the kept objects tell what came and went (the last of
     repeated ones); the loop runs in C: a pass over every job and allocation each cycle."""
     return dict(zip(map(id, items), items, strict=True))
+
+
+# what ``recounted`` keeps for its next call: the items by id (the entries hold their
+# objects, so that an id known is its object's) and their counts
+Counted = tuple[dict[int, T], Counter]
+
+
+def recounted(
+    last: Counted[T] | None,
+    items: Sequence[T],
+    weigh: Callable[[T], tuple[Hashable | None, int]],
+) -> tuple[Counted[T] | None, Counter]:
+    """``items`` counted by key (``weigh``: an item's key, None for none, and how many it
+    counts for): the counts of the last call (``last``), less the items gone and plus those
+    come, when fewer came and went than there are items; counted anew otherwise. Returns
+    what to keep for the next call (None when an item is repeated: ids would not tell its
+    copies apart) and the counts, never to be changed (they are kept)."""
+    present = by_identity(items)
+    if len(present) != len(items):
+        return None, _counted(items, weigh)
+    if last is not None:
+        known, counts = last
+        gone, come = known.keys() - present.keys(), present.keys() - known.keys()
+        if len(gone) + len(come) < len(items):
+            counts = counts.copy()
+            for ident in gone:
+                _add(counts, weigh(known[ident]), -1)
+            for ident in come:
+                _add(counts, weigh(present[ident]), 1)
+            return (present, counts), counts
+    counts = _counted(items, weigh)
+    return (present, counts), counts
+
+
+def _counted(items: Sequence[T], weigh: Callable[[T], tuple[Hashable | None, int]]) -> Counter:
+    counts: Counter = Counter()
+    for item in items:
+        _add(counts, weigh(item), 1)
+    return counts
+
+
+def _add(counts: Counter, weighed: tuple[Hashable | None, int], sign: int) -> None:
+    key, count = weighed
+    if key is not None:
+        counts[key] += sign * count
+        if not counts[key]:
+            del counts[key]

@@ -22,7 +22,7 @@ from bisect import bisect_left
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from gpupool.scheduler.kept import by_identity
+from gpupool.scheduler.kept import Counted, recounted
 from gpupool.scheduler.types import Allocation, PendingJob, TeamQuota
 
 EPSILON = 1e-6
@@ -85,10 +85,10 @@ def held_gpus(allocation: Allocation) -> float:
     return gpus
 
 
-# the allocations of the last ``held_by_team`` and their GPUs counted by (team, GPUs,
-# preemptible): the next call counts only those come and gone (one read and one write of
-# an immutable pair: safe for cycles in several threads)
-_last_held: tuple[dict[int, Allocation], Counter[tuple[str, float, bool]]] | None = None
+# what the last ``held_by_team`` counted, by (team, GPUs, preemptible), for the next to count
+# only the allocations come and gone (one read and one write of an immutable pair: safe for
+# cycles in several threads)
+_last_held: Counted[Allocation] | None = None
 
 
 def held_by_team(allocations: Sequence[Allocation]) -> tuple[dict[str, float], dict[str, float]]:
@@ -97,30 +97,9 @@ def held_by_team(allocations: Sequence[Allocation]) -> tuple[dict[str, float], d
     the order of the allocations, so that counting from the last call's counts, less the
     allocations gone and plus those come, gives what counting all of them anew does."""
     global _last_held
-    present = by_identity(allocations)
-    last = _last_held
-    counts: Counter[tuple[str, float, bool]] | None = None
-    if last is not None and len(present) == len(allocations):
-        known, counted = last  # the entries hold their objects: an id known is its object's
-        gone, come = known.keys() - present.keys(), present.keys() - known.keys()
-        if len(gone) + len(come) < len(present):
-            counts = counted.copy()
-            for ident in gone:
-                allocation = known[ident]
-                key = (allocation.team, held_gpus(allocation), allocation.preemptible)
-                counts[key] -= 1
-                if not counts[key]:
-                    del counts[key]
-            for ident in come:
-                allocation = present[ident]
-                counts[(allocation.team, held_gpus(allocation), allocation.preemptible)] += 1
-    if counts is None:
-        counts = Counter(
-            (allocation.team, held_gpus(allocation), allocation.preemptible)
-            for allocation in allocations
-        )
-    if len(present) == len(allocations):
-        _last_held = (present, counts)
+    kept, counts = recounted(_last_held, allocations, _weigh)
+    if kept is not None:
+        _last_held = kept
     by_team: dict[str, Counter[float]] = {}
     unpreemptible: dict[str, Counter[float]] = {}
     for (team, gpus, preemptible), count in counts.items():
@@ -131,6 +110,10 @@ def held_by_team(allocations: Sequence[Allocation]) -> tuple[dict[str, float], d
         {team: total_gpus(by_team[team]) for team in sorted(by_team)},
         {team: total_gpus(unpreemptible[team]) for team in sorted(unpreemptible)},
     )
+
+
+def _weigh(allocation: Allocation) -> tuple[tuple[str, float, bool], int]:
+    return (allocation.team, held_gpus(allocation), allocation.preemptible), 1
 
 
 class Ledger:

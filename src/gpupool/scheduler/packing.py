@@ -27,7 +27,7 @@ from itertools import accumulate
 
 from gpupool.scheduler.capacity import Claim, NodeState
 from gpupool.scheduler.fit import CPU_EPSILON, Demand, model_matches
-from gpupool.scheduler.kept import by_identity
+from gpupool.scheduler.kept import Counted, recounted
 from gpupool.scheduler.types import SHARE_EPSILON, Allocation, PendingJob
 
 CANDIDATES = 16  # spots scored per kind (shared GPUs, free GPUs, nodes) per task
@@ -65,36 +65,17 @@ def workload_of(
 ) -> tuple[TaskShape, ...]:
     """The GPU task shapes of the running and waiting tasks, with their frequencies."""
     global _last_workload
-    items = (*allocations, *pending)
-    present = by_identity(items)
-    last = _last_workload  # one read, one write: safe for cycles in several threads
-    if last is not None and len(present) == len(items):
-        # the counts of the last call, less the tasks gone and plus those come (the
-        # entries hold their objects: an id known is its object's)
-        known, counts = last
-        gone, come = known.keys() - present.keys(), present.keys() - known.keys()
-        if len(gone) + len(come) < len(items):
-            counts = counts.copy()
-            for ident in gone:
-                _count(counts, _task(known[ident]), -1)
-            for ident in come:
-                _count(counts, _task(present[ident]), 1)
-            _last_workload = (present, counts)
-            return shapes_of(counts)
-    counts = Counter()
-    for item in items:
-        _count(counts, _task(item), 1)
-    if len(present) == len(items):
-        _last_workload = (present, counts)
+    # one read, one write of an immutable pair: safe for cycles in several threads
+    kept, counts = recounted(_last_workload, (*allocations, *pending), _weigh)
+    if kept is not None:
+        _last_workload = kept
     return shapes_of(counts)
 
 
-def _count(counts: Counter, found: tuple[object, tuple | None, int], sign: int) -> None:
-    key = found[1]
-    if key is not None:
-        counts[key] += sign * found[2]
-        if not counts[key]:
-            del counts[key]
+def _weigh(item: Allocation | PendingJob) -> tuple[tuple | None, int]:
+    """An item's task shape (None: it asks for no GPU) and its tasks."""
+    _, key, count = _task(item)
+    return key, count
 
 
 def _task(item: Allocation | PendingJob) -> tuple[object, tuple | None, int]:
@@ -102,7 +83,7 @@ def _task(item: Allocation | PendingJob) -> tuple[object, tuple | None, int]:
     return found if found is not None and found[0] is item else _task_of(item)
 
 
-_last_workload: tuple[dict[int, object], Counter] | None = None
+_last_workload: Counted | None = None
 
 
 # running and waiting tasks (frozen) last many cycles: each one's shape is worked out once,
