@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -35,6 +37,18 @@ def shared_dir() -> Path:
     if not SHARED.is_dir():
         pytest.skip(f"{SHARED} is absent: captured data lives beside the repository in CI")
     return SHARED
+
+
+@pytest.fixture
+def exchange() -> Iterator[Path]:
+    """A directory a job and its test both use (markers, release files): passed as the job's
+    working directory, the one place of the disk its sandbox shows read-write besides its
+    own directories. pytest's tmp_path is private to the test's account (0700 parents), so
+    a job running under its own Unix account could not be given it."""
+    path = Path(tempfile.mkdtemp(prefix="gpupool-exchange-", dir="/tmp"))
+    path.chmod(0o1777)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture

@@ -37,6 +37,12 @@ class InvalidWeight(InvalidRequest):
     code = "invalid_weight"
 
 
+class UnixUserNotAllowed(InvalidRequest):
+    """Jobs cannot run under this Unix account: map the user to an existing, unprivileged one."""
+
+    code = "unix_user_not_allowed"
+
+
 class Unauthenticated(ClientError):
     """Log in first: send 'Authorization: Bearer <token>' or sign in to the web UI."""
 

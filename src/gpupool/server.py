@@ -53,6 +53,7 @@ def serve(
         console.print(f"[red]error:[/red] {error.message}")
         raise typer.Exit(2) from error
     _banner(settings, platform.first_start)
+    _isolation_banner(platform.isolation())
     app = create_app(platform)
     try:
         uvicorn.run(
@@ -84,6 +85,20 @@ def db_current() -> None:
     console.print(
         f"current: {store.current_revision(database.engine)}  needed: {store.head_revision()}"
     )
+
+
+def _isolation_banner(status) -> None:  # noqa: ANN001 - IsolationStatus | None
+    """Say how jobs are kept apart; loudly when they are not (README "Isolation")."""
+    if status is None:
+        return
+    from gpupool.domain.isolation import IsolationMode
+
+    if status.mode == IsolationMode.SANDBOX:
+        console.print(f"isolation: {status.message}", soft_wrap=True)
+    elif status.mode == IsolationMode.OFF:
+        console.print(f"[bold yellow]WARNING[/bold yellow] {status.message}", soft_wrap=True)
+    else:
+        console.print(f"[bold red]ERROR[/bold red] {status.message}. Jobs wait until then.", soft_wrap=True)
 
 
 def _banner(settings, first) -> None:  # noqa: ANN001

@@ -64,6 +64,30 @@ class Settings(BaseSettings):
     schedule_interval_seconds: float = 0.5  # the loop also wakes at once on every change
     discovery_interval_seconds: float = 30.0  # re-discovery of this node; 0: only at start
     session_hours: float = 12.0
+    # -- tenancy (README "Isolation") -------------------------------------------------------
+    # "on": every job runs in a bubblewrap sandbox; "off" (explicit only): unsandboxed, and
+    # the server says so at start and on the cluster page.
+    isolation: Literal["on", "off"] = "on"
+    bwrap_path: str = "bwrap"  # looked up on PATH unless absolute
+    # System paths every sandbox shows read-only (a missing one is skipped), then an admin's
+    # own (comma-separated), and paths shared read-write with every job (datasets, scratch).
+    sandbox_system_paths: str = (
+        "/usr,/bin,/sbin,/lib,/lib32,/lib64,/libx32,/etc,/opt,/run/systemd/resolve"
+    )
+    sandbox_readonly_paths: str = ""
+    sandbox_readwrite_paths: str = ""
+    # The Python installation the server runs on is shown read-only, so that `python` works.
+    sandbox_show_python: bool = True
+    device_dir: Path = Path("/dev")  # where /dev/nvidia* are (tests use stand-in files)
+    # As root: the account of users who have none of their own, created when missing, and
+    # whether each user gets an account of their own (gp-<user>) instead.
+    job_account: str = "gpupool-job"
+    create_unix_users: bool = False
+    # A fractional job is stopped after this long over its GPU memory share; "nvml" samples
+    # the memory per process, "file:PATH" reads {uuid: {pid: bytes}} (a stand-in for tests).
+    gpu_memory_grace_seconds: float = Field(default=5.0, ge=0.0)
+    gpu_memory_sampler: str = "nvml"
+    mps_pipe_directory: Path = Path("/tmp/nvidia-mps")  # CUDA_MPS_PIPE_DIRECTORY
 
     def policy(self) -> Policy:
         """The scheduling policy these settings give (the product's defaults otherwise)."""
@@ -83,6 +107,10 @@ class Settings(BaseSettings):
     @property
     def jobs_dir(self) -> Path:
         return self.data_dir / "jobs"
+
+    @property
+    def isolated(self) -> bool:
+        return self.isolation == "on"
 
     @property
     def is_sqlite(self) -> bool:

@@ -10,7 +10,7 @@ from fastapi import APIRouter, FastAPI
 import gpupool
 from gpupool.api import errors, ui
 from gpupool.api.limits import BodyLimit
-from gpupool.api.routers import admin, jobs, nodes, session
+from gpupool.api.routers import admin, isolation, jobs, nodes, session
 from gpupool.services.platform import Platform
 
 API_PREFIX = "/api/v1"
@@ -39,7 +39,7 @@ def create_app(platform: Platform, start_loop: bool = True) -> FastAPI:
     app.state.platform = platform
     errors.install(app)
     api = APIRouter(prefix=API_PREFIX)
-    for module in (session, jobs, nodes, admin):
+    for module in (session, jobs, nodes, isolation, admin):
         api.include_router(module.router)
     app.include_router(api)
     ui.mount(app)

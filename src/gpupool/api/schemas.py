@@ -205,6 +205,20 @@ UserWeight = Annotated[
 ]
 
 
+# checked by the users service (UnixUserNotAllowed: code unix_user_not_allowed, says why)
+UnixUser = Annotated[
+    str | None,
+    Field(
+        max_length=32,
+        description="the existing Unix account this user's jobs run under when the server "
+        "runs as root (not root, not the server's own; several users may share one); null: "
+        "none, jobs run under the server's default account. In an update, null clears it and "
+        "leaving it out keeps it",
+        examples=["ann", None],
+    ),
+]
+
+
 class UserOut(BaseModel):
     id: int
     name: str
@@ -213,6 +227,7 @@ class UserOut(BaseModel):
     disabled: bool
     has_password: bool
     weight: float
+    unix_user: str | None
 
 
 class UserCreate(Strict):
@@ -221,6 +236,7 @@ class UserCreate(Strict):
     teams: list[str] = Field(default_factory=list, max_length=100)
     password: str | None = Field(default=None, max_length=200)
     weight: UserWeight = 1.0
+    unix_user: UnixUser = None
 
 
 class UserUpdate(Strict):
@@ -229,6 +245,7 @@ class UserUpdate(Strict):
     password: str | None = Field(default=None, max_length=200)
     disabled: bool | None = None
     weight: UserWeight | None = None
+    unix_user: UnixUser = None
 
 
 class TokenOut(BaseModel):

@@ -234,7 +234,14 @@ def cluster_page(request: Request, ctx: PlatformDep, signed_in: SignedIn) -> Res
     gpus = [g for n in found for g in n["gpus"]]
     used = sum(g["used_share"] for g in gpus)
     return _render(
-        "cluster.html", who, csrf, page="cluster", nodes=found, total=len(gpus), used=used
+        "cluster.html",
+        who,
+        csrf,
+        page="cluster",
+        nodes=found,
+        total=len(gpus),
+        used=used,
+        isolation=ctx.isolation(),
     )
 
 

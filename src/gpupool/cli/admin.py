@@ -70,7 +70,7 @@ def _listing(
 
 
 def users_table(found: list[dict[str, Any]]) -> Table:
-    table = new_table("ID", "NAME", "ROLE", "TEAMS", "WEIGHT", "PASSWORD", "DISABLED")
+    table = new_table("ID", "NAME", "ROLE", "TEAMS", "WEIGHT", "UNIX USER", "PASSWORD", "DISABLED")
     for user in found:
         table.add_row(
             str(user["id"]),
@@ -78,6 +78,7 @@ def users_table(found: list[dict[str, Any]]) -> Table:
             user["role"],
             escape(", ".join(user["teams"]) or "-"),
             share(user.get("weight", 1)),
+            escape(user.get("unix_user") or "-"),
             "set" if user["has_password"] else "-",
             "yes" if user["disabled"] else "-",
         )
@@ -105,13 +106,22 @@ def users_create(
             callback=finite_weight,
         ),
     ] = None,
+    unix_user: Annotated[
+        str | None,
+        typer.Option(
+            metavar="ACCOUNT",
+            help="The existing Unix account its jobs run under when the server runs as root "
+            "(default: the server's default account).",
+        ),
+    ] = None,
 ) -> None:
     """Create a user (give it a token with 'gpupool tokens create --user NAME')."""
     password = read_password_stdin() if password_stdin else None
     with connect() as client:
-        user = client.create_user(name, role.value, team or [], password, weight)
+        user = client.create_user(name, role.value, team or [], password, weight, unix_user)
     teams = ", ".join(user["teams"]) or "no team"
-    out.print(f"user {escape(user['name'])} created ({user['role']} of {escape(teams)})")
+    account = f", Unix user {user['unix_user']}" if user.get("unix_user") else ""
+    out.print(f"user {escape(user['name'])} created ({user['role']} of {escape(teams)}{account})")
 
 
 @users_app.command("set-password")
@@ -156,6 +166,32 @@ def users_set_weight(
     with connect() as client:
         user = client.update_user(name, weight=weight)
     out.print(f"weight of {escape(user['name'])} is now {share(user['weight'])}")
+
+
+@users_app.command("set-unix-user")
+def users_set_unix_user(
+    name: Annotated[str, typer.Argument(help="The user's name.")],
+    account: Annotated[
+        str | None,
+        typer.Argument(
+            help="An existing Unix account, neither root nor the server's own; several users "
+            "may share one.",
+            show_default=False,
+        ),
+    ] = None,
+    none: Annotated[
+        bool, typer.Option("--none", help="Clear the mapping: the server's default account.")
+    ] = False,
+) -> None:
+    """Map a user to the Unix account its jobs run under when the server runs as root."""
+    if account is not None and none:
+        raise typer.BadParameter("give a Unix ACCOUNT or --none, not both")
+    if account is None and not none:
+        raise typer.BadParameter("give a Unix ACCOUNT, or --none to clear the mapping")
+    with connect() as client:
+        user = client.update_user(name, unix_user=account)
+    shown = user["unix_user"] or "none (the server's default account)"
+    out.print(f"Unix user of {escape(user['name'])} is now {escape(shown)}")
 
 
 def finite_weight(value: float | None) -> float | None:

@@ -183,12 +183,14 @@ class Client:
         teams: list[str],
         password: str | None = None,
         weight: float | None = None,
+        unix_user: str | None = None,
     ) -> dict[str, Any]:
-        """A new user; ``weight`` None: the server's default (1)."""
-        body = {"name": name, "role": role, "teams": teams, "password": password}
-        return self._call(
-            "POST", "/users", json=body | ({} if weight is None else {"weight": weight})
-        )
+        """A new user; ``weight`` None: the server's default (1); ``unix_user``: the Unix
+        account its jobs run under when the server is root (None: the server's default)."""
+        body: dict[str, Any] = {"name": name, "role": role, "teams": teams, "password": password}
+        optional = {"weight": weight, "unix_user": unix_user}  # left out: the server's default
+        body |= {key: value for key, value in optional.items() if value is not None}
+        return self._call("POST", "/users", json=body)
 
     def update_user(self, name: str, **changes: Any) -> dict[str, Any]:
         return self._call("PATCH", f"/users/{name}", json=changes)

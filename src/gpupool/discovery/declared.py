@@ -14,7 +14,7 @@ from gpupool.domain.units import parse_bytes
 
 _GROUP = re.compile(r"^(?:(?P<count>\d+)\s*[xX]\s*)?(?P<name>[^:]*?)\s*:\s*(?P<memory>.*)$")
 _EXAMPLE = "write it like 4xA100-SXM4-80GB:80GiB, A100:40GiB or 2xA100:80GiB,2xH100:80GiB"
-_FIELDS = ("index", "uuid", "name", "memory_bytes")
+_FIELDS = ("index", "uuid", "name", "memory_bytes", "minor_number")
 _LINK = re.compile(r"^(?P<a>\d+)\s*-\s*(?P<b>\d+)\s*:\s*(?P<code>[A-Za-z0-9]+)$")
 _LINK_EXAMPLE = (
     "write it like 0-1:NV4,2-3:NV4 (GPU indexes, then NV<links>, PIX, PXB, PHB, NODE or SYS "
@@ -72,6 +72,7 @@ def _declared_gpu(node: str, index: int, name: str, memory: int) -> GpuDevice:
         uuid=declared_uuid(node, index),
         name=name,
         memory_bytes=memory,
+        minor_number=index,
         sources=dict.fromkeys(_FIELDS, Source.DECLARED),
     )
 

@@ -129,6 +129,7 @@ def _gpu_values(nvml: Any, handle: Any) -> dict[str, Any]:
     return {
         "name": text(call(nvml, "nvmlDeviceGetName", handle)),
         "pci_bus_id": normalize_bus_id(getattr(pci, "busId", None)),
+        "minor_number": call(nvml, "nvmlDeviceGetMinorNumber", handle),
         "utilization_percent": float(rates.gpu) if rates is not None else None,
         "mig_enabled": enabled,
         "mig_devices": mig_devices(nvml, handle) if enabled else [],

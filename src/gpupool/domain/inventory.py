@@ -40,6 +40,8 @@ class GpuDevice(_Model):
     uuid: str
     name: str
     memory_bytes: int
+    # the N of /dev/nvidiaN, the device node a job given this GPU (or its MIG devices) sees
+    minor_number: int | None = None
     pci_bus_id: str | None = None
     numa_node: int | None = None
     mig_enabled: bool = False

@@ -245,3 +245,10 @@ class Reason(StrEnum):
     LOST = "RunnerLost"
     REQUEUED = "Requeued"
     READOPTED = "Readopted"
+    # tenancy (README "Isolation")
+    ISOLATION_UNAVAILABLE = "IsolationUnavailable"  # isolation is on and cannot be had
+    GPU_MEMORY_EXCEEDED = "GpuMemoryExceeded"  # over its GPU memory share for too long
+    MEMORY_EXCEEDED = "MemoryExceeded"  # killed by the kernel over its host memory limit
+    LIMITS_NOT_ENFORCED = "LimitsNotEnforced"  # the node cannot hold it to what it asked
+    GPUS_FENCED = "GpusFenced"  # runner gone, processes remain: its GPUs stay reserved
+    STORAGE_FULL = "StorageFull"  # the node's disk was full when it was to start

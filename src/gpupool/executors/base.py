@@ -13,10 +13,27 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from gpupool.domain.isolation import IsolationStatus
+
+
+@dataclass(frozen=True)
+class GpuGrant:
+    """The part of one GPU (or MIG device) an attempt was given: its compute share in (0, 1]
+    and the GPU memory it may use there (held to it when the share is below 1)."""
+
+    uuid: str
+    share: float = 1.0
+    memory_bytes: int = 0
+
 
 @dataclass(frozen=True)
 class TaskSpec:
-    """One attempt of one job, as the executor must launch it."""
+    """One attempt of one job, as the executor must launch it.
+
+    ``user``: the gpupool user who submitted it; ``unix_user``: the Unix account that user
+    is mapped to (None: the node's default); ``cpus`` and ``memory_bytes``: what it asked
+    for, held as limits where the node can; ``gpu_grants``: its share of each GPU.
+    """
 
     job_id: int
     attempt: int
@@ -27,6 +44,11 @@ class TaskSpec:
     gpu_uuids: list[str]  # -> CUDA_VISIBLE_DEVICES; empty: no GPU visible
     log_limit_bytes: int
     stop_grace_seconds: float
+    user: str = ""
+    unix_user: str | None = None
+    cpus: float | None = None
+    memory_bytes: int | None = None
+    gpu_grants: tuple[GpuGrant, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -39,7 +61,10 @@ class Observed(StrEnum):
     STARTING = "starting"  # launched, the workload has not started yet
     RUNNING = "running"
     EXITED = "exited"
-    LOST = "lost"  # the runner is gone and left no exit record
+    # the runner is gone, and processes of its workload remain: they are being killed, and
+    # the attempt keeps its GPUs until they are gone (never handed out while still in use)
+    ORPHANED = "orphaned"
+    LOST = "lost"  # the runner is gone, left no exit record, and nothing of it remains
 
 
 @dataclass(frozen=True)
@@ -49,6 +74,10 @@ class PollResult:
     started_at: float | None = None
     ended_at: float | None = None
     message: str | None = None
+    # why gpupool ended it, when it did (a domain Reason's value: "GpuMemoryExceeded")
+    reason: str | None = None
+    # what the node could not enforce for this attempt (CPU, memory, GPU memory limits)
+    notes: tuple[str, ...] = ()
 
 
 @dataclass
@@ -93,6 +122,11 @@ class Executor(ABC):
     @abstractmethod
     def log_path(self, handle: Handle) -> Path:
         """The file that holds the attempt's combined stdout and stderr."""
+
+    def isolation(self) -> IsolationStatus | None:
+        """How this executor keeps jobs apart, and whether it may run them now; None for an
+        executor without a sandbox of its own (the fakes of the tests)."""
+        return None
 
     def checkpoint_at(self, handle: Handle) -> float | None:
         """When the attempt's job last wrote into its checkpoint directory (the newest

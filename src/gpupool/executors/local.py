@@ -14,6 +14,7 @@ pid plus create time, and reads their fate from state.json.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import signal
@@ -25,7 +26,10 @@ from typing import Any
 
 import psutil
 
+from gpupool.domain.isolation import IsolationStatus
 from gpupool.executors.base import Executor, Handle, LaunchError, Observed, PollResult, TaskSpec
+from gpupool.executors.isolation import Isolation
+from gpupool.executors.remains import Remains
 from gpupool.runner import layout
 
 NOTIFY_FIFO = ".notify"
@@ -55,7 +59,12 @@ def default_base_env() -> dict[str, str]:
 
 
 class LocalExecutor(Executor):
-    """Launches each attempt's runner as a local process and watches it through its files."""
+    """Launches each attempt's runner as a local process and watches it through its files.
+
+    ``isolation``: the node's tenancy (sandbox, accounts, limits), as the server's settings
+    make it; None runs attempts unsandboxed under the server's own account (the executor's
+    own tests; the server always passes one).
+    """
 
     def __init__(
         self,
@@ -63,8 +72,12 @@ class LocalExecutor(Executor):
         base_env: dict[str, str] | None = None,
         python: str = sys.executable,
         fork_server: bool = True,
+        isolation: Isolation | None = None,
+        remains: Remains | None = None,
     ) -> None:
         self.jobs_dir = Path(jobs_dir)
+        self._isolation = isolation
+        self.remains = remains or Remains()
         self.base_env = dict(base_env) if base_env is not None else default_base_env()
         self.python = python
         self._fork_server = ForkServer(python) if fork_server else None
@@ -87,6 +100,9 @@ class LocalExecutor(Executor):
 
     def log_path(self, handle: Handle) -> Path:
         return Path(handle.state["attempt_dir"]) / layout.LOG_FILE
+
+    def isolation(self) -> IsolationStatus | None:
+        return self._isolation.status() if self._isolation is not None else None
 
     def checkpoint_at(self, handle: Handle) -> float | None:
         """The newest mtime of the entries at the top of the checkpoint directory.
@@ -112,15 +128,16 @@ class LocalExecutor(Executor):
         _validate(task)
         attempt_dir = self.attempt_dir(task.job_id, task.attempt)
         spec = self._spec(task)
+        if self._isolation is not None:
+            job_dirs = [spec["output_dir"], spec["checkpoint_dir"]]
+            spec.update(self._isolation.runner_spec(task, job_dirs))
         try:
             for directory in (attempt_dir, spec["checkpoint_dir"], spec["output_dir"]):
                 Path(directory).mkdir(parents=True, exist_ok=True)
+            if "account" in spec and "sandbox" not in spec:
+                self._let_account_through(task.job_id)
         except OSError as e:
-            raise LaunchError(
-                f"cannot create the directories of {attempt_dir}: {e}",
-                user_message="the node could not prepare the job's directories",
-                reason="io_error",
-            ) from e
+            raise _io_error(e, f"cannot create the directories of {attempt_dir}: {e}") from e
         _write_spec_once(attempt_dir, spec)
         pid = self._spawn(attempt_dir)
         state = {
@@ -148,6 +165,12 @@ class LocalExecutor(Executor):
             "output_dir": str(job_dir / "outputs"),
             "notify_fifo": str(self.jobs_dir / NOTIFY_FIFO),
         }
+
+    def _let_account_through(self, job_id: int) -> None:
+        """Unsandboxed jobs under their own accounts reach their directories through the
+        data directory's path: let every account pass (not list) the directories on it."""
+        for directory in (self.jobs_dir.parent, self.jobs_dir, self.job_dir(job_id)):
+            directory.chmod(directory.stat().st_mode | 0o111)
 
     def _spawn(self, attempt_dir: Path) -> int:
         """Launch the runner: forked by the fork server when it answers, else a new process."""
@@ -220,13 +243,27 @@ class LocalExecutor(Executor):
             return _exited(record)
         if self._runner_alive(handle):
             if record is not None and record.get("started_at") is not None:
-                return PollResult(Observed.RUNNING, started_at=record["started_at"])
+                notes = tuple(record.get("notes") or ())
+                return PollResult(Observed.RUNNING, started_at=record["started_at"], notes=notes)
             return PollResult(Observed.STARTING)
         # The runner may have written its exit record just before it ended: look again.
         record = self._record(attempt_dir)
         if record is not None and "exit_code" in record:
             return _exited(record)
+        return self._runner_gone(handle, record)
+
+    def _runner_gone(self, handle: Handle, record: dict[str, Any] | None) -> PollResult:
+        """Lost only once nothing of the workload remains: until then its processes are
+        killed, and the attempt keeps its GPUs (a GPU is never handed out while in use)."""
         started_at = record.get("started_at") if record else None
+        left = self.remains.kill(record)
+        if left:
+            message = (
+                f"the runner is gone; {len(left)} process(es) of the job remain and are being "
+                "killed; its GPUs stay reserved until they are gone"
+            )
+            return PollResult(Observed.ORPHANED, started_at=started_at, message=message)
+        self.remains.clean(record)
         return PollResult(Observed.LOST, started_at=started_at, message=self._lost(handle))
 
     def _record(self, attempt_dir: str) -> dict[str, Any] | None:
@@ -308,7 +345,7 @@ class LocalExecutor(Executor):
         except OSError as e:
             log.warning("cannot write the stop request of %s: %s", attempt_dir, e)
         if not self._runner_alive(handle):
-            _kill_orphaned_workload(self._record(str(attempt_dir)))
+            self.remains.kill(self._record(str(attempt_dir)))
         elif (attempt_dir / layout.STARTED_FILE).exists():
             # Without `started` the runner has not installed its handlers yet; it will see
             # stop.json before it launches anything, so no signal is needed (or safe).
@@ -362,13 +399,18 @@ def _write_spec_once(attempt_dir: Path, spec: dict[str, Any]) -> None:
     except FileExistsError as e:
         raise _already_started(attempt_dir) from e
     except OSError as e:
-        raise LaunchError(
-            f"cannot write the spec of {attempt_dir}: {e}",
-            user_message="the node could not prepare the job",
-            reason="io_error",
-        ) from e
+        raise _io_error(e, f"cannot write the spec of {attempt_dir}: {e}") from e
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def _io_error(error: OSError, log_message: str) -> LaunchError:
+    """A launch that failed on the node's disk; a full disk sends the job back to the queue."""
+    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+        message = "the node's disk was full when the job was to start; it waits to start again"
+        return LaunchError(log_message, user_message=message, reason="storage_full")
+    message = "the node could not prepare the job's files"
+    return LaunchError(log_message, user_message=message, reason="io_error")
 
 
 def _already_started(attempt_dir: Path) -> LaunchError:
@@ -383,12 +425,15 @@ def _exited(record: dict[str, Any]) -> PollResult:
     message = record.get("message")
     if message is None and record.get("signal"):
         message = f"killed by signal {record['signal']}"
+    exceeded = record.get("exceeded")
     return PollResult(
         Observed.EXITED,
         exit_code=record["exit_code"],
         started_at=record.get("started_at"),
         ended_at=record.get("ended_at"),
         message=message,
+        reason=exceeded.get("reason") if isinstance(exceeded, dict) else None,
+        notes=tuple(record.get("notes") or ()),
     )
 
 
@@ -412,17 +457,6 @@ def _find_process(pid: Any, create_time: Any) -> psutil.Process | None:
     except psutil.Error:
         return None
     return proc
-
-
-def _kill_orphaned_workload(record: dict[str, Any] | None) -> None:
-    """The runner died without recording an exit: SIGKILL its workload's group if it lives."""
-    if not record or "exit_code" in record or record.get("pgid") is None:
-        return
-    leader = _find_process(record.get("pid"), record.get("workload_create_time"))
-    if leader is None:
-        return
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(record["pgid"], signal.SIGKILL)
 
 
 class ForkServer:

@@ -30,6 +30,14 @@ class RunnerSpec:
         "checkpoint_dir",
         "output_dir",
         "notify_fifo",
+        "account",
+        "sandbox",
+        "protected",
+        "cpus",
+        "memory_bytes",
+        "gpu_shares",
+        "gpu_memory",
+        "mps_pipe_dir",
     )
 
     def __init__(self, raw: dict[str, object]) -> None:
@@ -47,6 +55,16 @@ class RunnerSpec:
         self.checkpoint_dir: str = _str(raw, "checkpoint_dir")
         self.output_dir: str = _str(raw, "output_dir")
         self.notify_fifo: str | None = _optional_str(raw, "notify_fifo")
+        # Tenancy (all optional: a spec without them runs unsandboxed, as the runner's account)
+        self.account: dict[str, object] | None = _account(raw.get("account"))
+        self.sandbox = _sandbox(raw.get("sandbox"))
+        self.protected: list[str] = _str_list(raw, "protected")
+        limits = raw.get("limits") or {}
+        self.cpus: float | None = _optional_positive(limits, "cpus")
+        self.memory_bytes: int | None = _optional_int(_optional_positive(limits, "memory_bytes"))
+        self.gpu_shares: dict[str, float] = _number_map(raw.get("gpu_shares"), "gpu_shares")
+        self.gpu_memory: dict[str, object] | None = _gpu_memory(raw.get("gpu_memory"))
+        self.mps_pipe_dir: str | None = _optional_str(raw, "mps_pipe_dir")
 
     def workload_env(self) -> dict[str, str]:
         """The base env from the spec plus the variables gpupool owns (these always win)."""
@@ -59,6 +77,14 @@ class RunnerSpec:
         env["GPUPOOL_CHECKPOINT_DIR"] = self.checkpoint_dir
         env["GPUPOOL_OUTPUT_DIR"] = self.output_dir
         return env
+
+    def job_dirs(self) -> list[str]:
+        """The directories a job may write: its outputs, its checkpoints, its workdir."""
+        dirs = [self.output_dir, self.checkpoint_dir]
+        return dirs + ([self.workdir] if self.workdir else [])
+
+    def cgroup_name(self) -> str:
+        return f"job-{self.job_id}-attempt-{self.attempt}"
 
 
 def load_spec(attempt_dir: str) -> RunnerSpec:
@@ -130,3 +156,68 @@ def _str_list(raw: dict[str, object], key: str) -> list[str]:
     if not isinstance(value, list) or not _all_str(value):
         raise SpecError(f"{key} must be a list of strings")
     return value
+
+
+def _sandbox(value: object) -> object:
+    if value is None:
+        return None
+    from gpupool.runner.sandbox import SandboxPolicy  # only sandboxed attempts pay for it
+
+    return SandboxPolicy(value)
+
+
+def _account(value: object) -> dict[str, object] | None:
+    if value is None:
+        return None
+    ids = ("uid", "gid")
+    if not isinstance(value, dict) or not all(_is_int(value.get(k)) for k in ids):
+        raise SpecError("account must be an object with integer uid and gid")
+    if value["uid"] == 0:
+        raise SpecError("a job never runs as root")
+    groups = value.get("groups") or []
+    if not isinstance(groups, list) or not all(_is_int(g) for g in groups):
+        raise SpecError("account.groups must be a list of integers")
+    return value
+
+
+def _gpu_memory(value: object) -> dict[str, object] | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise SpecError("gpu_memory must be an object")
+    limits = _number_map(value.get("limits"), "gpu_memory.limits")
+    value["limits"] = {uuid: int(limit) for uuid, limit in limits.items()}
+    if not isinstance(value.get("sampler"), str):
+        raise SpecError("gpu_memory.sampler must be a string")
+    return value
+
+
+def _number_map(value: object, key: str) -> dict[str, float]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and _is_number(v) for k, v in value.items()
+    ):
+        raise SpecError(f"{key} must map strings to numbers")
+    return value
+
+
+def _optional_positive(raw: object, key: str) -> float | None:
+    value = raw.get(key) if isinstance(raw, dict) else None
+    if value is None:
+        return None
+    if not _is_number(value) or value <= 0:
+        raise SpecError(f"limits.{key} must be a positive number")
+    return value
+
+
+def _optional_int(value: float | None) -> int | None:
+    return None if value is None else int(value)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)

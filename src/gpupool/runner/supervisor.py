@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 
+from gpupool.runner import cgroups, tenancy
 from gpupool.runner.layout import (
     CODE_NOT_EXECUTABLE,
     CODE_NOT_FOUND,
@@ -34,6 +35,7 @@ from gpupool.runner.layout import (
 )
 from gpupool.runner.logsink import CappedLog
 from gpupool.runner.spec import RunnerSpec, SpecError, load_spec
+from gpupool.runner.workload import Direct, Sandboxed
 
 READ_CHUNK = 1 << 20  # bytes per os.read of the workload's pipe
 PIPE_SIZE = 1 << 20  # asked of the kernel for the log pipe; best effort
@@ -41,6 +43,8 @@ DRAIN_SECONDS = 2.0  # after the workload exits: how long to wait for its pipe t
 IDLE_WAKE_SECONDS = 1.0  # safety net: re-check the workload even without a wake-up
 FALLBACK_LOG_LIMIT = 1 << 20  # cap of output.log when spec.json cannot be read
 STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
+GPU_SAMPLE_SECONDS = 1.0  # how often a fractional job's GPU memory is looked at
+RECORD_RETRY_SECONDS = (0.2, 0.5, 1.0, 2.0, 5.0)  # an exit record that cannot be written yet
 
 
 def main(argv: list[str]) -> int:
@@ -79,7 +83,7 @@ def claim(attempt_dir: str) -> None:
 
 
 class Runner:
-    """Supervises one workload process group for one attempt directory."""
+    """Supervises one workload (a process group, or a sandbox) for one attempt directory."""
 
     def __init__(self, attempt_dir: str) -> None:
         self.dir = attempt_dir
@@ -96,6 +100,10 @@ class Runner:
         self.stop_forwarded = False
         self.kill_deadline: float | None = None  # time.monotonic()
         self.killed = False
+        self.cgroup: cgroups.Cgroup | None = None
+        self.gpu_watch = None  # gpumemory.GpuMemoryWatch for fractional jobs
+        self.next_gpu_sample = 0.0
+        self.exceeded: dict[str, object] | None = None
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
@@ -129,7 +137,7 @@ class Runner:
 
     def run(self) -> int:
         """Do the whole attempt; 0 once an exit record is on disk."""
-        proc: subprocess.Popen[bytes] | None = None
+        workload = None
         try:
             spec = self._prepare()
             if spec is None:
@@ -137,18 +145,20 @@ class Runner:
             launched = self._launch(spec)
             if launched is None:
                 return 0
-            proc, pipe_r = launched
-            self._supervise(proc, pipe_r, spec)
-            return 0 if self._record_exit(proc.returncode) else 1
+            workload, pipe_r, status_r = launched
+            self._supervise(workload, pipe_r, status_r, spec)
+            return 0 if self._record_exit(workload.reap(), spec.memory_bytes) else 1
         except Exception:
             import traceback  # only on this path: it is slow to import
 
             traceback.print_exc()
-            if proc is not None:
-                _signal_group(proc.pid, signal.SIGKILL)
+            if workload is not None:
+                workload.kill()
             self._fail(CODE_RUNNER_ERROR, "internal runner error; see runner.log")
             return 1
         finally:
+            if self.cgroup is not None:
+                self.cgroup.remove()
             if self.log is not None:
                 self.log.close()
 
@@ -162,36 +172,31 @@ class Runner:
             return None
         self.notify_fifo = spec.notify_fifo
         self.log = CappedLog(self._path(LOG_FILE), spec.log_limit_bytes)
-        for directory in (spec.checkpoint_dir, spec.output_dir):
-            try:
-                os.makedirs(directory, exist_ok=True)
-            except OSError as e:
-                self._fail(CODE_RUNNER_ERROR, f"cannot create {directory}: {e.strerror}")
-                return None
-        if spec.workdir is not None and not os.path.isdir(spec.workdir):
-            self._fail(CODE_NOT_FOUND, f"working directory {spec.workdir} does not exist")
+        problem = tenancy.prepare_dirs(spec) or tenancy.check_workdir(spec)
+        if problem is not None:
+            self._fail(*problem)
             return None
         if self.stop_requested or os.path.exists(self._path(STOP_FILE)):
             self._fail(128 + signal.SIGTERM, "stop requested before the workload started")
             return None
         return spec
 
-    def _launch(self, spec: RunnerSpec) -> tuple[subprocess.Popen[bytes], int] | None:
-        """Start the workload in its own session; return it and the read end of its pipe."""
+    def _launch(self, spec: RunnerSpec):  # noqa: ANN202 - (workload, log pipe, status pipe)
+        """Start the workload in its own session; return it and the read ends of its pipes."""
+        env = tenancy.workload_env(spec)
+        missing = tenancy.missing_program(spec, env)
+        if missing is not None:
+            self._fail(*missing)
+            return None
+        self._limit(spec)
         pipe_r, pipe_w = os.pipe()
         with contextlib.suppress(OSError, AttributeError):
             fcntl.fcntl(pipe_w, fcntl.F_SETPIPE_SZ, PIPE_SIZE)
         try:
-            proc = subprocess.Popen(
-                spec.command,
-                stdin=subprocess.DEVNULL,
-                stdout=pipe_w,
-                stderr=pipe_w,
-                env=spec.workload_env(),
-                cwd=spec.workdir or spec.output_dir,
-                start_new_session=True,
-                close_fds=True,
-            )
+            if spec.sandbox is None:
+                workload, status_r = self._start_direct(spec, env, pipe_w), None
+            else:
+                workload, status_r = self._start_sandboxed(spec, env, pipe_w)
         except OSError as e:
             os.close(pipe_r)
             self._fail(*_exec_failure(spec.command[0], e))
@@ -199,38 +204,113 @@ class Runner:
         finally:
             os.close(pipe_w)
         self.record.update(
-            pid=proc.pid,
-            pgid=proc.pid,  # a new session: the workload leads its own process group
-            workload_create_time=process_create_time(proc.pid),
+            pid=workload.proc.pid,
+            pgid=workload.proc.pid,  # a new session: the workload leads its own process group
+            workload_create_time=process_create_time(workload.proc.pid),
             started_at=time.time(),
         )
         self._write_state()
-        return proc, pipe_r
+        return workload, pipe_r, status_r
 
-    def _supervise(self, proc: subprocess.Popen[bytes], pipe_r: int, spec: RunnerSpec) -> None:
+    def _limit(self, spec: RunnerSpec) -> None:
+        """A cgroup for the CPU and memory asked for, a GPU memory watch for a fraction;
+        what cannot be enforced is recorded, for the job's events."""
+        notes = []
+        self.cgroup, why = cgroups.create(spec.cgroup_name(), spec.cpus, spec.memory_bytes)
+        if self.cgroup is not None:
+            self.record["cgroup"] = self.cgroup.as_json()
+        elif why:
+            notes.append(f"CPU and memory limits are not enforced: {why}")
+        if spec.gpu_memory is not None:
+            self.gpu_watch, why = tenancy.gpu_memory_watch(spec.gpu_memory)
+            if why:
+                notes.append(f"the GPU memory share is not enforced: {why}")
+        if notes:
+            self.record["notes"] = notes
+
+    def _start_direct(self, spec: RunnerSpec, env: dict[str, str], pipe_w: int) -> Direct:
+        proc = subprocess.Popen(
+            spec.command,
+            stdin=subprocess.DEVNULL,
+            stdout=pipe_w,
+            stderr=pipe_w,
+            env=env,
+            cwd=spec.workdir or spec.output_dir,
+            start_new_session=True,
+            close_fds=True,
+            preexec_fn=tenancy.preexec(self.cgroup, spec.account),
+        )
+        return Direct(proc, self.cgroup)
+
+    def _start_sandboxed(self, spec: RunnerSpec, env: dict[str, str], pipe_w: int):  # noqa: ANN202
+        from gpupool.runner import sandbox  # only sandboxed attempts pay for it
+
+        env_fd = os.memfd_create("gpupool-env")
+        status_r, status_w = os.pipe()
+        try:
+            os.write(env_fd, sandbox.env_file(env))
+            os.lseek(env_fd, 0, os.SEEK_SET)
+            argv = tenancy.sandbox_argv(spec, env_fd, status_w)
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=pipe_w,
+                stderr=pipe_w,
+                env={},
+                start_new_session=True,
+                close_fds=True,
+                pass_fds=(env_fd, status_w),
+                preexec_fn=tenancy.preexec(self.cgroup, None),
+            )
+        except BaseException:
+            os.close(status_r)
+            raise
+        finally:
+            os.close(env_fd)
+            os.close(status_w)
+        return Sandboxed(proc, self.cgroup), status_r
+
+    def _supervise(self, workload, pipe_r: int, status_r: int | None, spec: RunnerSpec) -> None:  # noqa: ANN001
         """Pump the log and act on stops until the workload ended and its pipe is drained."""
         selector = selectors.DefaultSelector()
         selector.register(pipe_r, selectors.EVENT_READ, "log")
         selector.register(self._wake_r, selectors.EVENT_READ, "wake")
+        if status_r is not None:
+            selector.register(status_r, selectors.EVENT_READ, "status")
         pipe_open, drain_until = True, None
         while True:
             for key, _ in selector.select(self._select_timeout(drain_until)):
                 if key.data == "wake":
                     self._drain_wake_fd()
+                elif key.data == "status":
+                    if not self._read_status(workload, status_r):
+                        selector.unregister(status_r)
                 elif not self._pump(pipe_r):
                     selector.unregister(pipe_r)
                     pipe_open = False
             if drain_until is None:
-                self._act_on_stop(proc.pid, spec)
-                if _has_exited(proc.pid):
-                    # The unreaped leader still holds the group id: kill what is left in it.
-                    _signal_group(proc.pid, signal.SIGKILL)
-                    proc.wait()
+                self._act_on_stop(workload, spec)
+                self._watch_gpu_memory(workload)
+                if workload.has_exited():
                     drain_until = time.monotonic() + DRAIN_SECONDS
             if drain_until is not None and (not pipe_open or time.monotonic() >= drain_until):
                 break
         selector.close()
         os.close(pipe_r)
+        if status_r is not None:
+            os.close(status_r)
+
+    def _read_status(self, workload, status_r: int) -> bool:  # noqa: ANN001
+        """Take in bwrap's status; record the sandbox once its namespace is known."""
+        data = os.read(status_r, 4096)
+        if not data:
+            return False
+        known = workload.record()
+        workload.on_status(data)
+        if workload.record() != known:
+            self.record.update(workload.record())
+            self._write_state()
+        return True
 
     def _pump(self, pipe_r: int) -> bool:
         """Move one chunk from the pipe to the log; False at end of file."""
@@ -246,18 +326,20 @@ class Runner:
         timeout = IDLE_WAKE_SECONDS
         if self.kill_deadline is not None and not self.killed:
             timeout = min(timeout, self.kill_deadline - now)
+        if self.gpu_watch is not None:
+            timeout = min(timeout, self.next_gpu_sample - now)
         if drain_until is not None:
             timeout = min(timeout, drain_until - now)
         return max(timeout, 0.0)
 
-    def _act_on_stop(self, pgid: int, spec: RunnerSpec) -> None:
-        """SIGTERM the group once a stop is asked for, SIGKILL it when the grace is over."""
+    def _act_on_stop(self, workload, spec: RunnerSpec) -> None:  # noqa: ANN001
+        """SIGTERM the workload once a stop is asked for, SIGKILL it when the grace is over."""
         assert self.log is not None
         if self.stop_requested and not self.stop_forwarded:
             self.stop_forwarded = True
             grace = self._stop_grace(spec)
             self.log.note(f"stop requested; sending SIGTERM to the workload (grace {grace:g} s)")
-            _signal_group(pgid, signal.SIGTERM)
+            workload.stop(signal.SIGTERM)
             self.kill_deadline = time.monotonic() + grace
         if (
             self.kill_deadline is not None
@@ -266,7 +348,20 @@ class Runner:
         ):
             self.killed = True
             self.log.note("grace period over; sending SIGKILL to the workload")
-            _signal_group(pgid, signal.SIGKILL)
+            workload.kill()
+
+    def _watch_gpu_memory(self, workload) -> None:  # noqa: ANN001
+        """Stop a fractional job that stayed over its GPU memory share for its grace."""
+        now = time.monotonic()
+        if self.gpu_watch is None or self.exceeded is not None or now < self.next_gpu_sample:
+            return
+        self.next_gpu_sample = now + GPU_SAMPLE_SECONDS
+        excess = self.gpu_watch.check(now, workload.belongs)
+        if excess is not None:
+            self.exceeded = excess
+            assert self.log is not None
+            self.log.note(str(excess["message"]))
+            workload.kill()
 
     def _stop_grace(self, spec: RunnerSpec) -> float:
         """stop.json's grace_seconds when present and valid, else the spec's."""
@@ -278,30 +373,55 @@ class Runner:
 
     # -- records --------------------------------------------------------------------------
 
-    def _record_exit(self, returncode: int) -> bool:
+    def _record_exit(self, returncode: int, spec_memory: int | None = None) -> bool:
+        """Record how the workload ended; keep trying while the disk is full."""
         if returncode < 0:
             self.record["signal"] = -returncode
             returncode = 128 - returncode
+        elif returncode > 128 and self.record.get("sandbox") is not None:
+            self.record["signal"] = returncode - 128  # bwrap reports a signal as 128 + N
         self.record.update(
             exit_code=returncode, ended_at=time.time(), stop_requested=self.stop_forwarded
         )
-        return self._write_state()
+        self._note_excess(returncode, spec_memory)
+        return self._write_state(retry=True)
+
+    def _note_excess(self, returncode: int, limit: int | None) -> None:
+        """Say why the job was stopped: over its GPU memory share, or out of host memory."""
+        excess = self.exceeded
+        if excess is None and returncode != 0 and self.cgroup is not None:
+            excess = tenancy.memory_excess(self.cgroup, limit)
+            if excess is not None and self.log is not None:
+                self.log.note(str(excess["message"]))
+        if excess is not None:
+            self.record["exceeded"] = excess
+            self.record["message"] = excess["message"]
 
     def _fail(self, code: int, message: str) -> None:
         """Record that the workload could not run (or was not run), with a line in the log."""
         if self.log is not None:
             self.log.note(message)
         self.record.update(exit_code=code, ended_at=time.time(), message=message)
-        self._write_state()
+        self._write_state(retry=True)
 
-    def _write_state(self) -> bool:
-        try:
-            atomic_write_json(self._path(STATE_FILE), self.record)
-        except OSError as e:
-            print(f"gpupool runner: cannot write {STATE_FILE}: {e}", file=sys.stderr)
-            return False
-        notify(self.notify_fifo)
-        return True
+    def _write_state(self, retry: bool = False) -> bool:
+        """Write state.json. An exit record (``retry``) is retried until it is written: the
+        disk may be full for a while, and the job's real exit code must reach the server."""
+        failures = 0
+        while True:
+            try:
+                atomic_write_json(self._path(STATE_FILE), self.record)
+            except OSError as e:
+                if failures == 0:
+                    with contextlib.suppress(OSError):
+                        print(f"gpupool runner: cannot write {STATE_FILE}: {e}", file=sys.stderr)
+                if not (retry and e.errno in (errno.ENOSPC, errno.EDQUOT)):
+                    return False
+                time.sleep(RECORD_RETRY_SECONDS[min(failures, len(RECORD_RETRY_SECONDS) - 1)])
+                failures += 1
+                continue
+            notify(self.notify_fifo)
+            return True
 
 
 def _exec_failure(program: str, error: OSError) -> tuple[int, str]:
@@ -313,16 +433,3 @@ def _exec_failure(program: str, error: OSError) -> tuple[int, str]:
     if error.errno == errno.ENOEXEC:
         return CODE_NOT_EXECUTABLE, f"command is not executable: {program} (exec format error)"
     return CODE_NOT_EXECUTABLE, f"cannot execute {program}: {error.strerror or error}"
-
-
-def _has_exited(pid: int) -> bool:
-    """True once the workload has ended, without reaping it (its group id stays reserved)."""
-    try:
-        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
-    except ChildProcessError:
-        return True
-
-
-def _signal_group(pgid: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)

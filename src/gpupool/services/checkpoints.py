@@ -57,9 +57,15 @@ class CheckpointWatcher:
             self._looked_at[watched.attempt_id] = clock
             at = self.executor.checkpoint_at(watched.handle)
             if at is not None and at > self._newest.get(watched.attempt_id, float("-inf")):
-                self._newest[watched.attempt_id] = at
                 seen.append(Seen(watched.attempt_id, watched.job_id, watched.number, at))
         return seen
+
+    def mark(self, seen: list[Seen]) -> None:
+        """Remember what ``record`` stored, once its transaction committed (a failed commit
+        leaves them to be found, and stored, again)."""
+        for found in seen:
+            self._newest[found.attempt_id] = found.at
+            self._reported.add(found.attempt_id)
 
     def record(self, session: Session, seen: list[Seen], now: float) -> None:
         """Store each newer ``checkpoint_at``; the first of an attempt also gets an event."""
@@ -73,7 +79,6 @@ class CheckpointWatcher:
                 .values(checkpoint_at=found.at)
             ).rowcount
             if moved and found.attempt_id not in self._reported:
-                self._reported.add(found.attempt_id)
                 message = f"attempt {found.number} wrote a checkpoint to $GPUPOOL_CHECKPOINT_DIR"
                 job_service.record(session, found.job_id, now, Reason.CHECKPOINTED, message)
 

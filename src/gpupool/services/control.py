@@ -21,8 +21,9 @@ from dataclasses import dataclass, replace
 
 from sqlalchemy import bindparam, insert, select, update
 
+from gpupool.domain.isolation import IsolationStatus
 from gpupool.domain.jobs import JobSpec, JobStatus, Reason, StopReason
-from gpupool.executors.base import Executor, Handle, LaunchError, Observed, TaskSpec
+from gpupool.executors.base import Executor, GpuGrant, Handle, LaunchError, Observed, TaskSpec
 from gpupool.scheduler import schedule
 from gpupool.scheduler.types import (
     Clock,
@@ -41,11 +42,11 @@ from gpupool.services.eta import EtaPredictor
 from gpupool.services.snapshots import SnapshotBuilder, placement_json
 from gpupool.settings import Settings
 from gpupool.store.db import Database
-from gpupool.store.models import AttemptModel, EventModel, JobModel
+from gpupool.store.models import AttemptModel, EventModel, JobModel, UserModel
 
 log = logging.getLogger(__name__)
 
-ACTIVE_ATTEMPT = ("starting", "running")
+ACTIVE_ATTEMPT = ("starting", "running", "orphaned")
 # Runners announce every state change through the executor's change_fd, so polling is only
 # a safety net (a runner killed with SIGKILL announces nothing).
 BUSY_POLL = 0.25
@@ -110,6 +111,8 @@ class ControlLoop:
         # still stop and are requeued, and at worst a job preempts once more after a restart.
         self.nominations: dict[int, Nomination] = {}
         self._active: dict[int, ActiveAttempt] = {}
+        # launches that failed and whose failure is not recorded yet (a commit failed)
+        self._failed_launches: list[tuple[int, TaskSpec, LaunchError]] = []
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
@@ -190,7 +193,11 @@ class ControlLoop:
     # -- one pass ----------------------------------------------------------------------------
 
     def run_once(self, force_schedule: bool = True) -> bool:
-        """One pass; True if some attempt changed state."""
+        """One pass; True if some attempt changed state.
+
+        Every step marks what it observed only once its transaction committed, so a pass
+        that fails (a full disk) is simply done again by the next one."""
+        self._record_failed_launches()
         changed = self.reconcile()
         self.stop_what_must_end()
         self.note_checkpoints()
@@ -221,7 +228,9 @@ class ControlLoop:
             transitions.requeue(session, job, self.clock.now(), message)
             return
         row.executor_state = self.executor.get_state(handle)
-        observed = Observed.RUNNING if row.status == "running" else Observed.STARTING
+        observed = {"running": Observed.RUNNING, "orphaned": Observed.ORPHANED}.get(
+            row.status, Observed.STARTING
+        )
         spec = JobSpec.model_validate(session.get(JobModel, row.job_id).spec)
         self._active[row.id] = ActiveAttempt(
             row.id,
@@ -253,6 +262,7 @@ class ControlLoop:
         if not changed:
             return False
         now = self.clock.now()
+        started: dict[int, float | None] = {}
         with self.db.session() as session:
             attempts, jobs = self._rows(session, [active for active, _ in changed])
             for active, result in changed:
@@ -260,9 +270,9 @@ class ControlLoop:
                 if attempt.executor_state is None:
                     attempt.executor_state = self.executor.get_state(active.handle)
                 transitions.apply(session, attempt, jobs[active.job_id], result, now)
-                active.observed = result.observed
-                active.started_at = attempt.started_at
-        for active, result in changed:
+                started[active.attempt_id] = attempt.started_at
+        for active, result in changed:  # committed: only now is it observed
+            active.observed, active.started_at = result.observed, started[active.attempt_id]
             if result.observed in (Observed.EXITED, Observed.LOST):
                 self._forget(active)
         return True
@@ -325,9 +335,9 @@ class ControlLoop:
             return
         now = self.clock.now()
         with self.db.session() as session:
-            for request in requests:
-                if stops.record(session, request, now):
-                    self._active[request.attempt_id].stop_reason = request.reason
+            recorded = [request for request in requests if stops.record(session, request, now)]
+        for request in recorded:
+            self._active[request.attempt_id].stop_reason = request.reason
         for request in requests:
             self._send_stop(self._active[request.attempt_id])
 
@@ -342,6 +352,7 @@ class ControlLoop:
         if seen:
             with self.db.session() as session:
                 self.checkpoints.record(session, seen, self.clock.now())
+            self.checkpoints.mark(seen)
 
     # -- (3) schedule and (4) dispatch -------------------------------------------------------
 
@@ -351,6 +362,10 @@ class ControlLoop:
         have passed since the last cycle that did."""
         with self.db.reader() as session:
             snapshot = self.snapshots.build(session, self.clock.now(), self.nominations)
+        isolation = self.executor.isolation()
+        if isolation is not None and not isolation.runs_jobs:
+            self._hold(snapshot.pending, isolation)
+            return
         due = time.monotonic() - self._explained_at >= self.settings.explain_interval_seconds
         if not due:
             snapshot = replace(snapshot, explain=False)
@@ -361,6 +376,17 @@ class ControlLoop:
             self.pending_reasons = decisions.pending
             self._record_reasons(decisions.pending)
         self._carry_out(decisions)
+
+    def _hold(self, pending, isolation: IsolationStatus) -> None:  # noqa: ANN001
+        """Isolation is on and cannot be had: no job starts, and each says why."""
+        reasons = {
+            job.job_id: PendingReason(
+                job.job_id, Reason.ISOLATION_UNAVAILABLE, isolation.message, position
+            )
+            for position, job in enumerate(pending, start=1)
+        }
+        self.pending_reasons = reasons
+        self._record_reasons(reasons)
 
     def _carry_out(self, decisions: Decisions) -> None:
         """Stop the preempted jobs and start the placed ones (all or part of a cycle's)."""
@@ -473,14 +499,14 @@ class ControlLoop:
                         reason=Reason.PLACED.value,
                         message=f"placed on {describe(placement)}",
                     )
-                    .returning(JobModel.attempts, JobModel.spec)
+                    .returning(JobModel.attempts, JobModel.spec, JobModel.user_id)
                 ).first()
                 if row is not None:
                     claimed.append(self._new_attempt(session, placement, row, now))
         return claimed
 
     def _new_attempt(self, session, placement: Placement, row, now: float) -> Claimed:  # noqa: ANN001
-        number, data = row
+        number, data, user_id = row
         spec = JobSpec.model_validate(data)
         attempt = AttemptModel(
             job_id=placement.job_id,
@@ -495,7 +521,11 @@ class ControlLoop:
         job_service.record(
             session, placement.job_id, now, Reason.PLACED, f"placed on {describe(placement)}"
         )
+        user, unix_user = session.execute(
+            select(UserModel.name, UserModel.unix_user).where(UserModel.id == user_id)
+        ).one()
         task = self._task(placement.job_id, number, spec, placement)
+        task = replace(task, user=user, unix_user=unix_user)
         return Claimed(attempt.id, task, spec.max_runtime_seconds)
 
     def _task(self, job_id: int, number: int, spec: JobSpec, placement: Placement) -> TaskSpec:
@@ -509,6 +539,9 @@ class ControlLoop:
             gpu_uuids=[gpu.uuid for gpu in placement.gpus],
             log_limit_bytes=self.settings.log_limit_bytes,
             stop_grace_seconds=self._grace(spec),
+            cpus=spec.resources.cpus,
+            memory_bytes=spec.resources.memory_bytes,
+            gpu_grants=tuple(GpuGrant(g.uuid, g.share, g.memory_bytes) for g in placement.gpus),
         )
 
     def _grace(self, spec: JobSpec) -> float:
@@ -518,15 +551,26 @@ class ControlLoop:
         return self.settings.stop_grace_seconds
 
     def _launch_failed(self, failed: list[tuple[int, TaskSpec, LaunchError]]) -> None:
+        """Record failed launches; kept and tried again by the next pass if that fails."""
+        self._failed_launches += failed
+        self._record_failed_launches()
+
+    def _record_failed_launches(self) -> None:
+        if not self._failed_launches:
+            return
         now = self.clock.now()
         with self.db.session() as session:
-            for attempt_id, task, error in failed:
+            for attempt_id, task, error in self._failed_launches:
                 attempt = session.get(AttemptModel, attempt_id)
                 attempt.status, attempt.ended_at = "launch_failed", now
                 job = session.get(JobModel, task.job_id)
+                if error.reason == "storage_full":  # the job did nothing wrong: it waits
+                    transitions.requeue(session, job, now, error.user_message)
+                    continue
                 job_service.finish(
                     session, job, JobStatus.FAILED, now, Reason.LAUNCH_FAILED, error.user_message
                 )
+        self._failed_launches = []
 
 
 def describe(placement: Placement) -> str:

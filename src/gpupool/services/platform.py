@@ -10,7 +10,9 @@ from dataclasses import dataclass, field
 
 from gpupool.discovery import discover_node
 from gpupool.domain.inventory import NodeInventory
+from gpupool.domain.isolation import IsolationStatus
 from gpupool.executors.base import Executor
+from gpupool.executors.isolation import Isolation
 from gpupool.executors.local import LocalExecutor
 from gpupool.scheduler import schedule
 from gpupool.scheduler.types import Clock, Schedule
@@ -35,9 +37,11 @@ class NodeWatcher:
         clock: Clock,
         on_change: Callable[[], None],
         discover: Callable[[Settings], NodeInventory] = discover_node,
+        on_inventory: Callable[[NodeInventory], None] | None = None,
     ) -> None:
         self.settings, self.db, self.clock = settings, db, clock
         self.on_change, self.discover = on_change, discover
+        self.on_inventory = on_inventory
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._capacity: object = None
@@ -46,6 +50,8 @@ class NodeWatcher:
     def refresh(self) -> bool:
         """Discover and record the node; True when what it can run has changed."""
         inventory = self.inventory = self.discover(self.settings)
+        if self.on_inventory is not None:
+            self.on_inventory(inventory)
         with self.db.session() as session:
             nodes.register(session, inventory, self.clock.now())
         capacity = (inventory.cpus, inventory.memory_bytes, inventory.schedulable_gpus())
@@ -101,6 +107,10 @@ class Platform:
         self.stop()
         self.db.dispose()
 
+    def isolation(self) -> IsolationStatus | None:
+        """How this node keeps jobs apart, and whether it can run them (None: no sandbox)."""
+        return self.executor.isolation()
+
 
 def open_platform(
     settings: Settings,
@@ -115,15 +125,31 @@ def open_platform(
     clock = clock or SystemClock()
     db = Database(settings.database)
     prepare(db)
+    _keep_private(settings)
     with db.session() as session:
         first = auth.bootstrap(session, clock.now())
-    executor = executor or LocalExecutor(settings.jobs_dir, base_env=_base_env())
+    isolation = Isolation(settings)
+    executor = executor or LocalExecutor(
+        settings.jobs_dir, base_env=_base_env(), isolation=isolation
+    )
     loop = ControlLoop(db, executor, settings, clock, decide)
-    watcher = NodeWatcher(settings, db, clock, on_change=loop.wake)
+    watcher = NodeWatcher(
+        settings, db, clock, on_change=loop.wake, on_inventory=isolation.devices.update
+    )
     watcher.refresh()
     found = watcher.inventory
     log.info("node %s: %d GPUs, %d CPUs", found.name, len(found.gpus), found.cpus)
     return Platform(settings, db, executor, loop, clock, watcher, first)
+
+
+def _keep_private(settings: Settings) -> None:
+    """The data directory and the SQLite files are the server's alone (0700, 0600): they
+    hold every token hash and web session. SQLite gives its -wal and -shm files the mode
+    of the database file."""
+    settings.data_dir.chmod(0o700)
+    if settings.is_sqlite:
+        for path in settings.data_dir.glob("gpupool.db*"):
+            path.chmod(0o600)
 
 
 def _base_env() -> dict[str, str]:

@@ -20,17 +20,22 @@ def apply(
     session: Session, attempt: AttemptModel, job: JobModel, result: PollResult, now: float
 ) -> None:
     """Record one observation; an attempt seen ending before it was seen running gets both."""
-    if result.observed == Observed.RUNNING or (
-        result.started_at and attempt.started_at is None and result.observed != Observed.STARTING
+    if attempt.started_at is None and (
+        result.observed == Observed.RUNNING
+        or (result.started_at and result.observed != Observed.STARTING)
     ):
-        started(session, attempt, job, result.started_at or now)
+        started(session, attempt, job, result.started_at or now, result.notes)
     if result.observed == Observed.EXITED:
         exited(session, attempt, job, result, now)
     elif result.observed == Observed.LOST:
         lost(session, attempt, job, result, now)
+    elif result.observed == Observed.ORPHANED:
+        fenced(session, attempt, job, result, now)
 
 
-def started(session: Session, attempt: AttemptModel, job: JobModel, at: float) -> None:
+def started(
+    session: Session, attempt: AttemptModel, job: JobModel, at: float, notes: tuple[str, ...] = ()
+) -> None:
     attempt.status, attempt.started_at = "running", at
     if job.status != JobStatus.STARTING.value:
         return
@@ -38,6 +43,18 @@ def started(session: Session, attempt: AttemptModel, job: JobModel, at: float) -
     job.reason, job.message = Reason.STARTED.value, f"running on {attempt.node}"
     message = f"attempt {attempt.number} started on {attempt.node}"
     job_service.record(session, job.id, at, Reason.STARTED, message)
+    for note in notes:  # what the node could not hold the job to
+        job_service.record(session, job.id, at, Reason.LIMITS_NOT_ENFORCED, note)
+
+
+def fenced(
+    session: Session, attempt: AttemptModel, job: JobModel, result: PollResult, now: float
+) -> None:
+    """The runner is gone and the job's processes are not yet: its GPUs stay reserved."""
+    attempt.status = "orphaned"
+    message = result.message or f"the runner of attempt {attempt.number} is gone"
+    job.reason, job.message = Reason.GPUS_FENCED.value, message
+    job_service.record(session, job.id, now, Reason.GPUS_FENCED, message)
 
 
 def exited(
@@ -48,7 +65,7 @@ def exited(
     if _preempted(attempt, job):
         requeue_preempted(session, attempt, job, now)
         return
-    status, reason, message = outcome(job, code, attempt.stop_reason)
+    status, reason, message = outcome(job, code, attempt.stop_reason, result)
     job_service.finish(session, job, status, at, reason, message, exit_code=code)
 
 
@@ -89,8 +106,14 @@ def requeue_preempted(session: Session, attempt: AttemptModel, job: JobModel, no
     job_service.record(session, job.id, now, Reason.REQUEUED, stops.REQUEUED_MESSAGE)
 
 
+STOPPED_FOR = {r.value: r for r in (Reason.GPU_MEMORY_EXCEEDED, Reason.MEMORY_EXCEEDED)}
+
+
 def outcome(
-    job: JobModel, code: int | None, stop_reason: str | None = None
+    job: JobModel,
+    code: int | None,
+    stop_reason: str | None = None,
+    result: PollResult | None = None,
 ) -> tuple[JobStatus, Reason, str]:
     if job.cancel_requested_at is not None:
         return (
@@ -100,6 +123,8 @@ def outcome(
         )
     if stop_reason == StopReason.MAX_RUNTIME:
         return JobStatus.FAILED, Reason.MAX_RUNTIME_EXCEEDED, stops.ended_message(job, code)
+    if result is not None and result.reason in STOPPED_FOR:  # over what it asked for
+        return JobStatus.FAILED, STOPPED_FOR[result.reason], result.message or result.reason
     if code == 0:
         return JobStatus.SUCCEEDED, Reason.EXITED, "exited with code 0"
     return JobStatus.FAILED, Reason.EXITED, f"exited with code {code}"

@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
+import enum
 import math
 import re
+from typing import Literal
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gpupool.domain.jobs import Role
-from gpupool.errors import Conflict, InvalidRequest, InvalidWeight, NotFound, UnknownTeam
+from gpupool.errors import (
+    Conflict,
+    InvalidRequest,
+    InvalidWeight,
+    NotFound,
+    UnixUserNotAllowed,
+    UnknownTeam,
+)
+from gpupool.executors import accounts
 from gpupool.services.passwords import hash_password
 from gpupool.store.models import MembershipModel, TeamModel, UserModel
 
@@ -18,6 +28,15 @@ DEFAULT_TEAM = "default"
 MIN_PASSWORD = 8
 MAX_WEIGHT = 1_000_000.0
 DEFAULT_WEIGHT = 1.0
+
+
+class Keep(enum.Enum):
+    """An argument left out of an update: the field keeps its value (None would clear it)."""
+
+    KEEP = "keep"
+
+
+KEEP = Keep.KEEP
 
 
 def check_name(kind: str, name: str) -> str:
@@ -58,6 +77,7 @@ def create_user(
     now: float,
     password: str | None = None,
     weight: float = DEFAULT_WEIGHT,
+    unix_user: str | None = None,
 ) -> UserModel:
     check_name("user", name)
     if session.scalar(select(UserModel).where(UserModel.name == name)):
@@ -65,6 +85,7 @@ def create_user(
     user = UserModel(
         name=name, role=role.value, created_at=now, disabled=False, weight=check_weight(weight)
     )
+    user.unix_user = check_unix_user(unix_user)
     user.password_hash = _password_hash(password)
     user.teams = [get_team(session, team) for team in teams]
     session.add(user)
@@ -92,8 +113,12 @@ def update_user(
     password: str | None = None,
     disabled: bool | None = None,
     weight: float | None = None,
+    unix_user: str | None | Literal[Keep.KEEP] = KEEP,
 ) -> UserModel:
+    """Change what is given; ``unix_user`` None clears the mapping, KEEP leaves it."""
     user = get_user(session, name)
+    if unix_user is not KEEP:
+        user.unix_user = check_unix_user(unix_user)
     if weight is not None:
         user.weight = check_weight(weight)
     if role is not None:
@@ -118,6 +143,16 @@ def check_weight(weight: float) -> float:
             fields=[{"field": "weight", "message": "a number above 0"}],
         )
     return float(weight)
+
+
+def check_unix_user(name: str | None) -> str | None:
+    """The account, if this user's jobs may run under it (or None); else UnixUserNotAllowed.
+
+    Several users may share one account, as in Slurm."""
+    reason = None if name is None else accounts.problem(name)
+    if reason is not None:
+        raise UnixUserNotAllowed(reason, fields=[{"field": "unix_user", "message": reason}])
+    return name
 
 
 def user_weights(session: Session) -> dict[str, float]:

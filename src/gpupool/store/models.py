@@ -85,6 +85,8 @@ class UserModel(Base):
     created_at: Mapped[float] = mapped_column(Time)
     # fair share inside a team: a user of weight 2 is owed twice the GPU time of one of 1
     weight: Mapped[float] = mapped_column(Float, default=1.0, server_default=text("1"))
+    # the Unix account its jobs run under when the server is root; None: the server's default
+    unix_user: Mapped[str | None] = mapped_column(String(32))
     teams: Mapped[list[TeamModel]] = relationship(secondary="memberships", lazy="selectin")
 
 

@@ -5,9 +5,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pwd
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -31,14 +34,45 @@ def py(code: str) -> list[str]:
     return [PYTHON, "-c", code]
 
 
-class RunnerHarness:
-    """One attempt directory, a spec.json written by the test, and the runner on it."""
+def bwrap() -> str | None:
+    return shutil.which("bwrap")
 
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.dir = root / "attempts" / "1"
-        self.checkpoint_dir = root / "checkpoints"
-        self.output_dir = root / "outputs"
+
+def sandbox_policy(root: Path) -> dict[str, Any]:
+    """A sandbox as the executor asks for one: the system and this Python shown read-only,
+    the harness's own files hidden."""
+    system = ["/usr", "/bin", "/sbin", "/lib", "/lib64", "/etc"]
+    return {
+        "bwrap": bwrap(),
+        "setpriv": shutil.which("setpriv"),
+        "readonly": [*system, sys.base_prefix, sys.prefix],
+        "hidden": [str(root / "attempts")],
+        "devices": [],
+    }
+
+
+def nobody() -> dict[str, Any]:
+    entry = pwd.getpwnam("nobody")
+    return {"name": "nobody", "uid": entry.pw_uid, "gid": entry.pw_gid, "groups": [entry.pw_gid]}
+
+
+class RunnerHarness:
+    """One attempt directory, a spec.json written by the test, and the runner on it.
+
+    Its root is a fresh directory under /tmp that other accounts may enter, as a sandboxed
+    job under its own account must reach its directories; ``work`` is a directory such a
+    job may use as its working directory (release files, scripts)."""
+
+    def __init__(self, sandboxed: bool = False) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="gpupool-runner-", dir="/tmp"))
+        self.root.chmod(0o755)
+        self.sandboxed = sandboxed
+        self.dir = self.root / "attempts" / "1"
+        self.checkpoint_dir = self.root / "checkpoints"
+        self.output_dir = self.root / "outputs"
+        self.work = self.root / "work"
+        self.work.mkdir(mode=0o777)
+        self.work.chmod(0o1777)
         self.spawned: list[subprocess.Popen[bytes]] = []
 
     def write_spec(self, command: list[str], **overrides: Any) -> dict[str, Any]:
@@ -56,6 +90,11 @@ class RunnerHarness:
             "checkpoint_dir": str(self.checkpoint_dir),
             "output_dir": str(self.output_dir),
         }
+        if self.sandboxed:
+            spec["sandbox"] = sandbox_policy(self.root)
+            spec["protected"] = [str(self.dir.parent)]
+            if os.geteuid() == 0:
+                spec["account"] = nobody()
         spec.update(overrides)
         (self.dir / "spec.json").write_text(json.dumps(spec))
         return spec

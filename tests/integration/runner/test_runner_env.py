@@ -65,9 +65,8 @@ def test_runner_environment_does_not_leak(harness: RunnerHarness) -> None:
     assert "GPUPOOL_TEST_SERVER_SECRET" not in workload_env(harness)
 
 
-def test_workdir_is_the_cwd(harness: RunnerHarness, tmp_path) -> None:
-    workdir = tmp_path / "work"
-    workdir.mkdir()
+def test_workdir_is_the_cwd(harness: RunnerHarness) -> None:
+    workdir = harness.work
     harness.write_spec(py("import os; print('CWD=' + os.getcwd())"), workdir=str(workdir))
     assert harness.run().returncode == 0
     assert f"CWD={workdir}" in harness.log()

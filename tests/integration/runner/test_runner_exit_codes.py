@@ -36,18 +36,18 @@ def test_missing_command_is_127(harness: RunnerHarness, command: str) -> None:
     assert f"[gpupool] command not found: {command}" in harness.log()
 
 
-def test_not_executable_is_126(harness: RunnerHarness, tmp_path) -> None:
-    script = tmp_path / "script.sh"
+def test_not_executable_is_126(harness: RunnerHarness) -> None:
+    script = harness.work / "script.sh"
     script.write_text("#!/bin/sh\necho hi\n")
     script.chmod(0o644)
-    harness.write_spec([str(script)])
+    harness.write_spec([str(script)], workdir=str(harness.work))
     assert harness.run().returncode == 0
     assert harness.state()["exit_code"] == 126
     assert f"[gpupool] command is not executable: {script}" in harness.log()
 
 
-def test_missing_workdir_is_127_with_a_clear_line(harness: RunnerHarness, tmp_path) -> None:
-    missing = tmp_path / "no" / "such" / "dir"
+def test_missing_workdir_is_127_with_a_clear_line(harness: RunnerHarness) -> None:
+    missing = harness.work / "no" / "such" / "dir"
     harness.write_spec(py("print('should not run')"), workdir=str(missing))
     assert harness.run().returncode == 0
     assert harness.state()["exit_code"] == 127

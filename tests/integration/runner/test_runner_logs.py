@@ -20,8 +20,8 @@ def test_stdout_and_stderr_both_land_in_the_log(harness: RunnerHarness) -> None:
     assert harness.log().splitlines() == ["to stdout", "to stderr", "stdout again"]
 
 
-def test_log_is_written_live(harness: RunnerHarness, tmp_path) -> None:
-    release = tmp_path / "release"
+def test_log_is_written_live(harness: RunnerHarness) -> None:
+    release = harness.work / "release"
     code = (
         "import os, time\n"
         "print('first line', flush=True)\n"
@@ -29,7 +29,7 @@ def test_log_is_written_live(harness: RunnerHarness, tmp_path) -> None:
         "    time.sleep(0.01)\n"
         "print('second line', flush=True)\n"
     )
-    harness.write_spec(py(code))
+    harness.write_spec(py(code), workdir=str(harness.work))
     proc = harness.spawn()
     harness.wait_for_log("first line\n")
     assert proc.poll() is None
@@ -67,10 +67,10 @@ def test_runner_notes_start_on_their_own_line(harness: RunnerHarness) -> None:
     assert harness.log() == f"xxxxx\n{marker}\n"
 
 
-def test_state_json_while_running_and_after(harness: RunnerHarness, tmp_path) -> None:
-    release = tmp_path / "release"
+def test_state_json_while_running_and_after(harness: RunnerHarness) -> None:
+    release = harness.work / "release"
     code = f"import os, time\nwhile not os.path.exists({str(release)!r}): time.sleep(0.01)\n"
-    harness.write_spec(py(code))
+    harness.write_spec(py(code), workdir=str(harness.work))
     proc = harness.spawn()
     running = wait_for(lambda: (harness.dir / "state.json").exists() and harness.state())
     assert running["runner_pid"] == proc.pid

@@ -6,6 +6,8 @@ import signal
 
 from runner_harness import RunnerHarness, is_alive, py, wait_for
 
+from gpupool.runner.sandbox import members
+
 SLEEP_READY = "import time; print('ready', flush=True); time.sleep(600)"
 
 TRAPS_SIGTERM = """
@@ -94,13 +96,23 @@ def test_stop_json_grace_wins_over_the_spec(harness: RunnerHarness) -> None:
     assert harness.state()["exit_code"] == 128 + signal.SIGKILL
 
 
+def workload_pids(harness: RunnerHarness) -> list[int]:
+    """Host PIDs to watch: the grandchild the workload printed, or, in a sandbox (where a
+    job sees only PIDs of its own namespace), every process of the sandbox's namespace."""
+    if not harness.sandboxed:
+        return [grandchild_pid(harness)]
+    state = wait_for(lambda: harness.state().get("sandbox"), what="the sandbox's namespace")
+    return members(state["pid_namespace"])
+
+
 def test_stop_kills_grandchildren(harness: RunnerHarness) -> None:
     proc = start_and_wait_ready(harness, py(WITH_GRANDCHILD) + ["wait"])
-    grandchild = grandchild_pid(harness)
-    assert is_alive(grandchild)
+    pids = workload_pids(harness)
+    assert pids and all(is_alive(pid) for pid in pids)
+    assert len(pids) >= (1 if not harness.sandboxed else 3)  # init, workload, grandchild
     proc.send_signal(signal.SIGTERM)
     assert harness.wait_for_exit(proc) == 0
-    wait_for(lambda: not is_alive(grandchild), what="the grandchild to die")
+    wait_for(lambda: not any(is_alive(p) for p in pids), what="the grandchild to die")
 
 
 def test_leftovers_are_killed_when_the_workload_exits(harness: RunnerHarness) -> None:
@@ -108,7 +120,11 @@ def test_leftovers_are_killed_when_the_workload_exits(harness: RunnerHarness) ->
     result = harness.run()
     assert result.returncode == 0
     assert harness.state()["exit_code"] == 0
-    wait_for(lambda: not is_alive(grandchild_pid(harness)), what="the grandchild to die")
+    if harness.sandboxed:
+        namespace = harness.state()["sandbox"]["pid_namespace"]
+        wait_for(lambda: not members(namespace), what="the sandbox to be empty")
+    else:
+        wait_for(lambda: not is_alive(grandchild_pid(harness)), what="the grandchild to die")
 
 
 def test_stop_before_start_runs_nothing(harness: RunnerHarness) -> None:

@@ -12,6 +12,7 @@ from executor_helpers import is_alive, py, task, wait_for, wait_observed, wait_u
 
 from gpupool.executors.base import LaunchError, Observed
 from gpupool.executors.local import LocalExecutor
+from gpupool.executors.remains import Remains
 
 SLEEP_READY = "import time; print('ready', flush=True); time.sleep(600)"
 IGNORES_SIGTERM = (
@@ -147,7 +148,7 @@ def test_stop_through_a_new_executor(jobs_dir: Path) -> None:
     first.release(handle)
 
 
-def test_killed_runner_is_lost_and_stop_kills_the_orphan(executor: LocalExecutor) -> None:
+def test_killed_runner_is_lost_only_once_its_workload_is_gone(executor: LocalExecutor) -> None:
     handle = executor.start(task(py(SLEEP_READY)))
     wait_ready(executor, handle)
     state_file = Path(handle.state["attempt_dir"]) / "state.json"
@@ -157,10 +158,38 @@ def test_killed_runner_is_lost_and_stop_kills_the_orphan(executor: LocalExecutor
 
     lost = wait_observed(executor, handle, Observed.LOST)
     assert lost.message
-    assert is_alive(workload)
-    executor.stop(handle, 1.0)
-    wait_for(lambda: not is_alive(workload), what="the orphaned workload to die")
+    assert not is_alive(workload), "lost (its GPUs free) while its workload still ran"
+    executor.stop(handle, 1.0)  # idempotent on what is gone
     assert executor.poll(handle).observed == Observed.LOST
+
+
+class Lingering(Remains):
+    """Remains that are still there until ``gone`` is set (a process stuck in the kernel)."""
+
+    def __init__(self) -> None:
+        self.gone = False
+        self.killed = 0
+
+    def kill(self, record):  # noqa: ANN001, ANN201
+        self.killed += 1
+        return [] if self.gone else [4242]
+
+
+def test_a_runner_whose_processes_linger_keeps_its_gpus_until_they_go(jobs_dir: Path) -> None:
+    remains = Lingering()
+    executor = LocalExecutor(jobs_dir, remains=remains)
+    handle = executor.start(task(py(SLEEP_READY)))
+    wait_ready(executor, handle)
+    os.kill(handle.state["runner_pid"], signal.SIGKILL)
+
+    fenced = wait_observed(executor, handle, Observed.ORPHANED)
+    assert "GPUs stay reserved" in fenced.message
+    assert executor.poll(handle).observed == Observed.ORPHANED
+    assert remains.killed >= 2  # killed again at every look
+
+    remains.gone = True
+    assert executor.poll(handle).observed == Observed.LOST
+    executor.release(handle)
 
 
 def test_lost_seen_by_a_new_executor(jobs_dir: Path) -> None:

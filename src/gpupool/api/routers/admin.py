@@ -107,6 +107,7 @@ def create_user(body: UserCreate, ctx: PlatformDep, who: PrincipalDep) -> UserOu
             ctx.clock.now(),
             password=body.password,
             weight=body.weight,
+            unix_user=body.unix_user,
         )
         out = user_out(user)
     _weights_changed(ctx)
@@ -194,6 +195,7 @@ def user_out(user: UserModel) -> UserOut:
         disabled=user.disabled,
         has_password=user.password_hash is not None,
         weight=user.weight,
+        unix_user=user.unix_user,
     )
 
 

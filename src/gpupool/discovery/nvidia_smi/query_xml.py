@@ -65,6 +65,7 @@ def xml_gpu(index: int, uuid: str, memory: int, element: ET.Element) -> GpuDevic
         "name": _text(element, "product_name"),
         "memory_bytes": memory or None,
         "memory_used_bytes": to_bytes(_text(element, "fb_memory_usage/used")),
+        "minor_number": to_int(_text(element, "minor_number")),
         "pci_bus_id": normalize_bus_id(bus_id),
         "utilization_percent": to_percent(_text(element, "utilization/gpu_util")),
         "mig_enabled": mig_enabled,

@@ -1,0 +1,262 @@
+"""Tenancy on a node: what each attempt's runner is told to do so that a job stays its own.
+
+From the server's settings and this node's inventory, ``Isolation.runner_spec`` gives the
+parts of spec.json that the runner turns into a sandbox (``gpupool.runner.sandbox``), an
+account, cgroup limits and a GPU memory watch. ``Isolation.status`` says whether jobs can
+run here at all: with isolation on, a node that cannot make sandboxes runs no job (never a
+silently weaker one), and says what to install.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpupool.domain.inventory import NodeInventory
+from gpupool.domain.isolation import IsolationMode, IsolationStatus
+from gpupool.executors.accounts import AccountError, Accounts
+from gpupool.executors.base import LaunchError, TaskSpec
+from gpupool.settings import Settings
+
+log = logging.getLogger(__name__)
+
+PROBE_TIMEOUT_S = 10.0
+RECHECK_SECONDS = 10.0  # how often an unavailable sandbox is tried again
+CONTROL_DEVICES = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset")
+MIG_MINORS = Path("/proc/driver/nvidia-caps/mig-minors")
+INSTALL_HINT = (
+    "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; Fedora/RHEL: dnf install "
+    "bubblewrap), or set GPUPOOL_ISOLATION=off to run jobs unsandboxed"
+)
+
+
+def split_paths(text: str) -> list[str]:
+    """A comma-separated setting as absolute paths (relative or empty entries are dropped)."""
+    return [p.strip() for p in text.split(",") if p.strip().startswith("/")]
+
+
+@dataclass
+class DeviceMap:
+    """GPU UUID -> the device nodes a job given that GPU (or MIG device) needs, from this
+    node's inventory: ``/dev/nvidiaN`` by minor number, a MIG device's capability nodes, and
+    the NVIDIA control devices present in ``device_dir``."""
+
+    device_dir: Path
+    mig_minors: Path = MIG_MINORS
+    _nodes: dict[str, list[str]] = field(default_factory=dict)
+
+    def update(self, inventory: NodeInventory | None) -> None:
+        nodes: dict[str, list[str]] = {}
+        caps = self._mig_caps()
+        for gpu in inventory.gpus if inventory else []:
+            minor = gpu.minor_number if gpu.minor_number is not None else gpu.index
+            nodes[gpu.uuid] = [f"nvidia{minor}"]
+            for mig in gpu.mig_devices:
+                gi, ci = mig.gpu_instance_id, mig.compute_instance_id
+                extra = [
+                    caps.get(f"gpu{minor}/gi{gi}/access"),
+                    caps.get(f"gpu{minor}/gi{gi}/ci{ci}/access"),
+                ]
+                nodes[mig.uuid] = [
+                    f"nvidia{minor}",
+                    *(f"nvidia-caps/nvidia-cap{n}" for n in extra if n),
+                ]
+        self._nodes = nodes
+
+    def devices(self, uuids: list[str]) -> list[list[str]]:
+        """``[host path, path inside]`` pairs for a job given ``uuids`` (none for no GPU)."""
+        if not uuids:
+            return []
+        names: list[str] = []
+        for uuid in uuids:
+            names += [n for n in self._nodes.get(uuid, []) if n not in names]
+        names += [n for n in CONTROL_DEVICES if (self.device_dir / n).exists()]
+        return [
+            [str(self.device_dir / n), f"/dev/{n}"] for n in names if (self.device_dir / n).exists()
+        ]
+
+    def _mig_caps(self) -> dict[str, int]:
+        try:
+            lines = self.mig_minors.read_text().splitlines()
+        except OSError:
+            return {}
+        found = {}
+        for line in lines:
+            parts = line.split()
+            if len(parts) == 2 and parts[1].isdigit():
+                found[parts[0]] = int(parts[1])
+        return found
+
+
+class Isolation:
+    """The tenancy settings of a node, turned into each runner's spec; probes bubblewrap."""
+
+    def __init__(self, settings: Settings, accounts: Accounts | None = None) -> None:
+        self.settings = settings
+        self.enabled = settings.isolated
+        self.root = os.geteuid() == 0
+        self.accounts = accounts or (
+            Accounts(settings.job_account, settings.create_unix_users) if self.root else None
+        )
+        self.devices = DeviceMap(settings.device_dir)
+        self.bwrap = _which(settings.bwrap_path)
+        self.setpriv = _which("setpriv")
+        self.protected = protected_paths(settings)
+        self._status: IsolationStatus | None = None
+        self._checked_at = 0.0
+        self._lock = threading.Lock()
+
+    # -- status ---------------------------------------------------------------------------
+
+    def status(self) -> IsolationStatus:
+        """Whether and how jobs run here; an unavailable sandbox is tried again now and then
+        (bubblewrap installed while the server runs is found without a restart)."""
+        with self._lock:
+            stale = time.monotonic() - self._checked_at > RECHECK_SECONDS
+            if self._status is None or (not self._status.runs_jobs and stale):
+                self._status = self._check()
+                self._checked_at = time.monotonic()
+            return self._status
+
+    def _check(self) -> IsolationStatus:
+        identity = self.identity()
+        if not self.enabled:
+            return IsolationStatus(
+                mode=IsolationMode.OFF,
+                runs_jobs=True,
+                identity=identity,
+                message=(
+                    "isolation is OFF (GPUPOOL_ISOLATION=off): jobs run unsandboxed and can "
+                    "read what " + identity + " can, the server's data included"
+                ),
+            )
+        problem = self._sandbox_problem()
+        if problem is not None:
+            return IsolationStatus(
+                mode=IsolationMode.UNAVAILABLE, runs_jobs=False, identity=identity, message=problem
+            )
+        return IsolationStatus(
+            mode=IsolationMode.SANDBOX,
+            runs_jobs=True,
+            identity=identity,
+            message=f"every job runs in a bubblewrap sandbox, as {identity}",
+        )
+
+    def identity(self) -> str:
+        if self.accounts is None:
+            return f"the server's account ({_account_name()}) in a user namespace"
+        if self.accounts.create:
+            return "its user's own Unix account (mapped, or created as gp-<user>)"
+        return f"its user's mapped Unix account, else {self.accounts.default}"
+
+    def _sandbox_problem(self) -> str | None:
+        if self.bwrap is None:
+            return f"jobs cannot be isolated: bubblewrap (bwrap) is not installed; {INSTALL_HINT}"
+        if self.root and self.setpriv is None:
+            return "jobs cannot run under their accounts: setpriv (util-linux) is not installed"
+        return _probe(self.bwrap, self.root)
+
+    # -- what a runner is told ----------------------------------------------------------------
+
+    def runner_spec(self, task: TaskSpec, job_dirs: list[str]) -> dict[str, Any]:
+        """The tenancy parts of an attempt's spec.json; LaunchError if its account is unusable."""
+        spec: dict[str, Any] = {
+            "protected": self.protected,
+            "limits": {"cpus": task.cpus, "memory_bytes": task.memory_bytes},
+            "gpu_shares": {g.uuid: g.share for g in task.gpu_grants},
+            "mps_pipe_dir": str(self.settings.mps_pipe_directory),
+        }
+        account = self._account(task)
+        if account is not None:
+            spec["account"] = account
+        memory = {g.uuid: g.memory_bytes for g in task.gpu_grants if g.share < 1}
+        if memory:
+            spec["gpu_memory"] = {
+                "limits": memory,
+                "sampler": self.settings.gpu_memory_sampler,
+                "grace_seconds": self.settings.gpu_memory_grace_seconds,
+            }
+        if self.enabled:
+            spec["sandbox"] = self._sandbox(task, job_dirs)
+        return spec
+
+    def _account(self, task: TaskSpec) -> dict[str, Any] | None:
+        if self.accounts is None:
+            return None
+        try:
+            return self.accounts.for_job(task.user, task.unix_user).as_json()
+        except AccountError as e:
+            raise LaunchError(str(e), user_message=str(e), reason="account_unusable") from e
+
+    def _sandbox(self, task: TaskSpec, job_dirs: list[str]) -> dict[str, Any]:
+        return {
+            "bwrap": self.bwrap,
+            "setpriv": self.setpriv,
+            "readonly": self.readonly_paths(),
+            "readwrite": split_paths(self.settings.sandbox_readwrite_paths),
+            "hidden": self.protected,
+            "devices": self.devices.devices(list(task.gpu_uuids)),
+        }
+
+    def readonly_paths(self) -> list[str]:
+        paths = split_paths(self.settings.sandbox_system_paths)
+        paths += split_paths(self.settings.sandbox_readonly_paths)
+        if self.settings.sandbox_show_python:
+            paths += [p for p in {sys.base_prefix, sys.prefix} if p.startswith("/")]
+        return list(dict.fromkeys(paths))
+
+
+def protected_paths(settings: Settings) -> list[str]:
+    """What a job never sees and no working directory may be in or above: the data
+    directory and the server account's gpupool CLI configuration (its saved token)."""
+    paths = [settings.data_dir, Path.home() / ".config" / "gpupool"]
+    return list(dict.fromkeys(os.path.realpath(p) for p in paths))
+
+
+def _probe(bwrap: str, root: bool) -> str | None:
+    """Make a small sandbox as the runner will; None when it works, else why not."""
+    argv = [bwrap, "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev"]
+    argv += ["--unshare-pid", "--unshare-ipc", "--die-with-parent"]
+    if not root:
+        argv += ["--unshare-user", "--disable-userns"]
+    try:
+        done = subprocess.run(
+            [*argv, "--", "true"], capture_output=True, text=True, timeout=PROBE_TIMEOUT_S
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"jobs cannot be isolated: bubblewrap did not run ({e}); {INSTALL_HINT}"
+    if done.returncode == 0:
+        return None
+    said = (done.stderr or done.stdout).strip().splitlines()[-1:] or [f"exit {done.returncode}"]
+    hint = (
+        ""
+        if root
+        else (
+            " Unprivileged sandboxes need user namespaces: allow them (e.g. sysctl "
+            "kernel.apparmor_restrict_unprivileged_userns=0 on Ubuntu 24.04), or run the "
+            "server as root."
+        )
+    )
+    return f"jobs cannot be isolated: bubblewrap cannot make a sandbox here ({said[0]}).{hint}"
+
+
+def _which(program: str) -> str | None:
+    found = shutil.which(program, path=os.environ.get("PATH", os.defpath) + ":/usr/sbin:/usr/bin")
+    return os.path.realpath(found) if found else None
+
+
+def _account_name() -> str:
+    import pwd
+
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return str(os.getuid())

@@ -1,0 +1,97 @@
+"""What is left of an attempt whose runner died, found from what the runner recorded.
+
+A runner killed with SIGKILL takes its sandbox with it (bubblewrap dies with its parent, and
+the kernel ends a PID namespace with its init), but a GPU is released only when that is
+verified: the sandbox's init is gone (matched by PID and start time, since namespace inodes
+and PIDs are reused), the attempt's cgroup is empty, and the workload's process group is
+gone. Whatever remains is killed, and looked at again on the next poll.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from typing import Any
+
+import psutil
+
+from gpupool.runner import cgroups
+
+CREATE_TIME_TOLERANCE_S = 1.0
+
+
+class Remains:
+    """Finds, kills and cleans up what an attempt without its runner left running."""
+
+    def find(self, record: dict[str, Any] | None) -> list[int]:
+        """PIDs of the attempt's processes still alive (a process group counts by its id)."""
+        if not record:
+            return []
+        found = set(self._sandbox_init(record))
+        cgroup = cgroups.from_json(record.get("cgroup"))
+        if cgroup is not None:
+            found.update(cgroup.processes())
+        if _group_alive(record.get("pgid"), record.get("workload_create_time")):
+            found.add(record["pgid"])
+        return sorted(found)
+
+    def kill(self, record: dict[str, Any] | None) -> list[int]:
+        """SIGKILL what remains; return what was found (it may take a moment to go)."""
+        found = self.find(record)
+        for pid in found:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        if record and _group_alive(record.get("pgid"), record.get("workload_create_time")):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(record["pgid"], signal.SIGKILL)
+        return found
+
+    def clean(self, record: dict[str, Any] | None) -> None:
+        """Remove the attempt's empty cgroup, which its runner did not live to remove."""
+        cgroup = cgroups.from_json((record or {}).get("cgroup"))
+        if cgroup is not None:
+            cgroup.remove()
+
+    def _sandbox_init(self, record: dict[str, Any]) -> list[int]:
+        """The sandbox's init if it still runs: while it does, so may the job inside."""
+        sandbox = record.get("sandbox")
+        if not isinstance(sandbox, dict) or not isinstance(sandbox.get("init_pid"), int):
+            return []
+        pid, started = sandbox["init_pid"], sandbox.get("init_create_time")
+        try:
+            proc = psutil.Process(pid)
+            if started is not None and abs(proc.create_time() - started) > CREATE_TIME_TOLERANCE_S:
+                return []
+            return [] if proc.status() == psutil.STATUS_ZOMBIE else [pid]
+        except psutil.Error:
+            return []
+
+
+def _group_alive(pgid: Any, leader_started: Any) -> bool:
+    """Whether any process of the workload's group ``pgid`` lives. A group's id is not
+    reused while the group has members; a live process with that PID but another start time
+    means the group ended and the PID went to someone else."""
+    if not isinstance(pgid, int) or pgid <= 1:
+        return False
+    with contextlib.suppress(psutil.Error):
+        started = psutil.Process(pgid).create_time()
+        if isinstance(leader_started, int | float) and abs(started - leader_started) > (
+            CREATE_TIME_TOLERANCE_S
+        ):
+            return False
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return _any_member_not_zombie(pgid)
+
+
+def _any_member_not_zombie(pgid: int) -> bool:
+    for proc in psutil.process_iter(["pid"]):
+        with contextlib.suppress(psutil.Error):
+            if os.getpgid(proc.pid) == pgid and proc.status() != psutil.STATUS_ZOMBIE:
+                return True
+    return False

@@ -1,0 +1,222 @@
+"""The job sandbox: a bubblewrap command line derived from a policy (stdlib only).
+
+The policy is data (spec.json's ``sandbox``, written by the executor from the server's
+settings); ``bwrap_argv`` turns it into the launcher's argument list, as JupyterHub's
+SystemdSpawner turns its settings into a transient unit. Inside the sandbox a job has its
+own mount, PID and IPC namespaces, sees the system read-only, a private ``/tmp`` and
+``/dev/shm``, its own ``/proc``, only the device nodes of its GPUs, and of gpupool's data
+directory only its own working, output and checkpoint directories.
+
+How it runs, outermost first:
+
+- ``bwrap`` with an empty environment, so nothing a user controls (``LD_PRELOAD``...) reaches
+  a program that starts privileged. As root it sets the sandbox up with its privileges and
+  ``setpriv`` drops them to the job's account; otherwise it makes a user namespace mapped to
+  the runner's own account, and forbids further ones.
+- ``/bin/sh`` reads the job's environment from a file that exists only inside the sandbox
+  (never on a command line, where every user could read it in ``/proc``) and execs the
+  command, so a missing or non-executable program ends with 127 or 126 as in a shell.
+"""
+
+from __future__ import annotations
+
+import os
+
+from gpupool.runner.spec import SpecError
+from gpupool.runner.tenancy import within
+
+SANDBOX_ENV_FILE = "/run/gpupool/env"
+SHIM = '. /run/gpupool/env && exec "$@"'
+SETPRIV_DROP = ("--inh-caps=-all", "--bounding-set=-all", "--no-new-privs")
+
+
+class SandboxPolicy:
+    """What the sandbox shows, from spec.json's ``sandbox`` object.
+
+    ``readonly``: host paths shown read-only at the same place (the system, the Python the
+    server runs on, an admin's dataset directories); a symbolic link is recreated as a link.
+    ``readwrite``: host paths an admin shares read-write with every job.
+    ``hidden``: paths never shown, even below a path that is (the data directory).
+    ``devices``: ``[host path, path inside]`` of each device node (the job's GPUs and the
+    NVIDIA control devices). ``mps_pipe_dir``: an MPS control daemon's directory, shown when
+    one runs.
+    """
+
+    __slots__ = ("bwrap", "setpriv", "shell", "readonly", "readwrite", "hidden", "devices")
+
+    def __init__(self, raw: object) -> None:
+        if not isinstance(raw, dict):
+            raise SpecError("sandbox must be an object")
+        self.bwrap: str = _path(raw, "bwrap")
+        self.setpriv: str | None = _optional_path(raw, "setpriv")
+        self.shell: str = raw.get("shell") or "/bin/sh"
+        self.readonly: list[str] = _paths(raw, "readonly")
+        self.readwrite: list[str] = _paths(raw, "readwrite")
+        self.hidden: list[str] = _paths(raw, "hidden")
+        self.devices: list[tuple[str, str]] = _devices(raw.get("devices"))
+
+
+def bwrap_argv(
+    policy: SandboxPolicy,
+    command: list[str],
+    cwd: str,
+    job_dirs: list[str],
+    account: dict[str, object] | None,
+    env_fd: int,
+    status_fd: int,
+) -> list[str]:
+    """The whole command line: bwrap, its mounts, the account switch, the shim, the command."""
+    argv = [policy.bwrap, *_namespaces(account), "--die-with-parent", "--new-session"]
+    argv += _filesystem(policy, job_dirs)
+    argv += ["--perms", "0444", "--ro-bind-data", str(env_fd), SANDBOX_ENV_FILE]
+    argv += ["--chdir", cwd, "--clearenv", "--json-status-fd", str(status_fd), "--"]
+    argv += _account_switch(policy, account)
+    return [*argv, policy.shell, "-c", SHIM, "sh", *command]
+
+
+def env_file(env: dict[str, str]) -> bytes:
+    """The job's environment as ``export NAME='value'`` lines for the shim to source."""
+    lines = [f"export {name}={_quote(value)}\n" for name, value in sorted(env.items())]
+    return "".join(lines).encode()
+
+
+def visible_paths(policy: SandboxPolicy, job_dirs: list[str]) -> list[str]:
+    """Every host directory a job can see, for checking a program exists in the sandbox."""
+    return [*policy.readonly, *policy.readwrite, *job_dirs]
+
+
+def pid_namespace(pid: int) -> int | None:
+    """The inode of the PID namespace ``pid`` lives in, or None when it cannot be read."""
+    try:
+        link = os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:
+        return None
+    return int(link[link.index("[") + 1 : -1]) if link.startswith("pid:[") else None
+
+
+def members(namespace: int) -> list[int]:
+    """Host PIDs of every process in the PID namespace ``namespace`` (its init included)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and pid_namespace(int(entry)) == namespace:
+            found.append(int(entry))
+    return found
+
+
+def _namespaces(account: dict[str, object] | None) -> list[str]:
+    shared = ["--unshare-pid", "--unshare-ipc", "--unshare-cgroup-try"]
+    if account is None and os.geteuid() != 0:
+        # Unprivileged: a user namespace mapping the runner's account, and no further ones.
+        return ["--unshare-user", "--disable-userns", *shared]
+    return shared
+
+
+def _filesystem(policy: SandboxPolicy, job_dirs: list[str]) -> list[str]:
+    tree = _Tree()
+    argv: list[str] = []
+    for path in sorted(policy.readonly, key=_depth):  # a parent first, or it would cover
+        argv += tree.show(path, "--ro-bind")
+    argv += ["--proc", "/proc", "--dev", "/dev"]
+    argv += ["--perms", "1777", "--tmpfs", "/tmp", "--perms", "1777", "--tmpfs", "/dev/shm"]
+    for path in sorted(policy.readwrite, key=_depth):
+        argv += tree.show(path, "--bind")
+    for secret in policy.hidden:
+        argv += tree.mask(secret)
+    for path in job_dirs:
+        argv += tree.show(path, "--bind")
+    for host, inside in policy.devices:
+        argv += [*tree.parents(inside), "--dev-bind", host, inside]
+    return argv
+
+
+class _Tree:
+    """What the sandbox's file tree holds so far, so that every directory bwrap must create
+    on the way to a mount point is made traversable (bwrap would copy the host's mode: a
+    0700 parent such as /root would lock the job's account out of what is shown below it)."""
+
+    def __init__(self) -> None:
+        self.shown: list[str] = ["/tmp", "/dev", "/proc"]
+        self.masks: list[str] = []
+        self.made: set[str] = set()
+
+    def show(self, path: str, how: str) -> list[str]:
+        if os.path.islink(path):
+            argv = [*self.parents(path), "--symlink", os.readlink(path), path]
+        elif os.path.exists(path):
+            argv = [*self.parents(path), how, path, path]
+        else:
+            return []
+        self.shown.append(path)
+        return argv
+
+    def mask(self, secret: str) -> list[str]:
+        """Cover a hidden path with an empty directory if something shown holds it."""
+        if not any(within(secret, path) for path in self.shown):
+            return []
+        self.masks.append(secret)
+        return ["--perms", "0755", "--tmpfs", secret]
+
+    def parents(self, path: str) -> list[str]:
+        argv: list[str] = []
+        parent = os.path.dirname(path)
+        missing = []
+        while parent not in ("/", "") and parent not in self.made and not self._exists(parent):
+            missing.append(parent)
+            parent = os.path.dirname(parent)
+        for directory in reversed(missing):
+            self.made.add(directory)
+            argv += ["--perms", "0755", "--dir", directory]
+        return argv
+
+    def _exists(self, path: str) -> bool:
+        """In the sandbox already: below a shown path, and not below a mask over it."""
+        if any(within(path, mask) and path != mask for mask in self.masks):
+            return False
+        return any(within(path, shown) for shown in self.shown)
+
+
+def _depth(path: str) -> int:
+    return path.rstrip("/").count("/")
+
+
+def _account_switch(policy: SandboxPolicy, account: dict[str, object] | None) -> list[str]:
+    if account is None:
+        return []
+    if policy.setpriv is None:
+        raise SpecError("sandbox.setpriv is needed to run a job under another account")
+    groups = ",".join(str(g) for g in account.get("groups") or [account["gid"]])
+    ids = [f"--reuid={account['uid']}", f"--regid={account['gid']}", f"--groups={groups}"]
+    return [policy.setpriv, *ids, *SETPRIV_DROP, "--"]
+
+
+def _quote(value: str) -> str:
+    return "'" + value.replace("'", "'\\''") + "'"
+
+
+def _path(raw: dict[str, object], key: str) -> str:
+    value = raw.get(key)
+    if not isinstance(value, str) or not value.startswith("/"):
+        raise SpecError(f"sandbox.{key} must be an absolute path")
+    return value
+
+
+def _optional_path(raw: dict[str, object], key: str) -> str | None:
+    return None if raw.get(key) is None else _path(raw, key)
+
+
+def _paths(raw: dict[str, object], key: str) -> list[str]:
+    value = raw.get(key) or []
+    if not isinstance(value, list) or not all(
+        isinstance(p, str) and p.startswith("/") for p in value
+    ):
+        raise SpecError(f"sandbox.{key} must be a list of absolute paths")
+    return value
+
+
+def _devices(value: object) -> list[tuple[str, str]]:
+    pairs = value or []
+    if not isinstance(pairs, list) or not all(
+        isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) for x in p) for p in pairs
+    ):
+        raise SpecError("sandbox.devices must be a list of [host path, path inside] pairs")
+    return [(host, inside) for host, inside in pairs]
