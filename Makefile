@@ -6,9 +6,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 ARGS ?=
 
-.PHONY: serve test lint format bench clean system-deps
+.PHONY: serve test lint format bench clean system-deps serve-deps
 
-serve: $(VENV)/.runtime
+serve: $(VENV)/.runtime serve-deps
 	$(BIN)/gpupool server $(ARGS)
 
 test: $(VENV)/.dev system-deps
@@ -17,7 +17,10 @@ test: $(VENV)/.dev system-deps
 	$(BIN)/pytest -q $(ARGS)
 
 system-deps:
-	bash scripts/install-system-deps.sh
+	bash scripts/install-system-deps.sh test
+
+serve-deps:
+	bash scripts/install-system-deps.sh serve
 
 lint: $(VENV)/.dev
 	$(BIN)/ruff check src tests benchmarks

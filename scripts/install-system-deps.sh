@@ -1,16 +1,24 @@
 #!/usr/bin/env bash
-# Installs the system packages the tests use (PostgreSQL, Debian's chromium) when they are
-# missing and we may: as root with apt. Elsewhere it says what is missing; those tests skip.
+# Installs the system packages gpupool uses when they are missing and we may: as root with apt.
+#   install-system-deps.sh serve  -> bubblewrap (every job runs in its sandbox)
+#   install-system-deps.sh test   -> bubblewrap, PostgreSQL, Debian's chromium
+# Elsewhere it says what is missing: the server then refuses to run jobs until bubblewrap is
+# there (or GPUPOOL_ISOLATION=off), and the tests that need the others skip.
 set -euo pipefail
 
+want="${1:-test}"
 missing=()
-ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
-[ -x /usr/bin/chromium ] || missing+=(chromium)
+command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
+if [ "$want" = test ]; then
+  ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
+  [ -x /usr/bin/chromium ] || missing+=(chromium)
+fi
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null; then
   echo "note: ${missing[*]} missing and cannot be installed here (needs root and apt);" \
-       "the tests that use them will skip" >&2
+       "install them with your package manager (jobs need bubblewrap; without it the server" \
+       "runs no job unless GPUPOOL_ISOLATION=off)" >&2
   exit 0
 fi
 echo "installing ${missing[*]} from Debian's packages" >&2

@@ -117,6 +117,20 @@ class PayloadTooLarge(ClientError):
     code = "payload_too_large"
 
 
+class WorkdirNotAllowed(InvalidRequest):
+    """This working directory cannot be used: give an absolute path of your own."""
+
+    code = "workdir_not_allowed"
+
+
+class StorageFull(GpupoolError):
+    """The server's disk is full, so nothing was recorded: free space where gpupool keeps
+    its data, then try again."""
+
+    status = 507
+    code = "storage_full"
+
+
 class SchemaMismatch(GpupoolError):
     """The database schema does not match this gpupool version."""
 

@@ -98,7 +98,8 @@ def _isolation_banner(status) -> None:  # noqa: ANN001 - IsolationStatus | None
     elif status.mode == IsolationMode.OFF:
         console.print(f"[bold yellow]WARNING[/bold yellow] {status.message}", soft_wrap=True)
     else:
-        console.print(f"[bold red]ERROR[/bold red] {status.message}. Jobs wait until then.", soft_wrap=True)
+        text = f"[bold red]ERROR[/bold red] {status.message}. Jobs wait until then."
+        console.print(text, soft_wrap=True)
 
 
 def _banner(settings, first) -> None:  # noqa: ANN001

@@ -28,8 +28,16 @@ def free_port() -> int:
 class ServerProcess:
     """Start, kill -9 and restart a real server on one data directory."""
 
-    def __init__(self, data_dir: Path, gpus: str = DECLARED, env: dict[str, str] | None = None):
+    def __init__(
+        self,
+        data_dir: Path,
+        gpus: str = DECLARED,
+        env: dict[str, str] | None = None,
+        prefix: list[str] | None = None,
+    ):
+        """``prefix``: a command the server runs under (to run it as another account)."""
         self.data_dir, self.gpus = data_dir, gpus
+        self.prefix = prefix or []
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.extra_env = env or {}
@@ -52,6 +60,7 @@ class ServerProcess:
         )
         log = self.log_path.open("ab")
         command = [
+            *self.prefix,
             sys.executable,
             "-m",
             "gpupool",

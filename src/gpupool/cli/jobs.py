@@ -161,8 +161,9 @@ def run(
     workdir: Annotated[
         str | None,
         typer.Option(
-            help="Working directory of the job (default: this directory; '' for the job's "
-            "own output directory)."
+            help="Working directory of the job, shown to it read-write in its sandbox (default: "
+            "this directory; '' for the job's own output directory). Its Unix account must be "
+            "able to read it."
         ),
     ] = None,
     follow: Annotated[
@@ -181,7 +182,7 @@ def run(
         team=team,
         priority=priority,
         env=env,
-        workdir=os.getcwd() if workdir is None else (workdir or None),
+        workdir=os.getcwd() if workdir is None else (os.path.abspath(workdir) if workdir else None),
         preemptible=preemptible,
         gpu_types=gpu_type,
         max_runtime=_seconds(max_runtime),

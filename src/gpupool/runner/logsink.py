@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import os
+
+FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
 class CappedLog:
@@ -11,6 +14,8 @@ class CappedLog:
     Past the cap one marker line is written and further output is dropped. The runner's own
     notes (``note``) are always written: there are only a handful per attempt.
     Writes go straight to the file descriptor, so a reader following the file sees them live.
+    While the disk is full, output is dropped (the workload goes on), and the first write
+    that fits afterwards says how much was lost.
     """
 
     def __init__(self, path: str, limit: int) -> None:
@@ -18,6 +23,7 @@ class CappedLog:
         self.limit = limit
         self.written = 0
         self.capped = False
+        self.lost = 0  # bytes dropped because the disk was full
         self._at_line_start = True
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
         self._fd = os.open(path, flags, 0o644)
@@ -48,7 +54,26 @@ class CappedLog:
             self._fd = -1
 
     def _emit(self, data: bytes) -> None:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(self._fd, view) :]
+        if self.lost:
+            lost, self.lost = self.lost, 0
+            if not self._write(
+                f"\n[gpupool] {lost} bytes of output lost: the disk was full\n".encode()
+            ):
+                self.lost = lost + len(data)
+                return
+        if not self._write(data):
+            self.lost += len(data)
+            return
         self._at_line_start = data.endswith(b"\n")
+
+    def _write(self, data: bytes) -> bool:
+        """Write all of ``data``; False (nothing more written) when the disk is full."""
+        view = memoryview(data)
+        try:
+            while view:
+                view = view[os.write(self._fd, view) :]
+        except OSError as e:
+            if e.errno not in FULL:
+                raise
+            return False
+        return True

@@ -120,9 +120,13 @@ def _filesystem(policy: SandboxPolicy, job_dirs: list[str]) -> list[str]:
     argv += ["--perms", "1777", "--tmpfs", "/tmp", "--perms", "1777", "--tmpfs", "/dev/shm"]
     for path in sorted(policy.readwrite, key=_depth):
         argv += tree.show(path, "--bind")
+    inside = [p for p in job_dirs if any(within(p, h) for h in policy.hidden)]
+    for path in job_dirs:  # a working directory above the hidden paths: shown, then masked
+        if path not in inside:
+            argv += tree.show(path, "--bind")
     for secret in policy.hidden:
         argv += tree.mask(secret)
-    for path in job_dirs:
+    for path in inside:  # the job's own directories, inside the data directory
         argv += tree.show(path, "--bind")
     for host, inside in policy.devices:
         argv += [*tree.parents(inside), "--dev-bind", host, inside]
@@ -131,48 +135,50 @@ def _filesystem(policy: SandboxPolicy, job_dirs: list[str]) -> list[str]:
 
 class _Tree:
     """What the sandbox's file tree holds so far, so that every directory bwrap must create
-    on the way to a mount point is made traversable (bwrap would copy the host's mode: a
-    0700 parent such as /root would lock the job's account out of what is shown below it)."""
+    on the way to a mount point is made traversable: bwrap makes them 0700, which would lock
+    the job's account out of what is shown below them (``/root/.pyenv/...``)."""
+
+    FRESH = ("/tmp", "/dev", "/dev/shm", "/proc")  # empty file systems of the sandbox's own
 
     def __init__(self) -> None:
-        self.shown: list[str] = ["/tmp", "/dev", "/proc"]
-        self.masks: list[str] = []
+        self.mounts: dict[str, bool] = dict.fromkeys(self.FRESH, False)  # path -> from host
         self.made: set[str] = set()
 
     def show(self, path: str, how: str) -> list[str]:
         if os.path.islink(path):
-            argv = [*self.parents(path), "--symlink", os.readlink(path), path]
-        elif os.path.exists(path):
-            argv = [*self.parents(path), how, path, path]
-        else:
+            return [*self.parents(path), "--symlink", os.readlink(path), path]
+        if not os.path.exists(path):
             return []
-        self.shown.append(path)
+        argv = [*self.parents(path), how, path, path]
+        self.mounts[path] = True
         return argv
 
     def mask(self, secret: str) -> list[str]:
         """Cover a hidden path with an empty directory if something shown holds it."""
-        if not any(within(secret, path) for path in self.shown):
+        if not self._exists(secret):
             return []
-        self.masks.append(secret)
+        self.mounts[secret] = False
         return ["--perms", "0755", "--tmpfs", secret]
 
     def parents(self, path: str) -> list[str]:
-        argv: list[str] = []
-        parent = os.path.dirname(path)
         missing = []
-        while parent not in ("/", "") and parent not in self.made and not self._exists(parent):
+        parent = os.path.dirname(path)
+        while parent not in ("/", "") and not self._exists(parent):
             missing.append(parent)
             parent = os.path.dirname(parent)
+        argv: list[str] = []
         for directory in reversed(missing):
             self.made.add(directory)
             argv += ["--perms", "0755", "--dir", directory]
         return argv
 
     def _exists(self, path: str) -> bool:
-        """In the sandbox already: below a shown path, and not below a mask over it."""
-        if any(within(path, mask) and path != mask for mask in self.masks):
-            return False
-        return any(within(path, shown) for shown in self.shown)
+        """Whether ``path`` is in the sandbox already: made, a mount point, or inside the
+        innermost mount holding it when that mount shows a host tree."""
+        if path in self.made or path in self.mounts:
+            return True
+        holders = [m for m in self.mounts if within(path, m)]
+        return bool(holders) and self.mounts[max(holders, key=len)]
 
 
 def _depth(path: str) -> int:

@@ -42,10 +42,10 @@ def check_workdir(spec: RunnerSpec) -> Problem | None:
         return CODE_NOT_FOUND, f"working directory {workdir} is not an absolute path"
     if not os.path.isdir(workdir):
         return CODE_NOT_FOUND, f"working directory {workdir} does not exist"
-    secret = conflict(os.path.realpath(workdir), spec.protected)
+    secret = conflict(os.path.realpath(workdir), spec.protected, spec.sandbox is None)
     if secret is not None:
         return CODE_NOT_EXECUTABLE, (
-            f"working directory {workdir} lies in or above gpupool's own files ({secret}); "
+            f"working directory {workdir} is in or above gpupool's own files ({secret}); "
             "choose a directory of your own"
         )
     if spec.account is not None and not readable_as(workdir, spec.account):
@@ -208,10 +208,11 @@ def which(name: str, path: str, cwd: str) -> str | None:
     return None
 
 
-def conflict(path: str, protected: list[str]) -> str | None:
-    """The protected path that ``path`` lies in or above, else None."""
+def conflict(path: str, protected: list[str], above_too: bool = True) -> str | None:
+    """The protected path that ``path`` lies in (or above, with ``above_too``: a sandbox
+    hides what a working directory holds of them, an unsandboxed job would see it)."""
     for secret in protected:
-        if within(path, secret) or within(secret, path):
+        if within(path, secret) or (above_too and within(secret, path)):
             return secret
     return None
 

@@ -23,6 +23,7 @@ from sqlalchemy import bindparam, insert, select, update
 
 from gpupool.domain.isolation import IsolationStatus
 from gpupool.domain.jobs import JobSpec, JobStatus, Reason, StopReason
+from gpupool.errors import StorageFull
 from gpupool.executors.base import Executor, GpuGrant, Handle, LaunchError, Observed, TaskSpec
 from gpupool.scheduler import schedule
 from gpupool.scheduler.types import (
@@ -53,6 +54,7 @@ BUSY_POLL = 0.25
 MAX_REST = 0.25
 SUBMIT_REST_FACTOR = 5
 BATCH_WINDOW = 0.01
+FULL_DISK_LOG_SECONDS = 60.0
 
 
 @dataclass
@@ -120,6 +122,7 @@ class ControlLoop:
         self._thread: threading.Thread | None = None
         self._last_codes: dict[int, tuple[str, str]] = {}
         self._last_schedule = 0.0
+        self._full_said_at = -math.inf
         self._explained_at = -math.inf  # when a cycle last explained the jobs left pending
         self.snapshots = SnapshotBuilder.of(settings)
         self.checkpoints = CheckpointWatcher(executor, settings.checkpoint_scan_seconds)
@@ -163,6 +166,8 @@ class ControlLoop:
             ended_work = False
             try:
                 ended_work = self.run_once(force_schedule=woken)
+            except StorageFull:  # nothing was recorded: the next pass does it all again
+                self._say_storage_full()
             except Exception:  # the loop must outlive any one bad pass
                 log.exception("control loop pass failed")
             # A pass costs time in proportion to the queue. Under a stream of submits, passes
@@ -175,6 +180,12 @@ class ControlLoop:
             woken = self._wait(tick)
             if woken:  # submits come in bursts: let a burst gather into one pass
                 self._stopping.wait(BATCH_WINDOW)
+
+    def _say_storage_full(self) -> None:
+        now = time.monotonic()
+        if now - self._full_said_at >= FULL_DISK_LOG_SECONDS:
+            self._full_said_at = now
+            log.warning("the disk is full: nothing can be recorded; retrying until there is room")
 
     def _wait(self, timeout: float) -> bool:
         """Sleep until woken, an attempt changes, or the timeout; True if woken."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -9,7 +10,15 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from gpupool.domain.jobs import MAX_PRIORITY, JobSpec, JobStatus, Reason
-from gpupool.errors import Conflict, InvalidRequest, NotFound, PriorityNotAllowed, Unsatisfiable
+from gpupool.errors import (
+    Conflict,
+    InvalidRequest,
+    NotFound,
+    PriorityNotAllowed,
+    Unsatisfiable,
+    WorkdirNotAllowed,
+)
+from gpupool.executors.isolation import protected_paths
 from gpupool.scheduler import infeasible_reason
 from gpupool.scheduler.types import NodeCapacity
 from gpupool.services import users
@@ -26,10 +35,16 @@ class JobLimits:
 
     member_max_priority: int = 100
     max_grace_seconds: float = 3600.0
+    # no working directory may lie in these, nor above them when no sandbox hides them
+    protected: tuple[str, ...] = ()
+    sandboxed: bool = True
 
     @classmethod
     def of(cls, settings: Settings) -> JobLimits:
-        return cls(settings.member_max_priority, settings.max_grace_seconds)
+        protected = tuple(protected_paths(settings))
+        return cls(
+            settings.member_max_priority, settings.max_grace_seconds, protected, settings.isolated
+        )
 
 
 @dataclass(frozen=True)
@@ -51,6 +66,7 @@ def submit(
     """Queue a job, or refuse it at once if no node could ever run it."""
     principal.require_member()
     check_limits(principal, spec, limits)
+    check_workdir(spec.workdir, limits.protected, limits.sandboxed)
     team = _team_for(session, principal, spec.team)
     check_feasible(spec, nodes)
     job = JobModel(
@@ -91,6 +107,33 @@ def check_limits(principal: Principal, spec: JobSpec, limits: JobLimits) -> None
             f"grace_period_seconds: at most {limits.max_grace_seconds:g} s on this server",
             fields=[{"field": "grace_period_seconds", "message": "too long"}],
         )
+
+
+def check_workdir(workdir: str | None, protected: Sequence[str], sandboxed: bool = True) -> None:
+    """A working directory is absolute, and never in gpupool's own files (its data
+    directory: the database, every job's files), nor above them unless a sandbox hides them
+    from the job. Whether the job's Unix account may read it is checked on the node, as that
+    account, when the job starts."""
+    if workdir is None:
+        return
+    if not os.path.isabs(workdir):
+        raise WorkdirNotAllowed(
+            f"workdir '{workdir}' is not an absolute path: give the full path (the CLI sends "
+            "the directory it runs in)",
+            fields=[{"field": "workdir", "message": "not an absolute path"}],
+        )
+    real = os.path.realpath(workdir)
+    for secret in protected:
+        if _within(real, secret) or (not sandboxed and _within(secret, real)):
+            raise WorkdirNotAllowed(
+                f"workdir '{workdir}' is {'in' if _within(real, secret) else 'above'} "
+                f"gpupool's own files ({secret}); choose a directory of your own",
+                fields=[{"field": "workdir", "message": "gpupool's own files"}],
+            )
+
+
+def _within(path: str, parent: str) -> bool:
+    return path == parent or path.startswith(parent.rstrip("/") + "/")
 
 
 def check_feasible(spec: JobSpec, nodes: Sequence[NodeCapacity]) -> None:

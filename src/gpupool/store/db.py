@@ -16,9 +16,13 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, event, inspect
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
-from gpupool.errors import SchemaMismatch
+from gpupool.errors import SchemaMismatch, StorageFull
+
+SQLITE_FULL = 13
+POSTGRES_DISK_FULL = "53100"
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 
@@ -44,9 +48,15 @@ class Database:
 
     @contextmanager
     def session(self) -> Iterator[Session]:
-        """A unit of work that may write: commits on success, rolls back on error."""
-        with self._write_lock, self._writer() as session, session.begin():
-            yield session
+        """A unit of work that may write: commits on success, rolls back on error. A full
+        disk raises StorageFull (nothing of the unit was recorded)."""
+        try:
+            with self._write_lock, self._writer() as session, session.begin():
+                yield session
+        except OperationalError as error:
+            if storage_full(error):
+                raise StorageFull() from error
+            raise
 
     @contextmanager
     def reader(self) -> Iterator[Session]:
@@ -58,6 +68,16 @@ class Database:
         self.engine.dispose()
         if self.read_engine is not self.engine:
             self.read_engine.dispose()
+
+
+def storage_full(error: OperationalError) -> bool:
+    """Whether the database refused a write because its disk (or quota) is full."""
+    original = error.orig
+    if getattr(original, "sqlite_errorcode", None) == SQLITE_FULL:
+        return True
+    if getattr(original, "sqlstate", None) == POSTGRES_DISK_FULL:
+        return True
+    return "database or disk is full" in str(original)
 
 
 def make_engine(url: str, immediate: bool = True) -> Engine:
