@@ -2,8 +2,10 @@
 
 Each job is submitted through the REST API to a real server, one after the other; the latency
 is the runner's recorded start of the workload minus the server's acknowledged submit time.
-Baselines in the same run: the bare cost of spawning a process, and the local executor alone
-(runner launch without server, database or scheduler).
+The server runs twice in the same run: with isolation on (every job in its bubblewrap
+sandbox, under its own account when run as root) and with it off. Baselines in the same
+run: the bare cost of spawning a process, and the local executor alone (runner launch without
+server, database or scheduler), unsandboxed and sandboxed.
 """
 
 from __future__ import annotations
@@ -14,10 +16,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness import FINAL, client, start_server, summary, wait_until
+from harness import FINAL, client, percentile, start_server, summary, wait_until
 
 from gpupool.executors.base import Observed, TaskSpec
+from gpupool.executors.isolation import Isolation
 from gpupool.executors.local import LocalExecutor
+from gpupool.settings import Settings
 
 JOBS = 200
 
@@ -32,8 +36,10 @@ def bare_spawn(n: int) -> list[float]:
     return times
 
 
-def executor_only(n: int) -> list[float]:
-    executor = LocalExecutor(Path(tempfile.mkdtemp(prefix="gpupool-bench-exec-")))
+def executor_only(n: int, sandboxed: bool = False) -> list[float]:
+    data = Path(tempfile.mkdtemp(prefix="gpupool-bench-exec-"))
+    isolation = Isolation(Settings(data_dir=data)) if sandboxed else None
+    executor = LocalExecutor(data / "jobs", isolation=isolation)
     times = []
     for job_id in range(1, n + 1):
         task = TaskSpec(job_id, 1, "local", ["true"], {}, None, [], 1 << 20, 1.0)
@@ -45,8 +51,8 @@ def executor_only(n: int) -> list[float]:
     return times
 
 
-def platform(n: int) -> list[float]:
-    server = start_server()
+def platform(n: int, isolation: str = "on") -> list[float]:
+    server = start_server({"GPUPOOL_ISOLATION": isolation})
     try:
         with client(server) as api:
             times = []
@@ -73,10 +79,16 @@ def main() -> None:
     print(f"  baseline: bare process spawn      {summary(spawn)}")
     runner = executor_only(JOBS)
     print(f"  baseline: local executor alone    {summary(runner)}")
-    full = platform(JOBS)
-    print(f"  gpupool: REST submit -> start     {summary(full)}")
-    p50 = sorted(full)[len(full) // 2]
-    print(f"  ratio p50 gpupool / executor alone: {p50 / sorted(runner)[len(runner) // 2]:.2f}")
+    boxed = executor_only(JOBS, sandboxed=True)
+    print(f"  local executor, sandboxed         {summary(boxed)}")
+    off = platform(JOBS, "off")
+    print(f"  gpupool, isolation off            {summary(off)}")
+    full = platform(JOBS, "on")
+    print(f"  gpupool, isolation on (default)   {summary(full)}")
+    p50, p95 = percentile(full, 50), percentile(full, 95)
+    added = (1000 * (p50 - percentile(off, 50)), 1000 * (p95 - percentile(off, 95)))
+    print(f"  isolation adds: p50 {added[0]:+.1f} ms, p95 {added[1]:+.1f} ms")
+    print(f"  ratio p50 gpupool / executor alone: {p50 / percentile(runner, 50):.2f}")
     print("  reference (Slurm 22.05, same kind of machine): 2.27 s default, 0.26 s tuned")
     print(f"  ratio Slurm tuned / gpupool p50: {0.26 / p50:.1f}x")
 

@@ -27,8 +27,10 @@ def admin(pool: ServerProcess) -> Cli:
 
 
 @pytest.fixture
-def release(tmp_path: Path) -> Iterator[Path]:
-    """A marker file; held jobs (see ``hold``) end once it exists, at the latest at teardown."""
-    marker = tmp_path / "release"
+def release(exchange: Path) -> Iterator[Path]:
+    """A marker file; held jobs (see ``hold``) end once it exists, at the latest at teardown.
+    It lies in ``exchange``, which a held job must have as its working directory (``--workdir``)
+    to see it."""
+    marker = exchange / "release"
     yield marker
     marker.touch()

@@ -49,12 +49,12 @@ def test_run_follow_exits_with_the_job_exit_code(admin: Cli) -> None:
 
 
 def test_a_job_runs_where_it_was_submitted_or_in_its_output_directory(
-    admin: Cli, tmp_path: Path
+    admin: Cli, exchange: Path
 ) -> None:
-    (tmp_path / "train.py").write_text("import os; print(os.getcwd())")
-    here = admin("run", "--follow", "--", "python", "train.py", cwd=tmp_path)
+    (exchange / "train.py").write_text("import os; print(os.getcwd())")
+    here = admin("run", "--follow", "--", "python", "train.py", cwd=exchange)
     assert here.returncode == 0, here.stderr
-    assert here.stdout.strip() == str(tmp_path)
+    assert here.stdout.strip() == str(exchange)
     own = admin(
         "run", "--workdir", "", "--follow", "--", "python", "-c", "import os; print(os.getcwd())"
     )
@@ -77,9 +77,11 @@ def test_run_prints_only_the_job_id_or_its_json(admin: Cli) -> None:
     assert first["status"] == "succeeded" and first["spec"]["env"] == {"A": "1", "B": "x=y"}
 
 
-def test_two_half_gpu_jobs_run_at_once_on_one_gpu(admin: Cli, release: Path) -> None:
-    first = admin.submit("--gpus", "0.5", *hold(release))
-    second = admin.submit("--gpus", "0.5", *hold(release))
+def test_two_half_gpu_jobs_run_at_once_on_one_gpu(
+    admin: Cli, release: Path, exchange: Path
+) -> None:
+    first = admin.submit("--gpus", "0.5", "--workdir", str(exchange), *hold(release))
+    second = admin.submit("--gpus", "0.5", "--workdir", str(exchange), *hold(release))
     jobs = [wait_status(admin, job_id, {"running"}) for job_id in (first, second)]
     placed = [job["placement"]["gpus"] for job in jobs]
     assert len(placed[0]) == len(placed[1]) == 1
@@ -112,8 +114,18 @@ def test_usage_errors_exit_2_without_a_traceback(admin: Cli) -> None:
 # -- ls, show, logs, cancel ------------------------------------------------------------------
 
 
-def test_ls_show_logs_and_cancel_of_a_running_job(admin: Cli, release: Path) -> None:
-    job_id = admin.submit("--name", "sleepy", "--gpus", "1", *hold(release, "echo hello; "))
+def test_ls_show_logs_and_cancel_of_a_running_job(
+    admin: Cli, release: Path, exchange: Path
+) -> None:
+    job_id = admin.submit(
+        "--name",
+        "sleepy",
+        "--gpus",
+        "1",
+        "--workdir",
+        str(exchange),
+        *hold(release, "echo hello; "),
+    )
     wait_status(admin, job_id, {"running"})
     wait_for(lambda: admin.ok("logs", str(job_id)) == "hello\n", what="the job's log")
 
@@ -134,8 +146,8 @@ def test_ls_show_logs_and_cancel_of_a_running_job(admin: Cli, release: Path) -> 
     assert refused(admin("cancel", "999999"), "not_found")
 
 
-def test_logs_follow_ends_with_the_job(admin: Cli, release: Path) -> None:
-    job_id = admin.submit(*hold(release, "echo one; ", "; echo two"))
+def test_logs_follow_ends_with_the_job(admin: Cli, release: Path, exchange: Path) -> None:
+    job_id = admin.submit("--workdir", str(exchange), *hold(release, "echo one; ", "; echo two"))
     wait_status(admin, job_id, {"running"})
     follower = admin.popen("logs", "-f", str(job_id))
     release.touch()
@@ -144,8 +156,10 @@ def test_logs_follow_ends_with_the_job(admin: Cli, release: Path) -> None:
     assert out == "one\ntwo\n"
 
 
-def test_run_follow_of_a_cancelled_job_exits_130(admin: Cli, release: Path) -> None:
-    follower = admin.popen("run", "--follow", *hold(release, "echo started; "))
+def test_run_follow_of_a_cancelled_job_exits_130(admin: Cli, release: Path, exchange: Path) -> None:
+    follower = admin.popen(
+        "run", "--follow", "--workdir", str(exchange), *hold(release, "echo started; ")
+    )
     job_id = wait_for(lambda: _running_job_with(admin, "echo started"), what="the job to run")
     admin.ok("cancel", str(job_id))
     out, err = follower.communicate(timeout=CLI_TIMEOUT)
@@ -163,12 +177,16 @@ def _running_job_with(cli: Cli, text: str) -> int | None:
 # -- nodes -----------------------------------------------------------------------------------
 
 
-def test_nodes_show_four_gpus_and_who_holds_a_busy_one(admin: Cli, release: Path) -> None:
+def test_nodes_show_four_gpus_and_who_holds_a_busy_one(
+    admin: Cli, release: Path, exchange: Path
+) -> None:
     nodes = admin.json("nodes")
     assert sum(len(node["gpus"]) for node in nodes) == 4
     # declared GPUs have no links or NUMA nodes: one domain, named by the lowest index
     assert [gpu["domain"] for node in nodes for gpu in node["gpus"]] == [0, 0, 0, 0]
-    job_id = admin.submit("--gpus", "1", "--name", "holder", *hold(release))
+    job_id = admin.submit(
+        "--gpus", "1", "--name", "holder", "--workdir", str(exchange), *hold(release)
+    )
     wait_status(admin, job_id, {"running"})
 
     def held() -> dict | None:

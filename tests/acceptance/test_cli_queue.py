@@ -35,9 +35,11 @@ def test_an_empty_queue_says_that_no_job_waits(admin: Cli) -> None:
 
 
 def test_queue_lists_waiting_jobs_by_team_with_reason_position_and_eta(
-    admin: Cli, release: Path
+    admin: Cli, release: Path, exchange: Path
 ) -> None:
-    holder = admin.submit("--gpus", "4", "--max-runtime", "1h", *hold(release))
+    holder = admin.submit(
+        "--gpus", "4", "--max-runtime", "1h", "--workdir", str(exchange), *hold(release)
+    )
     wait_status(admin, holder, {"running"})
     first = admin.submit("--gpus", "2", "--name", "first", "--max-runtime", "10m", "--", "true")
     second = admin.submit("--gpus", "1", "--name", "second", "--max-runtime", "10m", "--", "true")

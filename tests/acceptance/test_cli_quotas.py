@@ -54,9 +54,13 @@ def test_the_old_teams_command_still_works(admin: Cli) -> None:
     assert "team" in listed and "teams" not in listed, "the old name is a hidden alias"
 
 
-def test_the_team_table_counts_gpus_in_use_and_pending_jobs(admin: Cli, release: Path) -> None:
+def test_the_team_table_counts_gpus_in_use_and_pending_jobs(
+    admin: Cli, release: Path, exchange: Path
+) -> None:
     admin.ok("team", "create", "busy")
-    running = admin.submit("--team", "busy", "--gpus", "2", *hold(release))
+    running = admin.submit(
+        "--team", "busy", "--gpus", "2", "--workdir", str(exchange), *hold(release)
+    )
     wait_status(admin, running, {"running"})
     waiting = admin.submit("--team", "busy", "--gpus", "4", "--", "true")
     busy = _team(admin, "busy")

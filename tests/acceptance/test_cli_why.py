@@ -18,9 +18,11 @@ def explained(cli: Cli, job_id: int) -> dict:
 
 
 def test_why_says_the_reason_position_blockers_and_estimated_start(
-    admin: Cli, release: Path
+    admin: Cli, release: Path, exchange: Path
 ) -> None:
-    holder = admin.submit("--gpus", "4", "--max-runtime", "1h", *hold(release))
+    holder = admin.submit(
+        "--gpus", "4", "--max-runtime", "1h", "--workdir", str(exchange), *hold(release)
+    )
     wait_status(admin, holder, {"running"})
     waiting = admin.submit("--gpus", "2", "--max-runtime", "10m", "--", "true")
 
@@ -49,8 +51,10 @@ def test_why_says_the_reason_position_blockers_and_estimated_start(
     wait_status(admin, holder, FINAL)
 
 
-def test_why_answers_plainly_for_a_running_and_an_ended_job(admin: Cli, release: Path) -> None:
-    running = admin.submit("--gpus", "1", *hold(release))
+def test_why_answers_plainly_for_a_running_and_an_ended_job(
+    admin: Cli, release: Path, exchange: Path
+) -> None:
+    running = admin.submit("--gpus", "1", "--workdir", str(exchange), *hold(release))
     wait_status(admin, running, {"running"})
     printed = admin.ok("why", str(running))
     node = admin.job(running)["placement"]["node"]

@@ -42,22 +42,37 @@ def wait_status(client: httpx.Client, job_id: int, wanted: set[str], timeout: fl
     raise AssertionError(f"job {job_id} is {job.get('status')}, not {wanted}")
 
 
-def test_kill_9_then_restart_loses_nothing_and_runs_nothing_twice(tmp_path: Path) -> None:
-    marker = tmp_path / "runs.txt"
+def test_kill_9_then_restart_loses_nothing_and_runs_nothing_twice(
+    tmp_path: Path, exchange: Path
+) -> None:
+    marker = exchange / "runs.txt"
+    workdir = str(exchange)  # where the jobs can write the marker
     server = ServerProcess(tmp_path / "data").start()
     try:
         with api(server) as client:
             short = client.post(
                 "/jobs",
-                json={"command": job_script(marker, "short", 2, 7), "resources": {"gpus": 1}},
+                json={
+                    "command": job_script(marker, "short", 2, 7),
+                    "resources": {"gpus": 1},
+                    "workdir": workdir,
+                },
             ).json()
             long = client.post(
                 "/jobs",
-                json={"command": job_script(marker, "long", 60, 0), "resources": {"gpus": 1}},
+                json={
+                    "command": job_script(marker, "long", 60, 0),
+                    "resources": {"gpus": 1},
+                    "workdir": workdir,
+                },
             ).json()
             whole = client.post(
                 "/jobs",
-                json={"command": job_script(marker, "whole", 0, 0), "resources": {"gpus": 4}},
+                json={
+                    "command": job_script(marker, "whole", 0, 0),
+                    "resources": {"gpus": 4},
+                    "workdir": workdir,
+                },
             ).json()
             for job in (short, long):
                 wait_status(client, job["id"], {"running"})

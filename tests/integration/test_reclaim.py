@@ -47,15 +47,15 @@ def client(tmp_path: Path) -> Iterator[TestClient]:
 
 
 def test_a_team_reclaims_its_guarantee_by_preempting_exactly_what_it_needs(
-    client: TestClient, tmp_path: Path
+    client: TestClient, exchange: Path
 ) -> None:
-    borrowers = [_submit(client, tmp_path, "b") for _ in range(8)]
-    wait_for(lambda: _all_running(client, tmp_path, borrowers), TIMEOUT, "B's 8 jobs to run")
+    borrowers = [_submit(client, exchange, "b") for _ in range(8)]
+    wait_for(lambda: _all_running(client, exchange, borrowers), TIMEOUT, "B's 8 jobs to run")
 
-    owners = [_submit(client, tmp_path, "a") for _ in range(4)]
-    wait_for(lambda: _all_running(client, tmp_path, owners), TIMEOUT, "A's 4 jobs to run")
+    owners = [_submit(client, exchange, "a") for _ in range(4)]
+    wait_for(lambda: _all_running(client, exchange, owners), TIMEOUT, "A's 4 jobs to run")
 
-    stopped = sorted(int(m[1]) for m in _matches(tmp_path, r"term-(\d+)-1"))
+    stopped = sorted(int(m[1]) for m in _matches(exchange, r"term-(\d+)-1"))
     assert len(stopped) == 4 and set(stopped) <= set(borrowers)
     for job_id in stopped:
         job = client.get(f"/api/v1/jobs/{job_id}").json()
@@ -71,7 +71,7 @@ def test_a_team_reclaims_its_guarantee_by_preempting_exactly_what_it_needs(
 def _submit(client: TestClient, out: Path, team: str) -> int:
     command = [sys.executable, "-c", WORKLOAD, str(out)]
     fields = {"team": team, "resources": {"gpus": 1}, "grace_period_seconds": 2}
-    return submit(client, command, preemptible=True, **fields)["id"]
+    return submit(client, command, preemptible=True, workdir=str(out), **fields)["id"]
 
 
 def _all_running(client: TestClient, out: Path, job_ids: list[int]) -> bool:

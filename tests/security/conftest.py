@@ -126,6 +126,7 @@ def pool(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Pool]:
         "GPUPOOL_DEVICE_DIR": str(devices),
         "GPUPOOL_CREATE_UNIX_USERS": "true",
         "GPUPOOL_GPU_MEMORY_SAMPLER": f"file:{base / 'nvml.json'}",
+        "GPUPOOL_GPU_MEMORY_GRACE_SECONDS": "1",
     }
     prefix = []
     if account is not None:

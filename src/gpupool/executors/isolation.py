@@ -188,6 +188,20 @@ class Isolation:
             spec["sandbox"] = self._sandbox(task, job_dirs)
         return spec
 
+    def job_path(self, path: str) -> str:
+        """The PATH a sandboxed job gets when it sets none: the Python the sandbox shows first
+        (so that ``python`` is one that runs there), then the entries of the server's PATH
+        that the sandbox shows (a pyenv shim under a hidden home would only fail)."""
+        shown = [os.path.realpath(p) for p in self.readonly_paths()]
+        shown += [os.path.realpath(p) for p in split_paths(self.settings.sandbox_readwrite_paths)]
+        python = [f"{p}/bin" for p in dict.fromkeys([sys.prefix, sys.base_prefix])]
+        entries = python if self.settings.sandbox_show_python else []
+        for entry in path.split(os.pathsep):
+            real = os.path.realpath(entry) if entry.startswith("/") else ""
+            if real and any(real == s or real.startswith(s.rstrip("/") + "/") for s in shown):
+                entries.append(entry)
+        return os.pathsep.join(dict.fromkeys(entries)) or os.defpath
+
     def _account(self, task: TaskSpec) -> dict[str, Any] | None:
         if self.accounts is None:
             return None

@@ -131,6 +131,8 @@ class LocalExecutor(Executor):
         if self._isolation is not None:
             job_dirs = [spec["output_dir"], spec["checkpoint_dir"]]
             spec.update(self._isolation.runner_spec(task, job_dirs))
+            if "sandbox" in spec and "PATH" not in task.env:
+                spec["env"]["PATH"] = self._isolation.job_path(spec["env"].get("PATH", ""))
         try:
             for directory in (attempt_dir, spec["checkpoint_dir"], spec["output_dir"]):
                 Path(directory).mkdir(parents=True, exist_ok=True)

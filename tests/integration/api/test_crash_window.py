@@ -16,11 +16,13 @@ from tests.support.platform import make_settings, running_app, wait_job
 ADMIN = Principal(user_id=1, name="admin", role=Role.ADMIN, team_ids=frozenset({1}))
 
 
-def crash_after_recording(settings: Settings, command: list[str], launch: bool) -> int:
+def crash_after_recording(
+    settings: Settings, command: list[str], workdir: Path, launch: bool
+) -> int:
     """Submit, record the attempt exactly as the control loop does, maybe launch, then stop."""
     platform = open_platform(settings)
     with platform.db.session() as session:
-        spec = JobSpec(command=command, resources={"gpus": 1})
+        spec = JobSpec(command=command, resources={"gpus": 1}, workdir=str(workdir))
         job = jobs.submit(session, ADMIN, spec, nodes.capacities(session), platform.clock.now())
     with platform.db.reader() as session:
         placement = platform.loop.decide(build_snapshot(session), platform.clock).placements[0]
@@ -35,10 +37,12 @@ def appender(marker: Path) -> list[str]:
     return [sys.executable, "-c", f"open({str(marker)!r}, 'a').write('ran\\n')"]
 
 
-def test_an_attempt_recorded_but_never_launched_is_requeued_and_runs_once(tmp_path: Path) -> None:
+def test_an_attempt_recorded_but_never_launched_is_requeued_and_runs_once(
+    tmp_path: Path, exchange: Path
+) -> None:
     settings = make_settings(tmp_path / "data")
-    marker = tmp_path / "runs.txt"
-    job_id = crash_after_recording(settings, appender(marker), launch=False)
+    marker = exchange / "runs.txt"
+    job_id = crash_after_recording(settings, appender(marker), exchange, launch=False)
     with running_app(settings) as (client, _platform):
         done = wait_job(client, job_id)
     assert done["status"] == "succeeded" and done["attempts"] == 2
@@ -46,10 +50,12 @@ def test_an_attempt_recorded_but_never_launched_is_requeued_and_runs_once(tmp_pa
     assert marker.read_text() == "ran\n"
 
 
-def test_an_attempt_launched_but_not_recorded_is_recovered_not_relaunched(tmp_path: Path) -> None:
+def test_an_attempt_launched_but_not_recorded_is_recovered_not_relaunched(
+    tmp_path: Path, exchange: Path
+) -> None:
     settings = make_settings(tmp_path / "data")
-    marker = tmp_path / "runs.txt"
-    job_id = crash_after_recording(settings, appender(marker), launch=True)
+    marker = exchange / "runs.txt"
+    job_id = crash_after_recording(settings, appender(marker), exchange, launch=True)
     with running_app(settings) as (client, _platform):
         done = wait_job(client, job_id)
     assert done["status"] == "succeeded" and done["attempts"] == 1

@@ -90,16 +90,22 @@ def event(job: dict, reason: str) -> dict:
 
 
 def test_a_preempted_job_gets_sigterm_is_requeued_and_resumes_from_its_checkpoints(
-    app: tuple[TestClient, Platform], preempter: Preempter, tmp_path: Path
+    app: tuple[TestClient, Platform], preempter: Preempter, exchange: Path
 ) -> None:
     client, platform = app
-    victim = submit(client, workload(tmp_path), resources={"gpus": 1}, grace_period_seconds=30)
-    wait_for(lambda: (tmp_path / "running-1").exists(), 60, "attempt 1 to run")
+    victim = submit(
+        client,
+        workload(exchange),
+        resources={"gpus": 1},
+        grace_period_seconds=30,
+        workdir=str(exchange),
+    )
+    wait_for(lambda: (exchange / "running-1").exists(), 60, "attempt 1 to run")
     waiter = submit(client, ["true"], resources={"gpus": 4})
     preempter.fire(victim["id"], waiter["id"])
     platform.loop.wake()
 
-    wait_for(lambda: (tmp_path / "term-1").exists(), 60, "SIGTERM to reach the workload")
+    wait_for(lambda: (exchange / "term-1").exists(), 60, "SIGTERM to reach the workload")
     requeued = wait_for(lambda: _requeued(client, victim["id"]), 60, "the victim to be requeued")
     assert requeued["status"] == "pending" and requeued["preemptions"] == 1
     assert requeued["attained_gpu_seconds"] > 0 and requeued["queued_at"] is not None
@@ -114,21 +120,23 @@ def test_a_preempted_job_gets_sigterm_is_requeued_and_resumes_from_its_checkpoin
     platform.loop.wake()
     done = wait_job(client, victim["id"], timeout=60)
     assert (done["status"], done["attempts"]) == ("succeeded", 2)
-    first, second = ((tmp_path / f"checkpoint-dir-{n}").read_text() for n in (1, 2))
+    first, second = ((exchange / f"checkpoint-dir-{n}").read_text() for n in (1, 2))
     assert first == second and Path(first).is_dir()
     assert done["attained_gpu_seconds"] == requeued["attained_gpu_seconds"]
 
 
 def test_a_cancel_wins_over_a_preemption(
-    app: tuple[TestClient, Platform], preempter: Preempter, tmp_path: Path
+    app: tuple[TestClient, Platform], preempter: Preempter, exchange: Path
 ) -> None:
     client, platform = app
-    release = tmp_path / "release"
-    job = submit(client, workload(tmp_path, str(release)), grace_period_seconds=60)
-    wait_for(lambda: (tmp_path / "running-1").exists(), 60, "attempt 1 to run")
+    release = exchange / "release"
+    job = submit(
+        client, workload(exchange, str(release)), grace_period_seconds=60, workdir=str(exchange)
+    )
+    wait_for(lambda: (exchange / "running-1").exists(), 60, "attempt 1 to run")
     preempter.fire(job["id"], job["id"])
     platform.loop.wake()
-    wait_for(lambda: (tmp_path / "term-1").exists(), 60, "SIGTERM to reach the workload")
+    wait_for(lambda: (exchange / "term-1").exists(), 60, "SIGTERM to reach the workload")
     assert client.post(f"/api/v1/jobs/{job['id']}/cancel").status_code == 200
     release.touch()
     done = wait_job(client, job["id"], timeout=60)
@@ -137,12 +145,18 @@ def test_a_cancel_wins_over_a_preemption(
 
 
 def test_a_job_past_its_max_runtime_is_stopped_and_fails(
-    app: tuple[TestClient, Platform], tmp_path: Path
+    app: tuple[TestClient, Platform], exchange: Path
 ) -> None:
     client, _platform = app
-    job = submit(client, workload(tmp_path), max_runtime_seconds=1, grace_period_seconds=30)
+    job = submit(
+        client,
+        workload(exchange),
+        max_runtime_seconds=1,
+        grace_period_seconds=30,
+        workdir=str(exchange),
+    )
     done = wait_job(client, job["id"], timeout=60)
-    assert (tmp_path / "term-1").exists(), "the workload got SIGTERM, not SIGKILL"
+    assert (exchange / "term-1").exists(), "the workload got SIGTERM, not SIGKILL"
     assert (done["status"], done["reason"]) == ("failed", "MaxRuntimeExceeded")
     assert "max runtime of 1s" in done["message"]
     assert done["attempts_detail"][0]["stop_reason"] == "max_runtime"
@@ -150,10 +164,10 @@ def test_a_job_past_its_max_runtime_is_stopped_and_fails(
 
 
 def test_a_file_written_into_the_checkpoint_directory_shows_as_checkpoint_at(
-    app: tuple[TestClient, Platform], tmp_path: Path
+    app: tuple[TestClient, Platform], exchange: Path
 ) -> None:
     client, _platform = app
-    release = tmp_path / "release"
+    release = exchange / "release"
     code = (
         "import os, pathlib, sys, time\n"
         "path = pathlib.Path(os.environ['GPUPOOL_CHECKPOINT_DIR']) / 'step-100.pt'\n"
@@ -161,8 +175,9 @@ def test_a_file_written_into_the_checkpoint_directory_shows_as_checkpoint_at(
         "pathlib.Path(sys.argv[1]).write_text(str(path))\n"
         "while not os.path.exists(sys.argv[2]): time.sleep(0.05)\n"
     )
-    written = tmp_path / "written"
-    job = submit(client, [sys.executable, "-c", code, str(written), str(release)])
+    written = exchange / "written"
+    command = [sys.executable, "-c", code, str(written), str(release)]
+    job = submit(client, command, workdir=str(exchange))
     seen = wait_for(lambda: _checkpointed(client, job["id"]), 60, "checkpoint_at to be set")
     assert seen["checkpoint_at"] == os.stat(written.read_text()).st_mtime
     assert "Checkpointed" in reasons(seen)

@@ -1,0 +1,138 @@
+"""A full disk: submits get a clear storage_full error, nothing acknowledged is lost, and
+when space returns everything recovers by itself, with the jobs' real exit codes."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from gpupool.runner.sandbox import members
+from tests.support.cli import Cli
+from tests.support.server import ServerProcess
+from tests.support.waiting import wait_for
+
+FINAL = {"succeeded", "failed", "cancelled", "lost"}
+
+
+def job(code: int) -> list[str]:
+    """Waits for its release file (outside the small disk), prints, exits with ``code``."""
+    program = (
+        "import os, sys, time\n"
+        "print('waiting', flush=True)\n"
+        "while not os.path.exists('release'):\n"
+        "    time.sleep(0.05)\n"
+        f"print('done {code}', flush=True)\n"
+        f"sys.exit({code})\n"
+    )
+    return [sys.executable, "-c", program]
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 48 MiB tmpfs for the server's data directory (CI runs as root)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root (CI runs as root)")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=48m,mode=0755", "tmpfs", str(disk)],
+        capture_output=True,
+        text=True,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+
+
+def fill(disk: Path) -> Path:
+    """Write a file until the disk has no room left."""
+    filler = disk / "filler"
+    chunk = b"\0" * (1 << 20)
+    with open(filler, "wb", buffering=0) as f:
+        try:
+            while True:
+                f.write(chunk)
+        except OSError as e:
+            assert e.errno == errno.ENOSPC
+        try:
+            while True:
+                f.write(b"\0" * 4096)
+        except OSError:
+            pass
+    return filler
+
+
+def test_a_full_disk_refuses_submits_and_recovers_with_real_exit_codes(
+    small_disk: Path, tmp_path: Path, exchange: Path
+) -> None:
+    server = ServerProcess(small_disk / "data")
+    server.log_path = tmp_path / "server-output.log"  # the server's own output is elsewhere
+    server.start()
+    try:
+        with httpx.Client(
+            base_url=f"{server.url}/api/v1",
+            headers={"Authorization": f"Bearer {server.token}"},
+            timeout=30,
+        ) as client:
+            _run(client, server, small_disk, exchange)
+    finally:
+        server.stop()
+
+
+def _run(client: httpx.Client, server: ServerProcess, disk: Path, exchange: Path) -> None:
+    def submit(code: int) -> httpx.Response:
+        body = {"command": job(code), "resources": {"gpus": 1}, "workdir": str(exchange)}
+        return client.post("/jobs", json=body)
+
+    running = [submit(code).json()["id"] for code in (3, 4, 5, 6)]
+    queued = submit(9).json()["id"]  # the 4 GPUs are taken: it waits
+    for job_id in running:
+        wait_for(lambda j=job_id: client.get(f"/jobs/{j}").json()["status"] == "running", 60)
+
+    filler = fill(disk)
+    refused = submit(0)
+    assert refused.status_code == 507, refused.text
+    assert refused.json()["error"]["code"] == "storage_full"
+    assert "disk is full" in refused.json()["error"]["message"]
+    cli = Cli(server.url, server.token)("run", "--workdir", str(exchange), "--", "true")
+    assert cli.returncode == 1 and "error [storage_full]" in cli.stderr, cli.stderr
+    (exchange / "release").touch()  # the jobs end while nothing can be written
+    for job_id in running:
+        namespace = _sandbox(server, job_id)["pid_namespace"]
+        wait_for(lambda ns=namespace: not members(ns), 30, f"job {job_id}'s workload to end")
+    time.sleep(1.0)  # a few of the runners' tries to record the exits
+    seen = {j["id"]: j for j in client.get("/jobs", params={"limit": 100}).json()}
+    assert set(seen) >= {*running, queued}, "reads work while full"
+    assert all(seen[j]["status"] == "running" for j in running), "no exit could be recorded"
+
+    filler.unlink()
+    for job_id, code in zip(running, (3, 4, 5, 6), strict=True):
+        ended = wait_for(lambda j=job_id: _final(client, j), 90, f"job {job_id} to end")
+        assert (ended["status"], ended["exit_code"]) == ("failed", code), ended
+    last = wait_for(lambda: _final(client, queued), 90, "the queued job to run and end")
+    assert (last["status"], last["exit_code"]) == ("failed", 9)
+    assert submit(0).status_code == 201, "submits are taken again"
+    everything = client.get("/jobs", params={"limit": 100}).json()
+    assert len(everything) == 6, "nothing acknowledged was lost; the refused one not stored"
+
+
+def _sandbox(server: ServerProcess, job_id: int) -> dict:
+    state = server.data_dir / "jobs" / str(job_id) / "attempts" / "1" / "state.json"
+    return json.loads(state.read_text())["sandbox"]
+
+
+def _final(client: httpx.Client, job_id: int) -> dict | None:
+    job = client.get(f"/jobs/{job_id}").json()
+    return job if job["status"] in FINAL else None
