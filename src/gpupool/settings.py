@@ -72,7 +72,7 @@ class Settings(BaseSettings):
     # System paths every sandbox shows read-only (a missing one is skipped), then an admin's
     # own (comma-separated), and paths shared read-write with every job (datasets, scratch).
     sandbox_system_paths: str = (
-        "/usr,/bin,/sbin,/lib,/lib32,/lib64,/libx32,/etc,/opt,/run/systemd/resolve"
+        "/usr,/bin,/sbin,/lib,/lib32,/lib64,/libx32,/etc,/opt,/sys,/run/systemd/resolve"
     )
     sandbox_readonly_paths: str = ""
     sandbox_readwrite_paths: str = ""

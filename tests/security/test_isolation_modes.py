@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.support.cli import Cli
 from tests.support.server import ServerProcess
 from tests.support.waiting import wait_for
 
@@ -65,6 +66,8 @@ def test_without_bubblewrap_no_job_runs_and_the_server_says_what_to_install(star
     page = cluster_page(server)
     assert 'class="alert" id="isolation"' in page
     assert "bubblewrap (bwrap) is not installed" in page
+    shown = Cli(server.url, server.token).ok("nodes")
+    assert "isolation (unavailable): jobs cannot be isolated" in shown
 
 
 def test_isolation_off_runs_jobs_and_says_so_at_start_and_on_the_cluster_page(start) -> None:  # noqa: ANN001
@@ -87,6 +90,7 @@ def test_isolation_off_runs_jobs_and_says_so_at_start_and_on_the_cluster_page(st
         assert client.get("/isolation").json()["mode"] == "off"
     page = cluster_page(server)
     assert 'class="warning" id="isolation"' in page and "isolation is OFF" in page
+    assert "isolation (off): isolation is OFF" in Cli(server.url, server.token).ok("nodes")
 
 
 def test_with_bubblewrap_the_server_says_how_jobs_are_kept_apart(start) -> None:  # noqa: ANN001

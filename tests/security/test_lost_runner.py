@@ -31,12 +31,18 @@ def alive(pids: list[int]) -> list[int]:
     return [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"]
 
 
-def test_a_killed_runner_takes_its_workload_and_frees_its_gpus_after(pool: Pool) -> None:
+def hold_every_gpu(pool: Pool) -> tuple[dict, dict, dict]:
+    """A job holding all 4 GPUs, one waiting for a GPU, and the holder's attempt state."""
     _, client = pool.member("team-a")
     holder = pool.submit(client, [sys.executable, "-c", HOLD], resources={"gpus": 4})
     wait_for(lambda: "holding" in pool.log(holder["id"]), 60, "the holder to run")
     waiter = pool.submit(client, ["true"], resources={"gpus": 1})
     state = wait_for(lambda: pool.state(holder["id"]).get("sandbox") and pool.state(holder["id"]))
+    return holder, waiter, state
+
+
+def test_a_killed_runner_takes_its_workload_and_frees_its_gpus_after(pool: Pool) -> None:
+    holder, waiter, state = hold_every_gpu(pool)
     workload = sandbox_pids(state)
     assert alive(workload)
 
@@ -50,11 +56,7 @@ def test_a_killed_runner_takes_its_workload_and_frees_its_gpus_after(pool: Pool)
 
 
 def test_the_same_after_a_server_restart_in_between(pool: Pool) -> None:
-    _, client = pool.member("team-a")
-    holder = pool.submit(client, [sys.executable, "-c", HOLD], resources={"gpus": 4})
-    wait_for(lambda: "holding" in pool.log(holder["id"]), 60, "the holder to run")
-    waiter = pool.submit(client, ["true"], resources={"gpus": 1})
-    state = wait_for(lambda: pool.state(holder["id"]).get("sandbox") and pool.state(holder["id"]))
+    holder, waiter, state = hold_every_gpu(pool)
     workload = sandbox_pids(state)
 
     pool.server.kill9()

@@ -88,3 +88,19 @@ class ManualClock:
 
     def advance(self, seconds: float) -> None:
         self._now += seconds
+
+
+def refused(response, status: int, code: str) -> dict:  # noqa: ANN001 - an httpx response
+    """The error body of a response that must be refused with ``status`` and ``code``."""
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert error["code"] == code
+    return error
+
+
+def create_user(client: TestClient, name: str, **fields: object) -> dict:
+    """A new user of the default team, made by the admin ``client``."""
+    body = {"name": name, "teams": ["default"]} | fields
+    created = client.post("/api/v1/users", json=body)
+    assert created.status_code == 201, created.text
+    return created.json()

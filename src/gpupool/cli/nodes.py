@@ -70,10 +70,15 @@ def print_node(node: dict[str, Any]) -> None:
         out.print("rdma:  " + escape(rdma_text(device)))
 
 
+ISOLATION_STYLE = {"sandbox": "", "off": "bold yellow", "unavailable": "bold red"}
+
+
 def nodes(output: OutputOption = Output.TABLE) -> None:
-    """List nodes: CPUs, memory, and each GPU with its domain, used share and holders."""
+    """List nodes: CPUs, memory, and each GPU with its domain, used share and holders; then
+    how jobs are kept apart (isolation)."""
     with connect() as client:
         found = client.nodes()
+        isolation = client.isolation()
     if output == Output.JSON:
         print_json(found)
         return
@@ -81,3 +86,12 @@ def nodes(output: OutputOption = Output.TABLE) -> None:
         if number:
             out.print("")
         print_node(node)
+    if isolation:
+        print_isolation(isolation)
+
+
+def print_isolation(isolation: dict[str, Any]) -> None:
+    """'isolation: every job runs in a bubblewrap sandbox, as ...' (loud when it does not)."""
+    style = ISOLATION_STYLE.get(isolation["mode"], "")
+    text = escape(f"isolation ({isolation['mode']}): {isolation['message']}")
+    out.print(f"\n[{style}]{text}[/{style}]" if style else f"\n{text}", soft_wrap=True)

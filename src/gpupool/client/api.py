@@ -138,6 +138,10 @@ class Client:
     def whoami(self) -> dict[str, Any]:
         return self._call("GET", "/whoami")
 
+    def isolation(self) -> dict[str, Any] | None:
+        """How jobs are kept apart: mode (sandbox, off, unavailable), identity, message."""
+        return self._call("GET", "/isolation")
+
     def health(self) -> dict[str, Any]:
         return self._call("GET", "/health")
 

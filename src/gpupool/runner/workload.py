@@ -3,8 +3,8 @@
 ``Direct`` is a process group started as is (isolation off). ``Sandboxed`` is a bubblewrap
 sandbox: bwrap's own process outside, its init (PID 1 inside) and the job's processes in a
 PID namespace of their own. Stopping a sandboxed job signals every process of that
-namespace but its init, so the job gets its SIGTERM and grace; killing it kills the init,
-and the kernel then kills everything else in the namespace.
+namespace but its init, so the job gets its SIGTERM and grace; killing it kills bwrap, whose
+init dies with it, and the kernel then kills everything else in the namespace.
 """
 
 from __future__ import annotations
@@ -102,10 +102,10 @@ class Sandboxed:
                     os.kill(pid, sig)
 
     def kill(self) -> None:
-        for pid in (self.init_pid, self.proc.pid):
-            if pid is not None:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, signal.SIGKILL)
+        """SIGKILL bwrap, the runner's own child (its PID cannot be reused before the runner
+        reaps it): its init dies with it, and the kernel ends the namespace with its init."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(self.proc.pid, signal.SIGKILL)
 
     def processes(self) -> list[int]:
         if self.namespace is None:
@@ -128,8 +128,7 @@ class Sandboxed:
         return _has_exited(self.proc.pid)
 
     def reap(self) -> int:
-        self.kill()  # the init is gone with bwrap already; this is for a bwrap that was not
-        return self.proc.wait()
+        return self.proc.wait()  # bwrap ended: so did its init, and the whole namespace
 
 
 def _has_exited(pid: int) -> bool:

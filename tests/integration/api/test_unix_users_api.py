@@ -11,7 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from gpupool.services.platform import Platform
-from tests.support.platform import make_settings, running_app
+from tests.support.platform import create_user, make_settings, refused, running_app
 from tests.support.unix import own_account, system_account
 
 USERS = "/api/v1/users"
@@ -28,20 +28,6 @@ def account() -> Iterator[str]:
     """An existing unprivileged Unix account (made for the module: needs root)."""
     with system_account() as name:
         yield name
-
-
-def refused(response, status: int, code: str) -> dict:  # noqa: ANN001 - an httpx response
-    assert response.status_code == status, response.text
-    error = response.json()["error"]
-    assert error["code"] == code
-    return error
-
-
-def create_user(client: TestClient, name: str, **fields: object) -> dict:
-    body = {"name": name, "teams": ["default"]} | fields
-    created = client.post(USERS, json=body)
-    assert created.status_code == 201, created.text
-    return created.json()
 
 
 def unix_users(client: TestClient) -> dict[str, str | None]:

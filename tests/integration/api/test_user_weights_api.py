@@ -13,7 +13,7 @@ from gpupool.scheduler import schedule
 from gpupool.scheduler.types import Clock, Decisions, HandOver, Snapshot
 from gpupool.services.platform import Platform
 from gpupool.services.snapshots import build_snapshot
-from tests.support.platform import make_settings, running_app
+from tests.support.platform import create_user, make_settings, refused, running_app
 
 USERS = "/api/v1/users"
 
@@ -27,20 +27,6 @@ def app(tmp_path: Path, database_url: str) -> Iterator[tuple[TestClient, Platfor
 
     with running_app(make_settings(tmp_path / "data", database_url), decide=hold) as running:
         yield running
-
-
-def refused(response, status: int, code: str) -> dict:  # noqa: ANN001 - an httpx response
-    assert response.status_code == status, response.text
-    error = response.json()["error"]
-    assert error["code"] == code
-    return error
-
-
-def create_user(client: TestClient, name: str, **fields: object) -> dict:
-    body = {"name": name, "teams": ["default"]} | fields
-    created = client.post(USERS, json=body)
-    assert created.status_code == 201, created.text
-    return created.json()
 
 
 def token_of(client: TestClient, user: str) -> str:

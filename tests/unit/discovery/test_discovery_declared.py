@@ -15,11 +15,13 @@ def test_count_name_and_memory() -> None:
     assert {gpu.name for gpu in gpus} == {"A100-SXM4-80GB"}
     assert {gpu.memory_bytes for gpu in gpus} == {80 * GiB}
     assert [gpu.uuid for gpu in gpus] == [f"GPU-declared-node1-{i}" for i in range(4)]
+    assert [gpu.minor_number for gpu in gpus] == [0, 1, 2, 3]  # /dev/nvidia0..3
     assert gpus[0].sources == {
         "index": Source.DECLARED,
         "uuid": Source.DECLARED,
         "name": Source.DECLARED,
         "memory_bytes": Source.DECLARED,
+        "minor_number": Source.DECLARED,
     }
 
 

@@ -116,6 +116,8 @@ def test_k80_out_of_order_minor_numbers_and_pci_domains(captures: Path) -> None:
     minors = [int(element.findtext("minor_number")) for element in root.findall("gpu")]
     assert minors == [1, 2, 3, 0]
     assert [gpu.index for gpu in report.gpus] == [0, 1, 2, 3]
+    # a job given GPU 3 is given /dev/nvidia0: the device node is the minor number's
+    assert [gpu.minor_number for gpu in report.gpus] == [1, 2, 3, 0]
     assert report.gpus[3].uuid == "GPU-3341aba2-f01d-2c1f-7dd4-e389779faec2"
     assert {gpu.memory_bytes for gpu in report.gpus} == {11441 * MiB}
     assert [gpu.utilization_percent for gpu in report.gpus] == [99.0, 99.0, 0.0, 0.0]
