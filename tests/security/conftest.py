@@ -3,6 +3,7 @@ own Unix account) or as an unprivileged account (jobs under it, in a user namesp
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pwd
@@ -141,9 +142,7 @@ def pool(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Pool]:
     finally:
         server.stop()
         for name in found.accounts + ([account] if account else []):
-            subprocess.run(
-                [shutil.which("userdel", path=SBIN) or "userdel", name], capture_output=True
-            )
+            _remove_account(name)
         shutil.rmtree(base, ignore_errors=True)
 
 
@@ -184,6 +183,24 @@ def _new_account(prefix: str) -> str:
         pytest.skip("useradd is not installed")
     subprocess.run([useradd, "--system", "--no-create-home", name], check=True)
     return name
+
+
+def _remove_account(name: str) -> None:
+    """Delete an account the test made (or the server made for it), after what still runs
+    under it (the server's fork server, a runner that was asked to stop) has ended."""
+    with contextlib.suppress(KeyError):
+        uid = pwd.getpwnam(name).pw_uid
+        left = [
+            p
+            for p in psutil.process_iter(["uids"])
+            if p.info["uids"] and p.info["uids"].real == uid
+        ]
+        for proc in left:
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+        psutil.wait_procs(left, timeout=10)
+    userdel = shutil.which("userdel", path=SBIN) or "userdel"
+    subprocess.run([userdel, "--force", name], capture_output=True, check=False)
 
 
 def _give(path: Path, uid: int) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -12,6 +13,7 @@ import time
 from pathlib import Path
 
 import httpx
+import psutil
 
 from tests.support.cleanup import kill_leftovers
 
@@ -79,18 +81,31 @@ class ServerProcess:
 
     def kill9(self) -> None:
         assert self.process is not None
-        self.process.send_signal(signal.SIGKILL)
+        self._signal(signal.SIGKILL)
         self.process.wait(timeout=30)
 
     def stop(self) -> None:
         """Stop the server and the jobs it left running (a real server leaves them to run)."""
         if self.process and self.process.poll() is None:
-            self.process.terminate()
+            self._signal(signal.SIGTERM)
             try:
                 self.process.wait(timeout=15)
             except subprocess.TimeoutExpired:
                 self.kill9()
         kill_leftovers(self.data_dir / "jobs")
+
+    def _signal(self, sig: int) -> None:
+        """Signal the server itself: under a ``prefix`` it is a descendant of the process
+        started (which ends with it), and may not die with that process."""
+        pids = [self.process.pid]
+        if self.prefix:  # the server, not its runners: jobs outlive a server by design
+            server = [sys.executable, "-m", "gpupool", "server"]
+            with contextlib.suppress(psutil.Error):
+                found = psutil.Process(self.process.pid).children(recursive=True)
+                pids = [p.pid for p in found if p.cmdline()[:4] == server] + pids
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
 
     def output(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""

@@ -64,12 +64,16 @@ def bwrap_argv(
     account: dict[str, object] | None,
     env_fd: int,
     status_fd: int,
+    block_fd: int | None = None,
 ) -> list[str]:
-    """The whole command line: bwrap, its mounts, the account switch, the shim, the command."""
+    """The whole command line: bwrap, its mounts, the account switch, the shim, the command.
+    With ``block_fd``, bwrap makes the sandbox, reports it, and waits for a byte there
+    before it starts the job (so that the runner can record it and limit it first)."""
     argv = [policy.bwrap, *_namespaces(account), "--die-with-parent", "--new-session"]
     argv += _filesystem(policy, job_dirs)
     argv += ["--perms", "0444", "--ro-bind-data", str(env_fd), SANDBOX_ENV_FILE]
-    argv += ["--chdir", cwd, "--clearenv", "--json-status-fd", str(status_fd), "--"]
+    argv += ["--chdir", cwd, "--clearenv", "--json-status-fd", str(status_fd)]
+    argv += ["--block-fd", str(block_fd), "--"] if block_fd is not None else ["--"]
     argv += _account_switch(policy, account)
     return [*argv, policy.shell, "-c", SHIM, "sh", *command]
 

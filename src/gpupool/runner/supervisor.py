@@ -11,6 +11,7 @@ import contextlib
 import errno
 import fcntl
 import os
+import select
 import selectors
 import signal
 import subprocess
@@ -43,6 +44,7 @@ DRAIN_SECONDS = 2.0  # after the workload exits: how long to wait for its pipe t
 IDLE_WAKE_SECONDS = 1.0  # safety net: re-check the workload even without a wake-up
 FALLBACK_LOG_LIMIT = 1 << 20  # cap of output.log when spec.json cannot be read
 STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
+SANDBOX_REPORT_SECONDS = 10.0  # how long bwrap may take to report its sandbox
 GPU_SAMPLE_SECONDS = 1.0  # how often a fractional job's GPU memory is looked at
 RECORD_RETRY_SECONDS = (0.2, 0.5, 1.0, 2.0, 5.0)  # an exit record that cannot be written yet
 
@@ -207,10 +209,32 @@ class Runner:
             pid=workload.proc.pid,
             pgid=workload.proc.pid,  # a new session: the workload leads its own process group
             workload_create_time=process_create_time(workload.proc.pid),
-            started_at=time.time(),
         )
+        if status_r is not None:
+            self._enter_sandbox(workload, status_r)
+        self.record["started_at"] = time.time()
         self._write_state()
+        if status_r is not None:
+            workload.release()  # recorded: now the job may run
         return workload, pipe_r, status_r
+
+    def _enter_sandbox(self, workload: Sandboxed, status_r: int) -> None:
+        """Wait for bwrap to report its sandbox (it waits for us before the job runs), put
+        the sandbox in the attempt's cgroup, and record both in one write."""
+        deadline = time.monotonic() + SANDBOX_REPORT_SECONDS
+        while workload.init_pid is None and time.monotonic() < deadline:
+            ready, _, _ = select.select([status_r], [], [], deadline - time.monotonic())
+            data = os.read(status_r, 4096) if ready else b""
+            if not data:
+                break  # bwrap failed before making the sandbox: its exit and log tell
+            workload.on_status(data)
+        if self.cgroup is not None and workload.init_pid is not None:
+            try:
+                self.cgroup.join(workload.init_pid)
+            except OSError as e:
+                notes = self.record.setdefault("notes", [])
+                notes.append(f"CPU and memory limits are not enforced: cannot join: {e}")
+        self.record.update(workload.record())
 
     def _limit(self, spec: RunnerSpec) -> None:
         """A cgroup for the CPU and memory asked for, a GPU memory watch for a fraction;
@@ -247,10 +271,11 @@ class Runner:
 
         env_fd = os.memfd_create("gpupool-env")
         status_r, status_w = os.pipe()
+        block_r, block_w = os.pipe()  # bwrap waits on it before it starts the job
         try:
             os.write(env_fd, sandbox.env_file(env))
             os.lseek(env_fd, 0, os.SEEK_SET)
-            argv = tenancy.sandbox_argv(spec, env_fd, status_w)
+            argv = tenancy.sandbox_argv(spec, env_fd, status_w, block_r)
             proc = subprocess.Popen(
                 argv,
                 stdin=subprocess.DEVNULL,
@@ -259,16 +284,17 @@ class Runner:
                 env={},
                 start_new_session=True,
                 close_fds=True,
-                pass_fds=(env_fd, status_w),
-                preexec_fn=tenancy.preexec(self.cgroup, None),
+                pass_fds=(env_fd, status_w, block_r),
             )
         except BaseException:
             os.close(status_r)
+            os.close(block_w)
             raise
         finally:
             os.close(env_fd)
             os.close(status_w)
-        return Sandboxed(proc, self.cgroup), status_r
+            os.close(block_r)
+        return Sandboxed(proc, self.cgroup, block_w), status_r
 
     def _supervise(self, workload, pipe_r: int, status_r: int | None, spec: RunnerSpec) -> None:  # noqa: ANN001
         """Pump the log and act on stops until the workload ended and its pipe is drained."""

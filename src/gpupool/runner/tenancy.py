@@ -116,14 +116,14 @@ def missing_program(spec: RunnerSpec, env: dict[str, str]) -> Problem | None:
     return None
 
 
-def sandbox_argv(spec: RunnerSpec, env_fd: int, status_fd: int) -> list[str]:
+def sandbox_argv(spec: RunnerSpec, env_fd: int, status_fd: int, block_fd: int) -> list[str]:
     from gpupool.runner import sandbox
 
     cwd = spec.workdir or spec.output_dir
     shared = mps_dir(spec)
     dirs = spec.job_dirs() + ([shared] if shared else [])
     return sandbox.bwrap_argv(
-        spec.sandbox, spec.command, cwd, dirs, spec.account, env_fd, status_fd
+        spec.sandbox, spec.command, cwd, dirs, spec.account, env_fd, status_fd, block_fd
     )
 
 

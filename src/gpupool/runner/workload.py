@@ -64,13 +64,25 @@ class Direct:
 class Sandboxed:
     """A bubblewrap sandbox; learns its init and PID namespace from bwrap's status fd."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], cgroup: Cgroup | None) -> None:
+    def __init__(
+        self, proc: subprocess.Popen[bytes], cgroup: Cgroup | None, block_w: int | None = None
+    ) -> None:
         self.proc = proc
         self.cgroup = cgroup
+        self.block_w = block_w  # bwrap starts the job once this is written to
         self.init_pid: int | None = None
         self.init_create_time: float | None = None
         self.namespace: int | None = None
         self._status = b""
+
+    def release(self) -> None:
+        """Let bwrap start the job (it waited while its sandbox was recorded)."""
+        if self.block_w is None:
+            return
+        with contextlib.suppress(OSError):  # bwrap already gone: its exit tells
+            os.write(self.block_w, b"go")
+        os.close(self.block_w)
+        self.block_w = None
 
     def on_status(self, data: bytes) -> None:
         """Parse bwrap's JSON status documents as they arrive (one per line)."""
