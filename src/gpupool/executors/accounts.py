@@ -8,7 +8,6 @@ the server may create accounts itself (``GPUPOOL_CREATE_UNIX_USERS``, like Jupyt
 
 from __future__ import annotations
 
-import grp
 import os
 import pwd
 import re
@@ -147,10 +146,3 @@ def create_system_account(name: str, comment: str) -> None:
     if done.returncode != 0 and lookup(name) is None:
         reason = (done.stderr or done.stdout).strip() or f"exit code {done.returncode}"
         raise AccountError(f"cannot create the Unix account '{name}': {reason}")
-
-
-def group_name(gid: int) -> str:
-    try:
-        return grp.getgrgid(gid).gr_name
-    except KeyError:
-        return str(gid)

@@ -161,7 +161,7 @@ def _str_list(raw: dict[str, object], key: str) -> list[str]:
 def _sandbox(value: object) -> object:
     if value is None:
         return None
-    from gpupool.runner.sandbox import SandboxPolicy  # only sandboxed attempts pay for it
+    from gpupool.runner.sandbox import SandboxPolicy  # here: sandbox imports this module
 
     return SandboxPolicy(value)
 

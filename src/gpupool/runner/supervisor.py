@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 
-from gpupool.runner import cgroups, tenancy
+from gpupool.runner import cgroups, sandbox, tenancy
 from gpupool.runner.layout import (
     CODE_NOT_EXECUTABLE,
     CODE_NOT_FOUND,
@@ -267,8 +267,6 @@ class Runner:
         return Direct(proc, self.cgroup)
 
     def _start_sandboxed(self, spec: RunnerSpec, env: dict[str, str], pipe_w: int):  # noqa: ANN202
-        from gpupool.runner import sandbox  # only sandboxed attempts pay for it
-
         env_fd = os.memfd_create("gpupool-env")
         status_r, status_w = os.pipe()
         block_r, block_w = os.pipe()  # bwrap waits on it before it starts the job

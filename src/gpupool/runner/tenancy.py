@@ -104,7 +104,7 @@ def missing_program(spec: RunnerSpec, env: dict[str, str]) -> Problem | None:
         return CODE_NOT_FOUND, f"command not found: {name}"
     if not _executable(found):
         return CODE_NOT_EXECUTABLE, f"command is not executable: {name} (permission denied)"
-    from gpupool.runner import sandbox  # only sandboxed attempts pay for it
+    from gpupool.runner import sandbox  # here: sandbox imports this module
 
     visible = [os.path.realpath(p) for p in sandbox.visible_paths(spec.sandbox, spec.job_dirs())]
     if not any(within(os.path.realpath(found), p) for p in visible):

@@ -127,7 +127,8 @@ def outcome(
         return JobStatus.FAILED, STOPPED_FOR[result.reason], result.message or result.reason
     if code == 0:
         return JobStatus.SUCCEEDED, Reason.EXITED, "exited with code 0"
-    return JobStatus.FAILED, Reason.EXITED, f"exited with code {code}"
+    said = f": {result.message}" if result is not None and result.message else ""
+    return JobStatus.FAILED, Reason.EXITED, f"exited with code {code}{said}"
 
 
 def _preempted(attempt: AttemptModel, job: JobModel) -> bool:
