@@ -96,4 +96,6 @@ def test_isolation_off_runs_jobs_and_says_so_at_start_and_on_the_cluster_page(st
 def test_with_bubblewrap_the_server_says_how_jobs_are_kept_apart(start) -> None:  # noqa: ANN001
     server = start()
     assert "isolation: every job runs in a bubblewrap sandbox" in server.output()
+    anonymous = httpx.get(f"{server.url}/api/v1/isolation", timeout=30)
+    assert anonymous.status_code == 401, "how jobs are kept apart is for signed-in users"
     assert 'class="isolation" id="isolation"' in cluster_page(server)
