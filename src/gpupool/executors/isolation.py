@@ -24,6 +24,7 @@ from gpupool.domain.inventory import NodeInventory
 from gpupool.domain.isolation import IsolationMode, IsolationStatus
 from gpupool.executors.accounts import AccountError, Accounts
 from gpupool.executors.base import LaunchError, TaskSpec
+from gpupool.runner.tenancy import conflict, within
 from gpupool.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -110,6 +111,10 @@ class Isolation:
         self.bwrap = _which(settings.bwrap_path)
         self.setpriv = _which("setpriv")
         self.protected = protected_paths(settings)
+        # what every sandbox shows: fixed by the settings, so worked out once, not per start
+        self.readonly = self.readonly_paths()
+        self.readwrite = split_paths(settings.sandbox_readwrite_paths)
+        self._shown = [os.path.realpath(p) for p in [*self.readonly, *self.readwrite]]
         self._status: IsolationStatus | None = None
         self._checked_at = 0.0
         self._lock = threading.Lock()
@@ -192,13 +197,11 @@ class Isolation:
         """The PATH a sandboxed job gets when it sets none: the Python the sandbox shows first
         (so that ``python`` is one that runs there), then the entries of the server's PATH
         that the sandbox shows (a pyenv shim under a hidden home would only fail)."""
-        shown = [os.path.realpath(p) for p in self.readonly_paths()]
-        shown += [os.path.realpath(p) for p in split_paths(self.settings.sandbox_readwrite_paths)]
         python = [f"{p}/bin" for p in dict.fromkeys([sys.prefix, sys.base_prefix])]
         entries = python if self.settings.sandbox_show_python else []
         for entry in path.split(os.pathsep):
             real = os.path.realpath(entry) if entry.startswith("/") else ""
-            if real and any(real == s or real.startswith(s.rstrip("/") + "/") for s in shown):
+            if real and any(within(real, s) for s in self._shown):
                 entries.append(entry)
         return os.pathsep.join(dict.fromkeys(entries)) or os.defpath
 
@@ -214,8 +217,8 @@ class Isolation:
         return {
             "bwrap": self.bwrap,
             "setpriv": self.setpriv,
-            "readonly": self.readonly_paths(),
-            "readwrite": split_paths(self.settings.sandbox_readwrite_paths),
+            "readonly": self.readonly,
+            "readwrite": self.readwrite,
             "hidden": self.protected,
             "devices": self.devices.devices(list(task.gpu_uuids)),
         }
@@ -226,6 +229,12 @@ class Isolation:
         if self.settings.sandbox_show_python:
             paths += [p for p in {sys.base_prefix, sys.prefix} if p.startswith("/")]
         return list(dict.fromkeys(paths))
+
+
+def workdir_conflict(workdir: str, protected: list[str], sandboxed: bool) -> str | None:
+    """The protected path a working directory lies in (or above, where no sandbox hides
+    them), as the runner checks it on the node; None when it may be used."""
+    return conflict(os.path.realpath(workdir), protected, above_too=not sandboxed)
 
 
 def protected_paths(settings: Settings) -> list[str]:

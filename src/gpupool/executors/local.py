@@ -29,7 +29,7 @@ import psutil
 from gpupool.domain.isolation import IsolationStatus
 from gpupool.executors.base import Executor, Handle, LaunchError, Observed, PollResult, TaskSpec
 from gpupool.executors.isolation import Isolation
-from gpupool.executors.remains import Remains
+from gpupool.executors.remains import Remains, find_process
 from gpupool.runner import layout
 
 NOTIFY_FIFO = ".notify"
@@ -41,9 +41,6 @@ log = logging.getLogger(__name__)
 BASE_ENV_NAMES = frozenset(
     {"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TMPDIR"}
 )
-# psutil and the runner compute create times the same way; allow for float noise and for a
-# boot time that the kernel reports slightly differently over time.
-CREATE_TIME_TOLERANCE_S = 1.0
 RELEASE_WAIT_S = 1.0
 
 
@@ -297,7 +294,7 @@ class LocalExecutor(Executor):
         try:
             proc = self._adopted.get(attempt_dir)
             if proc is None:
-                proc = _find_process(handle.state["runner_pid"], handle.state["runner_create_time"])
+                proc = find_process(handle.state["runner_pid"], handle.state["runner_create_time"])
                 if proc is None:
                     return False
                 self._adopted[attempt_dir] = proc
@@ -325,7 +322,7 @@ class LocalExecutor(Executor):
             if not started.exists():
                 return None
         pid = _int(started.read_text().strip())
-        proc = _find_process(pid, None)
+        proc = find_process(pid, None)
         state = {
             "attempt_dir": str(attempt_dir),
             "runner_pid": pid,
@@ -444,21 +441,6 @@ def _create_time(pid: int) -> float | None:
         return psutil.Process(pid).create_time()
     except psutil.Error:
         return layout.process_create_time(pid)
-
-
-def _find_process(pid: Any, create_time: Any) -> psutil.Process | None:
-    """The process ``pid`` if it is the one that was started at ``create_time``."""
-    if not isinstance(pid, int):
-        return None
-    try:
-        proc = psutil.Process(pid)
-        if create_time is not None and abs(proc.create_time() - create_time) > (
-            CREATE_TIME_TOLERANCE_S
-        ):
-            return None
-    except psutil.Error:
-        return None
-    return proc
 
 
 class ForkServer:

@@ -18,6 +18,8 @@ import psutil
 
 from gpupool.runner import cgroups
 
+# psutil and the runner compute create times the same way; allow for float noise and for a
+# boot time that the kernel reports slightly differently over time.
 CREATE_TIME_TOLERANCE_S = 1.0
 
 
@@ -56,16 +58,29 @@ class Remains:
     def _sandbox_init(self, record: dict[str, Any]) -> list[int]:
         """The sandbox's init if it still runs: while it does, so may the job inside."""
         sandbox = record.get("sandbox")
-        if not isinstance(sandbox, dict) or not isinstance(sandbox.get("init_pid"), int):
+        if not isinstance(sandbox, dict):
             return []
-        pid, started = sandbox["init_pid"], sandbox.get("init_create_time")
+        proc = find_process(sandbox.get("init_pid"), sandbox.get("init_create_time"))
         try:
-            proc = psutil.Process(pid)
-            if started is not None and abs(proc.create_time() - started) > CREATE_TIME_TOLERANCE_S:
-                return []
-            return [] if proc.status() == psutil.STATUS_ZOMBIE else [pid]
+            return [] if proc is None or proc.status() == psutil.STATUS_ZOMBIE else [proc.pid]
         except psutil.Error:
             return []
+
+
+def find_process(pid: Any, create_time: Any) -> psutil.Process | None:
+    """The process ``pid`` if it is the one that was started at ``create_time`` (PIDs are
+    reused); any process ``pid`` when the start time is not known."""
+    if not isinstance(pid, int):
+        return None
+    try:
+        proc = psutil.Process(pid)
+        if isinstance(create_time, int | float) and abs(proc.create_time() - create_time) > (
+            CREATE_TIME_TOLERANCE_S
+        ):
+            return None
+    except psutil.Error:
+        return None
+    return proc
 
 
 def _group_alive(pgid: Any, leader_started: Any) -> bool:
@@ -74,12 +89,8 @@ def _group_alive(pgid: Any, leader_started: Any) -> bool:
     means the group ended and the PID went to someone else."""
     if not isinstance(pgid, int) or pgid <= 1:
         return False
-    with contextlib.suppress(psutil.Error):
-        started = psutil.Process(pgid).create_time()
-        if isinstance(leader_started, int | float) and abs(started - leader_started) > (
-            CREATE_TIME_TOLERANCE_S
-        ):
-            return False
+    if psutil.pid_exists(pgid) and find_process(pgid, leader_started) is None:
+        return False
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:

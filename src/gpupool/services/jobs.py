@@ -18,7 +18,7 @@ from gpupool.errors import (
     Unsatisfiable,
     WorkdirNotAllowed,
 )
-from gpupool.executors.isolation import protected_paths
+from gpupool.executors.isolation import protected_paths, within, workdir_conflict
 from gpupool.scheduler import infeasible_reason
 from gpupool.scheduler.types import NodeCapacity
 from gpupool.services import users
@@ -122,18 +122,14 @@ def check_workdir(workdir: str | None, protected: Sequence[str], sandboxed: bool
             "the directory it runs in)",
             fields=[{"field": "workdir", "message": "not an absolute path"}],
         )
-    real = os.path.realpath(workdir)
-    for secret in protected:
-        if _within(real, secret) or (not sandboxed and _within(secret, real)):
-            raise WorkdirNotAllowed(
-                f"workdir '{workdir}' is {'in' if _within(real, secret) else 'above'} "
-                f"gpupool's own files ({secret}); choose a directory of your own",
-                fields=[{"field": "workdir", "message": "gpupool's own files"}],
-            )
-
-
-def _within(path: str, parent: str) -> bool:
-    return path == parent or path.startswith(parent.rstrip("/") + "/")
+    secret = workdir_conflict(workdir, list(protected), sandboxed)
+    if secret is not None:
+        where = "in" if within(os.path.realpath(workdir), secret) else "above"
+        raise WorkdirNotAllowed(
+            f"workdir '{workdir}' is {where} gpupool's own files ({secret}); choose a "
+            "directory of your own",
+            fields=[{"field": "workdir", "message": "gpupool's own files"}],
+        )
 
 
 def check_feasible(spec: JobSpec, nodes: Sequence[NodeCapacity]) -> None:
