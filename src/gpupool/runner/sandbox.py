@@ -117,11 +117,12 @@ def _namespaces(account: dict[str, object] | None) -> list[str]:
 
 def _filesystem(policy: SandboxPolicy, job_dirs: list[str]) -> list[str]:
     tree = _Tree()
-    argv: list[str] = []
+    # the sandbox's own file systems first: a path shown below /tmp (a checkout there, with
+    # the server's Python) must be mounted onto the private /tmp, not covered by it
+    argv = ["--proc", "/proc", "--dev", "/dev"]
+    argv += ["--perms", "1777", "--tmpfs", "/tmp", "--perms", "1777", "--tmpfs", "/dev/shm"]
     for path in sorted(policy.readonly, key=_depth):  # a parent first, or it would cover
         argv += tree.show(path, "--ro-bind")
-    argv += ["--proc", "/proc", "--dev", "/dev"]
-    argv += ["--perms", "1777", "--tmpfs", "/tmp", "--perms", "1777", "--tmpfs", "/dev/shm"]
     for path in sorted(policy.readwrite, key=_depth):
         argv += tree.show(path, "--bind")
     inside = [p for p in job_dirs if any(within(p, h) for h in policy.hidden)]

@@ -205,3 +205,12 @@ def test_cgroup_v2_files_for_cpu_and_memory(
 
 def test_nothing_to_limit_makes_no_cgroup() -> None:
     assert cgroups.create("job-1-attempt-1", None, None) == (None, "")
+
+
+def test_a_path_shown_below_tmp_is_mounted_onto_the_private_tmp(tmp_path: Path) -> None:
+    checkout = tmp_path / "checkout" / ".venv"  # pytest's tmp_path is below /tmp
+    checkout.mkdir(parents=True)
+    policy = SandboxPolicy({"bwrap": "/usr/bin/bwrap", "readonly": ["/usr", str(checkout)]})
+    argv = bwrap_argv(policy, ["true"], "/", [], None, 3, 4)
+    private_tmp = argv.index("/tmp", argv.index("--tmpfs"))
+    assert argv.index(str(checkout)) > private_tmp
