@@ -24,7 +24,10 @@ from gpupool.sim.policies import named
 from gpupool.sim.report import duration
 from gpupool.sim.traces import load_trace
 
-TRACE = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "traces" / "philly.csv"
+REPO = Path(__file__).resolve().parents[1]
+# where the trace is looked for: downloaded into the checkout (docs/scheduling.md says from
+# where), else the traces kept beside it
+TRACES = (REPO / "traces" / "philly.csv", REPO.parent / "shared" / "data" / "traces" / "philly.csv")
 AIM = 120.0
 
 
@@ -45,13 +48,15 @@ def main() -> None:
     parser.add_argument("--cluster", default="64x8")
     parser.add_argument("--limit", type=int, help="replay only the first N jobs")
     parser.add_argument("--profile", action="store_true", help="cProfile the default replay")
+    found = next((path for path in TRACES if path.is_file()), TRACES[0])
+    parser.add_argument("--trace", type=Path, default=found, help=f"the Philly CSV ({found})")
     args = parser.parse_args()
-    if not TRACE.is_file():
-        print(f"skipped: {TRACE} is absent (the public traces live beside the repo)")
+    if not args.trace.is_file():
+        print(f"skipped: {args.trace} is absent (docs/scheduling.md: where to download it)")
         return
     limit = f"?limit={args.limit}" if args.limit else ""
     began = time.perf_counter()
-    trace = load_trace(f"philly:{TRACE}{limit}")
+    trace = load_trace(f"philly:{args.trace}{limit}")
     loaded = time.perf_counter() - began
     nodes = cluster(args.cluster)
     quotas = vc_quotas(trace, nodes)

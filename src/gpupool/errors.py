@@ -43,6 +43,27 @@ class UnixUserNotAllowed(InvalidRequest):
     code = "unix_user_not_allowed"
 
 
+class InvalidArray(InvalidRequest):
+    """A job array's indexes are given as sbatch --array takes them: 0-999, 1,3,5-7 or
+    0-99:2, optionally ending in %50 (at most 50 tasks at once), or as a list of indexes."""
+
+    code = "invalid_array"
+
+
+class GpuTypeWithoutGpus(InvalidRequest):
+    """A GPU type picks among the GPUs a job asks for: add --gpus (resources.gpus) or
+    --gpu-memory (resources.gpu_memory_bytes), or leave the GPU type out."""
+
+    code = "gpu_type_without_gpus"
+
+
+class OffsetOutOfRange(ClientError):
+    """The offset is past the end of the log: read from an offset between 0 and its size."""
+
+    status = 416
+    code = "offset_out_of_range"
+
+
 class Unauthenticated(ClientError):
     """Log in first: send 'Authorization: Bearer <token>' or sign in to the web UI."""
 
@@ -75,6 +96,30 @@ class Conflict(ClientError):
 
     status = 409
     code = "conflict"
+
+
+class TeamNotEmpty(Conflict):
+    """The team still has pending or running jobs: cancel them or let them end first."""
+
+    code = "team_not_empty"
+
+
+class DefaultTeamKept(Conflict):
+    """The default team cannot be deleted: it is where users without a team submit."""
+
+    code = "default_team"
+
+
+class LastAdmin(Conflict):
+    """The pool would be left without an enabled admin: make another user admin first."""
+
+    code = "last_admin"
+
+
+class WrongPassword(Forbidden):
+    """The current password is wrong: type it again, or ask an admin to set a new one."""
+
+    code = "wrong_password"
 
 
 class GuaranteesExceedPool(Conflict):
@@ -110,6 +155,28 @@ class CsrfFailed(ClientError):
     code = "csrf_failed"
 
 
+class HostNotAllowed(ClientError):
+    """This server does not answer to that host name: open it at an allowed address (such as
+    127.0.0.1 or its public URL), or add the name to GPUPOOL_ALLOWED_HOSTS."""
+
+    code = "host_not_allowed"
+
+
+class TooManyAttempts(ClientError):
+    """Too many failed sign-ins: wait, then try again."""
+
+    status = 429
+    code = "too_many_attempts"
+
+    def __init__(self, retry_after: int) -> None:
+        super().__init__(
+            f"too many failed sign-ins from this address or for this user: try again in "
+            f"{retry_after} seconds",
+            retry_after_seconds=retry_after,
+        )
+        self.retry_after = retry_after
+
+
 class PayloadTooLarge(ClientError):
     """The request body is too large."""
 
@@ -135,3 +202,11 @@ class SchemaMismatch(GpupoolError):
     """The database schema does not match this gpupool version."""
 
     code = "schema_mismatch"
+
+
+class DataDirInUse(GpupoolError):
+    """Another gpupool server uses this data directory: stop it first, or give this server a
+    directory of its own (--data-dir or GPUPOOL_DATA_DIR)."""
+
+    status = 409
+    code = "data_dir_in_use"

@@ -4,12 +4,20 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 
 import gpupool
+from gpupool.cli.output import CliError
+
+if TYPE_CHECKING:
+    from gpupool.domain.inventory import NodeInventory
+    from gpupool.services.datadir import DataDirLock
+    from gpupool.services.platform import Platform
+    from gpupool.services.recovery import RecoveredToken
+    from gpupool.settings import Settings
 
 # The server's heavy modules (uvicorn, SQLAlchemy, Alembic, the app) are imported inside the
 # commands, so that every other CLI command starts fast.
@@ -27,7 +35,23 @@ def serve(
     declare_gpus: Annotated[
         str | None,
         typer.Option(
-            help="GPUs to declare where no NVIDIA driver answers, e.g. 4xA100-SXM4-80GB:80GiB."
+            help="GPUs to declare where no NVIDIA driver answers: [COUNTx]MODEL[:MEMORY], "
+            "e.g. 8xA100 or 4xA100-SXM4-80GB:80GiB (GPUPOOL_DECLARED_GPUS)."
+        ),
+    ] = None,
+    declare_cpus: Annotated[
+        int | None,
+        typer.Option(
+            help="CPUs this node offers to jobs, instead of the host's count "
+            "(GPUPOOL_DECLARED_CPUS); each job asks for 1 unless run with --cpus.",
+            min=1,
+        ),
+    ] = None,
+    declare_memory: Annotated[
+        str | None,
+        typer.Option(
+            help="Host memory this node offers to jobs, e.g. 512GiB, instead of the host's "
+            "(GPUPOOL_DECLARED_MEMORY)."
         ),
     ] = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning.")] = "info",
@@ -35,7 +59,14 @@ def serve(
     """Run the gpupool server (API, web UI, scheduler) in the foreground."""
     from gpupool.settings import Settings
 
-    overrides = {"host": host, "port": port, "data_dir": data_dir, "declared_gpus": declare_gpus}
+    overrides = {
+        "host": host,
+        "port": port,
+        "data_dir": data_dir,
+        "declared_gpus": declare_gpus,
+        "declared_cpus": declare_cpus,
+        "declared_memory": declare_memory,
+    }
     settings = Settings(**{k: v for k, v in overrides.items() if v is not None})
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -44,15 +75,10 @@ def serve(
     import uvicorn
 
     from gpupool.api.app import create_app
-    from gpupool.errors import SchemaMismatch
-    from gpupool.services.platform import open_platform
 
-    try:
-        platform = open_platform(settings)
-    except SchemaMismatch as error:
-        console.print(f"[red]error:[/red] {error.message}")
-        raise typer.Exit(2) from error
+    lock, platform = _open(settings)
     _banner(settings, platform.first_start)
+    _inventory_banner(platform.watcher.inventory)
     _isolation_banner(platform.isolation())
     app = create_app(platform)
     try:
@@ -61,6 +87,33 @@ def serve(
         )
     finally:
         platform.close()
+        lock.release()
+
+
+def admin_token(
+    user: Annotated[str, typer.Option(help="The admin to issue the token for.")] = "admin",
+    data_dir: Annotated[
+        Path | None, typer.Option(help="The server's data directory (GPUPOOL_DATA_DIR).")
+    ] = None,
+) -> None:
+    """On the server's host: a new API token for an admin, when the first one is lost.
+
+    It opens the database in the data directory itself (the server may be running or not),
+    so it works only for an account that can read and write that directory: the server's,
+    or root. The admin's other tokens keep working; revoke them with 'gpupool tokens revoke'.
+    """
+    import time
+
+    from gpupool.errors import GpupoolError
+    from gpupool.services.recovery import issue_admin_token
+    from gpupool.settings import Settings
+
+    settings = Settings(**({"data_dir": data_dir} if data_dir is not None else {}))
+    try:
+        found = issue_admin_token(settings, user, time.time())
+    except GpupoolError as error:
+        raise CliError(error.code, error.message) from None
+    _print_recovered(found)
 
 
 @db_app.command("upgrade")
@@ -102,6 +155,65 @@ def _isolation_banner(status) -> None:  # noqa: ANN001 - IsolationStatus | None
         console.print(text, soft_wrap=True)
 
 
+def _open(settings: Settings) -> tuple[DataDirLock, Platform]:
+    """Check the declarations, take the data directory, open the platform; a problem is one
+    'error [code]: ...' line and exit code 2, before a database or an admin is created."""
+    from gpupool.discovery import DeclaredSettingError, check_declared
+    from gpupool.errors import GpupoolError
+    from gpupool.services.datadir import DataDirLock
+    from gpupool.services.platform import open_platform
+
+    lock = DataDirLock(settings.data_dir)
+    try:
+        check_declared(settings)
+        lock.acquire(f"http://{settings.host}:{settings.port}")
+        return lock, open_platform(settings)
+    except DeclaredSettingError as error:
+        raise CliError("bad_setting", f"{_SETTING_NAMES[error.setting]}: {error}", 2) from None
+    except GpupoolError as error:
+        lock.release()
+        raise CliError(error.code, error.message, 2) from None
+
+
+# What a declared setting is called where the operator gives it.
+_SETTING_NAMES = {
+    "declared_gpus": "--declare-gpus (GPUPOOL_DECLARED_GPUS)",
+    "declared_cpus": "--declare-cpus (GPUPOOL_DECLARED_CPUS)",
+    "declared_memory": "--declare-memory (GPUPOOL_DECLARED_MEMORY)",
+    "declared_links": "GPUPOOL_DECLARED_LINKS",
+}
+
+NO_GPU_HINT = (
+    "no GPU found (NVML and nvidia-smi found none, and none are declared), so jobs that ask "
+    "for GPUs wait; on a host without a driver, declare them with --declare-gpus 4xA100 or "
+    "GPUPOOL_DECLARED_GPUS=4xA100"
+)
+
+
+def _inventory_banner(inventory: NodeInventory | None) -> None:
+    """Say what this node's GPUs were taken from when they were not discovered, and how to
+    declare them when there are none."""
+    if inventory is None:
+        return
+    if not inventory.gpus:
+        console.print(f"[bold yellow]WARNING[/bold yellow] {NO_GPU_HINT}", soft_wrap=True)
+    for warning in inventory.warnings:
+        console.print(f"note: {warning}", soft_wrap=True, highlight=False)
+
+
+def _print_recovered(found: RecoveredToken) -> None:
+    running = "" if found.server_running else " (the server is not running: start it first)"
+    lines = [
+        f"A new API token for admin '{found.user}', shown once:",
+        "",
+        f"    {found.token}",
+        "",
+        f"CLI:     {_cli_command()} login {found.url} --token {found.token}{running}",
+        f"Web UI:  {found.url}/  (user '{found.user}'; the token works as its password)",
+    ]
+    print("\n".join(lines), flush=True)
+
+
 def _banner(settings, first) -> None:  # noqa: ANN001
     url = f"http://{settings.host}:{settings.port}"
     lines = [f"gpupool {gpupool.__version__} serving {url}  (data in {settings.data_dir})"]
@@ -112,9 +224,23 @@ def _banner(settings, first) -> None:  # noqa: ANN001
             "",
             f"    {first.token}",
             "",
-            f"CLI:     gpupool login {url} --token {first.token}",
+            f"CLI:     {_cli_command()} login {url} --token {first.token}",
             f"Web UI:  {url}/  (user '{first.user}'; the token works as its password until you",
             f"         set one: gpupool users set-password {first.user})",
             "",
         ]
     print("\n".join(lines), flush=True)
+
+
+def _cli_command() -> str:
+    """How to call this gpupool: 'gpupool' when that name on PATH is this one, else the full
+    path of the one beside this Python (``make serve`` runs .venv/bin/gpupool without
+    putting .venv/bin on PATH)."""
+    import shutil
+    import sys
+
+    beside = Path(sys.executable).parent / "gpupool"
+    found = shutil.which("gpupool")
+    if not beside.is_file() or (found and Path(found).resolve() == beside.resolve()):
+        return "gpupool"
+    return str(beside.absolute())

@@ -6,10 +6,12 @@ import os
 from dataclasses import replace
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from gpupool.domain.arrays import MAX_ARRAY_TASKS
 from gpupool.scheduler.types import DEFAULT_POLICY, Policy
 
 DEFAULT_PORT = 8765
@@ -61,9 +63,24 @@ class Settings(BaseSettings):
     explain_interval_seconds: float = Field(default=1.0, ge=0.0)
     checkpoint_scan_seconds: float = 5.0  # how often a running job's checkpoints are looked at
     max_body_bytes: int = 1024**2
+    # The most tasks one job array may have (sbatch's MaxArraySize); every task is a job.
+    max_array_tasks: int = Field(default=10_000, ge=1, le=MAX_ARRAY_TASKS)
     schedule_interval_seconds: float = 0.5  # the loop also wakes at once on every change
     discovery_interval_seconds: float = 30.0  # re-discovery of this node; 0: only at start
     session_hours: float = 12.0
+    # -- sign-in and network exposure (docs/security.md) -----------------------------------
+    # The address users reach the server at, e.g. https://gpu.example.com: its host is allowed
+    # in the Host header, and an https URL makes the session cookie Secure.
+    public_url: str | None = None
+    # More host names the Host header may carry (comma-separated), besides the bound address,
+    # 127.0.0.1, localhost, ::1 and public_url's host; anything else is refused (DNS rebinding).
+    allowed_hosts: str = ""
+    # Failed sign-ins (and unknown API tokens) allowed in a moving window of this many seconds,
+    # per user name and per client address; past them the server answers 429 until the window
+    # lets one more in, even to the right password.
+    signin_window_seconds: int = Field(default=300, ge=1)
+    signin_max_per_user: int = Field(default=10, ge=1)
+    signin_max_per_address: int = Field(default=30, ge=1)
     # -- tenancy (README "Isolation") -------------------------------------------------------
     # "on": every job runs in a bubblewrap sandbox; "off" (explicit only): unsandboxed, and
     # the server says so at start and on the cluster page.
@@ -88,6 +105,14 @@ class Settings(BaseSettings):
     gpu_memory_grace_seconds: float = Field(default=5.0, ge=0.0)
     gpu_memory_sampler: str = "nvml"
     mps_pipe_directory: Path = Path("/tmp/nvidia-mps")  # CUDA_MPS_PIPE_DIRECTORY
+
+    @field_validator("public_url")
+    @classmethod
+    def _http_url(cls, url: str | None) -> str | None:
+        parts = urlsplit(url or "")
+        if url and (parts.scheme not in ("http", "https") or not parts.hostname):
+            raise ValueError("give the URL users open, such as https://gpu.example.com")
+        return url or None
 
     def policy(self) -> Policy:
         """The scheduling policy these settings give (the product's defaults otherwise)."""
@@ -115,3 +140,18 @@ class Settings(BaseSettings):
     @property
     def is_sqlite(self) -> bool:
         return self.database.startswith("sqlite")
+
+    @property
+    def secure_cookies(self) -> bool:
+        """Users reach the server over HTTPS, so its cookies go over HTTPS only."""
+        return (self.public_url or "").lower().startswith("https://")
+
+    def host_names(self) -> frozenset[str]:
+        """The names a request's Host header may carry (lower case, without port)."""
+        names = {"127.0.0.1", "localhost", "::1"}
+        if self.host not in ("0.0.0.0", "::", ""):
+            names.add(self.host.strip("[]").lower())
+        if self.public_url:
+            names.add((urlsplit(self.public_url).hostname or "").lower())
+        names.update(n.strip().strip("[]").lower() for n in self.allowed_hosts.split(","))
+        return frozenset(names - {""})

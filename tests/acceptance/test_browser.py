@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from tests.support.server import ServerProcess
+from tests.support.workloads import ANNOUNCEMENT, FIRST, SECOND, TWO_ATTEMPTS
 
 CHROMIUM = Path("/usr/bin/chromium")
 pytestmark = [
@@ -118,6 +119,7 @@ def test_a_job_submitted_in_the_form_streams_its_output_live(page, server: Serve
 def test_the_form_sends_a_gpu_type_and_a_max_runtime(page, server: ServerProcess) -> None:  # noqa: ANN001
     sign_in(page, server, "/jobs/new")
     page.get_by_label("Command").fill("true")
+    page.get_by_label("GPUs").fill("1")  # a GPU type picks among the GPUs asked for
     page.get_by_label("GPU type").fill("A100-SXM4-80GB")
     page.get_by_label("Max runtime").fill("2x")
     page.get_by_role("button", name="Submit job").click()
@@ -231,6 +233,84 @@ def test_a_job_is_cancelled_through_the_ui(page, server: ServerProcess) -> None:
     page.screenshot(path=str(SHOTS / "ui-404.png"), full_page=True)
 
 
+# A tqdm-like bar redrawn with carriage returns, SGR colours, other escapes, and markup
+TERMINAL_OUTPUT = r"""
+import sys
+sys.stdout.write("epoch 1\n")
+for done in range(0, 11, 2):
+    sys.stdout.write(f"\rprogress {done * 10:3d}%|" + "#" * done + " " * (10 - done) + "|")
+    sys.stdout.flush()
+sys.stdout.write("\n\x1b[31mred\x1b[0m and \x1b[1mbold\x1b[0m\r\n")
+sys.stdout.write("<script>window.pwned = 1</script><img src=x onerror='window.pwned = 2'>\n")
+sys.stdout.write("\x1b[2K\x1b]0;a title\x07\x1b[?25ldone\n")
+"""
+
+
+def test_the_log_shows_progress_bars_and_colours_as_a_terminal_would(
+    page,  # noqa: ANN001
+    server: ServerProcess,
+) -> None:
+    job = api_submit(server, command=[sys.executable, "-c", TERMINAL_OUTPUT])
+    sign_in(page, server, f"/jobs/{job}")
+    log = page.locator("#log")
+    expect(page.locator("#log-state")).to_contain_text("End of output", timeout=SLOW)
+    assert log.text_content() == (
+        "epoch 1\n"
+        "progress 100%|##########|\n"
+        "red and bold\n"
+        "<script>window.pwned = 1</script><img src=x onerror='window.pwned = 2'>\n"
+        "done\n"
+    )
+    red = log.locator("span.ansi-red")
+    expect(red).to_have_text("red")
+    plain = log.evaluate("pre => getComputedStyle(pre).color")
+    assert red.evaluate("span => getComputedStyle(span).color") != plain
+    expect(log.locator("span.ansi-bold")).to_have_text("bold")
+    assert log.locator("span.ansi-bold").evaluate("s => getComputedStyle(s).fontWeight") == "700"
+    expect(log.locator("script, img")).to_have_count(0)  # job output stays text
+    assert page.evaluate("() => window.pwned") is None
+    page.screenshot(path=str(SHOTS / "ui-log-terminal.png"), full_page=True)
+
+
+def test_the_job_page_follows_a_new_attempt_and_can_show_an_earlier_one(
+    page,  # noqa: ANN001
+    server: ServerProcess,
+) -> None:
+    headers = {"Authorization": f"Bearer {server.token}"}
+    owners = {"name": "owners", "guarantee": {"*": 4}}
+    made = httpx.post(f"{server.url}/api/v1/teams", json=owners, headers=headers, timeout=10)
+    assert made.status_code == 201, made.text
+    command = [sys.executable, "-c", TWO_ATTEMPTS]
+    victim = api_submit(server, command=command, resources={"gpus": 4}, grace_period_seconds=30)
+    sign_in(page, server, f"/jobs/{victim}")
+    log, state = page.locator("#log"), page.locator("#log-state")
+    expect(log).to_contain_text("attempt 1 says line 5", timeout=SLOW)
+    choice = page.locator("#log-attempt")
+    expect(choice).to_be_hidden()  # one attempt: nothing to choose
+
+    # the owners take their GPUs back: the job is preempted and runs again; the page follows
+    api_submit(server, command=["true"], team="owners", resources={"gpus": 1})
+    expect(log).to_contain_text(ANNOUNCEMENT, timeout=SLOW)
+    expect(log).to_contain_text("attempt 2 says line 12", timeout=SLOW)
+    expect(state).to_contain_text("End of output", timeout=SLOW)
+    shown = log.text_content()
+    assert shown.index("attempt 1 got SIGTERM") < shown.index(ANNOUNCEMENT), shown
+    assert shown.endswith(ANNOUNCEMENT + "\n" + SECOND), shown
+    page.screenshot(path=str(SHOTS / "ui-job-attempts.png"), full_page=True)
+
+    expect(choice).to_be_visible(timeout=SLOW)
+    page.get_by_label("Attempt", exact=True).select_option("1")
+    expect(state).to_contain_text("End of attempt 1's output", timeout=SLOW)
+    expect(log).to_contain_text("attempt 1 got SIGTERM")
+    assert log.text_content().startswith(FIRST)
+    expect(log).not_to_contain_text("attempt 2")
+
+    page.reload()  # a new visit shows the newest attempt, announced
+    expect(state).to_contain_text("End of output", timeout=SLOW)
+    assert log.text_content() == ANNOUNCEMENT + "\n" + SECOND
+    assert page.get_by_label("Attempt", exact=True).input_value() == "latest"
+
+
 def test_the_queue_explains_waiting_jobs_and_the_teams_page_draws_charts(
     page,  # noqa: ANN001
     server: ServerProcess,
@@ -287,3 +367,36 @@ def test_the_queue_explains_waiting_jobs_and_the_teams_page_draws_charts(
     expect(page).to_have_url(f"{server.url}/teams?hours=6")
     expect(page.get_by_label("Period")).to_have_value("6")
     page.screenshot(path=str(SHOTS / "ui-teams.png"), full_page=True)
+
+
+def test_the_cluster_page_shows_another_teams_job_without_its_name(
+    page,  # noqa: ANN001
+    server: ServerProcess,
+) -> None:
+    admin = {"Authorization": f"Bearer {server.token}"}
+    with httpx.Client(base_url=f"{server.url}/api/v1", headers=admin, timeout=10) as api:
+        for team in ("team-a", "team-b"):
+            assert api.post("/teams", json={"name": team}).status_code == 201
+        made = api.post("/users", json={"name": "bob", "teams": ["team-b"]})
+        assert made.status_code == 201, made.text
+        token = api.post("/tokens", json={"user": "bob", "name": "ui"}).json()["token"]
+    page.goto("/login?next=/")
+    page.get_by_label("User name").fill("bob")
+    page.get_by_label("Password or API token").fill(token)
+    page.get_by_role("button", name="Sign in").click()
+    expect(page).to_have_url(f"{server.url}/", timeout=SLOW)
+
+    job = api_submit(server, name="secret-run", team="team-a", resources={"gpus": 0.5})
+    other = page.locator(".holders li.other-team")
+    expect(other).to_have_text("another team's job · 0.5 GPU, 40 GiB", timeout=SLOW)  # polled
+    expect(page.locator("#summary")).to_contain_text("0.5 in use")
+    for drawn_by in ("the script", "the server"):
+        if drawn_by == "the server":
+            page.reload()
+        shown = page.locator("#nodes")
+        expect(shown.locator(".holders li.other-team")).to_have_count(1)
+        expect(shown.locator(".holders a")).to_have_count(0)
+        expect(shown).not_to_contain_text("secret-run")
+        expect(shown).not_to_contain_text(f"#{job}")
+        expect(shown).not_to_contain_text("admin")
+    page.screenshot(path=str(SHOTS / "ui-cluster-other-team.png"), full_page=True)

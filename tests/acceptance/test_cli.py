@@ -111,6 +111,34 @@ def test_usage_errors_exit_2_without_a_traceback(admin: Cli) -> None:
     assert "NAME=VALUE" in admin("run", "--env", "NOEQUALS", "--", "true").stderr
 
 
+def test_a_gpu_type_without_gpus_is_refused_before_anything_is_sent(admin: Cli) -> None:
+    before = {job["id"] for job in admin.json("ls", "--all")}
+    result = admin("run", "--gpu-type", "A100", "--", "true")
+    assert result.returncode == 2 and result.stdout == "", result.stderr
+    assert "--gpus" in result.stderr and "Traceback" not in result.stderr
+    assert {job["id"] for job in admin.json("ls", "--all")} == before, "nothing was submitted"
+    job_id = admin.submit("--gpu-type", "A100", "--gpu-memory", "1GiB", "--", "true")
+    assert wait_status(admin, job_id, FINAL)["status"] == "succeeded"
+
+
+def test_control_characters_from_the_server_are_printed_escaped(admin: Cli) -> None:
+    """A name or command holding terminal controls (clear the screen, return, bell) is shown
+    as visible escapes by ls, show and error lines; the job's own log stays as it wrote it."""
+    name, word = "evil\x1b[2J\r\x07", "\x1b]0;pwned\x07"
+    job_id = admin.submit("--name", name, "--", "echo", word)
+    assert wait_status(admin, job_id, FINAL)["status"] == "succeeded"
+    listed = admin.ok("ls", "--all")
+    shown = admin.ok("show", str(job_id))
+    for printed in (listed, shown):
+        assert "\x1b" not in printed and "\x07" not in printed
+    assert r"evil\x1b[2J\r\x07" in listed and r"evil\x1b[2J\r\x07" in shown
+    assert r"\x1b]0;pwned\x07" in shown
+    assert admin.ok("logs", str(job_id)) == word + "\n", "a job's log is its own output"
+    error = admin("run", "--team", "no\x1b[2Jsuch", "--", "true")
+    assert refused(error, "unknown_team") and r"no\x1b[2Jsuch" in error.stderr
+    assert "\x1b" not in error.stderr
+
+
 # -- ls, show, logs, cancel ------------------------------------------------------------------
 
 

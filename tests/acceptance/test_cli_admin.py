@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from tests.support.cli import FINAL, Cli, refused, wait_status
+from pathlib import Path
+
+from tests.support.cli import FINAL, Cli, hold, refused, wait_status
 
 
 def new_user(admin: Cli, name: str, role: str, team: str) -> Cli:
@@ -84,3 +86,26 @@ def test_tokens_are_listed_and_revoked(admin: Cli) -> None:
 
 def _user(admin: Cli, name: str) -> dict:
     return next(user for user in admin.json("users") if user["name"] == name)
+
+
+def test_nodes_show_another_teams_job_without_its_name(
+    admin: Cli, release: Path, exchange: Path
+) -> None:
+    admin.ok("teams", "create", "nlp")
+    nia = new_user(admin, "nia", "member", "nlp")
+    job_id = admin.submit(
+        "--team", "default", "--gpus", "1", "--name", "hidden-run", "--workdir", str(exchange),
+        *hold(release),
+    )  # fmt: skip
+    wait_status(admin, job_id, {"running"})
+    assert f"job {job_id} (admin, 1)" in admin.ok("nodes")
+
+    table = nia.ok("nodes")
+    assert "another team's job (1)" in table
+    assert f"job {job_id}" not in table and "admin" not in table
+    holders = [h for node in nia.json("nodes") for gpu in node["gpus"] for h in gpu["holders"]]
+    assert [(h["other_team"], h["job_id"], h["job_name"], h["user"]) for h in holders] == [
+        (True, None, None, None)
+    ]
+    release.touch()
+    wait_status(admin, job_id, FINAL)

@@ -80,6 +80,23 @@ ACTIONS: tuple[Action, ...] = (
         "raise PermissionError('only its own')",
     ),
     Action(
+        "learn the other team's job from the node listing",
+        # with the attacker's own token (its job's environment): the API shows another team's
+        # job as anonymous; PermissionError only once it was seen so (else nothing was tried)
+        "import urllib.request\n"
+        "token = os.environ['HOSTILE_TOKEN']\n"
+        "ask = urllib.request.Request(T['api'] + '/nodes', headers={'Authorization': token})\n"
+        "held = [h for n in json.load(urllib.request.urlopen(ask, timeout=30))\n"
+        "        for g in n['gpus'] for h in g['holders']]\n"
+        "victim = (T['victim_id'], T['victim_user'])\n"
+        "named = [h for h in held if h['job_id'] in victim or h['user'] in victim]\n"
+        "if named:\n"
+        "    return named\n"
+        "if not any(h['other_team'] and h['team'] is None for h in held):\n"
+        "    raise LookupError(f'the other team\\'s job is not listed at all: {held}')\n"
+        "raise PermissionError('listed as another team\\'s job')",
+    ),
+    Action(
         "list the data directory",
         "names = [n for n in os.listdir(T['data_dir']) if n != 'jobs']\n"
         "if names:\n"

@@ -31,20 +31,23 @@ sys.exit(0 if intact and clean else 1)
 
 
 def test_a_hostile_job_of_another_team_reaches_nothing(pool: Pool, exchange: Path) -> None:
-    _, team_a = pool.member("team-a")
+    victim_user, team_a = pool.member("team-a")
     _, team_b = pool.member("team-b")
     victim = pool.submit(
         team_a, [sys.executable, "-c", VICTIM], resources={"gpus": 1}, workdir=str(exchange)
     )
     wait_for(lambda: "victim ready" in pool.log(victim["id"]), 60, "team A's job to run")
-    targets = _targets(pool, victim["id"], exchange)
+    targets = _targets(pool, victim["id"], exchange) | {"victim_user": victim_user}
 
-    attacker = pool.submit(team_b, hostile.command(targets), resources={"gpus": 1})
+    own_token = {"HOSTILE_TOKEN": team_b.headers["Authorization"]}  # B's own, not on argv
+    attacker = pool.submit(team_b, hostile.command(targets), resources={"gpus": 1}, env=own_token)
     done = pool.wait(attacker["id"], {"succeeded", "failed", "lost"})
     assert done["status"] == "succeeded", pool.log(attacker["id"])
     found = hostile.outcomes(pool.log(attacker["id"]))
 
     assert hostile.allowed(found) == {}, found
+    listing = found["learn the other team's job from the node listing"]
+    assert listing == "blocked: PermissionError", "it saw A's job listed, without its name"
     server_uid = psutil.Process(targets["server_pid"]).uids().real
     job_uid = hostile.uid(pool.log(attacker["id"]))
     if pool.as_root:  # its own account: never root, never the server's
@@ -93,6 +96,8 @@ def _targets(pool: Pool, job_id: int, workdir: Path) -> dict[str, object]:
         "victim_stop": str(attempt / "stop.json"),
         "victim_checkpoints": str(pool.server.data_dir / "jobs" / str(job_id) / "checkpoints"),
         "victim_workdir": str(workdir),
+        "victim_id": job_id,
+        "api": f"{pool.server.url}/api/v1",
         "victim_pid": workload,
         "victim_runner_pid": pool.state(job_id)["runner_pid"],
         "server_pid": pool.server_pid(),

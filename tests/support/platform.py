@@ -32,6 +32,7 @@ def make_settings(data_dir: Path, database_url: str | None = None, **overrides: 
         "use_nvml": False,
         "stop_grace_seconds": 2.0,
         "node_name": "node-a",
+        "allowed_hosts": "testserver",  # the Host of FastAPI's TestClient
     }
     return Settings(**(values | overrides))
 

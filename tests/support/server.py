@@ -36,10 +36,13 @@ class ServerProcess:
         gpus: str = DECLARED,
         env: dict[str, str] | None = None,
         prefix: list[str] | None = None,
+        args: list[str] | None = None,
     ):
-        """``prefix``: a command the server runs under (to run it as another account)."""
+        """``prefix``: a command the server runs under (to run it as another account);
+        ``args``: more options of ``gpupool server`` (may be changed before a restart)."""
         self.data_dir, self.gpus = data_dir, gpus
         self.prefix = prefix or []
+        self.args = args or []
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.extra_env = env or {}
@@ -73,6 +76,7 @@ class ServerProcess:
             self.gpus,
             "--log-level",
             "warning",
+            *self.args,
         ]
         self.process = subprocess.Popen(command, env=env, stdout=log, stderr=log)
         self._wait_ready(timeout)

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import APIRouter, FastAPI
+from fastapi import APIRouter, Depends, FastAPI
 
 import gpupool
-from gpupool.api import errors, ui
-from gpupool.api.limits import BodyLimit
+from gpupool.api import docs, errors, params, ui
+from gpupool.api.limits import AllowedHosts, BodyLimit
 from gpupool.api.routers import admin, isolation, jobs, nodes, session
 from gpupool.services.platform import Platform
 
@@ -33,8 +33,9 @@ def create_app(platform: Platform, start_loop: bool = True) -> FastAPI:
         version=gpupool.__version__,
         lifespan=lifespan,
         openapi_url=f"{API_PREFIX}/openapi.json",
-        docs_url=f"{API_PREFIX}/docs",
+        docs_url=None,  # our own page, that works offline (api/docs.py)
         redoc_url=None,
+        dependencies=[Depends(params.plain_parameters)],  # no NUL reaches a lookup
     )
     app.state.platform = platform
     errors.install(app)
@@ -43,5 +44,8 @@ def create_app(platform: Platform, start_loop: bool = True) -> FastAPI:
         api.include_router(module.router)
     app.include_router(api)
     ui.mount(app)
+    docs.mount(app, f"{API_PREFIX}/docs", app.openapi_url)
     app.add_middleware(BodyLimit, max_bytes=platform.settings.max_body_bytes)
+    # Added last, so it runs first: a request for an unknown host gets no further.
+    app.add_middleware(AllowedHosts, hosts=platform.settings.host_names())
     return app

@@ -28,13 +28,21 @@ async def principal(request: Request, ctx: PlatformDep) -> Principal:
     """Bearer token first; else the session cookie, with the CSRF check on unsafe methods.
 
     Async, so that a token already known costs no thread hop; database reads go to a thread.
+    While the client's address is throttled (too many unknown tokens or failed sign-ins), every
+    token is refused with a 429.
     """
     header = request.headers.get("authorization", "")
     if header.lower().startswith("bearer "):
         secret, now = header[7:].strip(), ctx.clock.now()
-        known = ctx.tokens.known(secret, now)
-        return known or await run_in_threadpool(ctx.tokens.principal, ctx.db, secret, now)
+        with ctx.throttle.guard(client_address(request)):  # unknown tokens count as failures
+            known = ctx.tokens.known(secret, now)
+            return known or await run_in_threadpool(ctx.tokens.principal, ctx.db, secret, now)
     return await run_in_threadpool(_from_cookie, request, ctx)
+
+
+def client_address(request: Request) -> str:
+    """The address the connection came from; never X-Forwarded-For, which clients write."""
+    return request.client.host if request.client else "unknown"
 
 
 def _from_cookie(request: Request, ctx: Platform) -> Principal:

@@ -10,9 +10,27 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from gpupool.errors import GpupoolError
+from gpupool.domain.text import escape_unstorable, readable
+from gpupool.errors import (
+    GpupoolError,
+    GpuTypeWithoutGpus,
+    InvalidArray,
+    InvalidRequest,
+    TooManyAttempts,
+)
 
 log = logging.getLogger(__name__)
+
+# body fields whose errors carry a code of their own (the rest: invalid_request)
+FIELD_ERRORS: dict[str, type[InvalidRequest]] = {"array": InvalidArray}
+# validation error types that are codes of their own (a validator's PydanticCustomError)
+TYPE_ERRORS: frozenset[str] = frozenset({GpuTypeWithoutGpus.code})
+# FastAPI answers 400 to a body its JSON parser raised on, other than a syntax error: a
+# number of more digits than Python converts (4300) is the one a client can send
+BODY_UNREADABLE = (
+    "the request body could not be read as JSON (is a number longer than 4300 digits?): "
+    "send numbers within the documented bounds, see /api/v1/docs"
+)
 
 HTTP_CODES = {
     404: ("not_found", "no such resource: see /api/v1/docs for the API"),
@@ -35,9 +53,16 @@ def install(app: FastAPI) -> None:
 async def _gpupool_error(request: Request, error: GpupoolError) -> JSONResponse:
     if error.status >= 500:
         log.error("%s %s failed: %s", request.method, request.url.path, error)
-    headers = {"WWW-Authenticate": "Bearer"} if error.status == 401 else None
     body = error_body(error.code, error.message, error.details)
-    return JSONResponse(body, status_code=error.status, headers=headers)
+    return _reply(body, error.status, _headers(error))
+
+
+def _headers(error: GpupoolError) -> dict[str, str] | None:
+    if error.status == 401:
+        return {"WWW-Authenticate": "Bearer"}
+    if isinstance(error, TooManyAttempts):
+        return {"Retry-After": str(error.retry_after)}
+    return None
 
 
 async def _validation_error(_request: Request, error: RequestValidationError) -> JSONResponse:
@@ -46,14 +71,21 @@ async def _validation_error(_request: Request, error: RequestValidationError) ->
     message = f"{first['field']}: {first['message']}" + (
         f" (and {len(fields) - 1} more)" if len(fields) > 1 else ""
     )
-    return JSONResponse(error_body("invalid_request", message, {"fields": fields}), status_code=422)
+    if first["type"] in TYPE_ERRORS:
+        return _reply(error_body(first["type"], message, {"fields": fields}), 422)
+    own = FIELD_ERRORS.get(first["field"].split(".")[0])
+    if own is None:
+        return _reply(error_body("invalid_request", message, {"fields": fields}), 422)
+    if first["type"] != "value_error":  # pydantic's words: add what is accepted
+        message = f"{message}. {' '.join((own.__doc__ or '').split())}"
+    return _reply(error_body(own.code, message, {"fields": fields}), 422)
 
 
 async def _http_error(_request: Request, error: HTTPException) -> JSONResponse:
+    if error.status_code == 400:
+        return _reply(error_body("invalid_request", BODY_UNREADABLE), 422)
     code, message = HTTP_CODES.get(error.status_code, ("http_error", str(error.detail)))
-    return JSONResponse(
-        error_body(code, message), status_code=error.status_code, headers=error.headers
-    )
+    return _reply(error_body(code, message), error.status_code, error.headers)
 
 
 async def _unexpected(request: Request, error: Exception) -> JSONResponse:
@@ -64,8 +96,14 @@ async def _unexpected(request: Request, error: Exception) -> JSONResponse:
     )
 
 
+def _reply(body: dict[str, Any], status: int, headers: Any = None) -> JSONResponse:
+    """The error as JSON; text echoed from the request may hold a lone surrogate, which no
+    UTF-8 encoder takes, so such characters are replaced rather than failing the reply."""
+    return JSONResponse(readable(body), status_code=status, headers=headers)
+
+
 def _field(error: dict[str, Any]) -> dict[str, str]:
-    location = [str(part) for part in error.get("loc", ()) if part not in ("body",)]
+    location = [escape_unstorable(str(part)) for part in error.get("loc", ()) if part != "body"]
     message = str(error.get("msg", "invalid")).removeprefix("Value error, ")
     return {
         "field": ".".join(location) or "body",

@@ -2,18 +2,30 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Self
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
 
+from gpupool.domain.arrays import ArraySpec
 from gpupool.domain.inventory import NodeInventory
 from gpupool.domain.jobs import JobSpec, JobStatus, Role
+from gpupool.domain.text import STORABLE, ShownText, Text, readable
 from gpupool.scheduler.types import PendingReason
+from gpupool.services import usage
 from gpupool.store.models import EventModel, JobModel
 
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+def _stored_spec(value: Any) -> Any:
+    """A spec from the database, shown even if it breaks a rule added after it was stored,
+    with any NUL or lone surrogate replaced (no JSON encoder takes a lone surrogate)."""
+    return JobSpec.stored(readable(value)) if isinstance(value, dict) else value
+
+
+StoredSpec = Annotated[JobSpec, BeforeValidator(_stored_spec)]
 
 
 class ErrorDetail(BaseModel):
@@ -41,18 +53,18 @@ class PlacementOut(BaseModel):
 
 class JobOut(BaseModel):
     id: int
-    name: str | None
+    name: ShownText | None
     user: str
     team: str
     status: JobStatus
     priority: int
-    spec: JobSpec
+    spec: StoredSpec
     submitted_at: float
     started_at: float | None
     ended_at: float | None
     exit_code: int | None
     reason: str | None
-    message: str | None
+    message: ShownText | None
     position: int | None = None
     blockers: list[str] = Field(
         default_factory=list, description="while pending: what it waits for, when known"
@@ -61,17 +73,26 @@ class JobOut(BaseModel):
     cancel_requested: bool
     placement: PlacementOut | None
     preemptible: bool
-    attained_gpu_seconds: float = Field(description="service received by earlier attempts")
+    attained_gpu_seconds: float = Field(
+        description="GPU-seconds received by all its attempts, a running one up to now"
+    )
     queued_at: float | None = Field(description="when it last (re)entered the queue")
     checkpoint_at: float | None = Field(description="newest file in its checkpoint directory")
     preemptions: int
+    array_id: int | None = Field(None, description="the job array it is a task of")
+    array_index: int | None = Field(None, description="its index in that array (ID_INDEX)")
 
     @classmethod
     def of(
-        cls, job: JobModel, waiting: PendingReason | None = None, user: str | None = None
+        cls,
+        job: JobModel,
+        waiting: PendingReason | None = None,
+        user: str | None = None,
+        now: float | None = None,
     ) -> JobOut:
         """``waiting``: the scheduler's latest word on it; ``user``: the owner's name when the
-        caller knows it (saves loading the user)."""
+        caller knows it (saves loading the user); ``now``: the time up to which a running
+        attempt's GPU time counts as attained (None: only what requeued attempts received)."""
         pending = job.status == JobStatus.PENDING and waiting is not None
         return cls(
             id=job.id,
@@ -80,7 +101,7 @@ class JobOut(BaseModel):
             team=job.team.name,
             status=JobStatus(job.status),
             priority=job.priority,
-            spec=JobSpec.model_validate(job.spec),
+            spec=job.spec,
             submitted_at=job.submitted_at,
             started_at=job.started_at,
             ended_at=job.ended_at,
@@ -93,18 +114,76 @@ class JobOut(BaseModel):
             cancel_requested=job.cancel_requested_at is not None,
             placement=PlacementOut.model_validate(job.placement) if job.placement else None,
             preemptible=job.preemptible,
-            attained_gpu_seconds=job.attained or 0.0,
+            attained_gpu_seconds=(
+                job.attained or 0.0 if now is None else usage.attained_gpu_seconds(job, now)
+            ),
             queued_at=job.queued_at,
             checkpoint_at=job.checkpoint_at,
             preemptions=job.preemptions or 0,
+            array_id=job.array_id,
+            array_index=job.array_index,
         )
+
+
+class JobSubmit(JobSpec):
+    """A job to queue; with ``array``, a job array: one task (a job of its own) per index."""
+
+    array: ArraySpec | None = Field(
+        default=None,
+        description="queue one task per index, as sbatch --array does; each task sees "
+        "GPUPOOL_ARRAY_ID, GPUPOOL_ARRAY_INDEX and GPUPOOL_ARRAY_TASK_COUNT",
+        examples=[{"indexes": "0-999%50"}, {"indexes": [1, 3, 5], "max_running": 2}],
+    )
+
+    def job_spec(self) -> JobSpec:
+        """The spec of the job (of each task), as validated, without ``array``."""
+        values = {name: getattr(self, name) for name in JobSpec.model_fields}
+        return JobSpec.model_construct(self.model_fields_set - {"array"}, **values)
+
+
+class ArrayOut(BaseModel):
+    """A job array as one: each of its tasks is a job of its own (list them with
+    ``GET /jobs?array=ID``); task ``N`` of array ``ID`` is written ``ID_N``."""
+
+    id: int = Field(description="the array's id: the job id of its first task")
+    name: str | None
+    user: str
+    team: str
+    spec: JobSpec = Field(description="the spec of every task")
+    submitted_at: float
+    indexes: str = Field(description="its indexes as sbatch writes them: 0-999, 1,3,5-7")
+    size: int = Field(description="its tasks")
+    max_running: int | None = Field(description="the most tasks that run at once; null: all")
+    counts: dict[str, int] = Field(description="its tasks by status")
+
+    @classmethod
+    def of(cls, summary: Any, **more: Any) -> Self:
+        """From ``services.arrays.ArraySummary`` (``more``: a subclass's own fields)."""
+        array, first = summary.array, summary.first
+        return cls(
+            id=array.id,
+            name=first.name,
+            user=first.user.name,
+            team=first.team.name,
+            spec=JobSpec.model_validate(first.spec),
+            submitted_at=array.submitted_at,
+            indexes=array.indexes,
+            size=array.size,
+            max_running=array.max_running,
+            counts=summary.counts,
+            **more,
+        )
+
+
+class ArraySubmitted(ArrayOut):
+    job_ids: list[int] = Field(description="its tasks' job ids, in the order of their indexes")
 
 
 class EventOut(BaseModel):
     id: int
     at: float
     reason: str
-    message: str
+    message: ShownText
 
     @classmethod
     def of(cls, event: EventModel) -> EventOut:
@@ -127,12 +206,19 @@ class JobDetailOut(JobOut):
 
 
 class HolderOut(BaseModel):
-    job_id: int
-    job_name: str | None
-    user: str
-    team: str
+    """A job holding (part of) a GPU; a job of a team the caller is not in shows only what it
+    holds (``other_team`` true; its id, name, user and team null)."""
+
+    job_id: int | None
+    job_name: ShownText | None
+    user: str | None
+    team: str | None
     share: float
     memory_bytes: int
+    other_team: bool = Field(
+        False,
+        description="a job of a team you are not in: its id, name, user and team are not shown",
+    )
 
 
 class GpuOut(BaseModel):
@@ -160,7 +246,9 @@ class NodeOut(BaseModel):
     inventory: NodeInventory
 
 
-GpuModelKey = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=64)]
+GpuModelKey = Annotated[
+    str, StringConstraints(strip_whitespace=True, min_length=1, max_length=64), STORABLE
+]
 GpuAmount = Annotated[float, Field(ge=0, le=1_000_000, allow_inf_nan=False)]
 
 
@@ -175,7 +263,7 @@ class QuotaIn(Strict):
 
 
 class TeamCreate(QuotaIn):
-    name: str = Field(min_length=1, max_length=63)
+    name: Text = Field(min_length=1, max_length=63)
 
 
 class TeamUsageOut(BaseModel):
@@ -207,9 +295,8 @@ UserWeight = Annotated[
 
 # checked by the users service (UnixUserNotAllowed: code unix_user_not_allowed, says why)
 UnixUser = Annotated[
-    str | None,
+    Annotated[str, Field(max_length=32), STORABLE] | None,
     Field(
-        max_length=32,
         description="the existing Unix account this user's jobs run under when the server "
         "runs as root (not root, not the server's own; several users may share one); null: "
         "none, jobs run under the server's default account. In an update, null clears it and "
@@ -230,22 +317,37 @@ class UserOut(BaseModel):
     unix_user: str | None
 
 
+Password = Annotated[str, Field(max_length=200), STORABLE]
+
+
 class UserCreate(Strict):
-    name: str = Field(min_length=1, max_length=63)
+    name: Text = Field(min_length=1, max_length=63)
     role: Role = Role.MEMBER
-    teams: list[str] = Field(default_factory=list, max_length=100)
-    password: str | None = Field(default=None, max_length=200)
+    teams: list[Text] = Field(default_factory=list, max_length=100)
+    password: Password | None = None
     weight: UserWeight = 1.0
     unix_user: UnixUser = None
 
 
 class UserUpdate(Strict):
     role: Role | None = None
-    teams: list[str] | None = Field(default=None, max_length=100)
-    password: str | None = Field(default=None, max_length=200)
+    teams: list[Text] | None = Field(default=None, max_length=100)
+    password: Password | None = None
     disabled: bool | None = None
     weight: UserWeight | None = None
     unix_user: UnixUser = None
+
+
+class PasswordChange(Strict):
+    """A user's change of its own password: ``current`` may be left out while it has none."""
+
+    current: str | None = Field(default=None, max_length=200)
+    new: str = Field(max_length=200)
+
+
+class TeamDeleted(BaseModel):
+    name: str
+    finished_jobs: int = Field(description="its finished jobs, whose records are kept")
 
 
 class TokenOut(BaseModel):
@@ -260,9 +362,9 @@ class TokenOut(BaseModel):
 
 
 class TokenCreate(Strict):
-    name: str = Field(default="cli", min_length=1, max_length=100)
-    user: str | None = Field(default=None, description="admins may create tokens for others")
-    expires_in_days: float | None = Field(default=None, gt=0, le=3650)
+    name: Text = Field(default="cli", min_length=1, max_length=100)
+    user: Text | None = Field(default=None, description="admins may create tokens for others")
+    expires_in_days: float | None = Field(default=None, gt=0, le=3650, allow_inf_nan=False)
 
 
 class TokenCreated(TokenOut):
@@ -270,8 +372,8 @@ class TokenCreated(TokenOut):
 
 
 class LoginIn(Strict):
-    user: str = Field(min_length=1, max_length=100)
-    password: str = Field(min_length=1, max_length=500)
+    user: Text = Field(min_length=1, max_length=100)
+    password: Text = Field(min_length=1, max_length=500)
 
 
 class WhoAmI(BaseModel):
@@ -283,11 +385,20 @@ class WhoAmI(BaseModel):
 
 class LogChunk(BaseModel):
     job_id: int
-    attempt: int | None
-    offset: int
+    attempt: int | None = Field(description="the attempt read (each attempt has its own log)")
+    offset: int = Field(
+        description="the byte offset read from; one past the log's end is refused with 416 "
+        "offset_out_of_range, whose details give the log's size"
+    )
     next_offset: int
     text: str
-    complete: bool
+    complete: bool = Field(description="the job has ended and its last log is read to its end")
+    next_attempt: int | None = Field(
+        None, description="a later attempt with a log: this one will not grow; read that next"
+    )
+    note: str | None = Field(
+        None, description="announces this attempt, e.g. 'attempt 2 started (requeued ...)'"
+    )
 
 
 # -- why a job waits, the queue, teams over time ---------------------------------------------
@@ -348,7 +459,7 @@ class WhyOut(BaseModel):
 
 class QueuedJobOut(BaseModel):
     id: int
-    name: str | None
+    name: ShownText | None
     user: str
     priority: int
     gpus: float | None

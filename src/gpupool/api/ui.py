@@ -130,7 +130,11 @@ def _short(seconds: int) -> str:
 
 
 def _gpu_hours(gpu_seconds: float | None) -> str:
-    return f"{(gpu_seconds or 0) / 3600:.2f} GPU-hours"
+    """'1.25 GPU-hours'; under 0.01 (36 s on one GPU), 'N GPU-seconds' so a start shows."""
+    seconds = gpu_seconds or 0
+    if 0 < seconds < 36:
+        return f"{seconds:.0f} GPU-seconds"
+    return f"{seconds / 3600:.2f} GPU-hours"
 
 
 def _network(inventory: dict[str, Any]) -> list[str]:

@@ -8,7 +8,6 @@ from collections.abc import Callable
 from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 
 from gpupool.cli.output import (
@@ -16,6 +15,7 @@ from gpupool.cli.output import (
     Output,
     OutputOption,
     err,
+    escape,
     new_table,
     out,
     print_json,
@@ -23,7 +23,7 @@ from gpupool.cli.output import (
     timestamp,
 )
 from gpupool.cli.session import connect
-from gpupool.client import Client
+from gpupool.client import ApiError, Client
 from gpupool.domain.jobs import Role
 
 users_app = typer.Typer(help="Users of the pool (admins only).", invoke_without_command=True)
@@ -135,8 +135,31 @@ def users_set_password(
     else:
         password = typer.prompt("New password", hide_input=True, confirmation_prompt=True)
     with connect() as client:
-        client.update_user(name, password=password)
+        try:
+            client.update_user(name, password=password)
+        except ApiError as error:
+            if error.code != "forbidden":
+                raise
+            raise CliError(
+                "forbidden", "only admins set others' passwords: change yours with 'gpupool passwd'"
+            ) from None
     out.print(f"password of {escape(name)} set")
+
+
+@users_app.command("disable")
+def users_disable(name: Annotated[str, typer.Argument(help="The user's name.")]) -> None:
+    """Disable a user: its tokens and web sessions stop working, its jobs keep running."""
+    with connect() as client:
+        user = client.update_user(name, disabled=True)
+    out.print(f"{escape(user['name'])} is disabled (enable again: gpupool users enable NAME)")
+
+
+@users_app.command("enable")
+def users_enable(name: Annotated[str, typer.Argument(help="The user's name.")]) -> None:
+    """Enable a disabled user again: its tokens work again (its web sessions have ended)."""
+    with connect() as client:
+        user = client.update_user(name, disabled=False)
+    out.print(f"{escape(user['name'])} is enabled")
 
 
 @users_app.command("set-role")
@@ -316,6 +339,40 @@ def teams_set_quota(
             weight=_or(weight, current.get("weight", 1.0)),
         )
     out.print(f"quota of team {escape(team['name'])} set{escape(quota_note(team))}")
+
+
+@teams_app.command("add-member")
+def teams_add_member(
+    name: Annotated[str, typer.Argument(help="The team's name.")],
+    user: Annotated[str, typer.Argument(help="The user's name.")],
+) -> None:
+    """Make a user a member of the team: it sees and submits the team's jobs (admins only)."""
+    with connect() as client:
+        found = client.add_member(name, user)
+    teams = ", ".join(found["teams"])
+    out.print(f"{escape(found['name'])} is a member of {escape(name)} (teams: {escape(teams)})")
+
+
+@teams_app.command("remove-member")
+def teams_remove_member(
+    name: Annotated[str, typer.Argument(help="The team's name.")],
+    user: Annotated[str, typer.Argument(help="The user's name.")],
+) -> None:
+    """End a user's membership of the team; its jobs there stay in it (admins only)."""
+    with connect() as client:
+        found = client.remove_member(name, user)
+    teams = ", ".join(found["teams"]) or "none"
+    out.print(f"{escape(found['name'])} left {escape(name)} (teams: {escape(teams)})")
+
+
+@teams_app.command("delete")
+def teams_delete(name: Annotated[str, typer.Argument(help="The team's name.")]) -> None:
+    """Delete a team without pending or running jobs; its members leave it (admins only)."""
+    with connect() as client:
+        deleted = client.delete_team(name)
+    kept = deleted["finished_jobs"]
+    note = f"; the records of its {kept} finished job(s) are kept" if kept else ""
+    out.print(f"team {escape(deleted['name'])} deleted{note}")
 
 
 def quota_note(team: dict[str, Any]) -> str:

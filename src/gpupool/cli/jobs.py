@@ -6,18 +6,19 @@ import os
 import shlex
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
 
+from gpupool.cli import arrays
 from gpupool.cli.output import (
     Output,
     OutputOption,
     age,
     duration,
     err,
+    escape,
     memory,
     new_table,
     out,
@@ -29,9 +30,11 @@ from gpupool.cli.output import (
 )
 from gpupool.cli.session import connect
 from gpupool.client import ApiError, Client
+from gpupool.client.api import LogPart
 from gpupool.domain.units import format_duration, parse_duration
 
 ACTIVE = ["pending", "starting", "running"]
+TARGET_HELP = "The job id, or ID_INDEX for a task of a job array (12_7)."
 WAITING = {"pending", "starting"}
 FINAL = {"succeeded", "failed", "cancelled", "lost"}
 POLL = 0.25
@@ -60,6 +63,17 @@ def _check_duration(value: str | None) -> str | None:
 
 def _seconds(value: str | None) -> float | None:
     return None if value is None else parse_duration(value)
+
+
+def _check_gpu_type(gpu_type: list[str] | None, gpus: float | None, gpu_memory: str | None) -> None:
+    """A GPU type picks among the GPUs a job asks for: without --gpus or --gpu-memory there
+    are none, and the job would run without a GPU (the server refuses it too)."""
+    if gpu_type and gpus is None and gpu_memory is None:
+        raise typer.BadParameter(
+            "a GPU type picks among the GPUs a job asks for, and this job asks for none: add "
+            "--gpus 1 (or a share such as --gpus 0.5) or --gpu-memory 20GiB",
+            param_hint="'--gpu-type'",
+        )
 
 
 def build_spec(
@@ -166,12 +180,29 @@ def run(
             "able to read it."
         ),
     ] = None,
+    array: Annotated[
+        str | None,
+        typer.Option(
+            "--array",
+            help="Submit a job array, one task per index, as sbatch --array: 0-999, 1,3,5-7 or "
+            "0-99:2; %50 at the end runs at most 50 at once. Each task sees "
+            "$GPUPOOL_ARRAY_INDEX, $GPUPOOL_ARRAY_ID and $GPUPOOL_ARRAY_TASK_COUNT. Prints the "
+            "array's id.",
+            metavar="INDEXES",
+        ),
+    ] = None,
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="Wait, stream the log, exit with the job's code.")
     ] = False,
     output: OutputOption = Output.TABLE,
 ) -> None:
     """Submit a job: gpupool run --gpus 1 -- python train.py. Prints the job id."""
+    _check_gpu_type(gpu_type, gpus, gpu_memory)
+    if array is not None and follow:
+        raise typer.BadParameter(
+            "--follow follows one job: follow a task of the array with gpupool logs -f ID_INDEX",
+            param_hint="'--follow'",
+        )
     spec = build_spec(
         command,
         gpus=gpus,
@@ -189,7 +220,9 @@ def run(
         grace_period=_seconds(grace_period),
     )
     with connect() as client:
-        job = client.submit(spec)
+        job = client.submit(spec, array)
+        if array is not None and output != Output.JSON:
+            err.print(f"[dim]array {job['id']}: {escape(array_submitted(job))}[/dim]")
         if output == Output.JSON:
             print_json(job)
         elif follow:
@@ -198,6 +231,13 @@ def run(
             typer.echo(job["id"])
         if follow:
             raise typer.Exit(follow_until_end(client, job))
+
+
+def array_submitted(array: dict[str, Any]) -> str:
+    """'4 tasks (0-3), at most 2 at once; gpupool ls --array 12'."""
+    limit = f", at most {array['max_running']} at once" if array.get("max_running") else ""
+    count = f"{array['size']} task{'' if array['size'] == 1 else 's'}"
+    return f"{count} ({array['indexes']}){limit}; gpupool ls --array {array['id']}"
 
 
 def follow_until_end(client: Client, job: dict[str, Any]) -> int:
@@ -212,9 +252,7 @@ def follow_until_end(client: Client, job: dict[str, Any]) -> int:
 def follow_job(client: Client, job: dict[str, Any]) -> int:
     """Wait for the job to start, stream its log to stdout, return the exit code to use."""
     job = wait_until_started(client, job)
-    for text in client.follow_logs(job["id"], poll=POLL):
-        sys.stdout.write(text)
-        sys.stdout.flush()
+    write_log(client.follow_logs(job["id"], poll=POLL))
     job = client.wait(job["id"], poll=POLL)
     if job["status"] != "succeeded":
         err.print(f"job {job['id']} {status_text(job['status'])}: {escape(ended_note(job))}")
@@ -325,30 +363,59 @@ def ls(
     team: Annotated[str | None, typer.Option(help="Only this team's jobs.")] = None,
     user: Annotated[str | None, typer.Option(help="Only this user's jobs.")] = None,
     limit: Annotated[int, typer.Option(help="At most this many (newest first).", min=1)] = 100,
+    array: Annotated[
+        int | None,
+        typer.Option(
+            "--array", help="The tasks of this job array (ID_INDEX), in index order.", metavar="ID"
+        ),
+    ] = None,
     output: OutputOption = Output.TABLE,
 ) -> None:
-    """List jobs (by default those pending, starting or running)."""
+    """List jobs (by default those pending, starting or running).
+
+    A job array is one row, its tasks counted by status; --array ID lists its tasks. With
+    -o json, every job is listed, arrays' tasks too (each with its array_id and array_index).
+    """
     statuses = status or ([] if all_ else ACTIVE)
-    with connect() as client:
-        found = client.jobs(status=statuses, team=team, user=user, limit=limit)
-    if output == Output.JSON:
-        print_json(found)
-        return
+    filters = {"status": statuses, "team": team, "user": user, "limit": limit}
     table = new_table("ID", "NAME", "USER", "TEAM", "STATUS", "GPUS", "NODE", "AGE", "REASON")
-    for job in found:
-        placement = job.get("placement") or {}
-        table.add_row(
-            str(job["id"]),
-            escape(job.get("name") or "-"),
-            escape(job["user"]),
-            escape(job["team"]),
-            status_text(job["status"]),
-            gpus_text(job["spec"]["resources"]),
-            escape(placement.get("node") or "-"),
-            age_text(job),
-            escape(reason_text(job)),
-        )
+    with connect() as client:
+        if array is not None or output == Output.JSON:
+            found = client.jobs(**filters, array=array)
+            if output == Output.JSON:
+                print_json(found)
+                return
+            rows = [(0, job_row(job)) for job in found]
+        else:
+            rows = listed_rows(client, filters)
+    for _, row in rows[:limit]:
+        table.add_row(*row)
     out.print(table)
+
+
+def listed_rows(client: Client, filters: dict[str, Any]) -> list[tuple[int, list[str]]]:
+    """Jobs outside arrays and arrays as one row each, newest first (an array is as new as
+    its first task)."""
+    alone = client.jobs(**filters, array_tasks=False)
+    rows = [(job["id"], job_row(job)) for job in alone]
+    for found in client.arrays(**filters):
+        rows.append((found["id"], arrays.array_row(found, gpus_text(found["spec"]["resources"]))))
+    return sorted(rows, key=lambda row: -row[0])
+
+
+def job_row(job: dict[str, Any]) -> list[str]:
+    placement = job.get("placement") or {}
+    return [
+        arrays.task_id_text(job),
+        escape(job.get("name") or "-"),
+        escape(job["user"]),
+        escape(job["team"]),
+        status_text(job["status"]),
+        gpus_text(job["spec"]["resources"]),
+        escape(placement.get("node") or "-"),
+        age_text(job),
+        escape(reason_text(job)),
+    ]
 
 
 # -- show ------------------------------------------------------------------------------------
@@ -383,14 +450,20 @@ def policy_text(spec: dict[str, Any]) -> str:
 
 
 def service_text(job: dict[str, Any]) -> str:
-    """'2 (preempted 1 time, 0.5 GPU-hours before)' for the attempts line."""
+    """'2 (preempted 1 time)' for the attempts line."""
     text = str(job["attempts"])
     preemptions = job.get("preemptions") or 0
     if not preemptions:
         return text
-    times = "time" if preemptions == 1 else "times"
-    hours = (job.get("attained_gpu_seconds") or 0) / 3600
-    return f"{text} (preempted {preemptions} {times}, {hours:.2f} GPU-hours before)"
+    return f"{text} (preempted {preemptions} {'time' if preemptions == 1 else 'times'})"
+
+
+def attained_text(gpu_seconds: float | None) -> str:
+    """'1.25 GPU-hours'; under 0.01 (36 s on one GPU), 'N GPU-seconds' so a start shows."""
+    seconds = gpu_seconds or 0
+    if 0 < seconds < 36:
+        return f"{seconds:.0f} GPU-seconds"
+    return f"{seconds / 3600:.2f} GPU-hours"
 
 
 def _status_lines(job: dict[str, Any]) -> list[str]:
@@ -406,6 +479,7 @@ def _status_lines(job: dict[str, Any]) -> list[str]:
         f"ended:      {timestamp(job.get('ended_at'))}",
         f"exit code:  {'-' if job.get('exit_code') is None else job['exit_code']}",
         f"attempts:   {service_text(job)}",
+        f"attained:   {attained_text(job.get('attained_gpu_seconds'))}",
         f"checkpoint: {timestamp(job.get('checkpoint_at'))}",
     ]
     return lines
@@ -426,16 +500,20 @@ def _placement_lines(job: dict[str, Any]) -> list[str]:
 
 
 def show(
-    job_id: Annotated[int, typer.Argument(metavar="JOB", help="The job id.")],
+    target: Annotated[
+        str, typer.Argument(metavar="JOB", help=TARGET_HELP, callback=arrays.check_target)
+    ],
     output: OutputOption = Output.TABLE,
 ) -> None:
     """Show one job: spec, placement, status, exit code, attempts and events."""
     with connect() as client:
-        job = client.job(job_id)
+        job = client.job(arrays.job_id_of(client, target))
     if output == Output.JSON:
         print_json(job)
         return
     title = f"job {job['id']}" + (f" ({escape(job['name'])})" if job.get("name") else "")
+    if job.get("array_id") is not None:
+        title += f", task {arrays.task_id_text(job)} of job array {job['array_id']}"
     out.print(f"[bold]{title}[/bold]")
     for line in _spec_lines(job) + _status_lines(job) + _placement_lines(job):
         out.print(line)
@@ -449,51 +527,74 @@ def show(
 # -- logs, cancel ----------------------------------------------------------------------------
 
 
-def print_log(client: Client, job_id: int, attempt: int | None = None) -> None:
-    """Print the whole log as written so far."""
+def write_log(parts: Iterable[LogPart]) -> None:
+    """The job's own output to stdout byte for byte; each later attempt's announcement on
+    stderr ("--- attempt 2 started (requeued after preemption) ---"), on a line of its own."""
+    ended_line = True
+    for part in parts:
+        if part.note:
+            err.print(("" if ended_line else "\n") + f"--- {escape(part.note)} ---")
+            ended_line = True
+        if part.text:
+            sys.stdout.write(part.text)
+            sys.stdout.flush()
+            ended_line = part.text.endswith("\n")
+
+
+def logs(
+    target: Annotated[
+        str, typer.Argument(metavar="JOB", help=TARGET_HELP, callback=arrays.check_target)
+    ],
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Follow until it ends.")] = False,
+    attempt: Annotated[
+        int | None,
+        typer.Option(
+            help="Only this attempt's log (default: every attempt's, in order; with -f, from "
+            "this attempt on).",
+            min=1,
+        ),
+    ] = None,
+) -> None:
+    """Print a job's log, attempt after attempt; with -f, keep printing until the job has
+    ended. A preempted job's next attempt is announced on stderr."""
+    with connect() as client:
+        job_id = arrays.job_id_of(client, target)
+        if attempt is not None and not follow:
+            write_log(_one_attempt(client, job_id, attempt))
+            return
+        write_log(client.follow_logs(job_id, poll=POLL, attempt=attempt or 1, follow=follow))
+
+
+def _one_attempt(client: Client, job_id: int, attempt: int) -> Iterator[LogPart]:
+    """One attempt's log as written so far."""
     offset = 0
     while True:
         chunk = client.logs(job_id, offset, attempt)
         if not chunk["text"]:
             return
-        sys.stdout.write(chunk["text"])
-        sys.stdout.flush()
+        yield LogPart(chunk["attempt"], chunk["text"])
         offset = chunk["next_offset"]
 
 
-def logs(
-    job_id: Annotated[int, typer.Argument(metavar="JOB", help="The job id.")],
-    follow: Annotated[bool, typer.Option("--follow", "-f", help="Follow until it ends.")] = False,
-    attempt: Annotated[
-        int | None, typer.Option(help="An earlier attempt's log (default: the latest).", min=1)
-    ] = None,
-) -> None:
-    """Print a job's log; with -f, keep printing until the job has ended."""
-    with connect() as client:
-        if not follow:
-            print_log(client, job_id, attempt)
-            return
-        client.job(job_id)  # not_found before waiting
-        for text in client.follow_logs(job_id, poll=POLL):
-            sys.stdout.write(text)
-            sys.stdout.flush()
-
-
 def cancel(
-    job_ids: Annotated[list[int], typer.Argument(metavar="JOB...", help="Job ids.")],
+    targets: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="JOB...",
+            help="Job ids: an array's id cancels all its tasks not ended, ID_INDEX one task.",
+            callback=arrays.check_targets,
+        ),
+    ],
 ) -> None:
     """Cancel jobs: pending ones at once, running ones are stopped."""
     failed = False
     with connect() as client:
-        for job_id in job_ids:
+        for target in targets:
             try:
-                job = client.cancel(job_id)
+                out.print(escape(arrays.cancel_target(client, target)))
             except ApiError as error:
                 report_error(error.code, error.message)
                 failed = True
-                continue
-            done = "cancelled" if job["status"] == "cancelled" else "cancel requested"
-            out.print(f"job {job_id}: {done}")
     if failed:
         raise typer.Exit(1)
 
@@ -502,12 +603,14 @@ def cancel(
 
 
 def why(
-    job_id: Annotated[int, typer.Argument(metavar="JOB", help="The job id.")],
+    target: Annotated[
+        str, typer.Argument(metavar="JOB", help=TARGET_HELP, callback=arrays.check_target)
+    ],
     output: OutputOption = Output.TABLE,
 ) -> None:
     """Why a job waits: reason, place in its team's queue, what blocks it, estimated start."""
     with connect() as client:
-        answer = client.why(job_id)
+        answer = client.why(arrays.job_id_of(client, target))
     if output == Output.JSON:
         print_json(answer)
         return

@@ -1,31 +1,248 @@
-"""The gpupool CLI (Typer + Rich). It talks to the server only through ``gpupool.client``."""
+"""The gpupool CLI (Typer + Rich). It talks to the server only through ``gpupool.client``.
+
+Most of what a CLI call costs is start-up, so the top-level group loads a command's module
+only when that command runs: ``gpupool ls`` imports neither the admin commands nor the
+server. ``--help`` and shell completion list every command from the table below without
+importing any (benchmarks/cli_startup.py has the figures).
+"""
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from importlib import import_module
+from types import MappingProxyType
+from typing import Any
+
 import typer
+from typer.core import TyperCommand
 
-from gpupool.cli import admin, jobs, nodes, queue, session
-from gpupool.cli.output import CliGroup
+from gpupool.cli.output import CliGroup, UsageProblem
 
-app = typer.Typer(
-    name="gpupool",
-    help="gpupool: run jobs on a shared GPU pool.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    cls=CliGroup,
+HELP = "gpupool: run jobs on a shared GPU pool."
+LISTING = "gpupool.listing"  # ctx.meta key: commands are only listed (help, completion)
+Command = Any  # click's Command: Typer's own copy of click in newer Typer, else click's
+
+
+@dataclass(frozen=True)
+class Lazy:
+    """A command known by its help line until it runs. ``target`` ('module:attribute') is a
+    function (one command) or a Typer app (a group of sub-commands)."""
+
+    target: str
+    help: str
+    hidden: bool = False
+    context_settings: Mapping[str, Any] = field(default_factory=dict)
+
+    def load(self, name: str) -> Command:
+        """Import the target and build its command exactly as Typer registers it."""
+        module, _, attribute = self.target.partition(":")
+        found = getattr(import_module(module), attribute)
+        parent = typer.Typer(add_completion=False)
+        parent.callback()(_nothing)  # a group, so that one command is built as a sub-command
+        if isinstance(found, typer.Typer):
+            parent.add_typer(found, name=name, hidden=self.hidden)
+        else:
+            settings = dict(self.context_settings) or None
+            parent.command(name, hidden=self.hidden, context_settings=settings)(found)
+        return typer.main.get_command(parent).commands[name]
+
+    def placeholder(self, name: str) -> TyperCommand:
+        """What a listing shows: the name and the help line."""
+        return TyperCommand(name, help=self.help, hidden=self.hidden)
+
+
+# The commands of users (gpupool.main adds the operators'); help: the first paragraph of each
+# command's own help (tests/unit/cli/test_lazy_commands.py checks they agree).
+COMMANDS: Mapping[str, Lazy] = MappingProxyType(
+    {
+        "login": Lazy(
+            "gpupool.cli.session:login",
+            "Check a token against a server and save both for later commands (mode 0600).",
+        ),
+        "whoami": Lazy(
+            "gpupool.cli.session:whoami",
+            "Show the user the saved token belongs to, its role and teams.",
+        ),
+        "passwd": Lazy(
+            "gpupool.cli.session:passwd",
+            "Change your own web UI password (asks the current one first).",
+        ),
+        "run": Lazy(
+            "gpupool.cli.jobs:run",
+            "Submit a job: gpupool run --gpus 1 -- python train.py. Prints the job id.",
+            context_settings=MappingProxyType({"allow_interspersed_args": False}),
+        ),
+        "ls": Lazy(
+            "gpupool.cli.jobs:ls", "List jobs (by default those pending, starting or running)."
+        ),
+        "show": Lazy(
+            "gpupool.cli.jobs:show",
+            "Show one job: spec, placement, status, exit code, attempts and events.",
+        ),
+        "logs": Lazy(
+            "gpupool.cli.jobs:logs",
+            "Print a job's log, attempt after attempt; with -f, keep printing until the job "
+            "has ended. A preempted job's next attempt is announced on stderr.",
+        ),
+        "cancel": Lazy(
+            "gpupool.cli.jobs:cancel",
+            "Cancel jobs: pending ones at once, running ones are stopped.",
+        ),
+        "why": Lazy(
+            "gpupool.cli.jobs:why",
+            "Why a job waits: reason, place in its team's queue, what blocks it, estimated start.",
+        ),
+        "queue": Lazy(
+            "gpupool.cli.queue:queue",
+            "Show the jobs waiting for GPUs, team by team, in queue order, with estimated starts.",
+        ),
+        "nodes": Lazy(
+            "gpupool.cli.nodes:nodes",
+            "List nodes: CPUs, memory, and each GPU with its domain, used share and holders; "
+            "then how jobs are kept apart (isolation).",
+        ),
+        "users": Lazy("gpupool.cli.admin:users_app", "Users of the pool (admins only)."),
+        "team": Lazy(
+            "gpupool.cli.admin:teams_app",
+            "Teams and their GPU quotas: jobs are charged to, and visible within, a team.",
+        ),
+        "teams": Lazy(  # the name before quotas came
+            "gpupool.cli.admin:teams_app",
+            "Teams and their GPU quotas: jobs are charged to, and visible within, a team.",
+            hidden=True,
+        ),
+        "tokens": Lazy(
+            "gpupool.cli.admin:tokens_app", "API tokens (yours; an admin's: everyone's)."
+        ),
+    }
 )
 
-app.command("login")(session.login)
-app.command("whoami")(session.whoami)
-app.command("run", context_settings=jobs.RUN_SETTINGS)(jobs.run)
-app.command("ls")(jobs.ls)
-app.command("show")(jobs.show)
-app.command("logs")(jobs.logs)
-app.command("cancel")(jobs.cancel)
-app.command("why")(jobs.why)
-app.command("queue")(queue.queue)
-app.command("nodes")(nodes.nodes)
-app.add_typer(admin.users_app, name="users")
-app.add_typer(admin.teams_app, name="team")
-app.add_typer(admin.teams_app, name="teams", hidden=True)  # the name before quotas came
-app.add_typer(admin.tokens_app, name="tokens")
+# What a new user types for what gpupool calls otherwise (close spellings are found as well).
+MEANT: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {
+        "submit": ("run",),
+        "start": ("run",),
+        "exec": ("run",),
+        "status": ("ls", "show"),
+        "list": ("ls",),
+        "ps": ("ls",),
+        "jobs": ("ls",),
+        "info": ("show",),
+        "describe": ("show",),
+        "inspect": ("show",),
+        "log": ("logs",),
+        "tail": ("logs",),
+        "kill": ("cancel",),
+        "stop": ("cancel",),
+        "rm": ("cancel",),
+        "delete": ("cancel",),
+        "pending": ("why", "queue"),
+        "gpus": ("nodes",),
+        "password": ("passwd",),
+        "version": ("--version",),
+        "serve": ("server",),
+    }
+)
+
+
+class LazyGroup(CliGroup):
+    """The top-level group over a table of ``Lazy`` commands, loading one only to run it."""
+
+    table: Mapping[str, Lazy] = MappingProxyType({})  # a subclass's own: see group_over
+
+    def list_commands(self, ctx: typer.Context) -> list[str]:
+        return list(self.table)
+
+    def get_command(self, ctx: typer.Context, cmd_name: str) -> Command | None:
+        entry = self.table.get(cmd_name)
+        if entry is None:
+            return None
+        if ctx.meta.get(LISTING):
+            return entry.placeholder(cmd_name)
+        if cmd_name not in self.commands:
+            self.commands[cmd_name] = entry.load(cmd_name)
+        return self.commands[cmd_name]
+
+    def format_help(self, ctx: typer.Context, formatter: Any) -> None:
+        with listing(ctx):
+            super().format_help(ctx, formatter)
+
+    def shell_complete(self, ctx: typer.Context, incomplete: str) -> list[Any]:
+        with listing(ctx):
+            return super().shell_complete(ctx, incomplete)
+
+    def resolve_command(
+        self, ctx: typer.Context, args: list[str]
+    ) -> tuple[str | None, Command | None, list[str]]:
+        try:
+            return super().resolve_command(ctx, args)
+        except UsageProblem as error:
+            if args and not args[0].startswith("-") and args[0] not in self.table:
+                error.message = no_such_command(args[0], self.visible())
+            raise
+
+    def visible(self) -> list[str]:
+        return [name for name, entry in self.table.items() if not entry.hidden]
+
+
+def app_for(commands: Mapping[str, Lazy], version: str) -> typer.Typer:
+    """The ``gpupool`` app over ``commands``, with ``--version`` printing ``version``."""
+
+    def show_version(wanted: bool) -> None:
+        if wanted:
+            typer.echo(version)
+            raise typer.Exit()
+
+    app = typer.Typer(
+        name="gpupool",
+        help=HELP,
+        no_args_is_help=True,
+        pretty_exceptions_enable=False,
+        cls=group_over(commands),
+    )
+
+    @app.callback()
+    def top(
+        _version: bool = typer.Option(
+            False,
+            "--version",
+            help="Print the version and exit.",
+            callback=show_version,
+            is_eager=True,
+        ),
+    ) -> None:
+        """The options of every command; the commands are in the group's table."""
+
+    return app
+
+
+def group_over(commands: Mapping[str, Lazy]) -> type[LazyGroup]:
+    """A LazyGroup class over ``commands``: Typer makes the group from a class."""
+    return type("GpupoolGroup", (LazyGroup,), {"table": MappingProxyType(dict(commands))})
+
+
+def no_such_command(name: str, known: list[str]) -> str:
+    """The message for an unknown command: the commands meant, or where to look."""
+    meant = MEANT.get(name.lower()) or tuple(difflib.get_close_matches(name, known, n=3))
+    if not meant:
+        return f"No such command '{name}': 'gpupool --help' lists them."
+    quoted = [f"'{option}'" for option in meant]
+    options = quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " or " + quoted[-1]
+    return f"No such command '{name}'. Did you mean {options}?"
+
+
+@contextmanager
+def listing(ctx: typer.Context) -> Iterator[None]:
+    """Within: ``get_command`` gives placeholders, for a listing that imports nothing."""
+    ctx.meta[LISTING] = True
+    try:
+        yield
+    finally:
+        ctx.meta.pop(LISTING, None)
+
+
+def _nothing() -> None:
+    """The callback of a group built only to build one command."""

@@ -4,14 +4,25 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich.markup import escape
-
-from gpupool.cli.output import Output, OutputOption, memory, new_table, out, print_json, share
+from gpupool.cli.output import (
+    Output,
+    OutputOption,
+    err,
+    escape,
+    memory,
+    new_table,
+    out,
+    print_json,
+    share,
+)
 from gpupool.cli.session import connect
 
 
 def holder_text(holder: dict[str, Any]) -> str:
-    """'job 12 (alice, 0.5)'."""
+    """'job 12 (alice, 0.5)'; "another team's job (0.5)" for a job of a team you are not in
+    (the server withholds its id, name and user)."""
+    if holder.get("other_team"):
+        return f"another team's job ({share(holder['share'])})"
     return f"job {holder['job_id']} ({holder['user']}, {share(holder['share'])})"
 
 
@@ -71,6 +82,11 @@ def print_node(node: dict[str, Any]) -> None:
 
 
 ISOLATION_STYLE = {"sandbox": "", "off": "bold yellow", "unavailable": "bold red"}
+NO_GPU_HINT = (
+    "no GPU found: no node of the pool has a GPU that NVML or nvidia-smi could see, so jobs "
+    "that ask for GPUs wait; on a host without a driver, declare them when starting the "
+    "server: gpupool server --declare-gpus 4xA100, or GPUPOOL_DECLARED_GPUS=4xA100"
+)
 
 
 def nodes(output: OutputOption = Output.TABLE) -> None:
@@ -86,6 +102,8 @@ def nodes(output: OutputOption = Output.TABLE) -> None:
         if number:
             out.print("")
         print_node(node)
+    if not any(node["gpus"] for node in found):
+        err.print(f"[yellow]{escape(NO_GPU_HINT)}[/yellow]")
     if isolation:
         print_isolation(isolation)
 

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import sys
 import time
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from pydantic import ValidationError
 from rich.console import Console
-from rich.markup import escape
+from rich.markup import escape as markup_escape
 from rich.table import Table
 from typer.core import TyperGroup
 
@@ -28,8 +29,16 @@ except ImportError:  # Typer before it vendored Click
 from gpupool.client import ApiError
 from gpupool.domain.units import format_bytes
 
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+
 MAX_ERROR = 500  # characters of an error message shown
 PIPED_WIDTH = 200  # tables written to a pipe or file are not folded at 80 columns
+# What a terminal acts on instead of showing: C0 and C1 controls (ESC clears the screen or
+# moves the cursor, CR overwrites the line, BEL rings), DEL, line and paragraph separators,
+# bidi overrides (they reorder what follows), and lone surrogates (no UTF-8 terminal takes one)
+CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+NAMED_CONTROLS = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 out = Console(highlight=False, soft_wrap=True)
 if not out.is_terminal:
@@ -57,6 +66,23 @@ class CliError(Exception):
         self.code, self.message, self.exit_code = code, message, exit_code
 
 
+def escape(text: object) -> str:
+    """Text the CLI did not write itself (names, commands, messages, anything from the
+    server) made safe to print in Rich markup: control characters shown as visible escapes
+    (ESC as \\x1b, CR as \\r), never acted on by the terminal, and markup escaped. The CLI
+    uses this instead of Rich's own ``escape``; only a job's log (``gpupool logs``) is printed
+    as it is, since it is the job's own output."""
+    return markup_escape(CONTROL.sub(_visible, str(text)))
+
+
+def _visible(match: re.Match[str]) -> str:
+    char = match.group()
+    if char in NAMED_CONTROLS:
+        return NAMED_CONTROLS[char]
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
 def report_error(code: str, message: str) -> None:
     """Print the one-line form of an error on stderr (whitespace folded, long text cut)."""
     line = " ".join(str(message).split())
@@ -74,6 +100,15 @@ def settings_problem(error: ValidationError) -> str:
     return "; ".join(problems) + " (fix the environment variable and start again)"
 
 
+def settings_problem_of(error: Exception) -> str | None:
+    """``settings_problem`` if ``error`` is the validation error of gpupool's settings."""
+    from pydantic import ValidationError  # here: most commands never load pydantic (40 ms)
+
+    if isinstance(error, ValidationError) and error.title == "Settings":
+        return settings_problem(error)
+    return None
+
+
 class CliGroup(TyperGroup):
     """The top-level group: its ``invoke`` is the error boundary of every command."""
 
@@ -89,14 +124,15 @@ class CliGroup(TyperGroup):
         except KeyboardInterrupt:
             err.print("[yellow]interrupted[/yellow]")
             raise typer.Exit(130) from None
+        except BrokenPipeError:  # the reader left (gpupool logs -f 12 | head): nothing to say
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no flush error
+            raise typer.Exit(1) from None
         except (typer.Exit, typer.Abort, UsageProblem):
             raise
-        except ValidationError as error:
-            if error.title != "Settings":
-                raise
-            report_error("bad_setting", settings_problem(error))
-            raise typer.Exit(2) from None
-        except Exception as error:  # a bug or a surprise: one line, unless debugging
+        except Exception as error:  # bad settings, or a bug or a surprise: one line
+            if (problem := settings_problem_of(error)) is not None:
+                report_error("bad_setting", problem)
+                raise typer.Exit(2) from None
             if os.environ.get("GPUPOOL_DEBUG"):
                 raise
             name = type(error).__name__

@@ -6,10 +6,9 @@ import time
 from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
 
 from gpupool.cli.jobs import gpus_text
-from gpupool.cli.output import Output, OutputOption, duration, new_table, out, print_json
+from gpupool.cli.output import Output, OutputOption, duration, escape, new_table, out, print_json
 from gpupool.cli.session import connect
 
 MAX_MESSAGE = 60  # characters of a reason message shown; `gpupool why JOB` shows all of it

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 
-from gpupool.cli.output import CliError, Output, OutputOption, out, print_json
+from gpupool.cli.output import CliError, Output, OutputOption, escape, out, print_json
 from gpupool.client import Client, ClientConfig, load_config, save_config
 
 NOT_LOGGED_IN = "not logged in: run gpupool login URL --token T"
@@ -70,3 +70,43 @@ def whoami(output: OutputOption = Output.TABLE) -> None:
         print_json({k: v for k, v in who.items() if v is not None} | {"url": config.url})
         return
     out.print(f"{escape(describe(who))} at {escape(config.url)}")
+
+
+def passwd(
+    password_stdin: Annotated[
+        bool,
+        typer.Option(
+            "--password-stdin",
+            help="Read the current password from stdin's first line (empty: you have none "
+            "yet) and the new one from its second.",
+        ),
+    ] = False,
+) -> None:
+    """Change your own web UI password (asks the current one first).
+
+    Web sessions opened with the old password end; API tokens keep working."""
+    current, new = read_password_pair() if password_stdin else ask_password_pair()
+    with connect() as client:
+        who = client.change_password(current, new)
+    out.print(f"password of {escape(who['user'])} changed")
+
+
+def ask_password_pair() -> tuple[str | None, str]:
+    """The current password (None: left empty) and the new one, typed twice; all hidden."""
+    ask = "Current password (empty if you have none)"
+    current = typer.prompt(ask, default="", show_default=False, hide_input=True)
+    new = typer.prompt("New password", hide_input=True, confirmation_prompt=True)
+    return current or None, new
+
+
+def read_password_pair() -> tuple[str | None, str]:
+    """The current password (None: an empty line) and the new one, from stdin's first lines."""
+    current = sys.stdin.readline().rstrip("\r\n")
+    new = sys.stdin.readline().rstrip("\r\n")
+    if not new:
+        raise CliError(
+            "invalid_request",
+            "no new password on stdin: give the current one on the first line (empty if you "
+            "have none) and the new one on the second",
+        )
+    return current or None, new

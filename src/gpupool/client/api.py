@@ -1,4 +1,8 @@
-"""A small synchronous client over httpx; errors become ``ApiError`` with the server's code."""
+"""A small synchronous client; errors become ``ApiError`` with the server's code.
+
+A server that does not answer is ``ApiError`` too, with status 0 and the code
+``server_unreachable`` (or ``server_timeout``): the one place that says how to fix it.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +15,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-import httpx
+from gpupool.client.transport import Response, Transport, TransportError
 
 API = "/api/v1"
 FINAL = {"succeeded", "failed", "cancelled", "lost"}
@@ -23,6 +27,16 @@ class ApiError(Exception):
     def __init__(self, status: int, code: str, message: str, details: Any = None) -> None:
         super().__init__(f"{code}: {message}")
         self.status, self.code, self.message, self.details = status, code, message, details or {}
+
+
+@dataclass(frozen=True)
+class LogPart:
+    """Text of one attempt's log; a part with a ``note`` (and no text) announces the start of
+    a later attempt's log, e.g. "attempt 2 started (requeued after preemption)"."""
+
+    attempt: int | None
+    text: str
+    note: str | None = None
 
 
 @dataclass
@@ -67,7 +81,11 @@ class Client:
     def __init__(self, url: str, token: str | None = None, timeout: float = 30.0) -> None:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.url = url.rstrip("/")
-        self.http = httpx.Client(base_url=self.url + API, headers=headers, timeout=timeout)
+        try:
+            self.http = Transport(self.url, API, headers, timeout)
+        except ValueError as error:
+            message = f"{error}: give the server as http://HOST:PORT"
+            raise ApiError(0, "invalid_url", message) from None
 
     @classmethod
     def from_config(cls, config: ClientConfig) -> Client:
@@ -78,8 +96,28 @@ class Client:
 
     # -- jobs --------------------------------------------------------------------------------
 
-    def submit(self, spec: dict[str, Any]) -> dict[str, Any]:
+    def submit(self, spec: dict[str, Any], array: str | dict[str, Any] | None = None) -> Any:
+        """Queue a job; with ``array`` (sbatch --array form, "0-999%50", or a body such as
+        {"indexes": [1, 3], "max_running": 2}), a job array: the array comes back."""
+        if array is not None:
+            spec = spec | {"array": {"indexes": array} if isinstance(array, str) else array}
         return self._call("POST", "/jobs", json=spec)
+
+    def arrays(self, **filters: Any) -> list[dict[str, Any]]:
+        """Job arrays, each with its tasks counted by status (filters as ``jobs``)."""
+        params = {k: v for k, v in filters.items() if v not in (None, [], ())}
+        return self._call("GET", "/jobs/arrays", params=params)
+
+    def array(self, array_id: int) -> dict[str, Any]:
+        return self._call("GET", f"/jobs/arrays/{array_id}")
+
+    def array_task(self, array_id: int, index: int) -> dict[str, Any]:
+        """The task of ``index`` of an array (``ID_INDEX``), as a job."""
+        return self._call("GET", f"/jobs/arrays/{array_id}/tasks/{index}")
+
+    def cancel_array(self, array_id: int) -> dict[str, Any]:
+        """Cancel every task of the array not ended."""
+        return self._call("POST", f"/jobs/arrays/{array_id}/cancel")
 
     def jobs(self, **filters: Any) -> list[dict[str, Any]]:
         params = {k: v for k, v in filters.items() if v not in (None, [], ())}
@@ -103,20 +141,31 @@ class Client:
         return self._call("GET", f"/jobs/{job_id}/events", params={"after": after})
 
     def logs(self, job_id: int, offset: int = 0, attempt: int | None = None) -> dict[str, Any]:
+        """One attempt's log (default: the latest) from ``offset``; see ``follow_logs``."""
         params = {"offset": offset} | ({"attempt": attempt} if attempt else {})
         return self._call("GET", f"/jobs/{job_id}/logs", params=params)
 
-    def follow_logs(self, job_id: int, poll: float = 0.25) -> Iterator[str]:
-        """Yield log text as it is written, until the job has ended and the log is read."""
-        offset = 0
+    def follow_logs(
+        self, job_id: int, poll: float = 0.25, attempt: int = 1, follow: bool = True
+    ) -> Iterator[LogPart]:
+        """Every byte of the log, attempt after attempt from ``attempt``: each attempt's log
+        is read to its end, then the next one's from its start, announced by a part with its
+        ``note`` and no text. With ``follow``, it waits for more until the job has ended and
+        its last log is read; without, it stops at the end of what is written so far."""
+        offset, announce = 0, False
         while True:
-            chunk = self.logs(job_id, offset)
+            chunk = self.logs(job_id, offset, attempt)
+            if announce:
+                yield LogPart(chunk["attempt"], "", chunk.get("note"))
+                announce = False
             if chunk["text"]:
-                yield chunk["text"]
-            offset = chunk["next_offset"]
-            if chunk["complete"]:
+                yield LogPart(chunk["attempt"], chunk["text"])
+                offset = chunk["next_offset"]
+            elif chunk.get("next_attempt"):
+                attempt, offset, announce = chunk["next_attempt"], 0, True
+            elif chunk["complete"] or not follow:
                 return
-            if not chunk["text"]:
+            else:
                 time.sleep(poll)
 
     def wait(self, job_id: int, poll: float = 0.25, timeout: float | None = None) -> dict[str, Any]:
@@ -137,6 +186,11 @@ class Client:
 
     def whoami(self) -> dict[str, Any]:
         return self._call("GET", "/whoami")
+
+    def change_password(self, current: str | None, new: str) -> dict[str, Any]:
+        """Change the caller's own password (``current`` None: it has none yet); returns
+        who the caller is, as ``whoami``."""
+        return self._call("POST", "/whoami/password", json={"current": current, "new": new})
 
     def isolation(self) -> dict[str, Any] | None:
         """How jobs are kept apart: mode (sandbox, off, unavailable), identity, message."""
@@ -197,7 +251,20 @@ class Client:
         return self._call("POST", "/users", json=body)
 
     def update_user(self, name: str, **changes: Any) -> dict[str, Any]:
-        return self._call("PATCH", f"/users/{name}", json=changes)
+        return self._call("PATCH", f"/users/{quote(name, safe='')}", json=changes)
+
+    def add_member(self, team: str, user: str) -> dict[str, Any]:
+        """Make ``user`` a member of ``team``; returns the user (with its teams)."""
+        return self._call("PUT", _member_path(team, user))
+
+    def remove_member(self, team: str, user: str) -> dict[str, Any]:
+        """End ``user``'s membership of ``team``; returns the user (with its teams)."""
+        return self._call("DELETE", _member_path(team, user))
+
+    def delete_team(self, name: str) -> dict[str, Any]:
+        """Delete a team without pending or running jobs; its finished jobs keep their
+        records. Returns what was deleted: its name and how many finished jobs it had."""
+        return self._call("DELETE", f"/teams/{quote(name, safe='')}")
 
     def tokens(self) -> list[dict[str, Any]]:
         return self._call("GET", "/tokens")
@@ -216,9 +283,9 @@ class Client:
     def _call(self, method: str, path: str, **kwargs: Any) -> Any:
         try:
             response = self.http.request(method, path, **kwargs)
-        except httpx.HTTPError as error:
-            raise ApiError(0, "unreachable", f"cannot reach {self.url}: {error}") from error
-        if response.status_code >= 400:
+        except TransportError as error:
+            raise ApiError(0, error.code, error.message) from None
+        if response.status >= 400:
             raise _error(response)
         if not response.content:
             return None
@@ -226,14 +293,16 @@ class Client:
             return response.json()
         except ValueError as error:
             message = f"{self.url} answered {method} {path} with something other than JSON"
-            raise ApiError(response.status_code, "bad_response", message) from error
+            raise ApiError(response.status, "bad_response", message) from error
 
 
-def _error(response: httpx.Response) -> ApiError:
+def _member_path(team: str, user: str) -> str:
+    return f"/teams/{quote(team, safe='')}/members/{quote(user, safe='')}"
+
+
+def _error(response: Response) -> ApiError:
     try:
         error = response.json()["error"]
-        return ApiError(response.status_code, error["code"], error["message"], error.get("details"))
+        return ApiError(response.status, error["code"], error["message"], error.get("details"))
     except (ValueError, KeyError, TypeError):
-        return ApiError(
-            response.status_code, "http_error", response.text[:200] or response.reason_phrase
-        )
+        return ApiError(response.status, "http_error", response.text[:200] or response.reason)

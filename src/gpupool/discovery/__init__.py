@@ -9,7 +9,12 @@ from __future__ import annotations
 from typing import Any
 
 from gpupool.discovery import host
-from gpupool.discovery.declared import parse_declared_gpus, parse_declared_links
+from gpupool.discovery.declared import (
+    DeclaredSettingError,
+    memory_notes,
+    parse_declared_gpus,
+    parse_declared_links,
+)
 from gpupool.discovery.nvidia_smi import discover_nvidia_smi
 from gpupool.discovery.nvml import discover_nvml
 from gpupool.discovery.report import GpuReport
@@ -18,15 +23,22 @@ from gpupool.domain.inventory import NodeInventory, Source
 from gpupool.domain.units import parse_bytes
 from gpupool.settings import Settings
 
-__all__ = ["GpuReport", "discover_gpus", "discover_node", "host_facts"]
+__all__ = [
+    "DeclaredSettingError",
+    "GpuReport",
+    "check_declared",
+    "discover_gpus",
+    "discover_node",
+    "host_facts",
+]
 
 
 def discover_node(settings: Settings, *, nvml_module: Any | None = None) -> NodeInventory:
     """Describe this node. ``nvml_module`` replaces ``pynvml`` (tests); None imports it.
 
-    Never raises for missing hardware, drivers or sysfs files; raises ValueError only for
-    malformed declared settings (``declared_gpus``, ``declared_links``, ``declared_memory``,
-    ``declared_cpus``).
+    Never raises for missing hardware, drivers or sysfs files; raises DeclaredSettingError
+    (a ValueError) only for malformed declared settings (``declared_gpus``,
+    ``declared_links``, ``declared_memory``, ``declared_cpus``).
     """
     facts, sources = host_facts(settings)
     name = settings.node_name or facts["hostname"] or "localhost"
@@ -70,7 +82,16 @@ def declared_report(settings: Settings, node: str) -> GpuReport:
         report.warnings.append(
             "no NVIDIA driver answered (NVML, nvidia-smi); the GPUs are the declared inventory"
         )
+        report.warnings += memory_notes(settings.declared_gpus)
     return report
+
+
+def check_declared(settings: Settings) -> None:
+    """Raise DeclaredSettingError for a malformed declared setting, before anything else
+    happens: a server must refuse its settings before it creates a database or an admin."""
+    declared_report(settings, settings.node_name or "node")
+    _cpus(settings)
+    _memory(settings)
 
 
 def host_facts(settings: Settings) -> tuple[dict[str, Any], dict[str, Source | None]]:
@@ -92,7 +113,9 @@ def _cpus(settings: Settings) -> tuple[int, Source]:
     if settings.declared_cpus is None:
         return host.cpu_count(), Source.PSUTIL
     if settings.declared_cpus < 1:
-        raise ValueError(f"declared_cpus must be at least 1, not {settings.declared_cpus}")
+        raise DeclaredSettingError(
+            "declared_cpus", f"the declared CPUs must be at least 1, not {settings.declared_cpus}"
+        )
     return settings.declared_cpus, Source.DECLARED
 
 
@@ -102,7 +125,7 @@ def _memory(settings: Settings) -> tuple[int, Source]:
     try:
         return parse_bytes(settings.declared_memory), Source.DECLARED
     except ValueError as error:
-        raise ValueError(f"declared_memory: {error}") from None
+        raise DeclaredSettingError("declared_memory", f"the declared memory: {error}") from None
 
 
 def _report_sources(report: GpuReport) -> dict[str, Source | None]:

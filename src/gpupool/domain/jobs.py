@@ -6,9 +6,19 @@ import re
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
+from gpupool.domain.text import STORABLE, Text, is_stored, stored_context
 from gpupool.domain.units import parse_bytes
+from gpupool.errors import GpuTypeWithoutGpus
 
 SPEC_VERSION = 1
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -17,6 +27,7 @@ MAX_PRIORITY = 1000
 MAX_GPU_TYPES = 16
 MAX_GPU_TYPE_LENGTH = 64
 MAX_RUNTIME_SECONDS = 90 * 86400.0
+MAX_BYTES = 1024**6  # 1 EiB: beyond any node, and small enough for every number type used
 
 
 class JobStatus(StrEnum):
@@ -59,7 +70,13 @@ class Role(StrEnum):
 def _byte_field(value: Any) -> int | None:
     if value is None:
         return None
-    return parse_bytes(value)
+    try:
+        count = parse_bytes(value)
+    except OverflowError:  # Infinity, or more digits than a float can hold
+        count = MAX_BYTES + 1
+    if count > MAX_BYTES:
+        raise ValueError("at most 1 EiB: write a byte quantity like 20GiB, 512MiB or 1.5GB")
+    return count
 
 
 ByteCount = Annotated[int | None, Field(default=None, ge=0)]
@@ -146,15 +163,15 @@ class JobSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     version: int = SPEC_VERSION
-    name: str | None = Field(default=None, max_length=200)
-    command: list[str] = Field(min_length=1, max_length=4096)
-    env: dict[str, str] = Field(default_factory=dict)
-    workdir: str | None = Field(default=None, max_length=4096)
+    name: Annotated[str, Field(max_length=200), STORABLE] | None = None
+    command: list[Text] = Field(min_length=1, max_length=4096)
+    env: dict[Text, Text] = Field(default_factory=dict)
+    workdir: Annotated[str, Field(max_length=4096), STORABLE] | None = None
     resources: ResourceRequest = Field(default_factory=ResourceRequest)
-    team: str | None = Field(default=None, max_length=100)
+    team: Annotated[str, Field(max_length=100), STORABLE] | None = None
     priority: int = Field(default=0, ge=-MAX_PRIORITY, le=MAX_PRIORITY)
     preemptible: bool = True
-    gpu_types: list[str] = Field(default_factory=list, max_length=MAX_GPU_TYPES)
+    gpu_types: list[Text] = Field(default_factory=list, max_length=MAX_GPU_TYPES)
     max_runtime_seconds: float | None = Field(
         default=None, gt=0, le=MAX_RUNTIME_SECONDS, allow_inf_nan=False
     )
@@ -172,14 +189,12 @@ class JobSpec(BaseModel):
     def _command(cls, value: list[str]) -> list[str]:
         if not value[0].strip():
             raise ValueError("the command is empty: give the program to run, e.g. -- python x.py")
-        if any("\x00" in part for part in value):
-            raise ValueError("the command must not contain NUL characters")
         return value
 
     @field_validator("env")
     @classmethod
     def _env(cls, value: dict[str, str]) -> dict[str, str]:
-        for name, text in value.items():
+        for name in value:
             if not ENV_NAME.match(name):
                 raise ValueError(
                     f"'{name}' is not a valid environment variable name: use letters, digits "
@@ -187,8 +202,6 @@ class JobSpec(BaseModel):
                 )
             if name.startswith(RESERVED_ENV[0]) or name in RESERVED_ENV[1:]:
                 raise ValueError(f"'{name}' is set by gpupool and cannot be overridden")
-            if "\x00" in text:
-                raise ValueError(f"the value of '{name}' must not contain NUL characters")
         if len(value) > 1000:
             raise ValueError("at most 1000 environment variables")
         return value
@@ -207,6 +220,27 @@ class JobSpec(BaseModel):
                 )
             kept.setdefault(name.lower(), name)
         return list(kept.values())
+
+    @field_validator("gpu_types")
+    @classmethod
+    def _gpu_types_need_gpus(cls, value: list[str], info: ValidationInfo) -> list[str]:
+        """A GPU type chooses among GPUs, so a job that asks for none cannot have one (it
+        would run without a GPU). Not applied to specs stored before this rule."""
+        resources = info.data.get("resources")
+        if not value or resources is None or resources.uses_gpus or is_stored(info):
+            return value
+        raise PydanticCustomError(
+            GpuTypeWithoutGpus.code,
+            "a GPU type picks among the GPUs a job asks for, and this job asks for none: add "
+            "--gpus 1 (or a share such as 0.5; resources.gpus in the API) or --gpu-memory "
+            "20GiB (resources.gpu_memory_bytes), or leave the GPU type out",
+        )
+
+    @classmethod
+    def stored(cls, data: Any) -> JobSpec:
+        """A spec read back from the database: it was valid when it was submitted, so rules
+        added since (such as ``Text``'s) are not applied to it again."""
+        return cls.model_validate(data, context=stored_context())
 
     @model_validator(mode="after")
     def _display_name(self) -> JobSpec:
@@ -229,6 +263,7 @@ class Reason(StrEnum):
     NO_NODE_BIG_ENOUGH = "NoNodeBigEnough"
     NO_GPU_OF_TYPE = "NoGpuOfType"
     OVER_QUOTA = "OverQuota"  # the team is at its limit
+    ARRAY_LIMIT = "ArrayLimit"  # its array runs as many tasks as its %N allows
     NOT_GUARANTEED = "NotGuaranteed"  # non-preemptible work beyond the team's guarantee
     FAIR_SHARE = "WaitingForFairShare"  # others come first by fair share
     RESERVED = "Reserved"  # the spot it fits is held for a blocked, earlier job

@@ -3,7 +3,8 @@
 1. Free capacity: the nodes minus what allocations hold (``capacity``).
 2. Order: teams in fair-share turns, users by decayed usage, jobs by priority and
    least-attained-service level (``ordering``), kept current as jobs are placed.
-3. For each job in turn: the team's limit (``ledger``); non-preemptible work only where a
+3. For each job in turn: its array's limit of tasks at once (``arrays``); the team's limit
+   (``ledger``); non-preemptible work only where a
    guarantee cannot be needed back; best-fit placement of all its tasks or none
    (``placement``), off the spots reserved for earlier blocked jobs (``backfill``); if it
    does not fit, victims whose end lets it start (``preemption``); if none, the first
@@ -36,6 +37,7 @@ from collections import Counter
 from dataclasses import replace
 
 from gpupool.domain.jobs import Reason
+from gpupool.scheduler.arrays import ArrayLimits
 from gpupool.scheduler.backfill import Reservation, Reservations
 from gpupool.scheduler.capacity import (
     Claim,
@@ -121,6 +123,7 @@ class Cycle:
             capacity.gpu_memories,
             order.waiting if order is not None else None,
         )
+        self.arrays = ArrayLimits(snapshot.allocations, snapshot.pending)
         self.free_gpus = self.capacity.free_share()
         self.demands = DemandCache()
         # a team none of whose jobs left can start sleeps (``_rest``): not with one queue
@@ -225,7 +228,8 @@ class Cycle:
         more of the user's jobs (they wait behind those, even if capacity grows), and they
         claim no free GPUs kept for guarantees (Slurm's ``bf_max_job_user``)."""
         key = queue_of(self, queued)
-        if self.blocked[queued.job.job_id].code is Reason.PREEMPTING or key in self.tired:
+        # a task held back by its array's own limit says nothing of what fits: not a try
+        if self.blocked[queued.job.job_id].code in UNTRIED or key in self.tired:
             return
         self.tries[key] += 1
         self.first_blocked.setdefault(key, queued.job.job_id)
@@ -395,6 +399,10 @@ class Cycle:
             if job.job_id in self.nominated:
                 self.nominees[self.nominated.pop(job.job_id)] -= 1
         nominated = job.job_id in self.nominations
+        if not self.arrays.fits(job):
+            self._drop_nomination(job.job_id)
+            self._block(queued, Blocked(Reason.ARRAY_LIMIT))
+            return
         if not ledger.fits_limit(job.team, gpus):
             self._drop_nomination(job.job_id)
             self._block(queued, Blocked(Reason.OVER_QUOTA))
@@ -431,6 +439,7 @@ class Cycle:
                     return
                 self.decisions.placements.extend(placements)
                 self.starts += 1
+                self.arrays.start(job)
                 self.nominations.pop(job.job_id, None)  # it starts: the nomination is spent
                 self.stopping_for.pop(job.job_id, None)
                 self.free_gpus -= held
@@ -518,6 +527,9 @@ class Cycle:
         slept. What trying it would have said first is said here: its team's limit, no
         guarantee for non-preemptible work, or a reservation in its way."""
         job = queued.job
+        if not self.arrays.fits(job):
+            self._block(queued, Blocked(Reason.ARRAY_LIMIT))
+            return
         if self.tired and queue_of(self, queued) in self.tired:
             self._left_untried(queued)
             return
@@ -600,6 +612,7 @@ class Cycle:
         self._apply(job, choice, gpus)
         self._nominate(job, choice, demand)
         self.starts += 1
+        self.arrays.start(job)  # its victims' GPUs are its: the array's slot is too
         self._block(queued, Blocked(Reason.PREEMPTING, victims=choice.victims))
         return True
 
@@ -618,6 +631,10 @@ class Cycle:
     def _block(self, queued: QueuedJob, blocked: Blocked) -> None:
         self.blocked[queued.job.job_id] = blocked
         self.unplaced.append(queued)
+
+
+# reasons that do not count as a try of the user's queue (``Cycle._count_try``)
+UNTRIED = frozenset({Reason.PREEMPTING, Reason.ARRAY_LIMIT})
 
 
 def _ranges(indices: tuple[int, ...]) -> str:

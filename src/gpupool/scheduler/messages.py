@@ -13,6 +13,16 @@ from gpupool.scheduler.shortfall import Shortfall
 from gpupool.scheduler.types import SHARE_EPSILON
 
 NO_NODES_MESSAGE = "there are no schedulable nodes in the pool"
+# What to do about too few CPUs or too little memory. The default is easy to miss (a task asks
+# for 1 CPU unless told), and a host with many GPUs and few cores then runs few GPU jobs at once.
+CPU_HINT = (
+    "a task asks for 1 CPU unless run with --cpus (e.g. --cpus 0.25); an admin can let the "
+    "node run more at once with gpupool server --declare-cpus N (GPUPOOL_DECLARED_CPUS)"
+)
+MEMORY_HINT = (
+    "ask for less with --memory; an admin can declare a node's memory with gpupool server "
+    "--declare-memory (GPUPOOL_DECLARED_MEMORY)"
+)
 
 
 def plural(count: float, word: str) -> str:
@@ -59,11 +69,17 @@ def waiting_message(demand: Demand, shortfall: Shortfall) -> str:
     if shortfall.code is Reason.INSUFFICIENT_CPU:
         most = format_cpus(shortfall.cpus)
         where = f"a node{_qualifier(demand, shortfall.code)}"
-        return f"needs {cpu_need(demand)}; the most free on {where} is {most} on {shortfall.node}"
+        return (
+            f"needs {cpu_need(demand)}; the most free on {where} is {most} on {shortfall.node}; "
+            f"{CPU_HINT}"
+        )
     if shortfall.code is Reason.INSUFFICIENT_MEMORY:
         need, most = format_bytes(demand.memory), format_bytes(shortfall.memory)
         where = f"a node{_qualifier(demand, shortfall.code)}"
-        return f"needs {need} of memory; the most free on {where} is {most} on {shortfall.node}"
+        return (
+            f"needs {need} of memory; the most free on {where} is {most} on {shortfall.node}; "
+            f"{MEMORY_HINT}"
+        )
     if demand.whole:
         return f"needs {gpu_need(demand)} on one node; {_free_block(demand, shortfall)}"
     return f"needs {gpu_need(demand)}; {_most_free_gpu(shortfall)}"
@@ -91,11 +107,17 @@ def size_message(demand: Demand, shortfall: Shortfall) -> str:
     if shortfall.code is Reason.INSUFFICIENT_CPU:
         largest = f"{format_cpus(shortfall.cpus)} {plural(shortfall.cpus, 'CPU')}"
         node = f"the largest node{_qualifier(demand, shortfall.code)}"
-        return f"needs {cpu_need(demand)} on one node; {node} has {largest} ({shortfall.node})"
+        return (
+            f"needs {cpu_need(demand)} on one node; {node} has {largest} ({shortfall.node}); "
+            f"{CPU_HINT}"
+        )
     if shortfall.code is Reason.INSUFFICIENT_MEMORY:
         need, largest = format_bytes(demand.memory), format_bytes(shortfall.memory)
         node = f"the largest node{_qualifier(demand, shortfall.code)}"
-        return f"needs {need} of memory on one node; {node} has {largest} ({shortfall.node})"
+        return (
+            f"needs {need} of memory on one node; {node} has {largest} ({shortfall.node}); "
+            f"{MEMORY_HINT}"
+        )
     if demand.whole:
         return f"needs {gpu_need(demand)} on one node; {_largest_node(demand, shortfall)}"
     if shortfall.node is None:

@@ -28,6 +28,8 @@ from gpupool.scheduler.fit import (
 )
 from gpupool.scheduler.ledger import EPSILON, Ledger
 from gpupool.scheduler.messages import (
+    CPU_HINT,
+    MEMORY_HINT,
     NO_NODES_MESSAGE,
     cpu_need,
     format_share,
@@ -167,9 +169,11 @@ class Explainer:
             short = Reason.INSUFFICIENT_MEMORY
         where = ", ".join(f"{count} on {name}" for name, count in now.nodes[:3])
         room = f" ({where}{', ...' if len(now.nodes) > 3 else ''})" if now.nodes else ""
+        hint = {Reason.INSUFFICIENT_CPU: CPU_HINT, Reason.INSUFFICIENT_MEMORY: MEMORY_HINT}
         return short, (
             f"{gang}, needs room for all {tasks} at once; the free capacity holds "
             f"{now.total} such {plural(now.total, 'task')}{room}"
+            + (f"; {hint[short]}" if short in hint else "")
         )
 
     def reason_of(self, demand: Demand) -> tuple[Reason, str]:
@@ -283,6 +287,12 @@ class Explanations:
             return code, (
                 f"team {job.team} holds {_gpus(held)} of its limit of {_gpus(limit)}; this job "
                 f"needs {_gpus(ledger.gpus(job))} more"
+            )
+        if code is Reason.ARRAY_LIMIT:  # the same words while it waits: recorded once
+            limit = job.array_limit
+            return code, (
+                f"array {job.array_id} runs at most {limit} of its tasks at once (%{limit}) and "
+                "that many are starting or running; this task starts when one of them ends"
             )
         if code is Reason.NOT_GUARANTEED:
             guarantee = ledger.guarantee(job.team)

@@ -73,6 +73,7 @@ class Allocation:
     stopping: bool = False
     task: int = 0
     gpu_types: tuple[str, ...] = ()  # the GPU models its job asked for (empty: any)
+    array_id: int | None = None  # the job array its job is a task of (None: none)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +83,8 @@ class PendingJob:
     ``gpu_types``: the GPU models it may run on (empty: any). ``attained``: GPU-seconds of
     service received in earlier attempts (a preempted job keeps its history).
     ``queued_at``: when it (re)entered the queue (None: ``submitted_at``).
+    ``array_id``: the job array it is a task of (None: none); ``array_limit``: the most tasks
+    of that array that may hold resources at once (sbatch's ``%N``; None: no limit).
     """
 
     job_id: int
@@ -96,6 +99,8 @@ class PendingJob:
     max_runtime: float | None = None
     attained: float = 0.0
     queued_at: float | None = None
+    array_id: int | None = None
+    array_limit: int | None = None
 
     def started(
         self, placements: list[Placement], now: float, attained: float | None = None
@@ -118,6 +123,7 @@ class PendingJob:
                 max_runtime=self.max_runtime,
                 task=placement.task,
                 gpu_types=self.gpu_types,
+                array_id=self.array_id,
             )
             for placement in placements
         )

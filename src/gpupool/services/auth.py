@@ -13,7 +13,8 @@ from gpupool.domain.jobs import Role
 from gpupool.errors import NotFound, Unauthenticated
 from gpupool.services import quotas, users
 from gpupool.services.access import Principal
-from gpupool.services.passwords import new_secret, secret_hash, verify_password
+from gpupool.services.passwords import DUMMY_HASH, new_secret, secret_hash, verify_password
+from gpupool.services.web_sessions import end_token_sessions
 from gpupool.store.db import Database
 from gpupool.store.models import TokenModel, UserModel, WebSessionModel
 
@@ -68,6 +69,7 @@ def revoke_token(session: Session, token_id: int, principal: Principal, now: flo
     if token is None or not (principal.is_admin or token.user_id == principal.user_id):
         raise NotFound(f"no token {token_id}: list tokens with 'gpupool tokens'")
     token.revoked_at = token.revoked_at or now
+    end_token_sessions(session, token.id)
     return token
 
 
@@ -134,17 +136,22 @@ def _expired(expires_at: float | None, now: float) -> bool:
 def sign_in(
     session: Session, name: str, password: str, now: float, hours: float
 ) -> tuple[str, WebSessionModel]:
-    """Check a password (or an API token given as the password) and open a web session."""
+    """Check a password (or an API token given as the password) and open a web session.
+
+    A session opened with a token ends with it (revoked or expired)."""
     user = session.scalar(select(UserModel).where(UserModel.name == name))
-    if user is None or user.disabled or not _password_or_token_ok(session, user, password, now):
-        raise Unauthenticated("wrong user name or password (or token)")
+    token = _check_credentials(session, user, password, now)
+    expires_at = now + hours * 3600
+    if token is not None and token.expires_at is not None:
+        expires_at = min(expires_at, token.expires_at)
     secret = secrets.token_urlsafe(32)
     web = WebSessionModel(
         id_hash=secret_hash(secret),
         user_id=user.id,
+        token_id=token.id if token else None,
         csrf_token=secrets.token_urlsafe(24),
         created_at=now,
-        expires_at=now + hours * 3600,
+        expires_at=expires_at,
     )
     session.add(web)
     return secret, web
@@ -165,15 +172,36 @@ def sign_out(session: Session, secret: str) -> None:
         session.delete(web)
 
 
-def _password_or_token_ok(session: Session, user: UserModel, password: str, now: float) -> bool:
-    if verify_password(password, user.password_hash):
-        return True
+def _check_credentials(
+    session: Session, user: UserModel | None, password: str, now: float
+) -> TokenModel | None:
+    """None for the user's password, the token for one of its API tokens; else
+    Unauthenticated. An unknown or disabled user is refused only after a password check as
+    slow as a real one, so that timing does not tell which names exist."""
+    usable = user is not None and not user.disabled
+    if _password_ok(user.password_hash if usable else None, password):
+        return None
+    token = _own_token(session, user, password, now) if usable else None
+    if token is None:
+        raise Unauthenticated("wrong user name or password (or token)")
+    return token
+
+
+def _password_ok(stored: str | None, password: str) -> bool:
+    """Always one scrypt check, against a dummy hash when there is no password to check."""
+    matches = verify_password(password, stored or DUMMY_HASH)
+    return matches and stored is not None
+
+
+def _own_token(session: Session, user: UserModel, password: str, now: float) -> TokenModel | None:
+    """The user's live API token given as the password, if it is one."""
     if not password.startswith(TOKEN_PREFIX + "_"):
-        return False
+        return None
     try:
-        return principal_from_token(session, password, now).user_id == user.id
+        who, token = check_token(session, password, now)
     except Unauthenticated:
-        return False
+        return None
+    return token if who.user_id == user.id else None
 
 
 def _principal(user: UserModel | None, via_session: bool = False) -> Principal:

@@ -35,15 +35,15 @@ from gpupool.scheduler.types import (
     Preemption,
     Schedule,
 )
+from gpupool.services import arrays, stops, transitions
 from gpupool.services import jobs as job_service
 from gpupool.services import nodes as node_service
-from gpupool.services import stops, transitions
 from gpupool.services.checkpoints import CheckpointWatcher, Watched
 from gpupool.services.eta import EtaPredictor
 from gpupool.services.snapshots import SnapshotBuilder, placement_json
 from gpupool.settings import Settings
 from gpupool.store.db import Database
-from gpupool.store.models import AttemptModel, EventModel, JobModel, UserModel
+from gpupool.store.models import AttemptModel, EventModel, JobArrayModel, JobModel, UserModel
 
 log = logging.getLogger(__name__)
 
@@ -242,7 +242,7 @@ class ControlLoop:
         observed = {"running": Observed.RUNNING, "orphaned": Observed.ORPHANED}.get(
             row.status, Observed.STARTING
         )
-        spec = JobSpec.model_validate(session.get(JobModel, row.job_id).spec)
+        spec = JobSpec.stored(session.get(JobModel, row.job_id).spec)
         self._active[row.id] = ActiveAttempt(
             row.id,
             row.job_id,
@@ -510,15 +510,21 @@ class ControlLoop:
                         reason=Reason.PLACED.value,
                         message=f"placed on {describe(placement)}",
                     )
-                    .returning(JobModel.attempts, JobModel.spec, JobModel.user_id)
+                    .returning(
+                        JobModel.attempts,
+                        JobModel.spec,
+                        JobModel.user_id,
+                        JobModel.array_id,
+                        JobModel.array_index,
+                    )
                 ).first()
                 if row is not None:
                     claimed.append(self._new_attempt(session, placement, row, now))
         return claimed
 
     def _new_attempt(self, session, placement: Placement, row, now: float) -> Claimed:  # noqa: ANN001
-        number, data, user_id = row
-        spec = JobSpec.model_validate(data)
+        number, data, user_id, array_id, array_index = row
+        spec = JobSpec.stored(data)
         attempt = AttemptModel(
             job_id=placement.job_id,
             number=number,
@@ -537,6 +543,9 @@ class ControlLoop:
         ).one()
         task = self._task(placement.job_id, number, spec, placement)
         task = replace(task, user=user, unix_user=unix_user)
+        if array_id is not None:  # a task of an array: which one (gpupool's names, not the job's)
+            size = session.get(JobArrayModel, array_id).size
+            task = replace(task, env={**task.env, **arrays.array_env(array_id, array_index, size)})
         return Claimed(attempt.id, task, spec.max_runtime_seconds)
 
     def _task(self, job_id: int, number: int, spec: JobSpec, placement: Placement) -> TaskSpec:

@@ -10,8 +10,12 @@ job's duration is assumed, in this order:
 3. the median of its team's;
 4. ``DEFAULT_DURATION`` (one hour).
 
-A running job is assumed to have that duration less the time it has run (at least
-``MIN_REMAINING`` when it has run past it; a stopping job ends within ``STOPPING_LEFT``).
+A running job that has run ``E`` seconds is assumed to end at its max runtime, else after the
+median of its user's (then its team's) finished jobs that ran longer than ``E``: what has
+already run is evidence, so a long job does not stay "a minute from its end" for hours. Without
+history the default applies while ``E`` is below it. A job that has outrun every such guess is
+assumed to run as long again (``E``-doubling); a waiting job whose start rests only on the ends
+of such jobs gets no estimate, and says why. A stopping job ends within ``STOPPING_LEFT``.
 Nothing submitted later is foreseen, so a job may start later (others come first by fair share
 or priority) or sooner (jobs end early, jobs are cancelled) than estimated.
 
@@ -22,12 +26,12 @@ a forecast is reused for ``refresh_seconds`` (and answered while the next one is
 
 from __future__ import annotations
 
-import statistics
+import bisect
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -51,10 +55,13 @@ from gpupool.store.db import Database
 from gpupool.store.models import JobModel, TeamModel, UserModel
 
 DEFAULT_DURATION = 3600.0
-MIN_REMAINING = 60.0
 STOPPING_LEFT = 30.0
 HISTORY_JOBS = 2000  # recent succeeded jobs read for the medians
 NOT_YET = "it was submitted after the last estimate; ask again in a few seconds"
+OUTRUN = (
+    "the running jobs have all outrun their estimates: those it waits for have run longer "
+    "than their users' and teams' finished jobs, so when one ends is not known"
+)
 
 Decide = Callable[[Snapshot, Clock], Decisions]
 
@@ -87,11 +94,25 @@ class Duration:
 
 
 @dataclass(frozen=True)
-class Durations:
-    """Median run times of recent succeeded jobs, by user and by team."""
+class Left:
+    """How long a running job is assumed to have left, and why: ``basis`` is "max_runtime",
+    "user_longer" or "team_longer" (the median of the finished jobs that ran longer than it has
+    so far), "default", "stopping" or "outrun" (longer than every guess: as long again)."""
 
-    by_user: Mapping[str, float] = field(default_factory=dict)
-    by_team: Mapping[str, float] = field(default_factory=dict)
+    seconds: float
+    basis: str
+
+    @property
+    def outrun(self) -> bool:
+        return self.basis == "outrun"
+
+
+@dataclass(frozen=True)
+class Durations:
+    """Run times of recent succeeded jobs, by user and by team, each sorted ascending."""
+
+    by_user: Mapping[str, Sequence[float]] = field(default_factory=dict)
+    by_team: Mapping[str, Sequence[float]] = field(default_factory=dict)
     default: float = DEFAULT_DURATION
 
     @classmethod
@@ -113,16 +134,30 @@ class Durations:
         for user, team, started, ended in rows:
             users[user].append(max(0.0, ended - started))
             teams[team].append(max(0.0, ended - started))
-        return cls(_medians(users), _medians(teams))
+        return cls(_sorted(users), _sorted(teams))
 
     def of(self, user: str, team: str, max_runtime: float | None) -> Duration:
+        """How long a job that has not started yet is assumed to run."""
         if max_runtime:
             return Duration(max_runtime, "max_runtime")
-        if user in self.by_user:
-            return Duration(self.by_user[user], "user_median")
-        if team in self.by_team:
-            return Duration(self.by_team[team], "team_median")
+        if self.by_user.get(user):
+            return Duration(_median(self.by_user[user]), "user_median")
+        if self.by_team.get(team):
+            return Duration(_median(self.by_team[team]), "team_median")
         return Duration(self.default, "default")
+
+    def left(self, user: str, team: str, max_runtime: float | None, ran: float) -> Left:
+        """How long a job that has run ``ran`` seconds is assumed to have left: its run time
+        is drawn from the finished jobs that ran longer than that (it has outrun the rest)."""
+        if max_runtime:
+            return Left(max(0.0, max_runtime - ran), "max_runtime")
+        for basis, samples in (("user", self.by_user.get(user)), ("team", self.by_team.get(team))):
+            longer = bisect.bisect_right(samples or (), ran)
+            if samples and longer < len(samples):
+                return Left(_median(samples, longer) - ran, f"{basis}_longer")
+        if not self.by_user.get(user) and not self.by_team.get(team) and ran < self.default:
+            return Left(self.default - ran, "default")
+        return Left(ran, "outrun")
 
 
 @dataclass(frozen=True)
@@ -145,10 +180,11 @@ class Forecast:
     beyond_cap: frozenset[int]
     stopped: str
     bounds: Bounds
+    on_guesses: frozenset[int] = frozenset()  # their start rests on outrun jobs' ends only
 
     def estimate(self, job_id: int) -> Estimate:
         duration = self.durations.get(job_id)
-        if job_id in self.starts:
+        if job_id in self.starts and job_id not in self.on_guesses:
             return Estimate(self.starts[job_id], None, duration, self.computed_at)
         return Estimate(None, self._why_unknown(job_id), duration, self.computed_at)
 
@@ -164,6 +200,8 @@ class Forecast:
             )
         if job_id not in self.durations:
             return NOT_YET
+        if job_id in self.on_guesses:
+            return OUTRUN
         if self.stopped == "stuck":
             return "it cannot start with the pool as it is: no running job would free room"
         if self.stopped == "cycles":
@@ -176,6 +214,8 @@ def assumptions(bounds: Bounds) -> list[str]:
     return [
         "jobs run as long as their max runtime, else their user's (then team's) median run "
         f"time, else {format_duration(DEFAULT_DURATION)}",
+        "a running job ends after the median of its user's (then team's) finished jobs that "
+        "ran longer than it has so far; one that has outrun them all runs as long again",
         "no new job is submitted and none is cancelled",
         f"the scheduler is simulated up to {format_duration(bounds.horizon)} ahead",
     ]
@@ -193,10 +233,11 @@ def predict(
     queue = sorted(snapshot.pending, key=lambda job: _queue_key(job, order or {}))
     kept, rest = queue[: bounds.max_jobs], queue[bounds.max_jobs :]
     assumed = {j.job_id: durations.of(j.user, j.team, j.max_runtime) for j in kept}
+    running = _running(snapshot.allocations, durations, now)
     state = ForwardState(
         now=now,
         nodes=snapshot.nodes,
-        running=_running(snapshot.allocations, durations, now),
+        running=[job for job, _ in running],
         waiting=[Waiting(job, assumed[job.job_id].seconds) for job in kept],
         quotas=snapshot.quotas,
         usage=dict(snapshot.usage),
@@ -205,7 +246,8 @@ def predict(
     )
     result = forward(state, decide, horizon=bounds.horizon, max_cycles=bounds.max_cycles)
     beyond = frozenset(job.job_id for job in rest)
-    return Forecast(now, result.starts, assumed, beyond, result.stopped, bounds)
+    guessed = _on_guesses(state, running, result.starts, bounds, decide)
+    return Forecast(now, result.starts, assumed, beyond, result.stopped, bounds, guessed)
 
 
 class EtaPredictor:
@@ -277,23 +319,52 @@ def _queue_key(job, order: Mapping[int, PendingReason]) -> tuple:  # noqa: ANN00
 
 def _running(
     allocations: tuple[Allocation, ...], durations: Durations, now: float
-) -> list[Running]:
+) -> list[tuple[Running, Left]]:
     by_job: dict[int, list[Allocation]] = defaultdict(list)
     for allocation in allocations:
         by_job[allocation.job_id].append(allocation)
-    return [Running(tuple(held), _left(held[0], durations, now)) for held in by_job.values()]
+    found = []
+    for held in by_job.values():
+        left = _left(held[0], durations, now)
+        found.append((Running(tuple(held), left.seconds), left))
+    return found
 
 
-def _left(allocation: Allocation, durations: Durations, now: float) -> float:
+def _left(allocation: Allocation, durations: Durations, now: float) -> Left:
     """The seconds a running job is assumed to have left."""
     if allocation.stopping:
-        return STOPPING_LEFT
-    assumed = durations.of(allocation.user, allocation.team, allocation.max_runtime)
-    left = assumed.seconds - max(0.0, now - allocation.started_at)
-    if assumed.basis == "max_runtime":
-        return max(0.0, left)
-    return max(MIN_REMAINING, left)
+        return Left(STOPPING_LEFT, "stopping")
+    ran = max(0.0, now - allocation.started_at)
+    return durations.left(allocation.user, allocation.team, allocation.max_runtime, ran)
 
 
-def _medians(samples: Mapping[str, list[float]]) -> dict[str, float]:
-    return {key: statistics.median(values) for key, values in samples.items() if values}
+def _on_guesses(
+    state: ForwardState,
+    running: list[tuple[Running, Left]],
+    starts: Mapping[int, float],
+    bounds: Bounds,
+    decide: Decide,
+) -> frozenset[int]:
+    """The waiting jobs that start only because jobs that outran every estimate end as
+    guessed: run forward again with those jobs never ending, they do not start."""
+    if not any(left.outrun for _, left in running):
+        return frozenset()
+    never = bounds.horizon * 2  # past the horizon: not seen to end
+    held = [replace(job, remaining=never) if left.outrun else job for job, left in running]
+    without = forward(
+        replace(state, running=held), decide, horizon=bounds.horizon, max_cycles=bounds.max_cycles
+    )
+    return frozenset(job_id for job_id in starts if job_id not in without.starts)
+
+
+def _sorted(samples: Mapping[str, list[float]]) -> dict[str, tuple[float, ...]]:
+    return {key: tuple(sorted(values)) for key, values in samples.items() if values}
+
+
+def _median(ordered: Sequence[float], start: int = 0) -> float:
+    """The median of ``ordered[start:]`` (sorted ascending), without copying it."""
+    count = len(ordered) - start
+    middle = start + count // 2
+    if count % 2:
+        return ordered[middle]
+    return (ordered[middle - 1] + ordered[middle]) / 2

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
@@ -49,10 +50,15 @@ class JobLimits:
 
 @dataclass(frozen=True)
 class JobFilter:
+    """``array_id``: only the tasks of this job array, by index; ``array_tasks``: False leaves
+    out every array's tasks (the arrays are listed as one, ``services.arrays``)."""
+
     status: Sequence[JobStatus] = ()
     team: str | None = None
     user: str | None = None
     limit: int = 100
+    array_id: int | None = None
+    array_tasks: bool = True
 
 
 def submit(
@@ -64,32 +70,62 @@ def submit(
     limits: JobLimits = JobLimits(),
 ) -> JobModel:
     """Queue a job, or refuse it at once if no node could ever run it."""
+    team = admit(session, principal, spec, nodes, limits)
+    job = new_job(principal, team, spec, now)
+    session.add(job)
+    session.flush()
+    record(session, job.id, now, Reason.SUBMITTED, submitted_message(principal, team))
+    return job
+
+
+def admit(
+    session: Session,
+    principal: Principal,
+    spec: JobSpec,
+    nodes: Sequence[NodeCapacity],
+    limits: JobLimits,
+) -> TeamModel:
+    """The checks every submit passes (role, priority, grace, workdir, size); the team to
+    charge."""
     principal.require_member()
     check_limits(principal, spec, limits)
     check_workdir(spec.workdir, limits.protected, limits.sandboxed)
     team = _team_for(session, principal, spec.team)
     check_feasible(spec, nodes)
-    job = JobModel(
-        name=spec.name,
-        user_id=principal.user_id,
-        team_id=team.id,
-        spec=spec.model_dump(mode="json"),
-        status=JobStatus.PENDING.value,
-        priority=spec.priority,
-        gpus=spec.resources.gpu_count,
-        submitted_at=now,
-        reason=Reason.QUEUED.value,
-        message="waiting for the scheduler",
-        attempts=0,
-        preemptible=spec.preemptible,
-        attained=0.0,
-        preemptions=0,
-    )
+    return team
+
+
+def new_job(principal: Principal, team: TeamModel, spec: JobSpec, now: float) -> JobModel:
+    job = JobModel(**job_values(principal, team, spec.model_dump(mode="json"), now))
     job.team = team
-    session.add(job)
-    session.flush()
-    record(session, job.id, now, Reason.SUBMITTED, f"submitted by {principal.name} to {team.name}")
     return job
+
+
+def job_values(
+    principal: Principal, team: TeamModel, spec: dict[str, Any], now: float
+) -> dict[str, Any]:
+    """The columns of a new pending job of ``spec`` (its JSON): an array's tasks are
+    inserted in bulk from these."""
+    return {
+        "name": spec.get("name"),
+        "user_id": principal.user_id,
+        "team_id": team.id,
+        "spec": spec,
+        "status": JobStatus.PENDING.value,
+        "priority": spec["priority"],
+        "gpus": spec["resources"].get("gpus") or 0.0,
+        "submitted_at": now,
+        "reason": Reason.QUEUED.value,
+        "message": "waiting for the scheduler",
+        "attempts": 0,
+        "preemptible": spec["preemptible"],
+        "attained": 0.0,
+        "preemptions": 0,
+    }
+
+
+def submitted_message(principal: Principal, team: TeamModel) -> str:
+    return f"submitted by {principal.name} to {team.name}"
 
 
 def check_limits(principal: Principal, spec: JobSpec, limits: JobLimits) -> None:
@@ -144,7 +180,12 @@ def check_feasible(spec: JobSpec, nodes: Sequence[NodeCapacity]) -> None:
 
 
 def list_jobs(session: Session, principal: Principal, where: JobFilter) -> list[JobModel]:
-    query = select(JobModel).order_by(JobModel.id.desc()).limit(min(where.limit, MAX_LIST))
+    order = JobModel.array_index if where.array_id is not None else JobModel.id.desc()
+    query = select(JobModel).order_by(order).limit(min(where.limit, MAX_LIST))
+    if where.array_id is not None:
+        query = query.where(JobModel.array_id == where.array_id)
+    if not where.array_tasks:
+        query = query.where(JobModel.array_id.is_(None))
     if not principal.is_admin:
         query = query.where(JobModel.team_id.in_(principal.team_ids or {-1}))
     if where.status:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -12,6 +13,7 @@ from gpupool.domain.jobs import JobStatus
 from gpupool.domain.topology import gpu_domains
 from gpupool.errors import NotFound
 from gpupool.scheduler.types import GpuCapacity, NodeCapacity
+from gpupool.services.access import Principal
 from gpupool.store.models import JobModel, NodeModel, PoolChangeModel
 
 ACTIVE = (JobStatus.STARTING.value, JobStatus.RUNNING.value)
@@ -19,12 +21,19 @@ ACTIVE = (JobStatus.STARTING.value, JobStatus.RUNNING.value)
 
 @dataclass(frozen=True)
 class Holder:
-    job_id: int
+    """A job holding (part of) a GPU, as one caller may see it.
+
+    A job of a team the caller is not in (admins are in every team) shows only what it holds:
+    ``other_team`` is True and its id, name, user and team are None, so a cluster view tells
+    how busy a GPU is without telling another team what it runs."""
+
+    job_id: int | None
     job_name: str | None
-    user: str
-    team: str
+    user: str | None
+    team: str | None
     share: float
     memory_bytes: int
+    other_team: bool = False
 
 
 def register(session: Session, inventory: NodeInventory, now: float) -> NodeModel:
@@ -106,23 +115,23 @@ def capacity(node: NodeModel) -> NodeCapacity:
     )
 
 
-def holders(session: Session) -> dict[str, list[Holder]]:
-    """GPU UUID -> the jobs holding (part of) it now."""
+def holders(session: Session, who: Principal) -> dict[str, list[Holder]]:
+    """GPU UUID -> the jobs holding (part of) it now, as ``who`` may see them: the jobs of
+    teams ``who`` cannot see are anonymous (:class:`Holder`)."""
     held: dict[str, list[Holder]] = {}
     jobs = session.scalars(select(JobModel).where(JobModel.status.in_(ACTIVE)))
     for job in jobs:
+        visible = who.can_see_team(job.team_id)
         for gpu in (job.placement or {}).get("gpus", []):
-            held.setdefault(gpu["uuid"], []).append(
-                Holder(
-                    job.id,
-                    job.name,
-                    job.user.name,
-                    job.team.name,
-                    gpu["share"],
-                    gpu["memory_bytes"],
-                )
-            )
+            held.setdefault(gpu["uuid"], []).append(_holder(job, gpu, visible))
     return held
+
+
+def _holder(job: JobModel, gpu: dict[str, Any], visible: bool) -> Holder:
+    share, memory = gpu["share"], gpu["memory_bytes"]
+    if not visible:
+        return Holder(None, None, None, None, share, memory, other_team=True)
+    return Holder(job.id, job.name, job.user.name, job.team.name, share, memory)
 
 
 def _pool_part(node: NodeModel) -> int:

@@ -8,6 +8,11 @@ import hmac
 import secrets
 
 _N, _R, _P = 2**14, 8, 1
+# A hash of no known password, checked against when there is no user (or no password) to
+# check, so that such a sign-in takes as long as a wrong password: else timing lists users.
+DUMMY_HASH = (
+    f"scrypt${_N}${_R}${_P}$Ycn7WejvC136MzTJ2tNR1w==$UCylUez3/iHRLLssqw6hLnDGg/XHU++vS9JeSf4mLQk="
+)
 
 
 def hash_password(password: str) -> str:

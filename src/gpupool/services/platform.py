@@ -19,6 +19,7 @@ from gpupool.scheduler.types import Clock, Schedule
 from gpupool.services import auth, nodes
 from gpupool.services.clock import SystemClock
 from gpupool.services.control import ControlLoop
+from gpupool.services.throttle import SignInThrottle
 from gpupool.settings import Settings
 from gpupool.store.db import Database, prepare
 
@@ -91,6 +92,10 @@ class Platform:
     watcher: NodeWatcher
     first_start: auth.Bootstrap | None = None
     tokens: auth.TokenCache = field(default_factory=auth.TokenCache)
+    throttle: SignInThrottle = field(init=False)  # failed sign-ins, counted since start
+
+    def __post_init__(self) -> None:
+        self.throttle = SignInThrottle.from_settings(self.settings)
 
     def start(self) -> None:
         """Start the background work: the control loop and the node watcher."""

@@ -77,7 +77,9 @@ def quota_of(team: TeamModel) -> Quota:
 def team_quotas(session: Session) -> tuple[TeamQuota, ...]:
     """Every team's quota as the scheduler reads it."""
     rows = session.execute(
-        select(TeamModel.name, TeamModel.guarantee, TeamModel.gpu_limit, TeamModel.weight)
+        select(TeamModel.name, TeamModel.guarantee, TeamModel.gpu_limit, TeamModel.weight).where(
+            users.not_deleted()
+        )
     )
     return tuple(
         TeamQuota(name, dict(guarantee or {}), limit, weight)

@@ -38,7 +38,14 @@ from gpupool.services.quotas import team_quotas
 from gpupool.services.usage import UsageTracker
 from gpupool.settings import Settings
 from gpupool.store.db import Database
-from gpupool.store.models import AttemptModel, JobModel, NodeModel, TeamModel, UserModel
+from gpupool.store.models import (
+    AttemptModel,
+    JobArrayModel,
+    JobModel,
+    NodeModel,
+    TeamModel,
+    UserModel,
+)
 
 DEFAULT_HALF_LIFE = Settings.model_fields["fair_share_half_life_seconds"].default
 
@@ -92,6 +99,7 @@ class JobFacts:
     preemptible: bool
     max_runtime: float | None
     gpu_types: tuple[str, ...] = ()
+    array_id: int | None = None
 
 
 class SnapshotBuilder:
@@ -222,9 +230,12 @@ def pending_jobs(session: Session, ids: set[int]) -> list[PendingJob]:
             JobModel.preemptible,
             JobModel.attained,
             JobModel.queued_at,
+            JobModel.array_id,
+            JobArrayModel.max_running.label("array_limit"),
         )
         .join(TeamModel, TeamModel.id == JobModel.team_id)
         .join(UserModel, UserModel.id == JobModel.user_id)
+        .outerjoin(JobArrayModel, JobArrayModel.id == JobModel.array_id)
         .where(JobModel.id.in_(ids))
     )
     return [pending_job(row) for row in rows]
@@ -244,6 +255,8 @@ def pending_job(row: Row) -> PendingJob:
         max_runtime=spec.get("max_runtime_seconds"),
         attained=row.attained or 0.0,
         queued_at=row.queued_at,
+        array_id=row.array_id,
+        array_limit=row.array_limit,
     )
 
 
@@ -276,6 +289,7 @@ def job_facts(session: Session, ids: set[int]) -> dict[int, JobFacts]:
             JobModel.priority,
             JobModel.preemptible,
             JobModel.spec,
+            JobModel.array_id,
         )
         .join(TeamModel, TeamModel.id == JobModel.team_id)
         .join(UserModel, UserModel.id == JobModel.user_id)
@@ -289,8 +303,9 @@ def job_facts(session: Session, ids: set[int]) -> dict[int, JobFacts]:
             preemptible,
             spec.get("max_runtime_seconds"),
             tuple(spec.get("gpu_types") or ()),
+            array_id,
         )
-        for job_id, team, user, priority, preemptible, spec in rows
+        for job_id, team, user, priority, preemptible, spec, array_id in rows
     }
 
 
@@ -318,6 +333,7 @@ def allocation(
         checkpoint_at=row.checkpoint_at,
         max_runtime=facts.max_runtime,
         gpu_types=facts.gpu_types,
+        array_id=facts.array_id,
         stopping=row.stop_reason is not None or row.cancel_requested_at is not None,
     )
 

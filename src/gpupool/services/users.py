@@ -5,27 +5,35 @@ from __future__ import annotations
 import enum
 import math
 import re
+from dataclasses import dataclass
 from typing import Literal
 
-from sqlalchemy import select
+from sqlalchemy import ColumnElement, delete, func, select
 from sqlalchemy.orm import Session
 
-from gpupool.domain.jobs import Role
+from gpupool.domain.jobs import JobStatus, Role
 from gpupool.errors import (
     Conflict,
+    DefaultTeamKept,
     InvalidRequest,
     InvalidWeight,
+    LastAdmin,
     NotFound,
+    TeamNotEmpty,
     UnixUserNotAllowed,
     UnknownTeam,
+    WrongPassword,
 )
 from gpupool.executors import accounts
-from gpupool.services.passwords import hash_password
-from gpupool.store.models import MembershipModel, TeamModel, UserModel
+from gpupool.services.passwords import hash_password, verify_password
+from gpupool.services.web_sessions import end_web_sessions
+from gpupool.store.models import JobModel, MembershipModel, TeamModel, UserModel
 
 NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 DEFAULT_TEAM = "default"
 MIN_PASSWORD = 8
+DELETED = "~"  # in a team's name: a deleted team kept for its finished jobs (delete_team)
+UNFINISHED = (JobStatus.PENDING.value, JobStatus.STARTING.value, JobStatus.RUNNING.value)
 MAX_WEIGHT = 1_000_000.0
 DEFAULT_WEIGHT = 1.0
 
@@ -58,15 +66,68 @@ def create_team(session: Session, name: str, now: float) -> TeamModel:
     return team
 
 
-def get_team(session: Session, name: str) -> TeamModel:
-    team = session.scalar(select(TeamModel).where(TeamModel.name == name))
+def get_team(session: Session, name: str, for_update: bool = False) -> TeamModel:
+    """The team named ``name`` (not a deleted one); ``for_update``: its row locked."""
+    query = select(TeamModel).where(TeamModel.name == name, not_deleted())
+    team = session.scalar(query.with_for_update() if for_update else query)
     if team is None:
         raise UnknownTeam(f"no team named '{name}': list teams with 'gpupool teams'")
     return team
 
 
 def list_teams(session: Session) -> list[TeamModel]:
-    return list(session.scalars(select(TeamModel).order_by(TeamModel.name)))
+    return list(session.scalars(select(TeamModel).where(not_deleted()).order_by(TeamModel.name)))
+
+
+@dataclass(frozen=True)
+class DeletedTeam:
+    name: str
+    finished_jobs: int  # kept, under the team's row renamed NAME~ID
+
+
+def delete_team(session: Session, name: str) -> DeletedTeam:
+    """Delete a team without pending, starting or running jobs; its members leave it.
+
+    Its finished jobs keep their records and their ids, which a new job must never reuse (a
+    runner refuses an attempt it has seen, and SQLite would hand out a deleted row's id
+    again): a team with finished jobs keeps its row, renamed NAME~ID (no one can give a name
+    with '~') and without quota, and nothing lists it. The default team stays.
+    """
+    if name == DEFAULT_TEAM:
+        raise DefaultTeamKept()
+    team = get_team(session, name, for_update=True)  # a submit to it waits, then fails
+    unfinished, finished = _job_counts(session, team.id)
+    if unfinished:
+        raise TeamNotEmpty(
+            f"team '{name}' has {unfinished} pending or running job(s): cancel them "
+            f"('gpupool ls --team {name}', then 'gpupool cancel ID...') or let them end, "
+            "then delete the team",
+            jobs=unfinished,
+        )
+    session.execute(delete(MembershipModel).where(MembershipModel.team_id == team.id))
+    if finished:
+        team.name, team.guarantee, team.gpu_limit = f"{name}{DELETED}{team.id}", {}, None
+    else:
+        session.delete(team)
+    session.flush()
+    session.expire_all()  # users loaded before still list the team among theirs
+    return DeletedTeam(name, finished)
+
+
+def _job_counts(session: Session, team_id: int) -> tuple[int, int]:
+    """The team's (unfinished, finished) job counts."""
+    rows = session.execute(
+        select(JobModel.status, func.count())
+        .where(JobModel.team_id == team_id)
+        .group_by(JobModel.status)
+    ).all()
+    unfinished = sum(count for status, count in rows if status in UNFINISHED)
+    return unfinished, sum(count for _, count in rows) - unfinished
+
+
+def not_deleted() -> ColumnElement[bool]:
+    """The SQL condition of the teams not deleted (see ``delete_team``)."""
+    return TeamModel.name.not_like(f"%{DELETED}%")
 
 
 def create_user(
@@ -115,8 +176,13 @@ def update_user(
     weight: float | None = None,
     unix_user: str | None | Literal[Keep.KEEP] = KEEP,
 ) -> UserModel:
-    """Change what is given; ``unix_user`` None clears the mapping, KEEP leaves it."""
+    """Change what is given; ``unix_user`` None clears the mapping, KEEP leaves it.
+
+    A new password, or disabling the user, ends the user's web sessions. The last enabled
+    admin can be neither disabled nor demoted (LastAdmin)."""
     user = get_user(session, name)
+    if disabled or (role is not None and role != Role.ADMIN):
+        _keep_an_admin(session, user)
     if unix_user is not KEEP:
         user.unix_user = check_unix_user(unix_user)
     if weight is not None:
@@ -129,8 +195,24 @@ def update_user(
         user.password_hash = _password_hash(password)
     if disabled is not None:
         user.disabled = disabled
+    if password is not None or disabled:  # who signed in with the old password must again
+        end_web_sessions(session, user.id)
     session.flush()
     return user
+
+
+def _keep_an_admin(session: Session, user: UserModel) -> None:
+    """Refuse to leave the pool without an enabled admin (no one could then undo it)."""
+    if user.role != Role.ADMIN.value or user.disabled:
+        return
+    others = select(func.count()).where(
+        UserModel.role == Role.ADMIN.value, UserModel.id != user.id, UserModel.disabled.is_(False)
+    )
+    if not session.scalar(others):
+        raise LastAdmin(
+            f"{user.name} is the last enabled admin, and the pool needs one: make another user "
+            "admin first ('gpupool users set-role NAME admin')"
+        )
 
 
 def check_weight(weight: float) -> float:
@@ -161,6 +243,36 @@ def user_weights(session: Session) -> dict[str, float]:
         select(UserModel.name, UserModel.weight).where(UserModel.weight != DEFAULT_WEIGHT)
     )
     return {name: weight for name, weight in rows}
+
+
+def join_team(session: Session, team_name: str, user_name: str) -> UserModel:
+    """Make the user a member of the team (nothing changes if it is one already)."""
+    team, user = get_team(session, team_name), get_user(session, user_name)
+    add_member(session, user, team)
+    return user
+
+
+def leave_team(session: Session, team_name: str, user_name: str) -> UserModel:
+    """End the user's membership of the team; its jobs there stay in the team."""
+    team, user = get_team(session, team_name), get_user(session, user_name)
+    if team not in user.teams:
+        raise NotFound(f"{user_name} is not a member of team {team_name}: see 'gpupool users'")
+    user.teams.remove(team)
+    session.flush()
+    return user
+
+
+def change_own_password(session: Session, user_id: int, current: str | None, new: str) -> UserModel:
+    """A user's change of its own password: ``current`` must be right if it has one."""
+    user = session.get(UserModel, user_id)
+    if user is None:
+        raise NotFound("your user is gone: ask an admin")
+    if user.password_hash is not None and not verify_password(current or "", user.password_hash):
+        raise WrongPassword(
+            "the current password is wrong: type it again, or ask an admin to set a new one "
+            f"with 'gpupool users set-password {user.name}'"
+        )
+    return update_user(session, user.name, password=new)
 
 
 def add_member(session: Session, user: UserModel, team: TeamModel) -> None:

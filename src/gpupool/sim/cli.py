@@ -8,16 +8,26 @@ from __future__ import annotations
 
 import time
 from collections import Counter, defaultdict
+from enum import StrEnum
 from typing import TYPE_CHECKING
 
 import typer
 
 if TYPE_CHECKING:
     from gpupool.scheduler.types import NodeCapacity, Policy, TeamQuota
-    from gpupool.sim.engine import SimResult
+    from gpupool.sim.engine import Probe, SimResult
     from gpupool.sim.fragmentation import FillReport
     from gpupool.sim.metrics import Metrics
+    from gpupool.sim.progress import ProgressDisplay
     from gpupool.sim.traces import Trace
+
+
+class Output(StrEnum):
+    """How the report is printed (the listings of ``gpupool`` take the same ``-o``)."""
+
+    TABLE = "table"
+    JSON = "json"
+
 
 POLICY_NAMES = ("default", "fifo", "drf", "srtf-oracle", "las", "best-fit", "fgd")
 # knobs a policy spec may set (NAME:knob=value,...): numbers and choices of ``Policy``
@@ -35,7 +45,7 @@ POLICY_KNOBS = {
 
 TRACE_HELP = (
     "philly:PATH[?teams=a,b&start=2017-10-01&end=2017-11-01&limit=N], alibaba:PODS[?nodes=NODES]"
-    ", csv:PATH, or a bare path."
+    ", csv:PATH, or a bare path. Quote it: the shell splits the command at '&'."
 )
 CLUSTER_HELP = (
     "NODESxGPUS[:MODEL[:MEMORY]] groups, comma-separated (4x4, 64x8:V100:32GiB,2x8:A100), "
@@ -76,34 +86,121 @@ def simulate(
         "order and never end until they ask for 110 % of the GPUs; prints the unallocated "
         "GPUs when the first task fails and at given loads.",
     ),
+    output: Output = typer.Option(
+        Output.TABLE,
+        "--output",
+        "-o",
+        case_sensitive=False,
+        help="table (default) or json: every row unrounded with its bounds (times in seconds, "
+        "shares as fractions of 1), and what was replayed on what.",
+    ),
 ) -> None:
-    """Replay a trace on a virtual clock through the scheduler and print a metrics table."""
-    from gpupool.sim.report import render, render_fill, render_teams
+    """Replay a trace on a virtual clock through the scheduler and print a metrics table.
 
+    On a terminal, a progress bar on stderr follows each replay."""
     if placement not in ("node", "count"):
         raise typer.BadParameter("use node or count", param_hint="--placement")
     policies = {name: resolve_policy(name) for name in dict.fromkeys(policy)}
     loaded = load(trace)
     nodes = nodes_for(cluster, loaded)
-    typer.echo(describe(loaded, cluster, nodes) + f"; placement {placement}")
+    header = header_of(loaded, cluster, nodes, placement)
+    if output == Output.TABLE:
+        typer.echo(describe(loaded, cluster, nodes) + f"; placement {placement}")
     if fragmentation:
-        fills = [(name, fill(loaded, nodes, settings)) for name, settings in policies.items()]
-        typer.echo(render_fill(fills), nl=False)
+        fill_all(loaded, nodes, policies, header, output)
         return
+    require_times(loaded)
     quotas = vc_quotas(loaded, nodes) if vc else ()
-    if quotas:
+    if quotas and output == Output.TABLE:
         typer.echo(f"virtual clusters: {describe_quotas(quotas)}")
-    results = [
-        (name, replay(loaded, nodes, settings, restart_cost, placement, quotas))
-        for name, settings in policies.items()
-    ]
-    typer.echo(render([(name, metrics) for name, (metrics, _) in results]), nl=False)
     if vc:
-        from gpupool.sim.metrics import team_metrics
+        header["virtual_clusters"] = {q.team: sum(q.guarantee.values()) for q in quotas}
+    header["restart_cost_seconds"] = restart_cost
+    with progress_display() as shown:
+        results = [
+            (name, replay(loaded, nodes, settings, restart_cost, placement, quotas, shown, name))
+            for name, settings in policies.items()
+        ]
+    print_replays(header, results, quotas if vc else None, output)
 
+
+def header_of(
+    trace: Trace, spec: str, nodes: tuple[NodeCapacity, ...], placement: str
+) -> dict[str, object]:
+    """What was replayed on what, for the JSON report."""
+    return {
+        "trace": {
+            "name": trace.name,
+            "jobs": len(trace.jobs),
+            "skipped": trace.skipped,
+            "teams": list(trace.teams()),
+        },
+        "cluster": {
+            "spec": spec,
+            "nodes": len(nodes),
+            "gpus": sum(len(node.gpus) for node in nodes),
+        },
+        "placement": placement,
+    }
+
+
+def require_times(trace: Trace) -> None:
+    """A usage error for a replay of a trace without arrival and run times."""
+    if not trace.timed:
+        raise typer.BadParameter(
+            f"{trace.name} has no arrival or run times (creation_time, deletion_time), so it "
+            "cannot be replayed; it can drive the fill experiment: add --fragmentation",
+            param_hint="--trace",
+        )
+
+
+def fill_all(
+    trace: Trace,
+    nodes: tuple[NodeCapacity, ...],
+    policies: dict[str, Policy],
+    header: dict[str, object],
+    output: Output,
+) -> None:
+    """The fill experiment under each policy, then its table or JSON on stdout."""
+    from gpupool.sim.report import fill_document, render_fill, to_json
+
+    with progress_display() as shown:
+        fills = [
+            (name, fill(trace, nodes, settings, shown, name)) for name, settings in policies.items()
+        ]
+    if output == Output.JSON:
+        typer.echo(to_json(fill_document(header, fills)), nl=False)
+    else:
+        typer.echo(render_fill(fills), nl=False)
+
+
+def print_replays(
+    header: dict[str, object],
+    results: list[tuple[str, tuple[Metrics, SimResult]]],
+    quotas: tuple[TeamQuota, ...] | None,
+    output: Output,
+) -> None:
+    """The replays' table (and the teams' table of --vc), or the JSON report, on stdout."""
+    from gpupool.sim.metrics import team_metrics
+    from gpupool.sim.report import render, render_teams, replay_document, to_json
+
+    teams = []
+    if quotas is not None:
         guarantees = {quota.team: sum(quota.guarantee.values()) for quota in quotas}
         teams = [(name, team_metrics(result, guarantees)) for name, (_, result) in results]
+    if output == Output.JSON:
+        rows = [(name, metrics, unscheduled_reasons(result)) for name, (metrics, result) in results]
+        typer.echo(to_json(replay_document(header, rows, teams)), nl=False)
+        return
+    typer.echo(render([(name, metrics) for name, (metrics, _) in results]), nl=False)
+    if quotas is not None:
         typer.echo(render_teams(teams), nl=False)
+
+
+def progress_display() -> ProgressDisplay:
+    from gpupool.sim.progress import ProgressDisplay
+
+    return ProgressDisplay()
 
 
 def resolve_policy(spec: str) -> Policy:
@@ -199,10 +296,13 @@ def replay(
     restart_cost: float,
     placement: str = "node",
     quotas: tuple[TeamQuota, ...] = (),
+    shown: ProgressDisplay | None = None,
+    label: str = "",
 ) -> tuple[Metrics, SimResult]:
     """Run one policy; say on stderr how long it took and why jobs never ran, if any did not.
 
-    Fragmentation is sampled at the arrivals that find 90 % of the GPUs allocated.
+    Fragmentation is sampled at the arrivals that find 90 % of the GPUs allocated. ``shown``:
+    where its progress is shown (a terminal), as ``label``.
     """
     from dataclasses import replace
 
@@ -212,6 +312,7 @@ def replay(
 
     largest = max((len(node.gpus) for node in nodes if node.schedulable), default=0)
     probe = FragmentationProbe(nodes, workload(trace.jobs, placement, largest))
+    watched = shown.watch(f"replaying {label}", len(trace.jobs), probe) if shown else probe
     began = time.perf_counter()
     result = run_simulation(
         trace.jobs,
@@ -220,7 +321,7 @@ def replay(
         placement=placement,
         settings=settings,
         quotas=quotas,
-        probe=probe,
+        probe=watched,
     )
     seconds = time.perf_counter() - began
     typer.echo(f"replayed in {seconds:.1f} s, {result.cycles} scheduling cycles", err=True)
@@ -234,7 +335,7 @@ def unscheduled_lines(result: SimResult, most: int = 5) -> list[str]:
     """How many jobs never ran, counted by reason (the commonest first)."""
     if not result.unscheduled:
         return []
-    reasons = Counter(job.reason for job in result.unscheduled)
+    reasons = unscheduled_reasons(result)
     lines = [f"{len(result.unscheduled)} jobs never ran (UNSCHEDULED):"]
     lines += [f"  {count} x {reason}" for reason, count in reasons.most_common(most)]
     if len(reasons) > most:
@@ -242,12 +343,26 @@ def unscheduled_lines(result: SimResult, most: int = 5) -> list[str]:
     return lines
 
 
-def fill(trace: Trace, nodes: tuple[NodeCapacity, ...], settings: Policy) -> FillReport:
-    """The fill experiment under one policy; its time on stderr."""
+def unscheduled_reasons(result: SimResult) -> Counter[str]:
+    """How many jobs never ran, by reason."""
+    return Counter(job.reason for job in result.unscheduled)
+
+
+def fill(
+    trace: Trace,
+    nodes: tuple[NodeCapacity, ...],
+    settings: Policy,
+    shown: ProgressDisplay | None = None,
+    label: str = "",
+) -> FillReport:
+    """The fill experiment under one policy; its time on stderr, its progress on ``shown``."""
     from gpupool.sim.fragmentation import fill as run_fill
 
+    def watch(probe: Probe, tasks: int) -> Probe:
+        return shown.watch(f"filling {label}", tasks, probe) if shown else probe
+
     began = time.perf_counter()
-    report = run_fill(trace.jobs, nodes, settings)
+    report = run_fill(trace.jobs, nodes, settings, watch=watch)
     typer.echo(f"filled in {time.perf_counter() - began:.1f} s", err=True)
     return report
 

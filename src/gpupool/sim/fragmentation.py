@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from gpupool.scheduler.packing import TaskShape, node_fragment, shapes_of
 from gpupool.scheduler.types import SHARE_EPSILON, Allocation, NodeCapacity, PendingJob, Policy
-from gpupool.sim.engine import SimResult, simulate, task_shape
+from gpupool.sim.engine import Probe, SimResult, simulate, task_shape
 from gpupool.sim.traces import TraceJob
 
 FOREVER = 1e15  # seconds: the run time of a task in the fill experiment
@@ -160,16 +160,20 @@ def fill(
     *,
     until: float = max(LEVELS),
     batch: int = 10,
+    watch: Callable[[Probe, int], Probe] | None = None,
 ) -> FillReport:
     """FGD's fill experiment of ``jobs`` on ``nodes`` under ``settings``.
 
     ``batch`` tasks arrive together (one scheduling cycle): under a first-come order with
-    nothing ending this places exactly as one cycle per task would, only faster.
+    nothing ending this places exactly as one cycle per task would, only faster. ``watch``
+    (probe, number of tasks) -> the probe the replay reports to, passing every event on
+    (a progress display: :mod:`gpupool.sim.progress`).
     """
     largest = max((len(node.gpus) for node in nodes if node.schedulable), default=0)
     probe = FragmentationProbe(nodes, workload(jobs, "node", largest), every_arrival=True)
     tasks = fill_jobs(jobs, probe.total * until, batch)
-    result = simulate(tasks, nodes, settings=settings, probe=probe, drop_unplaced=True)
+    watched = watch(probe, len(tasks)) if watch is not None else probe
+    result = simulate(tasks, nodes, settings=settings, probe=watched, drop_unplaced=True)
     return fill_report(probe, tasks, result)
 
 

@@ -2,17 +2,23 @@
 
 Each figure is read against its limit: the line under the table gives the least possible
 average JCT (the mean isolated runtime) and the most possible utilisation (the offered load).
+The same report as JSON (``gpupool simulate -o json``): :func:`replay_document` and
+:func:`fill_document`, unrounded, times in seconds and shares as fractions of 1.
 """
 
 from __future__ import annotations
 
 import io
-from collections.abc import Sequence
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-from gpupool.sim.fragmentation import LEVELS, FillReport
+from gpupool.sim.fragmentation import LEVELS, FillReport, Sample
 from gpupool.sim.metrics import Bounds, Metrics, TeamMetrics
 
 COLUMNS = (
@@ -209,3 +215,83 @@ def span(seconds: float) -> str:
 
 def percent(fraction: float) -> str:
     return f"{fraction * 100:.1f} %"
+
+
+# ------------------------------------------------------------------------------------- JSON
+
+JSON_VERSION = 1
+UNITS = "times in seconds; utilisation, fairness, fragmentation and shares as fractions of 1"
+
+
+def replay_document(
+    header: Mapping[str, Any],
+    rows: Sequence[tuple[str, Metrics, Mapping[str, int]]],
+    teams: Sequence[tuple[str, Sequence[TeamMetrics]]] = (),
+) -> dict[str, Any]:
+    """The report of replays as JSON-ready data: ``header`` (what was replayed on what), then
+    a row per (policy, metrics, unscheduled jobs by reason) with the row's bounds, and the
+    rows per team of ``--vc``."""
+    document = {"version": JSON_VERSION, "units": UNITS, **header}
+    document["rows"] = [
+        {"policy": name, **asdict(metrics), "unscheduled_reasons": dict(reasons)}
+        for name, metrics, reasons in rows
+    ]
+    if teams:
+        document["teams"] = [
+            {"policy": name, **asdict(team)} for name, figures in teams for team in figures
+        ]
+    return document
+
+
+def fill_document(
+    header: Mapping[str, Any], rows: Sequence[tuple[str, FillReport]]
+) -> dict[str, Any]:
+    """The fill experiment's report as JSON-ready data: a row per policy, its samples in
+    GPUs with the unallocated share of the cluster."""
+    return {
+        "version": JSON_VERSION,
+        "units": UNITS,
+        **header,
+        "fill": [{"policy": name, **fill_row(report)} for name, report in rows],
+    }
+
+
+def fill_row(report: FillReport) -> dict[str, Any]:
+    return {
+        "total_gpus": report.total_gpus,
+        "tasks": report.tasks,
+        "failed": report.failed,
+        "preemptions": report.preemptions,
+        "first_failure": sample_data(report, report.first_failure),
+        "at_levels": [
+            {"arrived_share": level, **(sample_data(report, report.at_levels.get(level)) or {})}
+            for level in LEVELS
+        ],
+        "final": sample_data(report, report.final),
+    }
+
+
+def sample_data(report: FillReport, sample: Sample | None) -> dict[str, Any] | None:
+    if sample is None:
+        return None
+    return {
+        "arrived_gpus": sample.arrived,
+        "allocated_gpus": sample.allocated,
+        "unallocated_share": report.unallocated(sample),
+        "fragmentation_gpus": sample.fragmentation,
+    }
+
+
+def to_json(document: Mapping[str, Any]) -> str:
+    """Indented JSON; a figure that is not a finite number (no job ran) becomes null."""
+    return json.dumps(_finite(document), indent=2) + "\n"
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, Mapping):
+        return {str(key): _finite(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(item) for item in value]
+    return value

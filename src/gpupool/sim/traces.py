@@ -4,7 +4,7 @@ Every loader returns a :class:`Trace`: jobs with a submit time (seconds after th
 submit), a run time, a team, a user and a :class:`ResourceRequest`, plus the cluster's nodes when
 the trace ships a node list. Parsing is pure (stdlib ``csv``, no I/O beyond reading the file).
 
-Formats (see ``../shared/data/traces/README.md`` for the public traces):
+Formats (docs/scheduling.md, "The traces", says where the public traces come from):
 
 - ``philly:PATH[?teams=a,b&start=2017-10-01&end=2017-11-01&limit=N]`` — the Philly-derived CSV
   (:func:`load_philly`).
@@ -68,6 +68,9 @@ ALIBABA_POD_COLUMNS = (
     "scheduled_time",
 )
 ALIBABA_NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
+ALIBABA_TIMES = ("creation_time", "deletion_time")
+ALIBABA_DEFAULT_TEAM = "pods"  # the team of every pod of a list without a qos column
+UNTIMED_DURATION = 1.0  # seconds: the placeholder run time of a task list without times
 GENERIC_REQUIRED = ("submit", "duration", "gpus", "team")
 GENERIC_OPTIONAL = ("user", "cpus", "memory", "gpu_memory", "gpu_type")
 
@@ -122,7 +125,10 @@ class Trace:
 
     ``skipped``: rows left out because their run time or GPU count was not positive (or, for
     Alibaba, had no usable run time). ``origin``: the wall-clock time (UTC) of submit 0.0 when the
-    trace has wall-clock times, else None.
+    trace has wall-clock times, else None. ``timed``: False for a task list without arrival and
+    run times (Alibaba's ``multigpu50``): its jobs all arrive at 0.0 in file order and run
+    :data:`UNTIMED_DURATION`, placeholders that only the fill experiment (which orders tasks by
+    arrival and runs each forever) may use; a replay refuses such a trace.
     """
 
     name: str
@@ -130,6 +136,7 @@ class Trace:
     nodes: tuple[NodeCapacity, ...] = ()
     skipped: int = 0
     origin: datetime | None = None
+    timed: bool = True
 
     def teams(self) -> tuple[str, ...]:
         """The teams that submit jobs, sorted."""
@@ -279,6 +286,7 @@ def _build(
     nodes: tuple[NodeCapacity, ...] = (),
     skipped: int = 0,
     epoch_origin: bool = False,
+    timed: bool = True,
 ) -> Trace:
     """Sort (submit, job_id, duration, team, user, request, gpu_types) rows into a Trace."""
     picked.sort(key=lambda item: (item[0], item[1]))
@@ -290,7 +298,7 @@ def _build(
         for submit, job_id, duration, team, user, request, gpu_types in picked
     )
     origin = datetime.fromtimestamp(first, UTC) if epoch_origin and picked else None
-    return Trace(name, jobs, nodes, skipped, origin)
+    return Trace(name, jobs, nodes, skipped, origin, timed)
 
 
 # ----------------------------------------------------------------------------------- Philly
@@ -311,7 +319,8 @@ def load_philly(
     ``timestamp`` (``YYYY-MM-DD HH:MM:SS``) is taken as UTC. Each job asks for ``num_gpus`` GPUs,
     :data:`PHILLY_CPUS` CPUs and no memory (the trace records neither).
 
-    Filters: ``teams`` (team ids), ``start`` <= submit < ``end`` (datetimes or ISO text; naive =
+    Filters: ``teams`` (team ids; a ValueError naming the trace's teams when one is not in
+    it), ``start`` <= submit < ``end`` (datetimes or ISO text; naive =
     UTC), then ``limit`` keeps the first N jobs by submit time. Rows whose duration or num_gpus
     is not positive are skipped; ``Trace.skipped`` counts those that passed the filters (the
     published file has none). Submit times count from the first kept job; ``Trace.origin`` is its
@@ -334,8 +343,10 @@ def load_philly(
     picked: list[_Row] = []
     requests: dict[float, ResourceRequest] = {}
     skipped = 0
+    teams_seen: set[str] = set()
     for job_id, (line, row) in enumerate(table.rows, start=1):
         team = row[team_at]
+        teams_seen.add(team)
         if wanted is not None and team not in wanted:
             continue
         try:
@@ -356,9 +367,20 @@ def load_philly(
         except ValueError as exc:
             raise table.error(line, str(exc)) from None
         picked.append((submit, job_id, duration, team, team, request, ()))
+    _check_teams(wanted, teams_seen, table.path)
     return _build(
         f"philly:{table.path.name}", picked, limit=limit, skipped=skipped, epoch_origin=True
     )
+
+
+def _check_teams(wanted: frozenset[str] | None, seen: set[str], path: Path) -> None:
+    """ValueError naming the trace's teams when a team asked for is not among them."""
+    unknown = sorted((wanted or frozenset()) - seen)
+    if unknown:
+        raise ValueError(
+            f"{path.name} has no team {', '.join(unknown)}; its teams (the cluster column): "
+            f"{', '.join(sorted(seen)) or 'none'}"
+        )
 
 
 def _team_set(teams: Iterable[str] | None) -> frozenset[str] | None:
@@ -374,9 +396,13 @@ def _team_set(teams: Iterable[str] | None) -> frozenset[str] | None:
 def load_alibaba(pods_path: str | Path, nodes_path: str | Path | None = None) -> Trace:
     """Load an Alibaba ``openb`` pod list, and its cluster from a node list when given.
 
-    The trace has no tenants, so the pod's QoS class (``LS``, ``BE``, ``Burstable``,
-    ``Guaranteed``) stands in for the team, and the user is the team.
+    Only the columns used are required: ``cpu_milli,memory_mib,num_gpu,gpu_milli``, and the
+    times ``creation_time,deletion_time`` (both or neither); ``gpu_spec``, ``qos`` and
+    ``scheduled_time`` are used when present.
 
+    - team: the trace has no tenants, so the pod's QoS class (``LS``, ``BE``, ``Burstable``,
+      ``Guaranteed``) stands in for the team, and the user is the team; without a ``qos``
+      column every pod is of team :data:`ALIBABA_DEFAULT_TEAM`.
     - submit: ``creation_time``; run time: ``deletion_time - scheduled_time`` when the pod was
       scheduled and that is positive, else ``deletion_time - creation_time`` (pods still
       ``Pending`` at the end have no ``scheduled_time``; their wait counts as run time). Rows
@@ -386,54 +412,64 @@ def load_alibaba(pods_path: str | Path, nodes_path: str | Path | None = None) ->
       allowed GPU models, empty = any.
     - CPUs: ``cpu_milli / 1000``; memory: ``memory_mib`` MiB.
 
-    The ``multigpu50`` variant lists no times (nor QoS): it is rejected with a ValueError.
+    A list without times (the ``multigpu50`` variant: ``name`` and the four resource columns)
+    loads as an untimed task list (``Trace.timed`` False): enough for the fill experiment,
+    which takes tasks in file order and never ends them, not for a replay.
     """
-    table = _read_table(
-        pods_path,
-        "Alibaba pod list",
-        _ALIBABA_POD_REQUIRED,
-        "; a pod list without arrival times (like the multigpu50 variant) cannot drive a "
-        "simulation",
-    )
+    table = _read_table(pods_path, "Alibaba pod list", _ALIBABA_POD_REQUIRED)
+    timed = _alibaba_timed(table)
     columns = table.columns
-    cpu_at, mem_at, count_at, milli_at, qos_at, created_at, deleted_at = (
-        columns[name] for name in _ALIBABA_POD_REQUIRED
-    )
-    spec_at = columns.get("gpu_spec")
-    scheduled_at = columns.get("scheduled_time")
+    spec_at, qos_at = columns.get("gpu_spec"), columns.get("qos")
     picked: list[_Row] = []
     skipped = 0
     for job_id, (line, row) in enumerate(table.rows, start=1):
         try:
-            created = _number(row[created_at], "creation_time")
-            duration = _alibaba_duration(row, created, deleted_at, scheduled_at)
-            if duration is None:
+            when = _alibaba_times(row, columns) if timed else (0.0, UNTIMED_DURATION)
+            if when is None:
                 skipped += 1
                 continue
-            gpus = _alibaba_gpus(row[count_at], row[milli_at])
-            cpus = _number(row[cpu_at], "cpu_milli") / 1000
-            memory = _number(row[mem_at], "memory_mib")
-            if memory < 0:
-                raise ValueError(f"memory_mib '{row[mem_at]}' is negative")
-            request = _valid_request(gpus, cpus, int(memory * MiB))
+            request = _alibaba_request(row, columns)
         except ValueError as exc:
             raise table.error(line, str(exc)) from None
         gpu_types = _gpu_types(row[spec_at]) if spec_at is not None else ()
-        team = row[qos_at].strip()
-        picked.append((created, job_id, duration, team, team, request, gpu_types))
+        team = row[qos_at].strip() if qos_at is not None else ALIBABA_DEFAULT_TEAM
+        picked.append((when[0], job_id, when[1], team, team, request, gpu_types))
     nodes = load_alibaba_nodes(nodes_path) if nodes_path is not None else ()
-    return _build(f"alibaba:{table.path.name}", picked, nodes=nodes, skipped=skipped)
+    name = f"alibaba:{table.path.name}"
+    return _build(name, picked, nodes=nodes, skipped=skipped, timed=timed)
 
 
-_ALIBABA_POD_REQUIRED = (
-    "cpu_milli",
-    "memory_mib",
-    "num_gpu",
-    "gpu_milli",
-    "qos",
-    "creation_time",
-    "deletion_time",
-)
+_ALIBABA_POD_REQUIRED = ("cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
+
+
+def _alibaba_timed(table: _Table) -> bool:
+    """Whether a pod list has arrival and run times: both time columns, or neither."""
+    present = [name for name in ALIBABA_TIMES if name in table.columns]
+    if len(present) == 1:
+        missing = next(name for name in ALIBABA_TIMES if name not in present)
+        raise ValueError(
+            f"{table.path} has {present[0]} but not {missing}: a pod list gives both times "
+            "(a replay) or neither (the fill experiment, --fragmentation)"
+        )
+    return bool(present)
+
+
+def _alibaba_times(row: list[str], columns: Mapping[str, int]) -> tuple[float, float] | None:
+    """(submit, run time) of a pod; None when it has no usable run time."""
+    created = _number(row[columns["creation_time"]], "creation_time")
+    duration = _alibaba_duration(
+        row, created, columns["deletion_time"], columns.get("scheduled_time")
+    )
+    return None if duration is None else (created, duration)
+
+
+def _alibaba_request(row: list[str], columns: Mapping[str, int]) -> ResourceRequest:
+    gpus = _alibaba_gpus(row[columns["num_gpu"]], row[columns["gpu_milli"]])
+    cpus = _number(row[columns["cpu_milli"]], "cpu_milli") / 1000
+    memory = _number(row[columns["memory_mib"]], "memory_mib")
+    if memory < 0:
+        raise ValueError(f"memory_mib '{row[columns['memory_mib']]}' is negative")
+    return _valid_request(gpus, cpus, int(memory * MiB))
 
 
 def _alibaba_duration(

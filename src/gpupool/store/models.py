@@ -120,6 +120,10 @@ class WebSessionModel(Base):
 
     id_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
     user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    # The API token given as the password, if one was: revoking it ends the session.
+    token_id: Mapped[int | None] = mapped_column(
+        ForeignKey("tokens.id", ondelete="CASCADE"), index=True
+    )
     csrf_token: Mapped[str] = mapped_column(String(64))
     created_at: Mapped[float] = mapped_column(Time)
     expires_at: Mapped[float] = mapped_column(Time)
@@ -136,9 +140,27 @@ class NodeModel(Base):
     last_seen_at: Mapped[float] = mapped_column(Time)
 
 
+class JobArrayModel(Base):
+    """A job array: tasks of one spec, each a job of its own with an index (``JobModel``'s
+    ``array_id`` and ``array_index``). Its id is its first task's job id, as Slurm's array
+    job id is, so that ``12`` names the array and ``12_7`` its task of index 7."""
+
+    __tablename__ = "job_arrays"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    indexes: Mapped[str] = mapped_column(Text)  # as sbatch writes them: "0-999", "1,3,5-7"
+    size: Mapped[int] = mapped_column(Integer)  # its tasks
+    max_running: Mapped[int | None] = mapped_column(Integer)  # most tasks at once; None: all
+    submitted_at: Mapped[float] = mapped_column(Time)
+
+
 class JobModel(Base):
     __tablename__ = "jobs"
-    __table_args__ = (Index("ix_jobs_status_team", "status", "team_id"),)
+    __table_args__ = (
+        Index("ix_jobs_status_team", "status", "team_id"),
+        # finds an array's tasks, and one task by its index
+        UniqueConstraint("array_id", "array_index", name="uq_jobs_array_task"),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str | None] = mapped_column(String(200))
@@ -164,6 +186,9 @@ class JobModel(Base):
     queued_at: Mapped[float | None] = mapped_column(Time)  # back in the queue (None: submit)
     checkpoint_at: Mapped[float | None] = mapped_column(Time)
     preemptions: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
+    # a task of a job array: the array (its first task's job id) and this task's index
+    array_id: Mapped[int | None] = mapped_column(ForeignKey("job_arrays.id"))
+    array_index: Mapped[int | None] = mapped_column(Integer)
 
     user: Mapped[UserModel] = relationship(lazy="joined")
     team: Mapped[TeamModel] = relationship(lazy="joined")

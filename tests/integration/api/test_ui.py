@@ -197,6 +197,7 @@ def test_submit_again_keeps_the_scheduling_fields(admin: tuple[httpx.Client, str
         client,
         csrf,
         preemptible=False,
+        resources={"gpus": 1},
         gpu_types=["A100", "H100"],
         max_runtime_seconds=7200,
         grace_period_seconds=90,

@@ -122,7 +122,9 @@ def test_a_preempted_job_gets_sigterm_is_requeued_and_resumes_from_its_checkpoin
     assert (done["status"], done["attempts"]) == ("succeeded", 2)
     first, second = ((exchange / f"checkpoint-dir-{n}").read_text() for n in (1, 2))
     assert first == second and Path(first).is_dir()
-    assert done["attained_gpu_seconds"] == requeued["attained_gpu_seconds"]
+    second = done["attempts_detail"][1]  # attained: both attempts' GPU time
+    ran = second["ended_at"] - second["started_at"]
+    assert done["attained_gpu_seconds"] == pytest.approx(requeued["attained_gpu_seconds"] + ran)
 
 
 def test_a_cancel_wins_over_a_preemption(

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from gpupool.discovery.declared import parse_declared_gpus, parse_group
+from gpupool.discovery.declared import (
+    DeclaredSettingError,
+    memory_notes,
+    parse_declared_gpus,
+    parse_group,
+)
+from gpupool.discovery.gpu_models import KNOWN_GPUS, known_gpu
 from gpupool.domain.inventory import Source
 from gpupool.domain.units import GiB
 
@@ -54,15 +60,61 @@ def test_group_parts() -> None:
     [
         ("", "empty"),
         (" , ", "empty"),
-        ("4xA100", "lack ':<memory per GPU>'"),
+        ("4xFOO", "does not know how much memory a 'FOO' has; give it after a colon"),
+        ("A100x8", "write the count first, like 8xA100"),
         ("4xA100:lots", "'lots' is not a byte quantity"),
         ("0xA100:80GiB", "at least 1"),
         ("4x:80GiB", "lack a GPU model name"),
         (":80GiB", "lack a GPU model name"),
         ("A100:0GiB", "more than 0"),
-        ("2xA100:80GiB,H100", "'H100' lack"),
+        ("2xA100:80GiB,H20", "'H20'"),
     ],
 )
 def test_bad_strings(text: str, message: str) -> None:
     with pytest.raises(ValueError, match=message.replace("(", r"\(")):
         parse_declared_gpus(text, "n")
+
+
+@pytest.mark.parametrize(
+    ("text", "gib"),
+    [
+        ("8xA100", 80),  # the A100's specification leads with 80 GB
+        ("A100-PCIE-40GB", 40),  # a size in the name wins over the table
+        ("Tesla V100-SXM2-16GB", 16),
+        ("V100", 32),
+        ("2x NVIDIA H100 NVL", 94),  # the longest entry the name starts with
+        ("H100-SXM5", 80),
+        ("h200", 141),
+        ("A10G", 24),
+        ("L40S", 48),
+        ("4xL4", 24),
+        ("T4", 16),
+        ("GeForce RTX 4090", 24),
+        ("RTX A6000", 48),
+        ("A6000", 48),
+        ("A100:40GiB", 40),  # an explicit memory wins over both
+    ],
+)
+def test_common_models_need_no_memory(text: str, gib: int) -> None:
+    assert parse_group(text)[2] == gib * GiB
+
+
+@pytest.mark.parametrize("name", ["A1000", "RTX 6000", "H20", "GH200", "MI300X"])
+def test_other_models_are_not_guessed(name: str) -> None:
+    assert known_gpu(name) is None
+    with pytest.raises(DeclaredSettingError, match=f"'{name}' has; give it after a colon"):
+        parse_group(f"2x{name}")
+
+
+def test_every_known_model_names_its_vendor_specification() -> None:
+    for gpu in KNOWN_GPUS:
+        assert gpu.source.startswith("https://"), gpu.model
+        assert known_gpu(gpu.model) is gpu
+        assert all(known_gpu(alias) is gpu for alias in gpu.aliases)
+
+
+def test_memory_notes_only_for_what_was_assumed() -> None:
+    notes = memory_notes("8xA100,2xH100:80GiB,A100-PCIE-40GB,T4")
+    assert len(notes) == 2
+    assert "A100 GPUs are taken to have 80 GiB" in notes[0] and "8xA100:40GiB" in notes[0]
+    assert "T4 GPUs are taken to have 16 GiB" in notes[1] and "also comes" not in notes[1]

@@ -11,7 +11,7 @@ import psutil
 import pynvml
 import pytest
 
-from gpupool.discovery import discover_node
+from gpupool.discovery import DeclaredSettingError, check_declared, discover_node
 from gpupool.discovery.nvidia_smi import discover_nvidia_smi, run_nvidia_smi
 from gpupool.domain.inventory import Source
 from gpupool.domain.units import GiB, MiB
@@ -76,10 +76,23 @@ def test_declared_cpus_and_memory(no_gpu_machine: None) -> None:
 
 
 def test_bad_declared_settings_raise(no_gpu_machine: None) -> None:
-    with pytest.raises(ValueError, match="declared_memory"):
+    with pytest.raises(DeclaredSettingError, match="declared memory") as memory:
         discover_node(Settings(declared_memory="lots"))
-    with pytest.raises(ValueError, match="lack a GPU model name"):
+    with pytest.raises(DeclaredSettingError, match="lack a GPU model name") as gpus:
         discover_node(Settings(declared_gpus=":80GiB"))
+    with pytest.raises(DeclaredSettingError, match="at least 1") as cpus:
+        check_declared(Settings(declared_cpus=0))
+    assert (memory.value.setting, gpus.value.setting) == ("declared_memory", "declared_gpus")
+    assert cpus.value.setting == "declared_cpus"
+
+
+def test_a_known_model_declared_without_memory_says_what_was_assumed(
+    no_gpu_machine: None,
+) -> None:
+    inventory = discover_node(Settings(declared_gpus="2xA100"))
+    assert {gpu.memory_bytes for gpu in inventory.gpus} == {80 * GiB}
+    (note,) = [w for w in inventory.warnings if "taken to have" in w]
+    assert "80 GiB" in note and "nvidia.com" in note and "2xA100:40GiB" in note
 
 
 def test_partial_or_missing_sysfs_never_raises(no_gpu_machine: None, tmp_path: Path) -> None:

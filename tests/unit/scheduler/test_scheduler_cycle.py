@@ -17,6 +17,7 @@ from scheduler_builders import (
 from gpupool.domain.jobs import Reason
 from gpupool.domain.units import GiB
 from gpupool.scheduler import schedule
+from gpupool.scheduler.messages import CPU_HINT, MEMORY_HINT
 from gpupool.scheduler.types import GpuShare
 
 
@@ -200,7 +201,7 @@ def test_cpu_limit():
     reason = decisions.pending[2]
     assert reason.code is Reason.INSUFFICIENT_CPU
     assert reason.message == (
-        "needs 4 CPUs; the most free on a node with room for its GPUs is 2 on node-a"
+        f"needs 4 CPUs; the most free on a node with room for its GPUs is 2 on node-a; {CPU_HINT}"
     )
 
 
@@ -215,6 +216,7 @@ def test_memory_limit():
     assert reason.code is Reason.INSUFFICIENT_MEMORY
     assert reason.message == (
         "needs 32 GiB of memory; the most free on a node with room for its CPUs is 16 GiB on node-a"
+        f"; {MEMORY_HINT}"
     )
 
 
@@ -235,7 +237,7 @@ def test_allocations_count_against_cpus_and_memory():
     assert decisions.pending[2].code is Reason.INSUFFICIENT_MEMORY
     assert decisions.pending[2].message == (
         "needs 16 GiB of memory; the most free on a node with room for its GPUs and CPUs is 8 GiB"
-        " on node-a"
+        f" on node-a; {MEMORY_HINT}"
     )
 
 

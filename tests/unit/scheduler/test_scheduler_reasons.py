@@ -7,6 +7,7 @@ from scheduler_builders import allocation, job, node, run
 from gpupool.domain.jobs import Reason, ResourceRequest
 from gpupool.domain.units import GiB
 from gpupool.scheduler import infeasible_reason
+from gpupool.scheduler.messages import CPU_HINT, MEMORY_HINT
 
 
 def nodes(*builders):
@@ -51,11 +52,12 @@ def test_infeasible_cpu_and_memory():
 
     assert infeasible_reason(ResourceRequest(gpus=1, cpus=16), pool) == (
         "needs 16 CPUs on one node; the largest node with room for its GPUs has 8 CPUs (node-a)"
+        f"; {CPU_HINT}"
     )
     assert infeasible_reason(ResourceRequest(cpus=16), pool) is None
     assert infeasible_reason(ResourceRequest(cpus=4, memory_bytes=2048 * GiB), pool) == (
         "needs 2 TiB of memory on one node; the largest node with room for its CPUs has 1 TiB "
-        "(node-b)"
+        f"(node-b); {MEMORY_HINT}"
     )
 
 
@@ -124,8 +126,10 @@ def test_cpu_only_job_reason():
 
     assert decisions.pending[1].code is Reason.NO_NODE_BIG_ENOUGH
     assert decisions.pending[1].message == (
-        "needs 8 CPUs on one node; the largest node has 4 CPUs (node-a)"
+        f"needs 8 CPUs on one node; the largest node has 4 CPUs (node-a); {CPU_HINT}"
     )
 
     decisions = run([node("node-a").cpus(4)], [job(1).cpus(3), job(2).cpus(1.5)])
-    assert decisions.pending[2].message == "needs 1.5 CPUs; the most free on a node is 1 on node-a"
+    assert decisions.pending[2].message == (
+        f"needs 1.5 CPUs; the most free on a node is 1 on node-a; {CPU_HINT}"
+    )

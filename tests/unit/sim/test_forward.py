@@ -17,7 +17,6 @@ from gpupool.scheduler.types import (
 )
 from gpupool.services.eta import (
     DEFAULT_DURATION,
-    MIN_REMAINING,
     NOT_YET,
     Bounds,
     Durations,
@@ -97,7 +96,7 @@ def test_a_preempted_running_job_is_queued_again_with_what_it_held() -> None:
 
 
 def test_durations_come_from_max_runtime_then_user_then_team_then_the_default() -> None:
-    known = Durations({"ann": 120.0}, {"ml": 300.0})
+    known = Durations({"ann": (120.0,)}, {"ml": (300.0,)})
     assert known.of("ann", "ml", 60.0).basis == "max_runtime"
     assert known.of("ann", "ml", None).seconds == 120
     assert known.of("bob", "ml", None).seconds == 300
@@ -116,13 +115,6 @@ def test_predict_takes_off_what_a_running_job_has_run() -> None:
     estimate = forecast.estimate(2)
     assert estimate.at == pytest.approx(NOW + 100)
     assert (estimate.unknown, estimate.duration.basis) == (None, "default")
-
-
-def test_a_job_past_its_assumed_duration_is_given_a_little_more() -> None:
-    snapshot = Snapshot(
-        NODES, (holding(1, 4, started_at=NOW - 5 * DEFAULT_DURATION),), (waiting(2, 1),)
-    )
-    assert predict(snapshot, Durations(), NOW).estimate(2).at == pytest.approx(NOW + MIN_REMAINING)
 
 
 def test_jobs_beyond_the_cap_and_jobs_not_seen_have_a_reason_instead() -> None:

@@ -1,7 +1,7 @@
 """Trace loaders: the public Philly and Alibaba traces, the generic CSV and the spec dispatch.
 
-Figures come from the files in ../shared/data/traces (see its README.md); the tests that read
-them skip when that folder is absent.
+Figures come from the public traces in ../shared/data/traces beside the checkout (where they
+come from: docs/scheduling.md); the tests that read them skip when that folder is absent.
 """
 
 from __future__ import annotations
@@ -15,8 +15,10 @@ import pytest
 
 from gpupool.domain.units import GiB, MiB
 from gpupool.sim.traces import (
+    ALIBABA_DEFAULT_TEAM,
     GPU_MEMORY_BYTES,
     PHILLY_CPUS,
+    UNTIMED_DURATION,
     Trace,
     load_alibaba,
     load_alibaba_nodes,
@@ -184,6 +186,8 @@ def test_philly_skips_and_counts_unusable_rows(tmp_path: Path) -> None:
     aware = datetime(2017, 10, 1, 2, 0, 5, tzinfo=timezone(timedelta(hours=2)))
     assert [job.job_id for job in load_philly(path, start=aware).jobs] == [1, 5]
     assert load_philly(path, limit=0).jobs == ()
+    with pytest.raises(ValueError, match="has no team c, zz; its teams .*: a, b$"):
+        load_philly(path, teams=["a", "zz", "c"])
 
 
 @pytest.mark.parametrize(
@@ -282,9 +286,17 @@ def test_alibaba_node_lists() -> None:
 
 
 @needs_traces
-def test_alibaba_pod_list_without_times_is_refused() -> None:
-    with pytest.raises(ValueError, match="qos, creation_time, deletion_time.*multigpu50"):
-        load_alibaba(OPENB / "openb_pod_list_multigpu50.csv")
+def test_alibaba_multigpu_list_loads_as_tasks_without_times() -> None:
+    trace = load_alibaba(OPENB / "openb_pod_list_multigpu50.csv", GPU_NODES)
+    assert (len(trace.jobs), trace.skipped, trace.timed) == (9061, 0, False)
+    assert [job.job_id for job in trace.jobs] == list(range(1, 9062)), "file order"
+    assert {(job.submit, job.duration) for job in trace.jobs} == {(0.0, UNTIMED_DURATION)}
+    assert trace.teams() == (ALIBABA_DEFAULT_TEAM,)
+    counts = Counter(job.request.gpu_count for job in trace.jobs if job.request.gpus)
+    assert {gpus: counts[gpus] for gpus in (2, 4, 8)} == {2: 222, 4: 206, 8: 556}
+    second = trace.jobs[1]  # openb-pod-0001,6000,12288,1,460
+    assert (second.request.gpus, second.request.cpus) == (0.46, 6.0)
+    assert len(trace.nodes) == 1213
 
 
 # --------------------------------------------------------------------------- Alibaba, small
@@ -318,6 +330,28 @@ def test_alibaba_small_pod_and_node_lists(tmp_path: Path) -> None:
     zero = write(tmp_path, "zero.csv", PODS_HEADER + "p0,0,1,1,500,,LS,Running,0,10,0\n")
     with pytest.raises(ValueError, match="line 2: cpus"):
         load_alibaba(zero)
+
+
+def test_alibaba_needs_only_the_columns_it_uses(tmp_path: Path) -> None:
+    bare = write(tmp_path, "bare.csv", "num_gpu,gpu_milli,cpu_milli,memory_mib\n2,1000,500,0\n")
+    trace = load_alibaba(bare)
+    assert (trace.timed, trace.jobs[0].team, trace.jobs[0].request.gpus) == (
+        False,
+        ALIBABA_DEFAULT_TEAM,
+        2,
+    )
+    timed = write(
+        tmp_path,
+        "timed.csv",
+        "cpu_milli,memory_mib,num_gpu,gpu_milli,creation_time,deletion_time\n1000,0,1,250,5,65\n",
+    )
+    job = load_alibaba(timed).jobs[0]
+    assert (job.submit, job.duration, job.team) == (0.0, 60.0, ALIBABA_DEFAULT_TEAM)
+    half = write(tmp_path, "half.csv", "cpu_milli,memory_mib,num_gpu,gpu_milli,creation_time\n")
+    with pytest.raises(ValueError, match="has creation_time but not deletion_time"):
+        load_alibaba(half)
+    with pytest.raises(ValueError, match="lacks the column\\(s\\) gpu_milli"):
+        load_alibaba(write(tmp_path, "no.csv", "cpu_milli,memory_mib,num_gpu\n1,1,1\n"))
 
 
 # ---------------------------------------------------------------------------------- generic
@@ -408,8 +442,10 @@ def test_load_trace_dispatches_on_prefix_and_header(tmp_path: Path) -> None:
     assert len(load_trace(str(generic)).jobs) == 4
     philly = write(tmp_path, "p.csv", PHILLY_HEADER + "2017-10-01 00:00:00,5.0,1,5.0,a\n")
     assert load_trace(str(philly)).name == "philly:p.csv"
-    assert load_trace(f"philly:{philly}?teams=b").jobs == ()
-    assert len(load_trace(f"philly:{philly}?teams=a,b&start=2017-10-01&limit=5").jobs) == 1
+    with pytest.raises(ValueError, match="has no team b; its teams .*: a$"):
+        load_trace(f"philly:{philly}?teams=b")
+    assert load_trace(f"philly:{philly}?teams=a&start=2017-10-02").jobs == ()
+    assert len(load_trace(f"philly:{philly}?teams=a&start=2017-10-01&limit=5").jobs) == 1
     pods = write(tmp_path, "pods.csv", PODS_HEADER + "p0,1000,1,1,500,,LS,Running,0,10,0\n")
     nodes = write(tmp_path, "nodes.csv", "sn,cpu_milli,memory_mib,gpu,model\nn0,8000,2048,1,T4\n")
     trace = load_trace(f"alibaba:{pods}?nodes={nodes}")

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, status
+from fastapi import APIRouter, Query, Request, status
 
-from gpupool.api.deps import Id, Platform, PlatformDep, PrincipalDep
+from gpupool.api.deps import Id, Platform, PlatformDep, PrincipalDep, client_address
 from gpupool.api.schemas import (
+    PasswordChange,
     QuotaIn,
     TeamCreate,
+    TeamDeleted,
     TeamHistoryOut,
     TeamOut,
     TeamSeriesOut,
@@ -20,8 +22,9 @@ from gpupool.api.schemas import (
     UserCreate,
     UserOut,
     UserUpdate,
+    WhoAmI,
 )
-from gpupool.errors import NotFound
+from gpupool.errors import NotFound, WrongPassword
 from gpupool.services import auth, history, quotas, users
 from gpupool.store.models import TeamModel, TokenModel, UserModel
 
@@ -86,6 +89,55 @@ def set_quota(name: str, body: QuotaIn, ctx: PlatformDep, who: PrincipalDep) -> 
         out = team_out(team, quotas.usage(session, nodes, [team.id])[team.id])
     _quotas_changed(ctx)
     return out
+
+
+@router.delete("/teams/{name}", response_model=TeamDeleted)
+def delete_team(name: str, ctx: PlatformDep, who: PrincipalDep) -> TeamDeleted:
+    """Delete a team without pending or running jobs (else 409 team_not_empty); its members
+    leave it, its finished jobs keep their records. The default team stays."""
+    who.require_admin()
+    with ctx.db.session() as session:
+        deleted = users.delete_team(session, name)
+    ctx.tokens.clear()  # its members' teams changed
+    _quotas_changed(ctx)
+    return TeamDeleted(name=deleted.name, finished_jobs=deleted.finished_jobs)
+
+
+@router.put("/teams/{name}/members/{user}", response_model=UserOut)
+def add_member(name: str, user: str, ctx: PlatformDep, who: PrincipalDep) -> UserOut:
+    """Make a user a member of the team: it sees and submits the team's jobs."""
+    who.require_admin()
+    with ctx.db.session() as session:
+        out = user_out(users.join_team(session, name, user))
+    ctx.tokens.clear()
+    return out
+
+
+@router.delete("/teams/{name}/members/{user}", response_model=UserOut)
+def remove_member(name: str, user: str, ctx: PlatformDep, who: PrincipalDep) -> UserOut:
+    """End a user's membership of the team; its jobs there stay in the team."""
+    who.require_admin()
+    with ctx.db.session() as session:
+        out = user_out(users.leave_team(session, name, user))
+    ctx.tokens.clear()
+    return out
+
+
+@router.post("/whoami/password", response_model=WhoAmI)
+def change_password(
+    body: PasswordChange, request: Request, ctx: PlatformDep, who: PrincipalDep
+) -> WhoAmI:
+    """Change your own password: give the current one (unless you have none). Wrong ones
+    are throttled as failed sign-ins are; web sessions opened with the old one end."""
+    address = client_address(request)
+    ctx.throttle.check(address, who.name)
+    try:
+        with ctx.db.session() as session:
+            user = users.change_own_password(session, who.user_id, body.current, body.new)
+            return WhoAmI(user=user.name, role=user.role, teams=sorted(t.name for t in user.teams))
+    except WrongPassword:
+        ctx.throttle.failed(address, who.name)
+        raise
 
 
 @router.get("/users", response_model=list[UserOut])

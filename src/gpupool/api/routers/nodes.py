@@ -15,16 +15,18 @@ router = APIRouter(prefix="/nodes", tags=["nodes"])
 
 
 @router.get("", response_model=list[NodeOut])
-def list_nodes(ctx: PlatformDep, _who: PrincipalDep) -> list[NodeOut]:
+def list_nodes(ctx: PlatformDep, who: PrincipalDep) -> list[NodeOut]:
+    """Every node and who holds each GPU; another team's job shows only what it holds."""
     with ctx.db.reader() as session:
-        held = nodes.holders(session)
+        held = nodes.holders(session, who)
         return [node_out(node, held) for node in nodes.list_nodes(session)]
 
 
 @router.get("/{name}", response_model=NodeOut)
-def show_node(name: str, ctx: PlatformDep, _who: PrincipalDep) -> NodeOut:
+def show_node(name: str, ctx: PlatformDep, who: PrincipalDep) -> NodeOut:
+    """One node; another team's job shows only what it holds."""
     with ctx.db.reader() as session:
-        return node_out(nodes.get_node(session, name), nodes.holders(session))
+        return node_out(nodes.get_node(session, name), nodes.holders(session, who))
 
 
 def node_out(node: NodeModel, held: dict[str, list[nodes.Holder]]) -> NodeOut:

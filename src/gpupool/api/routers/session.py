@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response
 
 import gpupool
-from gpupool.api.deps import SESSION_COOKIE, PlatformDep, PrincipalDep
+from gpupool.api.deps import SESSION_COOKIE, PlatformDep, PrincipalDep, client_address
 from gpupool.api.schemas import LoginIn, WhoAmI
 from gpupool.services import auth
 from gpupool.store.models import UserModel
@@ -19,10 +19,12 @@ def health() -> dict[str, str]:
 
 
 @router.post("/session", response_model=WhoAmI)
-def sign_in(body: LoginIn, response: Response, ctx: PlatformDep) -> WhoAmI:
-    hours = ctx.settings.session_hours
-    with ctx.db.session() as session:
-        secret, web = auth.sign_in(session, body.user, body.password, ctx.clock.now(), hours)
+def sign_in(body: LoginIn, request: Request, response: Response, ctx: PlatformDep) -> WhoAmI:
+    """Open a web session; failed sign-ins are throttled per user name and per address."""
+    hours, now = ctx.settings.session_hours, ctx.clock.now()
+    guard = ctx.throttle.guard(client_address(request), body.user)
+    with guard, ctx.db.session() as session:
+        secret, web = auth.sign_in(session, body.user, body.password, now, hours)
         user = session.get(UserModel, web.user_id)
         out = WhoAmI(
             user=user.name,
@@ -30,9 +32,8 @@ def sign_in(body: LoginIn, response: Response, ctx: PlatformDep) -> WhoAmI:
             teams=sorted(t.name for t in user.teams),
             csrf_token=web.csrf_token,
         )
-    response.set_cookie(
-        SESSION_COOKIE, secret, max_age=int(hours * 3600), httponly=True, samesite="strict"
-    )
+        lifetime = web.expires_at - now
+    set_session_cookie(response, secret, lifetime, ctx.settings.secure_cookies)
     return out
 
 
@@ -42,7 +43,25 @@ def sign_out(request: Request, response: Response, ctx: PlatformDep, _who: Princ
     if cookie:
         with ctx.db.session() as session:
             auth.sign_out(session, cookie)
-    response.delete_cookie(SESSION_COOKIE)
+    set_session_cookie(response, None, 0, ctx.settings.secure_cookies)
+
+
+def set_session_cookie(
+    response: Response, secret: str | None, seconds: float, secure: bool
+) -> None:
+    """Set (or, with None, delete) the session cookie: never readable by scripts, never sent
+    by another site's page, and over HTTPS only when users reach the server by https."""
+    if secret is None:
+        response.delete_cookie(SESSION_COOKIE, secure=secure, httponly=True, samesite="strict")
+        return
+    response.set_cookie(
+        SESSION_COOKIE,
+        secret,
+        max_age=int(seconds),
+        secure=secure,
+        httponly=True,
+        samesite="strict",
+    )
 
 
 @router.get("/whoami", response_model=WhoAmI)

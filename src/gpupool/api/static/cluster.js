@@ -33,13 +33,26 @@
     return el("div", {}, el("dt", {}, term), el("dd", {}, value));
   }
 
+  // Another team's job comes without id, name, user or team (the API withholds them).
+  function holderPart(holder) {
+    return holder.other_team ? "part-other" : `part-${holder.job_id % 6}`;
+  }
+
   function holderItem(holder) {
-    const label = `#${holder.job_id}` + (holder.job_name ? ` ${holder.job_name}` : "");
     const memory = holder.memory_bytes ? `, ${bytes(holder.memory_bytes)}` : "";
+    if (holder.other_team) {
+      return el(
+        "li",
+        { class: "other-team" },
+        el("span", { class: "swatch part-other", "aria-hidden": "true" }),
+        `another team's job · ${number(holder.share)} GPU${memory}`,
+      );
+    }
+    const label = `#${holder.job_id}` + (holder.job_name ? ` ${holder.job_name}` : "");
     return el(
       "li",
       {},
-      el("span", { class: `swatch part-${holder.job_id % 6}`, "aria-hidden": "true" }),
+      el("span", { class: `swatch ${holderPart(holder)}`, "aria-hidden": "true" }),
       el("a", { href: `/jobs/${Number(holder.job_id)}` }, label),
       ` · ${holder.user} (${holder.team}) · ${number(holder.share)} GPU${memory}`,
     );
@@ -58,7 +71,7 @@
     });
     gpu.holders.forEach((holder) => {
       const width = `${Math.round(holder.share * 10000) / 100}%`;
-      bar.append(el("span", { class: `bar-part part-${holder.job_id % 6}`, style: { width } }));
+      bar.append(el("span", { class: `bar-part ${holderPart(holder)}`, style: { width } }));
     });
     const utilization =
       gpu.utilization_percent === null || gpu.utilization_percent === undefined

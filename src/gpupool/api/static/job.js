@@ -1,13 +1,22 @@
-// Job page: live output through Server-Sent Events (/logs/stream), the job itself polled
-// every 2 s until it ends (status, events, placement, attempts), and the Cancel button.
+// Job page: live output through Server-Sent Events (/logs/stream), drawn by terminal.js, one
+// attempt at a time (the newest, following each new attempt, unless one is picked); the job
+// itself polled every 2 s until it ends (status, events, placement, attempts); Cancel.
 "use strict";
 
 (() => {
   const { el } = gp;
   const LOG_LIMIT = 2000000; // characters kept in the page; the CLI reads everything
+  const TRIMMED = "[earlier output is not shown here: read all of it with 'gpupool logs']";
+  const LATEST = "latest";
 
   function fact(term, value) {
     return el("div", {}, el("dt", {}, term), el("dd", {}, value));
+  }
+
+  // '1.25 GPU-hours'; under 0.01 (36 s on one GPU), 'N GPU-seconds' so a start shows
+  function gpuHours(seconds) {
+    if (seconds > 0 && seconds < 36) return `${Math.round(seconds)} GPU-seconds`;
+    return `${(seconds / 3600).toFixed(2)} GPU-hours`;
   }
 
   function drawStatus(job) {
@@ -40,7 +49,7 @@
       fact("Exit code", job.exit_code === null ? "-" : String(job.exit_code)),
       fact("Attempts", String(job.attempts)),
       fact("Preemptions", String(job.preemptions)),
-      fact("Attained", `${(job.attained_gpu_seconds / 3600).toFixed(2)} GPU-hours`),
+      fact("Attained", gpuHours(job.attained_gpu_seconds)),
       fact("Checkpoint", gp.time(job.checkpoint_at)),
     );
   }
@@ -163,25 +172,29 @@
     node.classList.toggle("idle", state === "idle");
   }
 
+  // the terminal view, kept scrolled to the bottom while the reader is there
   function makeLog(pre) {
-    let kept = 0;
-    let trimmed = false;
-    return (text) => {
+    const view = gpTerminal.create(pre, { limit: LOG_LIMIT, trimmed: TRIMMED });
+    const follow = (draw) => (text) => {
       const atBottom = pre.scrollHeight - pre.scrollTop - pre.clientHeight < 40;
-      pre.append(document.createTextNode(text));
-      kept += text.length;
-      while (kept > LOG_LIMIT && pre.firstChild) {
-        const first = pre.firstChild;
-        kept -= first.textContent.length;
-        first.remove();
-        trimmed = true;
-      }
-      if (trimmed && !(pre.firstChild && pre.firstChild.className === "log-note")) {
-        const note = "[earlier output is not shown here: read all of it with 'gpupool logs']\n";
-        pre.prepend(el("span", { class: "log-note" }, note));
-      }
+      draw(text);
       if (atBottom) pre.scrollTop = pre.scrollHeight;
     };
+    return { write: follow(view.write), note: follow(view.note), clear: view.clear };
+  }
+
+  // the attempt picker: "Latest (live)" then each attempt, newest first
+  function drawAttemptChoice(select, numbers) {
+    const have = new Set([...select.options].map((o) => o.value));
+    const wanted = [LATEST, ...[...numbers].sort((a, b) => b - a).map(String)];
+    if (wanted.length === have.size && wanted.every((v) => have.has(v))) return;
+    const chosen = select.value || LATEST;
+    gp.replaceChildren(
+      select,
+      wanted.map((v) => el("option", { value: v }, v === LATEST ? "Latest (live)" : `Attempt ${v}`)),
+    );
+    select.value = wanted.includes(chosen) ? chosen : LATEST;
+    select.closest(".log-attempt").hidden = numbers.length < 2 && chosen === LATEST;
   }
 
   document.addEventListener("DOMContentLoaded", () => {
@@ -189,7 +202,8 @@
     const id = Number(root.dataset.jobId);
     const cancel = document.getElementById("cancel");
     const actionError = document.getElementById("action-error");
-    const append = makeLog(document.getElementById("log"));
+    const log = makeLog(document.getElementById("log"));
+    const attemptChoice = document.getElementById("log-attempt");
     let ended = root.dataset.final === "true";
 
     function drawJob(job) {
@@ -198,6 +212,7 @@
       drawEvents(job.events);
       drawPlacement(job);
       drawAttempts(job.attempts_detail);
+      drawAttemptChoice(attemptChoice, job.attempts_detail.map((a) => a.number));
       const final = gp.isFinal(job.status);
       if (cancel) {
         cancel.hidden = final;
@@ -223,46 +238,88 @@
       gp.live("Ended", "idle");
     }
 
-    // live output: offset is how far we have read, so a reconnect resumes without repeats
+    // live output: `attempt` and `offset` say how far we have read, so a reconnect resumes
+    // without repeats; following the latest, the stream moves on to each new attempt itself
+    let chosen = LATEST;
+    let attempt = null;
     let offset = 0;
     let finished = false;
     let failures = 0;
+    let source = null;
+
+    function streamUrl() {
+      const query = new URLSearchParams({ offset: String(offset) });
+      const from = attempt !== null ? attempt : chosen !== LATEST ? Number(chosen) : null;
+      if (from !== null) query.set("attempt", String(from));
+      if (chosen !== LATEST) query.set("follow", "false");
+      return `/api/v1/jobs/${id}/logs/stream?${query}`;
+    }
+
+    function onAttempt(event) {
+      const next = JSON.parse(event.data);
+      if (next.attempt === attempt) return; // a reconnect announces the same attempt again
+      attempt = next.attempt;
+      offset = 0;
+      if (next.note) log.note(`--- ${next.note} ---`);
+      const numbers = [...attemptChoice.options].map((o) => Number(o.value)).filter(Boolean);
+      if (!numbers.includes(attempt)) drawAttemptChoice(attemptChoice, [...numbers, attempt]);
+    }
+
+    function onLog(event) {
+      const chunk = JSON.parse(event.data);
+      if (chunk.attempt !== attempt || chunk.offset !== offset) return;
+      log.write(chunk.text);
+      offset = chunk.next_offset;
+    }
+
+    function onEnd() {
+      finished = true;
+      source.close();
+      document.getElementById("log").classList.add("ended");
+      if (chosen === LATEST) logState("End of output: the job has ended.", "idle");
+      else logState(`End of attempt ${chosen}'s output.`, "idle");
+    }
+
     function connect() {
-      const source = new EventSource(`/api/v1/jobs/${id}/logs/stream?offset=${offset}`);
+      source = new EventSource(streamUrl());
+      const mine = source;
       source.addEventListener("open", () => {
         failures = 0;
-        logState(ended ? "Reading the output…" : "Streaming live output");
+        logState(ended || chosen !== LATEST ? "Reading the output…" : "Streaming live output");
       });
-      source.addEventListener("log", (event) => {
-        const chunk = JSON.parse(event.data);
-        if (chunk.offset !== offset) return;
-        append(chunk.text);
-        offset = chunk.next_offset;
-      });
+      source.addEventListener("attempt", onAttempt);
+      source.addEventListener("log", onLog);
       source.addEventListener("status", (event) => {
         const status = JSON.parse(event.data);
         if (!ended) {
           if (gp.isFinal(status.status)) ended = true;
           poll.now();
         }
+        if (chosen !== LATEST) return;
         if (status.status === "pending") logState("Waiting for the job to start…", "idle");
         else if (!gp.isFinal(status.status)) logState("Streaming live output");
       });
-      source.addEventListener("end", () => {
-        finished = true;
-        source.close();
-        document.getElementById("log").classList.add("ended");
-        logState("End of output: the job has ended.", "idle");
-      });
+      source.addEventListener("end", onEnd);
       source.addEventListener("error", () => {
-        source.close();
-        if (finished) return;
+        mine.close();
+        if (finished || mine !== source) return;
         failures += 1;
         logState("The output stream was interrupted: reconnecting…", "error");
         if (!ended) poll.now(); // also sends a signed-out user to the sign-in page
-        setTimeout(connect, Math.min(10000, 500 * 2 ** Math.min(failures, 5)));
+        setTimeout(() => mine === source && connect(), Math.min(10000, 500 * 2 ** Math.min(failures, 5)));
       });
     }
+
+    attemptChoice.addEventListener("change", () => {
+      source.close();
+      chosen = attemptChoice.value;
+      attempt = null; // the stream says which attempt's log it sends
+      offset = 0;
+      finished = false;
+      log.clear();
+      document.getElementById("log").classList.remove("ended");
+      connect();
+    });
     connect();
 
     if (cancel) {

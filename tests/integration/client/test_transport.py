@@ -1,0 +1,100 @@
+"""The client's HTTP transport against a real HTTP server on 127.0.0.1: one kept-alive
+connection, replaced when the server has closed it; a server that does not answer is named."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from gpupool.client.transport import Transport, TransportError
+from tests.support.server import free_port
+
+
+class Echo(BaseHTTPRequestHandler):
+    """Answers what it was sent, and from which client port; /bye then closes silently."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+        self.answer(b"")
+
+    def do_POST(self) -> None:  # noqa: N802
+        self.answer(self.rfile.read(int(self.headers["Content-Length"])))
+
+    def answer(self, body: bytes) -> None:
+        sent = {
+            "path": self.path,
+            "port": self.client_address[1],
+            "authorization": self.headers.get("Authorization"),
+            "content_type": self.headers.get("Content-Type"),
+            "body": body.decode(),
+        }
+        data = json.dumps(sent).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+        self.close_connection = self.path.endswith("/bye")  # without saying so
+
+    def log_message(self, *_args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def url() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Echo)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_requests_share_one_connection(url: str) -> None:
+    transport = Transport(url, "/api/v1", {"Authorization": "Bearer t"}, timeout=10)
+    params = {"status": ["pending", "running"], "all": True, "team": None}
+    first = transport.request("GET", "/jobs", params=params).json()
+    assert first["path"] == "/api/v1/jobs?status=pending&status=running&all=true"
+    assert first["authorization"] == "Bearer t"
+    second = transport.request("POST", "/jobs", json={"command": ["true"]})
+    assert second.status == 200
+    assert second.json()["port"] == first["port"]
+    assert json.loads(second.json()["body"]) == {"command": ["true"]}
+    assert second.json()["content_type"] == "application/json"
+    transport.close()
+
+
+def test_a_connection_the_server_closed_is_replaced(url: str) -> None:
+    transport = Transport(url, "", {}, timeout=10)
+    before = transport.request("GET", "/bye").json()["port"]
+    after = transport.request("GET", "/again").json()["port"]
+    assert after != before
+    transport.close()
+
+
+def test_a_server_that_does_not_listen_is_unreachable() -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(TransportError) as raised:
+        Transport(url, "/api/v1", {}, timeout=10).request("GET", "/jobs")
+    assert raised.value.code == "server_unreachable"
+    assert f"no gpupool server answers at {url} (connection refused)" in raised.value.message
+
+
+def test_a_server_that_does_not_answer_times_out() -> None:
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        with pytest.raises(TransportError) as raised:
+            Transport(url, "", {}, timeout=0.2).request("GET", "/")
+    assert raised.value.code == "server_timeout"
+
+
+def test_only_http_urls_are_taken() -> None:
+    with pytest.raises(ValueError, match="not an http:// or https:// URL"):
+        Transport("ftp://host", "", {}, timeout=1)

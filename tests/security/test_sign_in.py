@@ -1,0 +1,234 @@
+"""Sign-in hardening, through the in-process app on a real SQLite file: failed sign-ins and
+unknown tokens are throttled per user name and per client address; a web session ends with
+the token that opened it, a new password and a disabled user; an unknown user's sign-in
+costs what a known user's does; the session cookie is Secure when users come by https."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.support.platform import create_user, make_settings, refused, running_app
+
+PASSWORD = "correct horse battery"
+SIGN_IN = "/api/v1/session"
+
+
+@pytest.fixture
+def app_with(tmp_path: Path) -> Iterator[Callable[..., TestClient]]:
+    """Starts the app with the settings given, and gives the admin's client."""
+    with ExitStack() as stack:
+
+        def start(**overrides: Any) -> TestClient:
+            settings = make_settings(tmp_path / "data", **overrides)
+            return stack.enter_context(running_app(settings))[0]
+
+        yield start
+
+
+def browser(admin: TestClient, address: str = "10.0.0.1") -> TestClient:
+    """A client of the same app with no token, connecting from ``address``."""
+    return TestClient(admin.app, client=(address, 40000))
+
+
+def sign_in(client: TestClient, user: str, password: str = PASSWORD) -> Any:
+    return client.post(SIGN_IN, json={"user": user, "password": password})
+
+
+def too_many(response: Any) -> int:
+    """The seconds a 429 says to wait, after checking that it says so in words too."""
+    error = refused(response, 429, "too_many_attempts")
+    seconds = int(response.headers["Retry-After"])
+    assert seconds >= 1 and f"try again in {seconds} seconds" in error["message"]
+    return seconds
+
+
+# -- throttling --------------------------------------------------------------------------------
+
+
+def test_a_user_name_is_throttled_whatever_address_the_guesses_come_from(app_with) -> None:  # noqa: ANN001
+    admin = app_with(signin_max_per_user=3, signin_max_per_address=100)
+    create_user(admin, "ann", password=PASSWORD)
+    create_user(admin, "bob", password=PASSWORD)
+    for address in ("10.0.0.1", "10.0.0.2", "10.0.0.3"):
+        refused(sign_in(browser(admin, address), "ann", "wrong password"), 401, "unauthenticated")
+    fresh = browser(admin, "10.0.0.4")
+    too_many(sign_in(fresh, "ann"))  # the right password too: else the throttle would tell
+    assert sign_in(fresh, "bob").status_code == 200  # the address itself is not throttled
+
+
+def test_an_address_is_throttled_whatever_names_it_tries(app_with) -> None:  # noqa: ANN001
+    admin = app_with(signin_max_per_user=100, signin_max_per_address=3)
+    create_user(admin, "ann", password=PASSWORD)
+    guesser = browser(admin, "10.0.0.9")
+    for name in ("root", "alice", "ann"):
+        refused(sign_in(guesser, name, "wrong password"), 401, "unauthenticated")
+    too_many(sign_in(guesser, "ann"))
+    assert sign_in(browser(admin, "10.0.0.10"), "ann").status_code == 200
+
+
+def test_the_address_is_the_connections_not_what_x_forwarded_for_says(app_with) -> None:  # noqa: ANN001
+    admin = app_with(signin_max_per_address=2)
+    guesser = browser(admin, "10.0.0.9")
+    for forged in ("1.1.1.1", "2.2.2.2"):
+        answer = guesser.post(
+            SIGN_IN,
+            json={"user": "root", "password": "guess"},
+            headers={"X-Forwarded-For": forged},
+        )
+        refused(answer, 401, "unauthenticated")
+    too_many(sign_in(guesser, "root"))
+
+
+def test_unknown_bearer_tokens_throttle_the_address(app_with) -> None:  # noqa: ANN001
+    admin = app_with(signin_max_per_address=3)
+    token = admin.headers["Authorization"]
+    guesser = browser(admin, "10.0.0.9")
+    for guess in ("gpt_a", "gpt_b", "gpt_c"):
+        answer = guesser.get("/api/v1/whoami", headers={"Authorization": f"Bearer {guess}"})
+        refused(answer, 401, "unauthenticated")
+    too_many(guesser.get("/api/v1/whoami", headers={"Authorization": token}))
+    too_many(sign_in(guesser, "admin"))  # one count per address, whatever was guessed
+    other = browser(admin, "10.0.0.10")
+    assert other.get("/api/v1/whoami", headers={"Authorization": token}).status_code == 200
+
+
+def test_a_successful_sign_in_is_not_counted(app_with) -> None:  # noqa: ANN001
+    admin = app_with(signin_max_per_user=2)
+    create_user(admin, "ann", password=PASSWORD)
+    client = browser(admin)
+    for _ in range(5):
+        assert sign_in(client, "ann").status_code == 200
+
+
+def test_sign_in_works_again_once_the_window_has_passed(app_with) -> None:  # noqa: ANN001
+    admin = app_with(signin_window_seconds=1, signin_max_per_user=2)
+    create_user(admin, "ann", password=PASSWORD)
+    client = browser(admin)
+    for _ in range(2):
+        refused(sign_in(client, "ann", "wrong password"), 401, "unauthenticated")
+    wait = too_many(sign_in(client, "ann"))
+    time.sleep(wait)  # the 429's own Retry-After (1 s here): waiting that long is enough
+    assert sign_in(client, "ann").status_code == 200
+
+
+# -- web sessions end with what opened them ----------------------------------------------------
+
+
+def whoami(client: TestClient) -> int:
+    return client.get("/api/v1/whoami").status_code
+
+
+def test_a_session_opened_with_a_token_ends_when_the_token_is_revoked(app_with) -> None:  # noqa: ANN001
+    admin = app_with()
+    create_user(admin, "ann", password=PASSWORD)
+    made = admin.post("/api/v1/tokens", json={"user": "ann", "name": "laptop"}).json()
+    by_token, by_password = browser(admin), browser(admin, "10.0.0.2")
+    assert sign_in(by_token, "ann", made["token"]).status_code == 200
+    assert sign_in(by_password, "ann").status_code == 200
+    assert whoami(by_token) == 200
+    assert admin.delete(f"/api/v1/tokens/{made['id']}").status_code == 200
+    assert whoami(by_token) == 401
+    assert whoami(by_password) == 200  # a session opened with the password is not the token's
+
+
+def test_a_session_opened_with_a_token_ends_when_the_token_expires(app_with) -> None:  # noqa: ANN001
+    admin = app_with(session_hours=12.0)
+    create_user(admin, "ann")
+    body = {"user": "ann", "name": "short", "expires_in_days": 0.01}  # 864 s
+    made = admin.post("/api/v1/tokens", json=body).json()
+    answer = sign_in(browser(admin), "ann", made["token"])
+    assert answer.status_code == 200
+    max_age = int(answer.headers["set-cookie"].split("Max-Age=")[1].split(";")[0])
+    assert max_age <= 864
+
+
+def test_a_new_password_ends_the_users_sessions(app_with) -> None:  # noqa: ANN001
+    admin = app_with()
+    create_user(admin, "ann", password=PASSWORD)
+    create_user(admin, "bob", password=PASSWORD)
+    ann, bob = browser(admin), browser(admin, "10.0.0.2")
+    assert sign_in(ann, "ann").status_code == 200
+    assert sign_in(bob, "bob").status_code == 200
+    changed = admin.patch("/api/v1/users/ann", json={"password": "another password"})
+    assert changed.status_code == 200
+    assert whoami(ann) == 401
+    assert whoami(bob) == 200
+    assert sign_in(ann, "ann", "another password").status_code == 200
+
+
+def test_disabling_a_user_ends_their_sessions_for_good(app_with) -> None:  # noqa: ANN001
+    admin = app_with()
+    create_user(admin, "ann", password=PASSWORD)
+    ann = browser(admin)
+    assert sign_in(ann, "ann").status_code == 200
+    assert admin.patch("/api/v1/users/ann", json={"disabled": True}).status_code == 200
+    assert whoami(ann) == 401
+    assert admin.patch("/api/v1/users/ann", json={"disabled": False}).status_code == 200
+    assert whoami(ann) == 401  # the session is gone, not hidden while disabled
+
+
+def test_a_revoked_token_and_a_disabled_users_token_fail_at_once(app_with) -> None:  # noqa: ANN001
+    admin = app_with()
+    create_user(admin, "ann")
+    create_user(admin, "bob")
+    tokens = {
+        name: admin.post("/api/v1/tokens", json={"user": name, "name": "t"}).json()
+        for name in ("ann", "bob")
+    }
+    clients = {name: browser(admin) for name in tokens}
+    for name, client in clients.items():
+        client.headers["Authorization"] = f"Bearer {tokens[name]['token']}"
+        assert whoami(client) == 200  # now in the server's token cache
+    assert admin.delete(f"/api/v1/tokens/{tokens['ann']['id']}").status_code == 200
+    assert admin.patch("/api/v1/users/bob", json={"disabled": True}).status_code == 200
+    assert whoami(clients["ann"]) == 401
+    assert whoami(clients["bob"]) == 401
+
+
+# -- timing and cookies ------------------------------------------------------------------------
+
+
+def test_an_unknown_user_takes_as_long_to_refuse_as_a_wrong_password(app_with) -> None:  # noqa: ANN001
+    """A security property: were unknown names refused faster, timing would list the users.
+    The bound is loose (a ratio of medians), so that a loaded machine does not fail it; an
+    unknown name refused without hashing is ~50x faster and fails it."""
+    admin = app_with(signin_max_per_user=1000, signin_max_per_address=1000)
+    create_user(admin, "ann", password=PASSWORD)
+    create_user(admin, "gone", password=PASSWORD)
+    admin.patch("/api/v1/users/gone", json={"disabled": True})
+    client = browser(admin)
+    users = ("ann", "nobody", "gone", "admin")  # admin: a user with no password
+    took: dict[str, list[float]] = {user: [] for user in users}
+    for _ in range(15):  # interleaved, so that a change of load weighs on each alike
+        for user in users:
+            start = time.perf_counter()
+            refused(sign_in(client, user, "wrong password"), 401, "unauthenticated")
+            took[user].append(time.perf_counter() - start)
+    known = statistics.median(took["ann"])
+    for user in users[1:]:
+        assert 0.5 <= statistics.median(took[user]) / known <= 2.0, (user, took)
+
+
+@pytest.mark.parametrize(
+    ("public_url", "secure"), [("https://gpu.example.com", True), (None, False)]
+)
+def test_the_session_cookie_is_secure_when_users_come_by_https(
+    app_with,  # noqa: ANN001
+    public_url: str | None,
+    secure: bool,
+) -> None:
+    admin = app_with(public_url=public_url)
+    create_user(admin, "ann", password=PASSWORD)
+    cookie = sign_in(browser(admin), "ann").headers["set-cookie"]
+    attributes = {part.strip().split("=")[0].lower() for part in cookie.split(";")}
+    assert {"httponly", "samesite"} <= attributes
+    assert "samesite=strict" in cookie.lower()
+    assert ("secure" in attributes) is secure

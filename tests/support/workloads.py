@@ -1,0 +1,24 @@
+"""Workloads that tests of several tiers run: their programs and what they print."""
+
+from __future__ import annotations
+
+# Attempt 1 prints five lines, then runs until SIGTERM, which it answers with a last line;
+# attempt 2 prints twelve lines (more bytes than attempt 1: an offset carried over from
+# attempt 1 would skip the start of attempt 2's log) and ends.
+TWO_ATTEMPTS = """
+import os, signal, sys, time
+if os.environ["GPUPOOL_ATTEMPT"] == "1":
+    def stop(signum, frame):
+        print("attempt 1 got SIGTERM", flush=True)
+        sys.exit(143)
+    signal.signal(signal.SIGTERM, stop)
+    for i in range(1, 6):
+        print(f"attempt 1 says line {i}", flush=True)
+    while True:
+        time.sleep(0.1)
+for i in range(1, 13):
+    print(f"attempt 2 says line {i}", flush=True)
+"""
+FIRST = "".join(f"attempt 1 says line {i}\n" for i in range(1, 6))
+SECOND = "".join(f"attempt 2 says line {i}\n" for i in range(1, 13))
+ANNOUNCEMENT = "--- attempt 2 started (requeued after preemption) ---"
