@@ -7,8 +7,7 @@ from typing import Annotated
 from fastapi import Depends, Path, Query, Request
 from starlette.concurrency import run_in_threadpool
 
-from gpupool.errors import CsrfFailed, Unauthenticated
-from gpupool.services import auth
+from gpupool.services import identity
 from gpupool.services.access import Principal
 from gpupool.services.platform import Platform
 
@@ -31,13 +30,14 @@ async def principal(request: Request, ctx: PlatformDep) -> Principal:
     While the client's address is throttled (too many unknown tokens or failed sign-ins), every
     token is refused with a 429.
     """
-    header = request.headers.get("authorization", "")
+    header, address = request.headers.get("authorization", ""), client_address(request)
     if header.lower().startswith("bearer "):
-        secret, now = header[7:].strip(), ctx.clock.now()
-        with ctx.throttle.guard(client_address(request)):  # unknown tokens count as failures
-            known = ctx.tokens.known(secret, now)
-            return known or await run_in_threadpool(ctx.tokens.principal, ctx.db, secret, now)
-    return await run_in_threadpool(_from_cookie, request, ctx)
+        secret = header[7:].strip()
+        known = identity.recent_token(ctx, secret, address)
+        return known or await run_in_threadpool(identity.by_token, ctx, secret, address)
+    cookie, csrf = request.cookies.get(SESSION_COOKIE), request.headers.get(CSRF_HEADER)
+    changes = request.method not in SAFE_METHODS
+    return await run_in_threadpool(identity.by_session, ctx, cookie, csrf, changes)
 
 
 def client_address(request: Request) -> str:
@@ -45,31 +45,10 @@ def client_address(request: Request) -> str:
     return request.client.host if request.client else "unknown"
 
 
-def _from_cookie(request: Request, ctx: Platform) -> Principal:
-    cookie = request.cookies.get(SESSION_COOKIE)
-    if not cookie:
-        raise Unauthenticated()
-    with ctx.db.reader() as session:
-        who, web = auth.principal_from_session(session, cookie, ctx.clock.now())
-    if request.method not in SAFE_METHODS and request.headers.get(CSRF_HEADER) != web.csrf_token:
-        raise CsrfFailed()
-    return who
-
-
 def optional_session(request: Request, ctx: PlatformDep) -> tuple[Principal, str] | None:
     """For web pages: the signed-in user and the page's CSRF token, or None."""
-    cookie = request.cookies.get(SESSION_COOKIE)
-    if not cookie:
-        return None
-    try:
-        with ctx.db.reader() as session:
-            who, web = auth.principal_from_session(session, cookie, ctx.clock.now())
-    except Unauthenticated:
-        return None
-    return who, web.csrf_token
+    return identity.page_session(ctx, request.cookies.get(SESSION_COOKIE))
 
-
-PrincipalDep = Annotated[Principal, Depends(principal)]
 
 MAX_ID = 2**31 - 1
 MAX_OFFSET = 2**53

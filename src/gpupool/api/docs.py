@@ -14,6 +14,7 @@ from fastapi import APIRouter, FastAPI
 from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 
+from gpupool.api.access import Rule, declare
 from gpupool.api.ui import PAGE_HEADERS
 
 SWAGGER_UI = Path(str(files("fastapi_offline") / "static"))
@@ -35,12 +36,15 @@ PAGE = """<!doctype html>
 
 
 def mount(app: FastAPI, docs_url: str, openapi_url: str) -> None:
-    """Serve the docs page at ``docs_url`` and Swagger UI's files below it."""
+    """Serve the docs page at ``docs_url`` and Swagger UI's files below it; both are public,
+    as is the OpenAPI schema FastAPI serves at ``openapi_url`` (a route of the framework,
+    which no rule can be declared on: tests/security/test_access_matrix.py lists it)."""
     assets = f"{docs_url}/assets"
     page = PAGE.format(assets=assets, openapi=openapi_url)
     router = APIRouter(include_in_schema=False)
 
     @router.get(docs_url, response_class=HTMLResponse)
+    @declare(Rule.PUBLIC)
     def docs() -> HTMLResponse:
         return HTMLResponse(page, headers=PAGE_HEADERS)
 

@@ -22,16 +22,15 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 import gpupool
 from gpupool.api import charts
+from gpupool.api.access import Rule, declare
 from gpupool.api.deps import PlatformDep, optional_session
-from gpupool.api.routers import admin as admin_api
-from gpupool.api.routers import jobs as jobs_api
-from gpupool.api.routers import nodes as nodes_api
-from gpupool.domain.jobs import FINAL_STATUSES, MAX_PRIORITY, JobStatus, Role
+from gpupool.domain.jobs import FINAL_STATUSES, JobStatus, Role
 from gpupool.domain.units import format_bytes, format_duration
+from gpupool.domain.views import SubmitOptionsView
 from gpupool.errors import NotFound
-from gpupool.services import users
+from gpupool.services import jobs, nodes, teams, why
 from gpupool.services.access import Principal
-from gpupool.services.platform import Platform
+from gpupool.services.context import Context
 
 HERE = Path(__file__).resolve().parent
 TEMPLATES = HERE / "templates"
@@ -222,6 +221,7 @@ def _safe_next(target: str | None) -> str:
 
 
 @router.get("/login", response_class=HTMLResponse)
+@declare(Rule.PUBLIC)
 def login_page(request: Request, signed_in: SignedIn, next: str | None = None) -> Response:
     target = _safe_next(next)
     if signed_in:
@@ -230,11 +230,12 @@ def login_page(request: Request, signed_in: SignedIn, next: str | None = None) -
 
 
 @router.get("/", response_class=HTMLResponse)
+@declare(Rule.PAGE)
 def cluster_page(request: Request, ctx: PlatformDep, signed_in: SignedIn) -> Response:
     if not signed_in:
         return _to_login(request)
     who, csrf = signed_in
-    found = [n.model_dump(mode="json") for n in nodes_api.list_nodes(ctx, who)]
+    found = [n.model_dump(mode="json") for n in nodes.list_nodes(ctx, who)]
     gpus = [g for n in found for g in n["gpus"]]
     used = sum(g["used_share"] for g in gpus)
     return _render(
@@ -250,6 +251,7 @@ def cluster_page(request: Request, ctx: PlatformDep, signed_in: SignedIn) -> Res
 
 
 @router.get("/jobs", response_class=HTMLResponse)
+@declare(Rule.PAGE)
 def jobs_page(
     request: Request,
     ctx: PlatformDep,
@@ -262,38 +264,38 @@ def jobs_page(
     who, csrf = signed_in
     show = show if show in SHOW else "all"
     mine = mine.lower() in ("1", "true", "on", "yes")
-    found = jobs_api.list_jobs(ctx, who, status=SHOW[show], user=who.name if mine else None)
+    where = jobs.JobFilter(status=SHOW[show] or (), user=who.name if mine else None)
+    found = jobs.list_jobs(ctx, who, where)
     rows = [j.model_dump(mode="json") for j in found]
     return _render("jobs.html", who, csrf, page="jobs", jobs=rows, show=show, mine=mine)
 
 
 @router.get("/jobs/new", response_class=HTMLResponse)
+@declare(Rule.PAGE)
 def submit_page(
     request: Request, ctx: PlatformDep, signed_in: SignedIn, again: str = ""
 ) -> Response:
     if not signed_in:
         return _to_login(request)
     who, csrf = signed_in
-    with ctx.db.reader() as session:
-        teams = [t.name for t in users.list_teams(session) if who.can_act_on_team(t.id)]
-        mine = [t.name for t in users.list_teams(session) if t.id in who.team_ids]
+    options = jobs.submit_options(ctx, who)
     earlier = _job_number(again)
     form = BLANK_FORM | (_form_from(ctx, who, earlier) if earlier else {})
-    chosen = form.get("team") or (mine[0] if mine else teams[0] if len(teams) == 1 else "")
     return _render(
         "submit.html",
         who,
         csrf,
         page="submit",
-        teams=teams,
-        chosen_team=chosen,
+        teams=options.teams,
+        chosen_team=form.get("team") or _default_team(options),
         form=form,
-        viewer=who.role == Role.VIEWER,
-        **_submit_choices(ctx, who),
+        viewer=options.viewer,
+        **_submit_choices(options),
     )
 
 
 @router.get("/jobs/{job_id}", response_class=HTMLResponse)
+@declare(Rule.PAGE)
 def job_page(request: Request, job_id: str, ctx: PlatformDep, signed_in: SignedIn) -> Response:
     if not signed_in:
         return _to_login(request)
@@ -302,18 +304,18 @@ def job_page(request: Request, job_id: str, ctx: PlatformDep, signed_in: SignedI
         number = _job_number(job_id)
         if number is None:
             raise NotFound()
-        job = jobs_api.show(number, ctx, who).model_dump(mode="json")
+        job = jobs.show_job(ctx, who, number).model_dump(mode="json")
     except NotFound:
         return _render("not_found.html", who, csrf, status=404, page="job", job_id=job_id)
     spec = job["spec"]
-    why = _why(ctx, who, number) if job["status"] == JobStatus.PENDING.value else None
+    waiting = _why(ctx, who, number) if job["status"] == JobStatus.PENDING.value else None
     return _render(
         "job.html",
         who,
         csrf,
         page="job",
         job=job,
-        why=why,
+        why=waiting,
         now=ctx.clock.now(),
         command=shlex.join(spec["command"]),
         final=job["status"] in {s.value for s in FINAL_STATUSES},
@@ -323,11 +325,12 @@ def job_page(request: Request, job_id: str, ctx: PlatformDep, signed_in: SignedI
 
 
 @router.get("/queue", response_class=HTMLResponse)
+@declare(Rule.PAGE)
 def queue_page(request: Request, ctx: PlatformDep, signed_in: SignedIn) -> Response:
     if not signed_in:
         return _to_login(request)
     who, csrf = signed_in
-    queue = jobs_api.show_queue(ctx, who).model_dump(mode="json")
+    queue = why.show_queue(ctx, who).model_dump(mode="json")
     shown = sum(len(team["jobs"]) for team in queue["teams"])
     return _render(
         "queue.html", who, csrf, page="queue", queue=queue, shown=shown, now=ctx.clock.now()
@@ -335,6 +338,7 @@ def queue_page(request: Request, ctx: PlatformDep, signed_in: SignedIn) -> Respo
 
 
 @router.get("/teams", response_class=HTMLResponse)
+@declare(Rule.PAGE)
 def teams_page(
     request: Request, ctx: PlatformDep, signed_in: SignedIn, hours: str = "24"
 ) -> Response:
@@ -342,8 +346,8 @@ def teams_page(
         return _to_login(request)
     who, csrf = signed_in
     hours = hours if hours in PERIODS else "24"
-    teams = [t.model_dump(mode="json") for t in admin_api.list_teams(ctx, who)]
-    found = admin_api.team_history(ctx, who, hours=float(hours), buckets=BUCKETS)
+    shown = [t.model_dump(mode="json") for t in teams.list_teams(ctx, who)]
+    found = teams.team_history(ctx, who, float(hours), BUCKETS)
     series = {s.team: s for s in found.teams}
     drawn = {
         name: charts.team_chart(
@@ -365,7 +369,7 @@ def teams_page(
         who,
         csrf,
         page="teams",
-        teams=teams,
+        teams=shown,
         history=found.model_dump(mode="json"),
         series={name: s.model_dump(mode="json") for name, s in series.items()},
         charts=drawn,
@@ -374,9 +378,9 @@ def teams_page(
     )
 
 
-def _why(ctx: Platform, who: Principal, job_id: int) -> dict[str, Any] | None:
+def _why(ctx: Context, who: Principal, job_id: int) -> dict[str, Any] | None:
     try:
-        return jobs_api.show_why(job_id, ctx, who).model_dump(mode="json")
+        return why.why_waits(ctx, who, job_id).model_dump(mode="json")
     except NotFound:
         return None
 
@@ -386,10 +390,10 @@ def _job_number(text: str) -> int | None:
     return int(text) if JOB_ID.fullmatch(text) else None
 
 
-def _form_from(ctx: Platform, who: Principal, job_id: int) -> dict[str, Any]:
+def _form_from(ctx: Context, who: Principal, job_id: int) -> dict[str, Any]:
     """The fields of an earlier job, to submit it again (only a job the user can see)."""
     try:
-        job = jobs_api.show(job_id, ctx, who)
+        job = jobs.show_job(ctx, who, job_id)
     except NotFound:
         return {}
     spec, resources = job.spec, job.spec.resources
@@ -411,17 +415,22 @@ def _form_from(ctx: Platform, who: Principal, job_id: int) -> dict[str, Any]:
     }
 
 
-def _submit_choices(ctx: Platform, who: Principal) -> dict[str, Any]:
+def _default_team(options: SubmitOptionsView) -> str:
+    """The team the form starts with: the user's first own team, else its only choice."""
+    if options.own_teams:
+        return options.own_teams[0]
+    return options.teams[0] if len(options.teams) == 1 else ""
+
+
+def _submit_choices(options: SubmitOptionsView) -> dict[str, Any]:
     """What the submit form offers: the pool's GPU models, the priorities the user's role
     may use (the API answers priority_not_allowed beyond them) and the grace periods."""
-    nodes = ctx.loop.snapshots.nodes.recent(ctx.db)
-    highest = MAX_PRIORITY if who.is_admin else ctx.settings.member_max_priority
     return {
-        "gpu_models": sorted({g.model for n in nodes if n.schedulable for g in n.gpus}),
-        "priority_range": (-MAX_PRIORITY, highest),
-        "admin_max_priority": MAX_PRIORITY,
-        "default_grace": format_duration(ctx.settings.stop_grace_seconds),
-        "max_grace": format_duration(ctx.settings.max_grace_seconds),
+        "gpu_models": options.gpu_models,
+        "priority_range": (options.min_priority, options.max_priority),
+        "admin_max_priority": options.admin_max_priority,
+        "default_grace": format_duration(options.default_grace_seconds),
+        "max_grace": format_duration(options.max_grace_seconds),
     }
 
 

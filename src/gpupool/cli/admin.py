@@ -141,7 +141,7 @@ def users_set_password(
             if error.code != "forbidden":
                 raise
             raise CliError(
-                "forbidden", "only admins set others' passwords: change yours with 'gpupool passwd'"
+                "forbidden", "only admins set passwords here: change your own with 'gpupool passwd'"
             ) from None
     out.print(f"password of {escape(name)} set")
 

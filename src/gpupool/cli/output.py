@@ -40,10 +40,10 @@ PIPED_WIDTH = 200  # tables written to a pipe or file are not folded at 80 colum
 CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 NAMED_CONTROLS = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
-out = Console(highlight=False, soft_wrap=True)
+out = Console(highlight=False, soft_wrap=True, emoji=False)
 if not out.is_terminal:
-    out = Console(highlight=False, soft_wrap=True, width=PIPED_WIDTH)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+    out = Console(highlight=False, soft_wrap=True, emoji=False, width=PIPED_WIDTH)
+err = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
 
 
 class Output(StrEnum):

@@ -18,6 +18,8 @@ from urllib.parse import urlencode, urlsplit
 
 import gpupool
 
+IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})  # safe to send again
+
 
 class TransportError(Exception):
     """No answer from the server: ``code`` says why (server_unreachable, server_timeout)."""
@@ -65,7 +67,10 @@ class Transport:
         params: dict[str, Any] | None = None,
         json: Any = None,
     ) -> Response:
-        """Send one request and read the whole answer; TransportError when none comes."""
+        """Send one request and read the whole answer; TransportError when none comes.
+
+        An idempotent request that finds its kept-alive connection closed by the server at
+        that moment (its idle timeout) is sent once more, on a new connection."""
         query = urlencode(_query(params or {}), doseq=True)
         target = self.prefix + path + (f"?{query}" if query else "")
         body, headers = None, self.headers
@@ -73,7 +78,7 @@ class Transport:
             body = _dumps(json)
             headers = headers | {"Content-Type": "application/json"}
         try:
-            return self._exchange(method, target, body, headers)
+            return self._send(method, target, body, headers)
         except (OSError, http.client.HTTPException) as error:
             self.close()
             raise self._problem(error) from error
@@ -82,6 +87,18 @@ class Transport:
         if self._connection is not None:
             self._connection.close()
             self._connection = None
+
+    def _send(
+        self, method: str, target: str, body: bytes | None, headers: dict[str, str]
+    ) -> Response:
+        reused = self._connection is not None and not _hung_up(self._connection)
+        try:
+            return self._exchange(method, target, body, headers)
+        except ConnectionError:  # reset, or closed before any answer
+            if not reused or method not in IDEMPOTENT:
+                raise
+        self.close()
+        return self._exchange(method, target, body, headers)
 
     def _exchange(
         self, method: str, target: str, body: bytes | None, headers: dict[str, str]

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from gpupool.domain.jobs import Reason, ResourceRequest
+from gpupool.domain.waiting import PendingReason
 
 SHARE_EPSILON = 1e-9
 
@@ -264,18 +265,6 @@ class Preemption:
     for_job: int
     code: Reason
     message: str
-
-
-@dataclass(frozen=True, slots=True)
-class PendingReason:
-    """Why a job still waits: a PascalCase code, a message for people, its queue position."""
-
-    job_id: int
-    code: Reason
-    message: str
-    position: int
-    blockers: tuple[str, ...] = ()
-    eta: float | None = None  # when its reserved spot is expected to be free
 
 
 @dataclass(slots=True)

@@ -18,10 +18,13 @@ from sqlalchemy.orm import Session
 
 from gpupool.domain.arrays import ArraySpec, format_indexes
 from gpupool.domain.jobs import FINAL_STATUSES, JobSpec, JobStatus, Reason
+from gpupool.domain.views import ArrayView, JobView, SubmittedArrayView
 from gpupool.errors import Conflict, InvalidArray, NotFound
 from gpupool.scheduler.types import NodeCapacity
 from gpupool.services import jobs
 from gpupool.services.access import Principal
+from gpupool.services.context import Context
+from gpupool.services.views import array_view, job_view
 from gpupool.store.models import EventModel, JobArrayModel, JobModel, TeamModel
 
 LIVE = tuple(status.value for status in JobStatus if status not in FINAL_STATUSES)
@@ -41,6 +44,55 @@ class ArraySummary:
 class SubmittedArray:
     summary: ArraySummary
     job_ids: list[int]  # in index order
+
+
+# -- what the API calls (each in its own transaction; see services.jobs) ----------------------
+
+
+def submit_array(
+    ctx: Context, who: Principal, spec: JobSpec, array: ArraySpec
+) -> SubmittedArrayView:
+    """Queue every task of ``array`` (see ``submit``) and wake the control loop."""
+    capacities, now = ctx.loop.recent_nodes(), ctx.clock.now()
+    limits, most = jobs.JobLimits.of(ctx.settings), ctx.settings.max_array_tasks
+    with ctx.db.session() as session:
+        made = submit(session, who, spec, array, capacities, now, limits, most)
+        shown = SubmittedArrayView(**dict(summary_view(made.summary)), job_ids=made.job_ids)
+    ctx.loop.wake()
+    return shown
+
+
+def list_arrays(ctx: Context, who: Principal, where: jobs.JobFilter) -> list[ArrayView]:
+    """The arrays ``who`` can see with a task matching ``where``, newest first."""
+    with ctx.db.reader() as session:
+        return [summary_view(found) for found in select_arrays(session, who, where)]
+
+
+def show_array(ctx: Context, who: Principal, array_id: int) -> ArrayView:
+    with ctx.db.reader() as session:
+        return summary_view(get(session, who, array_id))
+
+
+def show_task(ctx: Context, who: Principal, array_id: int, index: int) -> JobView:
+    """The task of ``index`` of the array, as ``services.jobs`` shows a job."""
+    with ctx.db.reader() as session:
+        found = task(session, who, array_id, index)
+        return job_view(found, ctx.clock.now(), ctx.loop.pending_reasons.get(found.id))
+
+
+def cancel_array(ctx: Context, who: Principal, array_id: int) -> ArrayView:
+    """Cancel every task not ended (see ``cancel``) and wake the control loop."""
+    with ctx.db.session() as session:
+        shown = summary_view(cancel(session, who, array_id, ctx.clock.now()))
+    ctx.loop.wake()
+    return shown
+
+
+def summary_view(summary: ArraySummary) -> ArrayView:
+    return array_view(summary.array, summary.first, summary.counts)
+
+
+# -- the steps, in a caller's transaction ------------------------------------------------------
 
 
 def submit(
@@ -122,7 +174,7 @@ def task(session: Session, principal: Principal, array_id: int, index: int) -> J
     return found
 
 
-def list_arrays(
+def select_arrays(
     session: Session, principal: Principal, where: jobs.JobFilter
 ) -> list[ArraySummary]:
     """The arrays with a task matching ``where`` (status, team, user), newest first."""
@@ -169,9 +221,8 @@ def summaries(session: Session, array_ids: Sequence[int]) -> list[ArraySummary]:
 def cancel(session: Session, principal: Principal, array_id: int, now: float) -> ArraySummary:
     """Cancel every task not ended: pending ones at once, running ones are stopped by the
     control loop (as ``jobs.cancel`` does for one job, with two bulk updates)."""
-    array = get(session, principal, array_id)
-    if not principal.can_act_on_team(array.first.team_id):
-        raise NotFound(f"no job array {array_id} that you can cancel")
+    get(session, principal, array_id)
+    principal.require_member()  # a viewer sees the array (else NotFound above) but may not act
     flagged = _update_tasks(
         session,
         array_id,

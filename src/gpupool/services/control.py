@@ -23,14 +23,15 @@ from sqlalchemy import bindparam, insert, select, update
 
 from gpupool.domain.isolation import IsolationStatus
 from gpupool.domain.jobs import JobSpec, JobStatus, Reason, StopReason
+from gpupool.domain.waiting import PendingReason
 from gpupool.errors import StorageFull
 from gpupool.executors.base import Executor, GpuGrant, Handle, LaunchError, Observed, TaskSpec
 from gpupool.scheduler import schedule
 from gpupool.scheduler.types import (
     Clock,
     Decisions,
+    NodeCapacity,
     Nomination,
-    PendingReason,
     Placement,
     Preemption,
     Schedule,
@@ -39,6 +40,7 @@ from gpupool.services import arrays, stops, transitions
 from gpupool.services import jobs as job_service
 from gpupool.services import nodes as node_service
 from gpupool.services.checkpoints import CheckpointWatcher, Watched
+from gpupool.services.estimates import Forecast
 from gpupool.services.eta import EtaPredictor
 from gpupool.services.snapshots import SnapshotBuilder, placement_json
 from gpupool.settings import Settings
@@ -158,6 +160,28 @@ class ControlLoop:
             return
         with contextlib.suppress(OSError):  # full: a wake is pending anyway
             os.write(self._wake_w, b"!")
+
+    # -- what services ask and tell (services.context.LoopSide) -------------------------------
+
+    def recent_nodes(self) -> tuple[NodeCapacity, ...]:
+        """The nodes' capacities, read at most a second ago (a submit checks it could run)."""
+        return self.snapshots.nodes.recent(self.db)
+
+    def forecast(self, now: float, job_id: int | None = None) -> Forecast:
+        """Estimated starts, in the order of the latest cycle's reasons."""
+        return self.etas.forecast(self.db, now, self.pending_reasons, job_id)
+
+    def quotas_changed(self) -> None:
+        """An admin changed teams or quotas: every snapshot reads them again; schedule."""
+        self.snapshots.quotas_changed()
+        self.etas.builder.quotas_changed()
+        self.wake()
+
+    def weights_changed(self) -> None:
+        """An admin changed users' weights: every snapshot reads them again; schedule."""
+        self.snapshots.weights_changed()
+        self.etas.builder.weights_changed()
+        self.wake()
 
     def _run(self) -> None:
         woken = True

@@ -38,16 +38,19 @@ from sqlalchemy.orm import Session
 
 from gpupool.domain.jobs import JobStatus
 from gpupool.domain.units import format_duration
+from gpupool.domain.waiting import PendingReason
 from gpupool.scheduler import schedule
 from gpupool.scheduler.types import (
     DEFAULT_POLICY,
     Allocation,
     Clock,
     Decisions,
-    PendingReason,
     Policy,
     Snapshot,
 )
+from gpupool.services.estimates import NOT_YET as NOT_YET  # re-exported: callers know it here
+from gpupool.services.estimates import OUTRUN as OUTRUN
+from gpupool.services.estimates import Bounds, Duration, Forecast
 from gpupool.services.snapshots import NodeCache, SnapshotBuilder
 from gpupool.services.usage import UsageTracker
 from gpupool.sim.forward import ForwardState, Running, Waiting, forward
@@ -57,40 +60,7 @@ from gpupool.store.models import JobModel, TeamModel, UserModel
 DEFAULT_DURATION = 3600.0
 STOPPING_LEFT = 30.0
 HISTORY_JOBS = 2000  # recent succeeded jobs read for the medians
-NOT_YET = "it was submitted after the last estimate; ask again in a few seconds"
-OUTRUN = (
-    "the running jobs have all outrun their estimates: those it waits for have run longer "
-    "than their users' and teams' finished jobs, so when one ends is not known"
-)
-
 Decide = Callable[[Snapshot, Clock], Decisions]
-
-
-@dataclass(frozen=True)
-class Bounds:
-    """How much work one forecast may do."""
-
-    max_jobs: int = 300
-    horizon: float = 7 * 86400.0
-    max_cycles: int = 300
-    refresh_seconds: float = 5.0
-
-
-@dataclass(frozen=True)
-class Duration:
-    """How long a job is assumed to run, and why (``basis``, said in words by ``text``)."""
-
-    seconds: float
-    basis: str  # "max_runtime", "user_median", "team_median", "default"
-
-    @property
-    def text(self) -> str:
-        length = format_duration(round(self.seconds))
-        return {
-            "max_runtime": f"{length}, its max runtime",
-            "user_median": f"{length}, the median of its user's finished jobs",
-            "team_median": f"{length}, the median of its team's finished jobs",
-        }.get(self.basis, f"{length}, the default for a job with no max runtime and no history")
 
 
 @dataclass(frozen=True)
@@ -158,55 +128,6 @@ class Durations:
         if not self.by_user.get(user) and not self.by_team.get(team) and ran < self.default:
             return Left(self.default - ran, "default")
         return Left(ran, "outrun")
-
-
-@dataclass(frozen=True)
-class Estimate:
-    """One job's estimated start (``at``, epoch seconds) or why there is none."""
-
-    at: float | None
-    unknown: str | None
-    duration: Duration | None
-    computed_at: float
-
-
-@dataclass(frozen=True)
-class Forecast:
-    """Start estimates of the waiting jobs at ``computed_at``."""
-
-    computed_at: float
-    starts: Mapping[int, float]
-    durations: Mapping[int, Duration]
-    beyond_cap: frozenset[int]
-    stopped: str
-    bounds: Bounds
-    on_guesses: frozenset[int] = frozenset()  # their start rests on outrun jobs' ends only
-
-    def estimate(self, job_id: int) -> Estimate:
-        duration = self.durations.get(job_id)
-        if job_id in self.starts and job_id not in self.on_guesses:
-            return Estimate(self.starts[job_id], None, duration, self.computed_at)
-        return Estimate(None, self._why_unknown(job_id), duration, self.computed_at)
-
-    def knows(self, job_id: int) -> bool:
-        return job_id in self.durations or job_id in self.beyond_cap
-
-    def _why_unknown(self, job_id: int) -> str:
-        bounds = self.bounds
-        if job_id in self.beyond_cap:
-            return (
-                f"more than {bounds.max_jobs} jobs wait; only the first {bounds.max_jobs} in "
-                "queue order are simulated"
-            )
-        if job_id not in self.durations:
-            return NOT_YET
-        if job_id in self.on_guesses:
-            return OUTRUN
-        if self.stopped == "stuck":
-            return "it cannot start with the pool as it is: no running job would free room"
-        if self.stopped == "cycles":
-            return f"it did not start within the {bounds.max_cycles} scheduling cycles simulated"
-        return f"it does not start within the next {format_duration(bounds.horizon)} simulated"
 
 
 def assumptions(bounds: Bounds) -> list[str]:

@@ -1,4 +1,9 @@
-"""Jobs: submit, list, show, cancel, events. The control loop does the rest."""
+"""Jobs: submit, list, show, cancel, events. The control loop does the rest.
+
+The functions that take a ``Context`` are what the API calls: each opens its own
+transaction, returns read models, and wakes the control loop when there is work for it. The
+functions that take a ``Session`` are the steps they (and other services) are made of.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +15,14 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from gpupool.domain.jobs import MAX_PRIORITY, JobSpec, JobStatus, Reason
+from gpupool.domain.jobs import MAX_PRIORITY, JobSpec, JobStatus, Reason, Role
+from gpupool.domain.views import (
+    EventView,
+    JobDetailView,
+    JobStateView,
+    JobView,
+    SubmitOptionsView,
+)
 from gpupool.errors import (
     Conflict,
     InvalidRequest,
@@ -24,6 +36,8 @@ from gpupool.scheduler import infeasible_reason
 from gpupool.scheduler.types import NodeCapacity
 from gpupool.services import users
 from gpupool.services.access import Principal
+from gpupool.services.context import Context
+from gpupool.services.views import attempt_view, event_view, job_view
 from gpupool.settings import Settings
 from gpupool.store.models import AttemptModel, EventModel, JobModel, TeamModel
 
@@ -59,6 +73,88 @@ class JobFilter:
     limit: int = 100
     array_id: int | None = None
     array_tasks: bool = True
+
+
+# -- what the API calls ------------------------------------------------------------------------
+
+
+def submit_job(ctx: Context, who: Principal, spec: JobSpec) -> JobView:
+    """Queue a job (see ``submit``) and wake the control loop to place it."""
+    capacities, now, limits = ctx.loop.recent_nodes(), ctx.clock.now(), JobLimits.of(ctx.settings)
+    with ctx.db.session() as session:
+        shown = job_view(submit(session, who, spec, capacities, now, limits), now, user=who.name)
+    ctx.loop.wake()
+    return shown
+
+
+def list_jobs(ctx: Context, who: Principal, where: JobFilter) -> list[JobView]:
+    """The jobs ``who`` can see that match ``where``, newest first (an array's by index)."""
+    reasons = ctx.loop.pending_reasons
+    with ctx.db.reader() as session:
+        found, now = select_jobs(session, who, where), ctx.clock.now()
+        return [job_view(job, now, reasons.get(job.id)) for job in found]
+
+
+def show_job(ctx: Context, who: Principal, job_id: int) -> JobDetailView:
+    """The job with its events and attempts; NotFound if ``who`` cannot see it."""
+    with ctx.db.reader() as session:
+        job = get_job(session, who, job_id)
+        shown = job_view(job, ctx.clock.now(), ctx.loop.pending_reasons.get(job_id))
+        return JobDetailView(
+            **dict(shown),
+            events=[event_view(e) for e in events(session, job_id)],
+            attempts_detail=[attempt_view(a) for a in attempts(session, job_id)],
+        )
+
+
+def cancel_job(ctx: Context, who: Principal, job_id: int) -> JobView:
+    """Cancel the job (see ``cancel``) and wake the control loop to stop it."""
+    now = ctx.clock.now()
+    with ctx.db.session() as session:
+        shown = job_view(cancel(session, who, job_id, now), now)
+    ctx.loop.wake()
+    return shown
+
+
+def job_events(ctx: Context, who: Principal, job_id: int, after_id: int = 0) -> list[EventView]:
+    """The job's events after ``after_id``, oldest first."""
+    with ctx.db.reader() as session:
+        get_job(session, who, job_id)
+        return [event_view(e) for e in events(session, job_id, after_id)]
+
+
+def job_state(ctx: Context, who: Principal, job_id: int) -> JobStateView:
+    """Where the job stands now: its status, reason, message and exit code."""
+    with ctx.db.reader() as session:
+        job = get_job(session, who, job_id)
+        return JobStateView(
+            status=JobStatus(job.status),
+            reason=job.reason,
+            message=job.message,
+            exit_code=job.exit_code,
+        )
+
+
+def submit_options(ctx: Context, who: Principal) -> SubmitOptionsView:
+    """What a submit form offers ``who``: its teams, the pool's GPU models, the priorities its
+    role may use (a submit beyond them is refused with priority_not_allowed), grace periods."""
+    nodes, settings = ctx.loop.recent_nodes(), ctx.settings
+    with ctx.db.reader() as session:
+        teams = [(t.id, t.name) for t in users.list_teams(session)]
+    return SubmitOptionsView(
+        teams=[name for team_id, name in teams if who.can_act_on_team(team_id)],
+        own_teams=[name for team_id, name in teams if team_id in who.team_ids],
+        gpu_models=sorted({g.model for n in nodes if n.schedulable for g in n.gpus}),
+        min_priority=-MAX_PRIORITY,
+        max_priority=MAX_PRIORITY if who.is_admin else settings.member_max_priority,
+        admin_max_priority=MAX_PRIORITY,
+        default_grace_seconds=settings.stop_grace_seconds,
+        max_grace_seconds=settings.max_grace_seconds,
+        viewer=who.role == Role.VIEWER,
+    )
+
+
+# -- the steps, in a caller's transaction ------------------------------------------------------
 
 
 def submit(
@@ -179,7 +275,7 @@ def check_feasible(spec: JobSpec, nodes: Sequence[NodeCapacity]) -> None:
     raise Unsatisfiable(f"no node can run this job: {problem}. Ask for less.")
 
 
-def list_jobs(session: Session, principal: Principal, where: JobFilter) -> list[JobModel]:
+def select_jobs(session: Session, principal: Principal, where: JobFilter) -> list[JobModel]:
     order = JobModel.array_index if where.array_id is not None else JobModel.id.desc()
     query = select(JobModel).order_by(order).limit(min(where.limit, MAX_LIST))
     if where.array_id is not None:
@@ -212,8 +308,7 @@ def cancel(session: Session, principal: Principal, job_id: int, now: float) -> J
     job never starts) or leaves the flag that makes the control loop stop the attempt.
     """
     job = get_job(session, principal, job_id)
-    if not principal.can_act_on_team(job.team_id):
-        raise NotFound(f"no job {job_id} that you can cancel")
+    principal.require_member()  # a viewer sees the job (else NotFound above) but may not act
     if JobStatus(job.status).is_final:
         if job.status == JobStatus.CANCELLED:
             return job

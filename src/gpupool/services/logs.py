@@ -8,13 +8,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from gpupool.domain.jobs import StopReason
+from gpupool.domain.jobs import JobStatus, StopReason
+from gpupool.domain.views import JobStateView, LogChunkView
 from gpupool.errors import NotFound, OffsetOutOfRange
 from gpupool.executors.base import Executor
+from gpupool.services import jobs
+from gpupool.services.access import Principal
+from gpupool.services.context import Context
 from gpupool.store.models import AttemptModel
 
 MAX_CHUNK = 1024**2
@@ -39,6 +44,102 @@ class LogPlace:
     path: Path | None
     next_attempt: int | None
     note: str | None
+
+
+@dataclass
+class LogCursor:
+    """Where a reader that follows a job's logs stands; the reader owns it, ``follow_step``
+    moves it. ``attempt`` None: the latest, until one is known."""
+
+    job_id: int
+    attempt: int | None
+    offset: int
+    follow: bool
+    announced: int | None = None  # the attempt whose log was last announced
+    state: JobStateView | None = None  # the job's state, as last told
+
+
+@dataclass(frozen=True)
+class LogStep:
+    """What one step of following a log has to tell: ``events`` as (name, data) pairs
+    (``attempt``, ``log``, ``status``, ``end``); ``done``: nothing will follow; ``idle``:
+    nothing new, so wait a moment before the next step."""
+
+    events: list[tuple[str, dict[str, Any]]]
+    done: bool = False
+    idle: bool = False
+
+
+# -- what the API calls ------------------------------------------------------------------------
+
+
+def read_log(
+    ctx: Context, who: Principal, job_id: int, attempt: int | None, offset: int, limit: int
+) -> LogChunkView:
+    """One attempt's log (None: the latest) from ``offset``; ``next_attempt`` says where a
+    reader that follows the job goes once this log is read to its end."""
+    chunk, place, final = _read(ctx, who, job_id, attempt, offset, limit)
+    complete = final and place.next_attempt is None and chunk.next_offset == chunk.offset
+    return LogChunkView(
+        job_id=job_id,
+        complete=complete,
+        next_attempt=place.next_attempt,
+        note=place.note,
+        **chunk.__dict__,
+    )
+
+
+def open_log(
+    ctx: Context, who: Principal, job_id: int, attempt: int | None, offset: int, follow: bool
+) -> LogCursor:
+    """A cursor at ``offset`` of the attempt's log, once the job, the attempt and the offset
+    are known good (NotFound, OffsetOutOfRange before anything is streamed)."""
+    _read(ctx, who, job_id, attempt, offset, 1)
+    return LogCursor(job_id, attempt, offset, follow)
+
+
+def follow_step(ctx: Context, who: Principal, at: LogCursor) -> LogStep:
+    """Read on from ``at`` and move it: the attempt when it is new, the text read, the job's
+    state when it changed; with ``follow``, on to each later attempt from its start; ``end``
+    once the log read will not grow any more."""
+    chunk, place, final = _read(ctx, who, at.job_id, at.attempt, at.offset, MAX_CHUNK)
+    events: list[tuple[str, dict[str, Any]]] = []
+    at.attempt = place.attempt  # kept once known: a new attempt's log starts at 0
+    if place.attempt is not None and place.attempt != at.announced:
+        events.append(("attempt", {"attempt": place.attempt, "note": place.note}))
+        at.announced = place.attempt
+    if chunk.text:
+        data = {"attempt": chunk.attempt, "offset": chunk.offset, "text": chunk.text}
+        events.append(("log", data | {"next_offset": chunk.next_offset}))
+        at.offset = chunk.next_offset
+    state = jobs.job_state(ctx, who, at.job_id)
+    if state != at.state:
+        events.append(("status", state.model_dump(mode="json")))
+        at.state = state
+    if chunk.text:
+        return LogStep(events)
+    if place.next_attempt is not None and at.follow:
+        at.attempt, at.offset = place.next_attempt, 0
+        return LogStep(events)
+    if final or place.next_attempt is not None:
+        events.append(("end", {"attempt": at.attempt, "next_offset": at.offset}))
+        return LogStep(events, done=True)
+    return LogStep(events, idle=True)
+
+
+def _read(
+    ctx: Context, who: Principal, job_id: int, attempt: int | None, offset: int, limit: int
+) -> tuple[Chunk, LogPlace, bool]:
+    """A chunk of the attempt's log, where that log is, and whether the job has ended."""
+    with ctx.db.reader() as session:
+        job = jobs.get_job(session, who, job_id)
+        check_attempt(job_id, job.attempts, attempt)
+        final = JobStatus(job.status).is_final
+        place = locate(session, ctx.executor, job_id, attempt)
+    return read_chunk(place.path, place.attempt, offset, limit), place, final
+
+
+# -- the steps ---------------------------------------------------------------------------------
 
 
 def locate(session: Session, executor: Executor, job_id: int, attempt: int | None) -> LogPlace:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import select
@@ -11,29 +10,34 @@ from sqlalchemy.orm import Session
 from gpupool.domain.inventory import NodeInventory
 from gpupool.domain.jobs import JobStatus
 from gpupool.domain.topology import gpu_domains
+from gpupool.domain.views import HolderView, NodeView
 from gpupool.errors import NotFound
 from gpupool.scheduler.types import GpuCapacity, NodeCapacity
 from gpupool.services.access import Principal
+from gpupool.services.context import Context
+from gpupool.services.views import node_view
 from gpupool.store.models import JobModel, NodeModel, PoolChangeModel
 
 ACTIVE = (JobStatus.STARTING.value, JobStatus.RUNNING.value)
 
 
-@dataclass(frozen=True)
-class Holder:
-    """A job holding (part of) a GPU, as one caller may see it.
+# -- what the API calls ------------------------------------------------------------------------
 
-    A job of a team the caller is not in (admins are in every team) shows only what it holds:
-    ``other_team`` is True and its id, name, user and team are None, so a cluster view tells
-    how busy a GPU is without telling another team what it runs."""
 
-    job_id: int | None
-    job_name: str | None
-    user: str | None
-    team: str | None
-    share: float
-    memory_bytes: int
-    other_team: bool = False
+def list_nodes(ctx: Context, who: Principal) -> list[NodeView]:
+    """Every node and who holds each GPU, as ``who`` may see them (see ``holders``)."""
+    with ctx.db.reader() as session:
+        held = holders(session, who)
+        return [node_view(node, held) for node in node_rows(session)]
+
+
+def show_node(ctx: Context, who: Principal, name: str) -> NodeView:
+    """One node (NotFound if there is none of that name), as ``list_nodes`` shows it."""
+    with ctx.db.reader() as session:
+        return node_view(get_node(session, name), holders(session, who))
+
+
+# -- the steps, in a caller's transaction ------------------------------------------------------
 
 
 def register(session: Session, inventory: NodeInventory, now: float) -> NodeModel:
@@ -56,7 +60,7 @@ def register(session: Session, inventory: NodeInventory, now: float) -> NodeMode
 
 def pool_gpus(session: Session) -> int:
     """The GPUs the scheduler may place on: those of schedulable nodes."""
-    return sum(_pool_part(node) for node in list_nodes(session))
+    return sum(_pool_part(node) for node in node_rows(session))
 
 
 def record_pool(session: Session, now: float, changed: bool = True) -> None:
@@ -76,7 +80,7 @@ def record_pool(session: Session, now: float, changed: bool = True) -> None:
         session.flush()
 
 
-def list_nodes(session: Session) -> list[NodeModel]:
+def node_rows(session: Session) -> list[NodeModel]:
     return list(session.scalars(select(NodeModel).order_by(NodeModel.name)))
 
 
@@ -88,7 +92,7 @@ def get_node(session: Session, name: str) -> NodeModel:
 
 
 def capacities(session: Session) -> list[NodeCapacity]:
-    return [capacity(node) for node in list_nodes(session)]
+    return [capacity(node) for node in node_rows(session)]
 
 
 def capacity(node: NodeModel) -> NodeCapacity:
@@ -115,10 +119,13 @@ def capacity(node: NodeModel) -> NodeCapacity:
     )
 
 
-def holders(session: Session, who: Principal) -> dict[str, list[Holder]]:
-    """GPU UUID -> the jobs holding (part of) it now, as ``who`` may see them: the jobs of
-    teams ``who`` cannot see are anonymous (:class:`Holder`)."""
-    held: dict[str, list[Holder]] = {}
+def holders(session: Session, who: Principal) -> dict[str, list[HolderView]]:
+    """GPU UUID -> the jobs holding (part of) it now, as ``who`` may see them.
+
+    A job of a team ``who`` is not in (admins are in every team) shows only what it holds:
+    ``other_team`` is True and its id, name, user and team are None, so a cluster view tells
+    how busy a GPU is without telling another team what it runs."""
+    held: dict[str, list[HolderView]] = {}
     jobs = session.scalars(select(JobModel).where(JobModel.status.in_(ACTIVE)))
     for job in jobs:
         visible = who.can_see_team(job.team_id)
@@ -127,11 +134,26 @@ def holders(session: Session, who: Principal) -> dict[str, list[Holder]]:
     return held
 
 
-def _holder(job: JobModel, gpu: dict[str, Any], visible: bool) -> Holder:
+def _holder(job: JobModel, gpu: dict[str, Any], visible: bool) -> HolderView:
     share, memory = gpu["share"], gpu["memory_bytes"]
     if not visible:
-        return Holder(None, None, None, None, share, memory, other_team=True)
-    return Holder(job.id, job.name, job.user.name, job.team.name, share, memory)
+        return HolderView(
+            job_id=None,
+            job_name=None,
+            user=None,
+            team=None,
+            share=share,
+            memory_bytes=memory,
+            other_team=True,
+        )
+    return HolderView(
+        job_id=job.id,
+        job_name=job.name,
+        user=job.user.name,
+        team=job.team.name,
+        share=share,
+        memory_bytes=memory,
+    )
 
 
 def _pool_part(node: NodeModel) -> int:

@@ -1,4 +1,10 @@
-"""Users, teams and memberships."""
+"""Users, teams and memberships.
+
+The functions that take a ``Context`` are what the API calls about users: each opens its own
+transaction, returns read models and says what changed (the token cache forgets, the control
+loop reads weights again). Those that take a ``Session`` are the steps (``services.teams``
+calls them for teams).
+"""
 
 from __future__ import annotations
 
@@ -12,6 +18,7 @@ from sqlalchemy import ColumnElement, delete, func, select
 from sqlalchemy.orm import Session
 
 from gpupool.domain.jobs import JobStatus, Role
+from gpupool.domain.views import UserView, WhoAmIView
 from gpupool.errors import (
     Conflict,
     DefaultTeamKept,
@@ -25,7 +32,10 @@ from gpupool.errors import (
     WrongPassword,
 )
 from gpupool.executors import accounts
+from gpupool.services.access import Principal
+from gpupool.services.context import Context
 from gpupool.services.passwords import hash_password, verify_password
+from gpupool.services.views import user_view, who_am_i
 from gpupool.services.web_sessions import end_web_sessions
 from gpupool.store.models import JobModel, MembershipModel, TeamModel, UserModel
 
@@ -45,6 +55,79 @@ class Keep(enum.Enum):
 
 
 KEEP = Keep.KEEP
+
+
+# -- what the API calls ------------------------------------------------------------------------
+
+
+def list_users(ctx: Context) -> list[UserView]:
+    with ctx.db.reader() as session:
+        return [user_view(user) for user in user_rows(session)]
+
+
+def add_user(
+    ctx: Context,
+    name: str,
+    role: Role,
+    teams: list[str],
+    password: str | None = None,
+    weight: float = DEFAULT_WEIGHT,
+    unix_user: str | None = None,
+) -> UserView:
+    """A new user (see ``create_user``); the scheduler reads its weight at once."""
+    with ctx.db.session() as session:
+        user = create_user(session, name, role, teams, ctx.clock.now(), password, weight, unix_user)
+        shown = user_view(user)
+    ctx.loop.weights_changed()
+    return shown
+
+
+def change_user(
+    ctx: Context,
+    name: str,
+    *,
+    role: Role | None = None,
+    teams: list[str] | None = None,
+    password: str | None = None,
+    disabled: bool | None = None,
+    weight: float | None = None,
+    unix_user: str | None | Literal[Keep.KEEP] = KEEP,
+) -> UserView:
+    """Change what is given (see ``update_user``); its tokens are checked again at once."""
+    with ctx.db.session() as session:
+        shown = user_view(
+            update_user(
+                session,
+                name,
+                role=role,
+                teams=teams,
+                password=password,
+                disabled=disabled,
+                weight=weight,
+                unix_user=unix_user,
+            )
+        )
+    ctx.tokens.clear()
+    if weight is not None:
+        ctx.loop.weights_changed()
+    return shown
+
+
+def change_own_password(
+    ctx: Context, who: Principal, current: str | None, new: str, address: str
+) -> WhoAmIView:
+    """``who``'s change of its own password (see ``set_own_password``). A wrong current
+    password counts as a failed sign-in from ``address``, and is throttled as one."""
+    ctx.throttle.check(address, who.name)
+    try:
+        with ctx.db.session() as session:
+            return who_am_i(set_own_password(session, who.user_id, current, new))
+    except WrongPassword:
+        ctx.throttle.failed(address, who.name)
+        raise
+
+
+# -- the steps, in a caller's transaction ------------------------------------------------------
 
 
 def check_name(kind: str, name: str) -> str:
@@ -161,7 +244,7 @@ def get_user(session: Session, name: str) -> UserModel:
     return user
 
 
-def list_users(session: Session) -> list[UserModel]:
+def user_rows(session: Session) -> list[UserModel]:
     return list(session.scalars(select(UserModel).order_by(UserModel.name)))
 
 
@@ -262,7 +345,7 @@ def leave_team(session: Session, team_name: str, user_name: str) -> UserModel:
     return user
 
 
-def change_own_password(session: Session, user_id: int, current: str | None, new: str) -> UserModel:
+def set_own_password(session: Session, user_id: int, current: str | None, new: str) -> UserModel:
     """A user's change of its own password: ``current`` must be right if it has one."""
     user = session.get(UserModel, user_id)
     if user is None:

@@ -15,14 +15,54 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gpupool.domain.jobs import JobStatus, Reason
-from gpupool.scheduler.types import PendingReason
+from gpupool.domain.views import EstimateView, QueuedJobView, QueueTeamView, QueueView, WhyView
+from gpupool.domain.waiting import PendingReason
+from gpupool.services import eta
 from gpupool.services.access import Principal
-from gpupool.services.eta import Estimate, Forecast
+from gpupool.services.context import Context
+from gpupool.services.estimates import Estimate, Forecast
+from gpupool.services.jobs import get_job
 from gpupool.store.models import JobModel
 
 MAX_QUEUE = 500  # pending jobs listed at most (the first in queue order)
 
 NOT_LOOKED_AT = "the scheduler has not looked at it yet; it does within a second or two"
+
+
+# -- what the API calls ------------------------------------------------------------------------
+
+
+def why_waits(ctx: Context, who: Principal, job_id: int) -> WhyView:
+    """Why the job waits (or what it does instead); NotFound if ``who`` cannot see it."""
+    with ctx.db.reader() as session:
+        pending = get_job(session, who, job_id).status == JobStatus.PENDING.value
+    # the forecast is the only slow part, if any: outside any transaction, pending jobs only
+    forecast = ctx.loop.forecast(ctx.clock.now(), job_id) if pending else None
+    estimate = forecast.estimate(job_id) if forecast else None
+    assumes = eta.assumptions(forecast.bounds) if forecast else ()
+    with ctx.db.reader() as session:
+        job = get_job(session, who, job_id)
+        return why_view(explain(job, ctx.loop.pending_reasons.get(job_id), estimate, assumes))
+
+
+def show_queue(ctx: Context, who: Principal) -> QueueView:
+    """The pending jobs of the teams ``who`` can see, by team, in queue order, with
+    estimated starts."""
+    reasons = ctx.loop.pending_reasons
+    forecast = ctx.loop.forecast(ctx.clock.now())
+    assumes = eta.assumptions(forecast.bounds)
+    with ctx.db.reader() as session:
+        teams, waiting = queue(session, who, reasons, forecast, assumes)
+        shown = [
+            QueueTeamView(team=t.team, jobs=[queued_view(job, w) for job, w in t.jobs])
+            for t in teams
+        ]
+    return QueueView(
+        computed_at=forecast.computed_at, assumes=assumes, waiting=waiting, teams=shown
+    )
+
+
+# -- the answers -------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -142,3 +182,49 @@ def _order(job: JobModel, reasons: Mapping[int, PendingReason]) -> tuple:
     reason = reasons.get(job.id)
     position = reason.position if reason is not None else 1 << 30
     return (position, -job.priority, job.queued_at or job.submitted_at, job.id)
+
+
+def why_view(why: Why) -> WhyView:
+    """The answer as the API shows it."""
+    estimate = None
+    if why.estimate is not None:
+        duration = why.estimate.duration
+        estimate = EstimateView(
+            computed_at=why.estimate.computed_at,
+            duration_seconds=duration.seconds if duration else None,
+            duration_basis=duration.basis if duration else None,
+            duration_text=duration.text if duration else None,
+            assumes=list(why.assumptions),
+        )
+    return WhyView(
+        job_id=why.job_id,
+        status=why.status,
+        summary=why.summary,
+        code=why.code,
+        message=why.message,
+        position=why.position,
+        blockers=list(why.blockers),
+        eta=why.eta,
+        eta_unknown=why.eta_unknown,
+        estimate=estimate,
+    )
+
+
+def queued_view(job: JobModel, answer: Why) -> QueuedJobView:
+    """A waiting job in the queue, with its answer."""
+    resources = job.spec.get("resources") or {}
+    return QueuedJobView(
+        id=job.id,
+        name=job.name,
+        user=job.user.name,
+        priority=job.priority,
+        gpus=resources.get("gpus"),
+        gpu_memory_bytes=resources.get("gpu_memory_bytes"),
+        submitted_at=job.submitted_at,
+        code=answer.code,
+        message=answer.message,
+        position=answer.position,
+        blockers=list(answer.blockers),
+        eta=answer.eta,
+        eta_unknown=answer.eta_unknown,
+    )

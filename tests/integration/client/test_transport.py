@@ -16,7 +16,8 @@ from tests.support.server import free_port
 
 
 class Echo(BaseHTTPRequestHandler):
-    """Answers what it was sent, and from which client port; /bye then closes silently."""
+    """Answers what it was sent, and from which client port; /bye then closes silently, a POST
+    to /drop is counted and dropped unanswered."""
 
     protocol_version = "HTTP/1.1"
 
@@ -24,7 +25,12 @@ class Echo(BaseHTTPRequestHandler):
         self.answer(b"")
 
     def do_POST(self) -> None:  # noqa: N802
-        self.answer(self.rfile.read(int(self.headers["Content-Length"])))
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        if self.path.endswith("/drop"):
+            self.server.dropped.append(body)  # type: ignore[attr-defined]
+            self.close_connection = True
+            return
+        self.answer(body)
 
     def answer(self, body: bytes) -> None:
         sent = {
@@ -46,13 +52,19 @@ class Echo(BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def url() -> Iterator[str]:
+def server() -> Iterator[ThreadingHTTPServer]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), Echo)
+    server.dropped = []  # type: ignore[attr-defined]
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
+    yield server
     server.shutdown()
     server.server_close()
+
+
+@pytest.fixture
+def url(server: ThreadingHTTPServer) -> str:
+    return f"http://127.0.0.1:{server.server_address[1]}"
 
 
 def test_requests_share_one_connection(url: str) -> None:
@@ -75,6 +87,16 @@ def test_a_connection_the_server_closed_is_replaced(url: str) -> None:
     after = transport.request("GET", "/again").json()["port"]
     assert after != before
     transport.close()
+
+
+def test_a_dropped_post_is_not_sent_again(url: str, server: ThreadingHTTPServer) -> None:
+    transport = Transport(url, "", {}, timeout=10)
+    transport.request("GET", "/first")
+    with pytest.raises(TransportError) as raised:
+        transport.request("POST", "/drop", json={"submit": 1})
+    assert raised.value.code == "server_unreachable"
+    assert "the connection was dropped" in raised.value.message
+    assert server.dropped == [b'{"submit":1}']  # type: ignore[attr-defined]
 
 
 def test_a_server_that_does_not_listen_is_unreachable() -> None:

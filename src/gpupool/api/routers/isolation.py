@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from fastapi import APIRouter
 
-from gpupool.api.deps import PlatformDep, PrincipalDep
+from gpupool.api.access import Rule, allow
+from gpupool.api.deps import PlatformDep
 from gpupool.domain.isolation import IsolationStatus
+from gpupool.services.access import Principal
 
 router = APIRouter(tags=["nodes"])
 
 
 @router.get("/isolation", response_model=IsolationStatus | None)
-def isolation(ctx: PlatformDep, _who: PrincipalDep) -> IsolationStatus | None:
+def isolation(
+    ctx: PlatformDep, _who: Annotated[Principal, allow(Rule.SIGNED_IN)]
+) -> IsolationStatus | None:
     """Any signed-in user: whether jobs run sandboxed, as whom, and whether they run at all
     (isolation on but unavailable: no job starts, and the message says what to install)."""
     return ctx.isolation()

@@ -6,211 +6,165 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, status
 from fastapi import Path as FastApiPath
 from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
-from gpupool.api.deps import MAX_ID, Id, Offset, Platform, PlatformDep, PrincipalDep
-from gpupool.api.schemas import (
-    ArrayOut,
-    ArraySubmitted,
-    AttemptOut,
-    EventOut,
-    JobDetailOut,
-    JobOut,
-    JobSubmit,
-    LogChunk,
-    QueuedJobOut,
-    QueueOut,
-    QueueTeamOut,
-    WhyOut,
-)
+from gpupool.api.access import Rule, allow
+from gpupool.api.deps import MAX_ID, Id, Offset, PlatformDep
+from gpupool.api.schemas import JobSubmit
 from gpupool.domain.arrays import MAX_ARRAY_INDEX
 from gpupool.domain.jobs import JobStatus
-from gpupool.scheduler.types import PendingReason
-from gpupool.services import arrays, eta, jobs, logs, why
+from gpupool.domain.views import (
+    ArrayView,
+    EventView,
+    JobDetailView,
+    JobView,
+    LogChunkView,
+    QueueView,
+    SubmittedArrayView,
+    WhyView,
+)
+from gpupool.services import arrays, jobs, logs, why
 from gpupool.services.access import Principal
+from gpupool.services.context import Context
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
-STREAM_TICK = 0.25
+STREAM_TICK = 0.25  # seconds between reads of a log that has nothing new
+
+Statuses = Annotated[list[JobStatus] | None, Query()]
+Name = Annotated[str | None, Query(max_length=100)]
+Limit = Annotated[int, Query(ge=1, le=jobs.MAX_LIST)]
+ArrayIndex = Annotated[int, FastApiPath(ge=0, le=MAX_ARRAY_INDEX)]
+Attempt = Annotated[int | None, Query(ge=1, le=MAX_ID)]
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, response_model=JobOut | ArraySubmitted)
-async def submit(body: JobSubmit, ctx: PlatformDep, who: PrincipalDep) -> JobOut | ArraySubmitted:
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=JobView | SubmittedArrayView)
+def submit(
+    body: JobSubmit, ctx: PlatformDep, who: Annotated[Principal, allow(Rule.SUBMIT)]
+) -> JobView | SubmittedArrayView:
     """Queue a job; with ``array``, a job array in one transaction (the array comes back)."""
-    return await run_in_threadpool(_submit, ctx, who, body)
+    if body.array is None:
+        return jobs.submit_job(ctx, who, body.job_spec())
+    return arrays.submit_array(ctx, who, body.job_spec(), body.array)
 
 
-def _submit(ctx: Platform, who: Principal, body: JobSubmit) -> JobOut | ArraySubmitted:
-    capacities = ctx.loop.snapshots.nodes.recent(ctx.db)
-    spec, now, limits = body.job_spec(), ctx.clock.now(), jobs.JobLimits.of(ctx.settings)
-    with ctx.db.session() as session:
-        if body.array is None:
-            out = JobOut.of(jobs.submit(session, who, spec, capacities, now, limits), user=who.name)
-        else:
-            most = ctx.settings.max_array_tasks
-            made = arrays.submit(session, who, spec, body.array, capacities, now, limits, most)
-            out = ArraySubmitted.of(made.summary, job_ids=made.job_ids)
-    ctx.loop.wake()
-    return out
-
-
-@router.get("", response_model=list[JobOut])
+@router.get("", response_model=list[JobView])
 def list_jobs(
     ctx: PlatformDep,
-    who: PrincipalDep,
-    status: Annotated[list[JobStatus] | None, Query()] = None,
-    team: Annotated[str | None, Query(max_length=100)] = None,
-    user: Annotated[str | None, Query(max_length=100)] = None,
-    limit: Annotated[int, Query(ge=1, le=jobs.MAX_LIST)] = 100,
+    who: Annotated[Principal, allow(Rule.SIGNED_IN)],
+    status: Statuses = None,
+    team: Name = None,
+    user: Name = None,
+    limit: Limit = 100,
     array: Annotated[
         int | None, Query(ge=1, le=MAX_ID, description="only this array's tasks, by index")
     ] = None,
     array_tasks: Annotated[
         bool, Query(description="false: leave out arrays' tasks (GET /jobs/arrays lists them)")
     ] = True,
-) -> list[JobOut]:
+) -> list[JobView]:
+    """The jobs of your teams (every team's, for admins), newest first."""
     where = jobs.JobFilter(status or (), team, user, limit, array, array_tasks)
-    with ctx.db.reader() as session:
-        found = jobs.list_jobs(session, who, where)
-        now = ctx.clock.now()
-        return [JobOut.of(job, _waiting(ctx, job.id), now=now) for job in found]
+    return jobs.list_jobs(ctx, who, where)
 
 
-@router.get("/arrays", response_model=list[ArrayOut])
+@router.get("/arrays", response_model=list[ArrayView])
 def list_arrays(
     ctx: PlatformDep,
-    who: PrincipalDep,
-    status: Annotated[list[JobStatus] | None, Query()] = None,
-    team: Annotated[str | None, Query(max_length=100)] = None,
-    user: Annotated[str | None, Query(max_length=100)] = None,
-    limit: Annotated[int, Query(ge=1, le=jobs.MAX_LIST)] = 100,
-) -> list[ArrayOut]:
+    who: Annotated[Principal, allow(Rule.SIGNED_IN)],
+    status: Statuses = None,
+    team: Name = None,
+    user: Name = None,
+    limit: Limit = 100,
+) -> list[ArrayView]:
     """Job arrays, newest first, each with its tasks counted by status; ``status``: only
     arrays with a task in one of these."""
     where = jobs.JobFilter(status=status or (), team=team, user=user, limit=limit)
-    with ctx.db.reader() as session:
-        return [ArrayOut.of(found) for found in arrays.list_arrays(session, who, where)]
+    return arrays.list_arrays(ctx, who, where)
 
 
-@router.get("/arrays/{array_id}", response_model=ArrayOut)
-def show_array(array_id: Id, ctx: PlatformDep, who: PrincipalDep) -> ArrayOut:
-    with ctx.db.reader() as session:
-        return ArrayOut.of(arrays.get(session, who, array_id))
+@router.get("/arrays/{array_id}", response_model=ArrayView)
+def show_array(
+    array_id: Id, ctx: PlatformDep, who: Annotated[Principal, allow(Rule.TEAM_READ)]
+) -> ArrayView:
+    return arrays.show_array(ctx, who, array_id)
 
 
-@router.get("/arrays/{array_id}/tasks/{index}", response_model=JobOut)
+@router.get("/arrays/{array_id}/tasks/{index}", response_model=JobView)
 def show_task(
     array_id: Id,
-    index: Annotated[int, FastApiPath(ge=0, le=MAX_ARRAY_INDEX)],
+    index: ArrayIndex,
     ctx: PlatformDep,
-    who: PrincipalDep,
-) -> JobOut:
+    who: Annotated[Principal, allow(Rule.TEAM_READ)],
+) -> JobView:
     """The task of ``index`` of the array (``ID_INDEX``)."""
-    with ctx.db.reader() as session:
-        job = arrays.task(session, who, array_id, index)
-        return JobOut.of(job, _waiting(ctx, job.id), now=ctx.clock.now())
+    return arrays.show_task(ctx, who, array_id, index)
 
 
-@router.post("/arrays/{array_id}/cancel", response_model=ArrayOut)
-def cancel_array(array_id: Id, ctx: PlatformDep, who: PrincipalDep) -> ArrayOut:
+@router.post("/arrays/{array_id}/cancel", response_model=ArrayView)
+def cancel_array(
+    array_id: Id, ctx: PlatformDep, who: Annotated[Principal, allow(Rule.TEAM_WRITE)]
+) -> ArrayView:
     """Cancel every task not ended: pending ones at once, running ones are stopped."""
-    with ctx.db.session() as session:
-        out = ArrayOut.of(arrays.cancel(session, who, array_id, ctx.clock.now()))
-    ctx.loop.wake()
-    return out
+    return arrays.cancel_array(ctx, who, array_id)
 
 
-@router.get("/queue", response_model=QueueOut)
-def show_queue(ctx: PlatformDep, who: PrincipalDep) -> QueueOut:
+@router.get("/queue", response_model=QueueView)
+def show_queue(ctx: PlatformDep, who: Annotated[Principal, allow(Rule.SIGNED_IN)]) -> QueueView:
     """Pending jobs of the teams you can see, by team, in queue order, with estimated starts."""
-    reasons = ctx.loop.pending_reasons
-    forecast = _forecast(ctx)
-    assumes = eta.assumptions(forecast.bounds)
-    with ctx.db.reader() as session:
-        teams, waiting = why.queue(session, who, reasons, forecast, assumes)
-        return QueueOut(
-            computed_at=forecast.computed_at,
-            assumes=assumes,
-            waiting=waiting,
-            teams=[
-                QueueTeamOut(team=t.team, jobs=[_queued(job, w) for job, w in t.jobs])
-                for t in teams
-            ],
-        )
+    return why.show_queue(ctx, who)
 
 
-@router.get("/{job_id}/why", response_model=WhyOut)
-def show_why(job_id: Id, ctx: PlatformDep, who: PrincipalDep) -> WhyOut:
+@router.get("/{job_id}/why", response_model=WhyView)
+def show_why(
+    job_id: Id, ctx: PlatformDep, who: Annotated[Principal, allow(Rule.TEAM_READ)]
+) -> WhyView:
     """Why the job waits: reason, queue position, blockers and an estimated start time."""
-    with ctx.db.reader() as session:
-        pending = jobs.get_job(session, who, job_id).status == JobStatus.PENDING.value
-    forecast = _forecast(ctx, job_id) if pending else None  # the only slow part, if any
-    estimate = forecast.estimate(job_id) if forecast else None
-    assumes = eta.assumptions(forecast.bounds) if forecast else ()
-    with ctx.db.reader() as session:
-        job = jobs.get_job(session, who, job_id)
-        return WhyOut.of(why.explain(job, _waiting(ctx, job_id), estimate, assumes))
+    return why.why_waits(ctx, who, job_id)
 
 
-@router.get("/{job_id}", response_model=JobDetailOut)
-def show(job_id: Id, ctx: PlatformDep, who: PrincipalDep) -> JobDetailOut:
-    with ctx.db.reader() as session:
-        job = jobs.get_job(session, who, job_id)
-        base = JobOut.of(job, _waiting(ctx, job_id), now=ctx.clock.now()).model_dump()
-        events = [EventOut.of(e) for e in jobs.events(session, job_id)]
-        tries = [
-            AttemptOut.model_validate(a, from_attributes=True)
-            for a in jobs.attempts(session, job_id)
-        ]
-    return JobDetailOut(**base, events=events, attempts_detail=tries)
+@router.get("/{job_id}", response_model=JobDetailView)
+def show(
+    job_id: Id, ctx: PlatformDep, who: Annotated[Principal, allow(Rule.TEAM_READ)]
+) -> JobDetailView:
+    """The job, its events and its attempts."""
+    return jobs.show_job(ctx, who, job_id)
 
 
-@router.post("/{job_id}/cancel", response_model=JobOut)
-def cancel(job_id: Id, ctx: PlatformDep, who: PrincipalDep) -> JobOut:
-    with ctx.db.session() as session:
-        now = ctx.clock.now()
-        out = JobOut.of(jobs.cancel(session, who, job_id, now), now=now)
-    ctx.loop.wake()
-    return out
+@router.post("/{job_id}/cancel", response_model=JobView)
+def cancel(
+    job_id: Id, ctx: PlatformDep, who: Annotated[Principal, allow(Rule.TEAM_WRITE)]
+) -> JobView:
+    """Cancel the job: a pending one at once, a running one is stopped."""
+    return jobs.cancel_job(ctx, who, job_id)
 
 
-@router.get("/{job_id}/events", response_model=list[EventOut])
+@router.get("/{job_id}/events", response_model=list[EventView])
 def events(
     job_id: Id,
     ctx: PlatformDep,
-    who: PrincipalDep,
+    who: Annotated[Principal, allow(Rule.TEAM_READ)],
     after: Annotated[int, Query(ge=0, le=MAX_ID, description="only events after this id")] = 0,
-) -> list[EventOut]:
-    with ctx.db.reader() as session:
-        jobs.get_job(session, who, job_id)
-        return [EventOut.of(e) for e in jobs.events(session, job_id, after)]
+) -> list[EventView]:
+    return jobs.job_events(ctx, who, job_id, after)
 
 
-@router.get("/{job_id}/logs", response_model=LogChunk)
+@router.get("/{job_id}/logs", response_model=LogChunkView)
 def read_logs(
     job_id: Id,
     ctx: PlatformDep,
-    who: PrincipalDep,
+    who: Annotated[Principal, allow(Rule.TEAM_READ)],
     offset: Offset = 0,
     limit: Annotated[int, Query(ge=1, le=logs.MAX_CHUNK)] = logs.MAX_CHUNK,
-    attempt: Annotated[int | None, Query(ge=1, le=MAX_ID)] = None,
-) -> LogChunk:
+    attempt: Attempt = None,
+) -> LogChunkView:
     """One attempt's log (default: the latest) from ``offset``; ``next_attempt`` says where a
     reader that follows the job goes once this log is read to its end."""
-    chunk, place, final = _read(ctx, who, job_id, attempt, offset, limit)
-    complete = final and place.next_attempt is None and chunk.next_offset == chunk.offset
-    return LogChunk(
-        job_id=job_id,
-        complete=complete,
-        next_attempt=place.next_attempt,
-        note=place.note,
-        **chunk.__dict__,
-    )
+    return logs.read_log(ctx, who, job_id, attempt, offset, limit)
 
 
 @router.get("/{job_id}/logs/stream", response_class=StreamingResponse)
@@ -218,109 +172,33 @@ async def stream_logs(
     job_id: Id,
     request: Request,
     ctx: PlatformDep,
-    who: PrincipalDep,
+    who: Annotated[Principal, allow(Rule.TEAM_READ)],
     offset: Offset = 0,
-    attempt: Annotated[int | None, Query(ge=1, le=MAX_ID)] = None,
+    attempt: Attempt = None,
     follow: bool = True,
 ) -> StreamingResponse:
     """Server-Sent Events: ``attempt`` (which attempt's log follows, and its note), ``log``
     (text), ``status`` (the job's status), then ``end``. It starts at ``attempt`` (default: the
     latest) and, with ``follow``, goes on to each later attempt from its start."""
-    await run_in_threadpool(_read, ctx, who, job_id, attempt, offset, 1)  # 404 before streaming
-    stream = _events(request, ctx, who, job_id, _Cursor(attempt, offset, follow))
+    cursor = await run_in_threadpool(logs.open_log, ctx, who, job_id, attempt, offset, follow)
     headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+    stream = _events(request, ctx, who, cursor)
     return StreamingResponse(stream, media_type="text/event-stream", headers=headers)
 
 
-@dataclass
-class _Cursor:
-    """Where a stream reads: an attempt (None: the latest, until one is known) and an offset."""
-
-    attempt: int | None
-    offset: int
-    follow: bool
-    announced: int | None = None
-
-
 async def _events(
-    request: Request, ctx: Platform, who: Principal, job_id: Id, at: _Cursor
+    request: Request, ctx: Context, who: Principal, cursor: logs.LogCursor
 ) -> AsyncIterator[str]:
-    last_status = None
+    """The service's steps as Server-Sent Events, until the log ends or the client leaves."""
     while not await request.is_disconnected():
-        chunk, place, final = await run_in_threadpool(
-            _read, ctx, who, job_id, at.attempt, at.offset, logs.MAX_CHUNK
-        )
-        at.attempt = place.attempt  # kept once known: a new attempt's log starts at 0
-        if place.attempt is not None and place.attempt != at.announced:
-            yield _sse("attempt", {"attempt": place.attempt, "note": place.note})
-            at.announced = place.attempt
-        if chunk.text:
-            data = {"attempt": chunk.attempt, "offset": chunk.offset, "text": chunk.text}
-            yield _sse("log", data | {"next_offset": chunk.next_offset})
-            at.offset = chunk.next_offset
-        current = await run_in_threadpool(_status, ctx, who, job_id)
-        if current != last_status:
-            yield _sse("status", current)
-            last_status = current
-        if chunk.text:
-            continue
-        if place.next_attempt is not None and at.follow:
-            at.attempt, at.offset = place.next_attempt, 0
-            continue
-        if final or place.next_attempt is not None:  # this log will not grow any more
-            yield _sse("end", {"attempt": at.attempt, "next_offset": at.offset})
+        step = await run_in_threadpool(logs.follow_step, ctx, who, cursor)
+        for name, data in step.events:
+            yield _sse(name, data)
+        if step.done:
             return
-        await asyncio.sleep(STREAM_TICK)
+        if step.idle:
+            await asyncio.sleep(STREAM_TICK)
 
 
-def _read(
-    ctx: Platform, who: Principal, job_id: Id, attempt: int | None, offset: int, limit: int
-) -> tuple[logs.Chunk, logs.LogPlace, bool]:
-    with ctx.db.reader() as session:
-        job = jobs.get_job(session, who, job_id)
-        logs.check_attempt(job_id, job.attempts, attempt)
-        final = JobStatus(job.status).is_final
-        place = logs.locate(session, ctx.executor, job_id, attempt)
-    return logs.read_chunk(place.path, place.attempt, offset, limit), place, final
-
-
-def _status(ctx: Platform, who: Principal, job_id: int) -> dict:
-    with ctx.db.reader() as session:
-        job = jobs.get_job(session, who, job_id)
-        return {
-            "status": job.status,
-            "reason": job.reason,
-            "message": job.message,
-            "exit_code": job.exit_code,
-        }
-
-
-def _waiting(ctx: Platform, job_id: int) -> PendingReason | None:
-    return ctx.loop.pending_reasons.get(job_id)
-
-
-def _forecast(ctx: Platform, job_id: int | None = None) -> eta.Forecast:
-    return ctx.loop.etas.forecast(ctx.db, ctx.clock.now(), ctx.loop.pending_reasons, job_id)
-
-
-def _queued(job, answer: why.Why) -> QueuedJobOut:  # noqa: ANN001
-    resources = job.spec.get("resources") or {}
-    return QueuedJobOut(
-        id=job.id,
-        name=job.name,
-        user=job.user.name,
-        priority=job.priority,
-        gpus=resources.get("gpus"),
-        gpu_memory_bytes=resources.get("gpu_memory_bytes"),
-        submitted_at=job.submitted_at,
-        code=answer.code,
-        message=answer.message,
-        position=answer.position,
-        blockers=list(answer.blockers),
-        eta=answer.eta,
-        eta_unknown=answer.eta_unknown,
-    )
-
-
-def _sse(event: str, data: dict) -> str:
+def _sse(event: str, data: dict[str, Any]) -> str:
     return f"event: {event}\ndata: {json.dumps(data)}\n\n"

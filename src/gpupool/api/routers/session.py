@@ -2,47 +2,44 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from fastapi import APIRouter, Request, Response
 
 import gpupool
-from gpupool.api.deps import SESSION_COOKIE, PlatformDep, PrincipalDep, client_address
-from gpupool.api.schemas import LoginIn, WhoAmI
-from gpupool.services import auth
-from gpupool.store.models import UserModel
+from gpupool.api.access import Rule, allow, declare
+from gpupool.api.deps import SESSION_COOKIE, PlatformDep, client_address
+from gpupool.api.schemas import LoginIn
+from gpupool.domain.views import WhoAmIView
+from gpupool.services import identity
+from gpupool.services.access import Principal
 
 router = APIRouter(tags=["session"])
 
 
 @router.get("/health")
+@declare(Rule.PUBLIC)
 def health() -> dict[str, str]:
     return {"status": "ok", "version": gpupool.__version__}
 
 
-@router.post("/session", response_model=WhoAmI)
-def sign_in(body: LoginIn, request: Request, response: Response, ctx: PlatformDep) -> WhoAmI:
+@router.post("/session", response_model=WhoAmIView)
+@declare(Rule.PUBLIC)
+def sign_in(body: LoginIn, request: Request, response: Response, ctx: PlatformDep) -> WhoAmIView:
     """Open a web session; failed sign-ins are throttled per user name and per address."""
-    hours, now = ctx.settings.session_hours, ctx.clock.now()
-    guard = ctx.throttle.guard(client_address(request), body.user)
-    with guard, ctx.db.session() as session:
-        secret, web = auth.sign_in(session, body.user, body.password, now, hours)
-        user = session.get(UserModel, web.user_id)
-        out = WhoAmI(
-            user=user.name,
-            role=user.role,
-            teams=sorted(t.name for t in user.teams),
-            csrf_token=web.csrf_token,
-        )
-        lifetime = web.expires_at - now
-    set_session_cookie(response, secret, lifetime, ctx.settings.secure_cookies)
-    return out
+    opened = identity.sign_in(ctx, body.user, body.password, client_address(request))
+    set_session_cookie(response, opened.secret, opened.seconds, ctx.settings.secure_cookies)
+    return opened.who
 
 
 @router.delete("/session", status_code=204)
-def sign_out(request: Request, response: Response, ctx: PlatformDep, _who: PrincipalDep) -> None:
-    cookie = request.cookies.get(SESSION_COOKIE)
-    if cookie:
-        with ctx.db.session() as session:
-            auth.sign_out(session, cookie)
+def sign_out(
+    request: Request,
+    response: Response,
+    ctx: PlatformDep,
+    _who: Annotated[Principal, allow(Rule.SIGNED_IN)],
+) -> None:
+    identity.sign_out(ctx, request.cookies.get(SESSION_COOKIE))
     set_session_cookie(response, None, 0, ctx.settings.secure_cookies)
 
 
@@ -64,9 +61,6 @@ def set_session_cookie(
     )
 
 
-@router.get("/whoami", response_model=WhoAmI)
-def whoami(ctx: PlatformDep, who: PrincipalDep) -> WhoAmI:
-    with ctx.db.reader() as session:
-        user = session.get(UserModel, who.user_id)
-        teams = sorted(t.name for t in user.teams)
-    return WhoAmI(user=who.name, role=who.role, teams=teams)
+@router.get("/whoami", response_model=WhoAmIView)
+def whoami(ctx: PlatformDep, who: Annotated[Principal, allow(Rule.SIGNED_IN)]) -> WhoAmIView:
+    return identity.whoami(ctx, who)

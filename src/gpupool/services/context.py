@@ -1,0 +1,107 @@
+"""What a service call needs of the running server, as small interfaces.
+
+The services the API calls open their own transactions and tell the control loop what
+changed, so they need the database, the clock, the settings and a side of the control loop.
+They see them through these protocols, which ``services.platform.Platform`` (and its
+``ControlLoop``, ``auth.TokenCache``, ``throttle.SignInThrottle``) satisfy. Of the services,
+this module imports only two that import none (``access``, ``estimates``), so every service
+may import it without a cycle (tests/unit/test_import_rules.py checks there is none).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from contextlib import AbstractContextManager
+from typing import Protocol
+
+from gpupool.domain.isolation import IsolationStatus
+from gpupool.domain.waiting import PendingReason
+from gpupool.executors.base import Executor
+from gpupool.scheduler.types import Clock, NodeCapacity
+from gpupool.services.access import Principal
+from gpupool.services.estimates import Forecast
+from gpupool.settings import Settings
+from gpupool.store.db import Database
+
+
+class LoopSide(Protocol):
+    """The control loop as services see it: what it knows, and what they tell it."""
+
+    @property
+    def pending_reasons(self) -> Mapping[int, PendingReason]:
+        """Job id -> why it waits, from the latest scheduling cycle."""
+        ...
+
+    def recent_nodes(self) -> tuple[NodeCapacity, ...]:
+        """The nodes' capacities, read at most a second ago."""
+        ...
+
+    def forecast(self, now: float, job_id: int | None = None) -> Forecast:
+        """Estimated starts of waiting jobs (a recent forecast that knows ``job_id``)."""
+        ...
+
+    def wake(self) -> None:
+        """Schedule at once: jobs were submitted or cancelled."""
+        ...
+
+    def quotas_changed(self) -> None:
+        """The teams or their quotas changed: read them again, and schedule."""
+        ...
+
+    def weights_changed(self) -> None:
+        """Users' fair-share weights changed: read them again, and schedule."""
+        ...
+
+
+class TokenMemory(Protocol):
+    """Who recently seen API tokens belong to (``services.auth.TokenCache``)."""
+
+    def known(self, secret: str, now: float) -> Principal | None: ...
+
+    def principal(self, db: Database, secret: str, now: float) -> Principal: ...
+
+    def clear(self) -> None:
+        """Forget every token: users, teams or tokens changed."""
+        ...
+
+
+class Throttle(Protocol):
+    """Failed sign-ins (and wrong current passwords) per user and address, refused with a
+    429 while too many (``services.throttle.SignInThrottle``)."""
+
+    def guard(self, address: str, user: str | None = None) -> AbstractContextManager[None]:
+        """Refuse while throttled; count the failure if the block raises Unauthenticated."""
+        ...
+
+    def check(self, address: str, user: str | None = None) -> None: ...
+
+    def failed(self, address: str, user: str | None = None) -> None: ...
+
+
+class Context(Protocol):
+    """The running server as a service call sees it."""
+
+    @property
+    def settings(self) -> Settings: ...
+
+    @property
+    def db(self) -> Database: ...
+
+    @property
+    def clock(self) -> Clock: ...
+
+    @property
+    def executor(self) -> Executor: ...
+
+    @property
+    def loop(self) -> LoopSide: ...
+
+    @property
+    def tokens(self) -> TokenMemory: ...
+
+    @property
+    def throttle(self) -> Throttle: ...
+
+    def isolation(self) -> IsolationStatus | None:
+        """How this node keeps jobs apart (None: no sandbox)."""
+        ...

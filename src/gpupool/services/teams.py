@@ -1,0 +1,107 @@
+"""Teams as the API sees them: listed with what they hold, their history, created, deleted,
+given a quota and members. Each function opens its own transaction and tells the control
+loop (and the token cache) what changed; ``quotas``, ``users`` and ``history`` do the work.
+"""
+
+from __future__ import annotations
+
+from gpupool.domain.views import (
+    TeamDeletedView,
+    TeamHistoryView,
+    TeamSeriesView,
+    TeamUsageView,
+    TeamView,
+    UserView,
+)
+from gpupool.services import history, quotas, users
+from gpupool.services.access import Principal
+from gpupool.services.context import Context
+from gpupool.services.views import user_view
+from gpupool.store.models import TeamModel
+
+
+def list_teams(ctx: Context, who: Principal) -> list[TeamView]:
+    """Each team ``who`` can see, with its quota, the GPUs it holds and its pending jobs."""
+    nodes = ctx.loop.recent_nodes()
+    with ctx.db.reader() as session:
+        visible = [t for t in users.list_teams(session) if who.can_see_team(t.id)]
+        used = quotas.usage(session, nodes, [t.id for t in visible])
+        return [team_view(t, used[t.id]) for t in visible]
+
+
+def team_history(ctx: Context, who: Principal, hours: float, buckets: int) -> TeamHistoryView:
+    """Each team ``who`` can see: GPUs held, GPUs wanted and its fair share, over the last
+    ``hours`` in ``buckets`` buckets."""
+    nodes = ctx.loop.recent_nodes()
+    pool = float(sum(len(node.gpus) for node in nodes if node.schedulable))
+    window = history.Window(ctx.clock.now(), hours, buckets)
+    with ctx.db.reader() as session:
+        visible = {t.name for t in users.list_teams(session) if who.can_see_team(t.id)}
+        found = history.team_history(session, quotas.team_quotas(session), pool, window)
+    return TeamHistoryView(
+        start=window.start,
+        end=window.end,
+        bucket_seconds=window.width,
+        pool_gpus=found.pool_gpus,
+        times=window.starts(),
+        teams=[TeamSeriesView(**vars(series)) for series in found.teams if series.team in visible],
+    )
+
+
+def create_team(ctx: Context, name: str, quota: quotas.Quota) -> TeamView:
+    """A new team with its quota (refused as a whole if the quota is)."""
+    nodes = ctx.loop.recent_nodes()
+    with ctx.db.session() as session:
+        team = quotas.create_team(session, name, quota, nodes, ctx.clock.now())
+        shown = team_view(team, quotas.Usage())
+    ctx.loop.quotas_changed()
+    return shown
+
+
+def set_quota(ctx: Context, name: str, quota: quotas.Quota) -> TeamView:
+    """Replace a team's quota: what ``quota`` leaves out takes its default."""
+    nodes = ctx.loop.recent_nodes()
+    with ctx.db.session() as session:
+        team = quotas.set_quota(session, name, quota, nodes, ctx.clock.now())
+        shown = team_view(team, quotas.usage(session, nodes, [team.id])[team.id])
+    ctx.loop.quotas_changed()
+    return shown
+
+
+def delete_team(ctx: Context, name: str) -> TeamDeletedView:
+    """Delete a team without unfinished jobs (see ``users.delete_team``)."""
+    with ctx.db.session() as session:
+        deleted = users.delete_team(session, name)
+    ctx.tokens.clear()  # its members' teams changed
+    ctx.loop.quotas_changed()
+    return TeamDeletedView(name=deleted.name, finished_jobs=deleted.finished_jobs)
+
+
+def add_member(ctx: Context, team: str, user: str) -> UserView:
+    """Make ``user`` a member of ``team``: it sees and submits the team's jobs."""
+    with ctx.db.session() as session:
+        shown = user_view(users.join_team(session, team, user))
+    ctx.tokens.clear()
+    return shown
+
+
+def remove_member(ctx: Context, team: str, user: str) -> UserView:
+    """End ``user``'s membership of ``team``; its jobs there stay in the team."""
+    with ctx.db.session() as session:
+        shown = user_view(users.leave_team(session, team, user))
+    ctx.tokens.clear()
+    return shown
+
+
+def team_view(team: TeamModel, used: quotas.Usage) -> TeamView:
+    """A team, its quota, what it holds now and how many of its jobs wait."""
+    quota = quotas.quota_of(team)
+    return TeamView(
+        id=team.id,
+        name=team.name,
+        guarantee=dict(quota.guarantee),
+        limit=quota.limit,
+        weight=quota.weight,
+        usage=TeamUsageView(gpus=used.gpus, by_model=used.by_model),
+        pending=used.pending,
+    )

@@ -1,0 +1,161 @@
+"""Database rows turned into read models (``gpupool.domain.views``).
+
+Each function reads only what its row has loaded or can load, so services call them while
+their transaction is open; what they return holds no row and loads nothing later.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from gpupool.domain.inventory import NodeInventory
+from gpupool.domain.jobs import JobStatus, Role
+from gpupool.domain.topology import gpu_domains
+from gpupool.domain.views import (
+    ArrayView,
+    AttemptView,
+    EventView,
+    GpuView,
+    HolderView,
+    JobView,
+    NodeView,
+    PlacementView,
+    TokenView,
+    UserView,
+    WhoAmIView,
+)
+from gpupool.domain.waiting import PendingReason
+from gpupool.services.usage import attained_gpu_seconds
+from gpupool.store.models import (
+    AttemptModel,
+    EventModel,
+    JobArrayModel,
+    JobModel,
+    NodeModel,
+    TokenModel,
+    UserModel,
+)
+
+
+def job_view(
+    job: JobModel, now: float, waiting: PendingReason | None = None, user: str | None = None
+) -> JobView:
+    """``now``: up to when a running attempt's GPU time counts as attained; ``waiting``: the
+    scheduler's latest word on it; ``user``: the owner's name when the caller knows it
+    (saves loading the user)."""
+    pending = job.status == JobStatus.PENDING and waiting is not None
+    return JobView(
+        id=job.id,
+        name=job.name,
+        user=user or job.user.name,
+        team=job.team.name,
+        status=JobStatus(job.status),
+        priority=job.priority,
+        spec=job.spec,
+        submitted_at=job.submitted_at,
+        started_at=job.started_at,
+        ended_at=job.ended_at,
+        exit_code=job.exit_code,
+        reason=job.reason,
+        message=job.message,
+        position=waiting.position if pending else None,
+        blockers=list(waiting.blockers) if pending else [],
+        attempts=job.attempts,
+        cancel_requested=job.cancel_requested_at is not None,
+        placement=PlacementView.model_validate(job.placement) if job.placement else None,
+        preemptible=job.preemptible,
+        attained_gpu_seconds=attained_gpu_seconds(job, now),
+        queued_at=job.queued_at,
+        checkpoint_at=job.checkpoint_at,
+        preemptions=job.preemptions or 0,
+        array_id=job.array_id,
+        array_index=job.array_index,
+    )
+
+
+def event_view(event: EventModel) -> EventView:
+    return EventView(id=event.id, at=event.at, reason=event.reason, message=event.message)
+
+
+def attempt_view(attempt: AttemptModel) -> AttemptView:
+    return AttemptView.model_validate(attempt, from_attributes=True)
+
+
+def array_view(array: JobArrayModel, first: JobModel, counts: Mapping[str, int]) -> ArrayView:
+    """An array from its row, its first task (name, owner, team, spec) and its counts."""
+    return ArrayView(
+        id=array.id,
+        name=first.name,
+        user=first.user.name,
+        team=first.team.name,
+        spec=first.spec,
+        submitted_at=array.submitted_at,
+        indexes=array.indexes,
+        size=array.size,
+        max_running=array.max_running,
+        counts=dict(counts),
+    )
+
+
+def node_view(node: NodeModel, held: Mapping[str, Sequence[HolderView]]) -> NodeView:
+    """A node and who holds each of its GPUs (``held``: GPU UUID -> holders)."""
+    inventory = NodeInventory.model_validate(node.inventory)
+    utilization = {g.uuid: g.utilization_percent for g in inventory.gpus}
+    domains = gpu_domains(inventory.gpus, inventory.links)
+    gpus = []
+    for gpu in inventory.schedulable_gpus():
+        holders = list(held.get(gpu.uuid, ()))
+        gpus.append(
+            GpuView(
+                uuid=gpu.uuid,
+                index=gpu.index,
+                model=gpu.model,
+                memory_bytes=gpu.memory_bytes,
+                used_share=round(sum(h.share for h in holders), 6),
+                used_memory_bytes=sum(h.memory_bytes for h in holders),
+                utilization_percent=utilization.get(gpu.uuid),
+                holders=holders,
+                domain=domains.get(gpu.index, gpu.index),
+            )
+        )
+    return NodeView(
+        name=node.name,
+        schedulable=node.schedulable,
+        last_seen_at=node.last_seen_at,
+        cpus=inventory.cpus,
+        memory_bytes=inventory.memory_bytes,
+        gpus=gpus,
+        inventory=inventory,
+    )
+
+
+def user_view(user: UserModel) -> UserView:
+    return UserView(
+        id=user.id,
+        name=user.name,
+        role=Role(user.role),
+        teams=sorted(t.name for t in user.teams),
+        disabled=user.disabled,
+        has_password=user.password_hash is not None,
+        weight=user.weight,
+        unix_user=user.unix_user,
+    )
+
+
+def token_view(token: TokenModel, owner: str) -> TokenView:
+    return TokenView(
+        id=token.id,
+        user=owner,
+        name=token.name,
+        prefix=token.prefix,
+        created_at=token.created_at,
+        last_used_at=token.last_used_at,
+        expires_at=token.expires_at,
+        revoked=token.revoked_at is not None,
+    )
+
+
+def who_am_i(user: UserModel, csrf_token: str | None = None) -> WhoAmIView:
+    """The user as it sees itself (``csrf_token``: its web session's, just after sign-in)."""
+    teams = sorted(t.name for t in user.teams)
+    return WhoAmIView(user=user.name, role=Role(user.role), teams=teams, csrf_token=csrf_token)

@@ -1,0 +1,307 @@
+"""Who may call what: every route of the real app, called by every identity, gets what the
+rule it declares (src/gpupool/api/access.py) promises that identity.
+
+The matrix is generated from the app's routes, so a new route joins it by itself; a route
+that declares no rule, a path template without a factory for its parameters, or a write
+without a factory for its body fails here, with the route named and what to add. The rule of
+each route is read from the route, never written here: this module only says what each rule
+means for each identity (``EXPECTED``) and how to call each route (``PARAMS``, ``BODIES``).
+
+gpupool has no team-admin role today; were one added, it would be one more identity
+(tests/support/access_matrix.py) and one more column of ``EXPECTED``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+import httpx
+import pytest
+
+from gpupool.api.access import Rule
+from tests.support.access_matrix import (
+    ADMIN,
+    ANONYMOUS,
+    DISABLED,
+    IDENTITIES,
+    MEMBER,
+    OTHER,
+    PASSWORD,
+    REVOKED,
+    SPARE,
+    VIEWER,
+    Identity,
+    RouteKey,
+    Routes,
+    World,
+    routes_of,
+    routes_of_a_new_app,
+    running_world,
+)
+
+
+class Outcome(Enum):
+    OK = "a 2xx answer"
+    ANSWERED = "a 2xx or 3xx answer, never 401, 403 or a way to /login (a public route)"
+    TO_SIGN_IN = "a 303 redirect to /login?next=..."
+    UNAUTHENTICATED = 401
+    FORBIDDEN = 403
+    NOT_FOUND = 404  # another team's object is not shown to exist
+
+
+def _outcomes(**by_identity: Outcome) -> dict[str, Outcome]:
+    """An identity's outcome by rule; who cannot sign in gets 401 unless said otherwise."""
+    cannot_sign_in = dict.fromkeys((ANONYMOUS, REVOKED, DISABLED), Outcome.UNAUTHENTICATED)
+    by_name = {name.replace("_", "-"): outcome for name, outcome in by_identity.items()}
+    return cannot_sign_in | by_name
+
+
+OK, NO, GONE = Outcome.OK, Outcome.FORBIDDEN, Outcome.NOT_FOUND
+EXPECTED: dict[Rule, dict[str, Outcome]] = {
+    Rule.PUBLIC: dict.fromkeys(IDENTITIES, Outcome.ANSWERED),
+    Rule.SIGNED_IN: _outcomes(owning_member=OK, owning_viewer=OK, other_team_member=OK, admin=OK),
+    Rule.TEAM_READ: _outcomes(owning_member=OK, owning_viewer=OK, other_team_member=GONE, admin=OK),
+    Rule.TEAM_WRITE: _outcomes(
+        owning_member=OK, owning_viewer=NO, other_team_member=GONE, admin=OK
+    ),
+    Rule.SUBMIT: _outcomes(owning_member=OK, owning_viewer=NO, other_team_member=OK, admin=OK),
+    Rule.ADMIN: _outcomes(owning_member=NO, owning_viewer=NO, other_team_member=NO, admin=OK),
+    # a page of a team's object (a job's page) is a 404 page for another team's member
+    Rule.PAGE: dict.fromkeys((ANONYMOUS, REVOKED, DISABLED), Outcome.TO_SIGN_IN)
+    | dict.fromkeys((MEMBER, VIEWER, OTHER, ADMIN), OK),
+}
+ERROR_CODES = {401: "unauthenticated", 403: "forbidden", 404: "not_found"}
+
+
+# -- how to call each route ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Target:
+    """The values of a path template's parameters; ``team_owned``: they name an object of
+    the owning team (its job, its array)."""
+
+    values: dict[str, Any]
+    team_owned: bool = False
+
+
+Factory = Callable[[World, Identity], Any]
+
+
+def _job(world: World, _who: Identity) -> Target:
+    return Target({"job_id": world.job()}, team_owned=True)
+
+
+def _fresh_job(world: World, _who: Identity) -> Target:
+    return Target({"job_id": world.fresh_job()}, team_owned=True)
+
+
+def _ended_job(world: World, _who: Identity) -> Target:
+    return Target({"job_id": world.ended_job()}, team_owned=True)
+
+
+def _array(world: World, _who: Identity) -> Target:
+    return Target({"array_id": world.array(), "index": 0}, team_owned=True)
+
+
+def _fresh_array(world: World, _who: Identity) -> Target:
+    return Target({"array_id": world.fresh_array()}, team_owned=True)
+
+
+def _node(_world: World, _who: Identity) -> Target:
+    return Target({"name": "node-a"})  # the platform's one node (tests/support/platform.py)
+
+
+def _spare_team(_world: World, _who: Identity) -> Target:
+    return Target({"name": SPARE})
+
+
+def _fresh_team(world: World, _who: Identity) -> Target:
+    return Target({"name": world.fresh_team()})
+
+
+def _fresh_member(world: World, _who: Identity) -> Target:
+    return Target({"name": SPARE, "user": world.fresh_user()})
+
+
+def _fresh_user(world: World, _who: Identity) -> Target:
+    return Target({"name": world.fresh_user()})
+
+
+def _own_fresh_token(world: World, who: Identity) -> Target:
+    """A new token of the caller (a token is its owner's to revoke; anonymous callers are
+    given the owning member's)."""
+    owner = who.user or world.identities[MEMBER].user
+    return Target({"token_id": world.fresh_token(owner)})
+
+
+# Writes that end, delete or change their object get a new one for each call.
+PARAMS: dict[str, Factory] = {
+    "/api/v1/jobs/{job_id}": _job,
+    "/api/v1/jobs/{job_id}/why": _job,
+    "/api/v1/jobs/{job_id}/events": _job,
+    "/api/v1/jobs/{job_id}/logs": _job,
+    "/api/v1/jobs/{job_id}/logs/stream": _ended_job,
+    "/api/v1/jobs/{job_id}/cancel": _fresh_job,
+    "/api/v1/jobs/arrays/{array_id}": _array,
+    "/api/v1/jobs/arrays/{array_id}/tasks/{index}": _array,
+    "/api/v1/jobs/arrays/{array_id}/cancel": _fresh_array,
+    "/api/v1/nodes/{name}": _node,
+    "/api/v1/teams/{name}": _fresh_team,
+    "/api/v1/teams/{name}/quota": _spare_team,
+    "/api/v1/teams/{name}/members/{user}": _fresh_member,
+    "/api/v1/users/{name}": _fresh_user,
+    "/api/v1/tokens/{token_id}": _own_fresh_token,
+    "/jobs/{job_id}": _job,
+}
+
+
+def _sign_in(world: World, _who: Identity) -> dict:
+    member = world.identities[MEMBER]
+    return {"user": member.user, "password": member.token}  # a token is a password too
+
+
+def _new_password(world: World, who: Identity) -> dict:
+    """The caller's own password change: its current password is set first."""
+    if who.user is not None:
+        world.set_password(who.user, PASSWORD)
+    return {"current": PASSWORD, "new": "matrix-password-2"}
+
+
+BODIES: dict[str, Factory] = {
+    "POST /api/v1/session": _sign_in,
+    "POST /api/v1/jobs": lambda _world, _who: {"command": ["sleep", "300"]},
+    "POST /api/v1/teams": lambda world, _who: {"name": world.unique("new-team")},
+    "PUT /api/v1/teams/{name}/quota": lambda _world, _who: {"weight": 1},
+    "POST /api/v1/whoami/password": _new_password,
+    "POST /api/v1/users": lambda world, _who: {"name": world.unique("new-user")},
+    "PATCH /api/v1/users/{name}": lambda _world, _who: {"weight": 2},
+    "POST /api/v1/tokens": lambda _world, _who: {"name": "matrix"},
+}
+
+# Routes the framework adds (not APIRoutes: no dependency can carry their rule), each with
+# a path to call and its rule.
+FRAMEWORK: dict[str, tuple[str, Rule]] = {
+    "/api/v1/openapi.json": ("/api/v1/openapi.json", Rule.PUBLIC),
+    "/static": ("/static/gpupool.css", Rule.PUBLIC),
+    "/api/v1/docs/assets": ("/api/v1/docs/assets/swagger-ui.css", Rule.PUBLIC),
+}
+
+
+# -- the matrix ----------------------------------------------------------------------------------
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Each route of the app (read from a new one at collection) is a row of the matrix."""
+    if "route" in metafunc.fixturenames:
+        routes = routes_of_a_new_app()
+        cases = [RouteKey("GET", path) for path in routes.framework] + sorted(routes.declared)
+        metafunc.parametrize("route", cases, ids=str)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    with running_world(tmp_path_factory.mktemp("matrix") / "data") as found:
+        yield found
+
+
+@pytest.mark.parametrize("identity", IDENTITIES)
+def test_each_identity_gets_what_the_routes_rule_promises(
+    world: World, route: RouteKey, identity: str
+) -> None:
+    rule = _rule(world, route)
+    who = world.identities[identity]
+    path, target = _path(world, route, who)
+    body = _body(world, route, who)
+    answer = world.call(route, path, who, body)
+    expected = _expected(rule, identity, target)
+    assert _meets(expected, answer), (
+        f"{route} as {identity} (rule {rule.value}): expected {expected.value}, "
+        f"got {answer.status_code} {answer.headers.get('location', '')} {answer.text[:300]}"
+    )
+
+
+def test_every_route_declares_a_rule(world: World) -> None:
+    missing = [str(key) for key, rule in _live(world).declared.items() if rule is None]
+    assert not missing, (
+        "these routes declare no access rule; give each `who: Annotated[Principal, "
+        f"allow(Rule.X)]` or `@declare(Rule.X)` (src/gpupool/api/access.py): {missing}"
+    )
+
+
+def test_every_route_can_be_called(world: World) -> None:
+    """Each parametrized path has a factory, each write with a body a body factory, each
+    route the framework adds an entry of FRAMEWORK, and each rule a column of outcomes."""
+    routes = _live(world)
+    lacking = [
+        f"PARAMS[{k.path!r}]" for k in routes.declared if "{" in k.path and k.path not in PARAMS
+    ]
+    lacking += [f"BODIES[{str(k)!r}]" for k in routes.bodies if str(k) not in BODIES]
+    lacking += [f"FRAMEWORK[{p!r}]" for p in routes.framework if p not in FRAMEWORK]
+    lacking += [f"EXPECTED[{r}]" for r in Rule if set(EXPECTED.get(r, ())) != set(IDENTITIES)]
+    assert not lacking, f"add to tests/security/test_access_matrix.py: {sorted(set(lacking))}"
+
+
+def _live(world: World) -> Routes:
+    """The routes of the app under test (the same code as those the matrix was made from)."""
+    return world.shared("routes", lambda: routes_of(world.client.app))
+
+
+def _rule(world: World, route: RouteKey) -> Rule:
+    if route.path in _live(world).framework:
+        if route.path not in FRAMEWORK:
+            pytest.fail(f"{route}: a route the framework adds; add it to FRAMEWORK here")
+        return FRAMEWORK[route.path][1]
+    rule = _live(world).declared.get(route)
+    if rule is None:
+        pytest.fail(
+            f"{route} declares no access rule: give it `who: Annotated[Principal, "
+            "allow(Rule.X)]` or `@declare(Rule.X)` (src/gpupool/api/access.py)"
+        )
+    return rule
+
+
+def _path(world: World, route: RouteKey, who: Identity) -> tuple[str, Target]:
+    if route.path in FRAMEWORK:
+        return FRAMEWORK[route.path][0], Target({})
+    if "{" not in route.path:
+        return route.path, Target({})
+    if route.path not in PARAMS:
+        pytest.fail(f"{route}: add a factory for {route.path!r} to PARAMS in this module")
+    target = PARAMS[route.path](world, who)
+    return route.path.format(**target.values), target
+
+
+def _body(world: World, route: RouteKey, who: Identity) -> Any:
+    if route not in _live(world).bodies:
+        return None
+    if str(route) not in BODIES:
+        pytest.fail(f"{route}: add a factory of a valid body for {str(route)!r} to BODIES here")
+    return BODIES[str(route)](world, who)
+
+
+def _expected(rule: Rule, identity: str, target: Target) -> Outcome:
+    if rule == Rule.PAGE and target.team_owned and identity == OTHER:
+        return Outcome.NOT_FOUND
+    return EXPECTED[rule][identity]
+
+
+def _meets(expected: Outcome, answer: httpx.Response) -> bool:
+    status = answer.status_code
+    if expected == Outcome.OK:
+        return 200 <= status < 300
+    if expected == Outcome.ANSWERED:
+        return 200 <= status < 300 or (300 <= status < 400 and not _to_sign_in(answer))
+    if expected == Outcome.TO_SIGN_IN:
+        return status == 303 and _to_sign_in(answer)
+    if status != expected.value:
+        return False
+    is_json = answer.headers.get("content-type", "").startswith("application/json")
+    return not is_json or answer.json()["error"]["code"] == ERROR_CODES[status]
+
+
+def _to_sign_in(answer: httpx.Response) -> bool:
+    return answer.headers.get("location", "").startswith("/login?next=")

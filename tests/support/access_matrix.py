@@ -1,0 +1,274 @@
+"""The world of the access matrix (tests/security/test_access_matrix.py): the routes of the
+real app, one in-process platform, the identities that call every route, and the objects
+(jobs, arrays, teams, users, tokens) those routes act on.
+
+Identities call the REST API with their bearer token, and web pages with a cookie session
+opened through ``POST /api/v1/session`` (its CSRF token sent on unsafe methods), as a browser
+does. gpupool has no team-admin role today: were one added, it would be one more identity.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+from fastapi import FastAPI
+from fastapi.routing import APIRoute, iter_route_contexts
+from fastapi.testclient import TestClient
+
+from gpupool.api.access import Rule, rule_of
+from gpupool.api.app import create_app
+from gpupool.api.deps import CSRF_HEADER, SAFE_METHODS, SESSION_COOKIE
+from gpupool.executors.fake import NeverStartsExecutor
+from gpupool.services.platform import open_platform
+from tests.support.platform import FINAL, admin_token, make_settings, running_app
+from tests.support.waiting import wait_for
+
+ANONYMOUS = "anonymous"
+MEMBER = "owning-member"  # a member of the team that owns the route's object
+VIEWER = "owning-viewer"  # a viewer of that team
+OTHER = "other-team-member"  # a member of another team only
+ADMIN = "admin"
+REVOKED = "revoked-token"  # a member of the owning team whose token was revoked
+DISABLED = "disabled-user"  # a member of the owning team, disabled after signing in
+IDENTITIES = (ANONYMOUS, MEMBER, VIEWER, OTHER, ADMIN, REVOKED, DISABLED)
+
+OWNERS, OTHERS, SPARE = "owners", "others", "spare"  # SPARE: teams and members admins change
+PASSWORD = "matrix-password-1"
+
+
+@dataclass(frozen=True, order=True)
+class RouteKey:
+    """One method of one route, by its path template (``/api/v1/jobs/{job_id}``)."""
+
+    method: str
+    path: str
+
+    def __str__(self) -> str:
+        return f"{self.method} {self.path}"
+
+    @property
+    def is_page(self) -> bool:
+        """Web pages (outside /api) are called as a browser calls them: with a session."""
+        return not self.path.startswith("/api/")
+
+
+@dataclass(frozen=True)
+class Routes:
+    """The routes of an app: its API routes (each with the rule it declares, or None) and the
+    paths of the routes the framework adds (mounts of static files, the OpenAPI schema),
+    which no dependency can carry a rule for."""
+
+    declared: dict[RouteKey, Rule | None]
+    framework: tuple[str, ...]
+    bodies: frozenset[RouteKey]  # routes that read a request body
+
+
+def routes_of(app: FastAPI) -> Routes:
+    """Every route of ``app``; routers included into it are walked into (in FastAPI 0.165
+    ``app.routes`` holds included routers, not their routes)."""
+    declared: dict[RouteKey, Rule | None] = {}
+    bodies: set[RouteKey] = set()
+    framework: list[str] = []
+    for context in iter_route_contexts(app.routes):
+        route = context.original_route
+        if not isinstance(route, APIRoute):
+            framework.append(context.path)
+            continue
+        for method in sorted(context.methods):
+            key = RouteKey(method, context.path_format)
+            declared[key] = rule_of(route)
+            if route.body_field is not None:
+                bodies.add(key)
+    return Routes(declared, tuple(framework), frozenset(bodies))
+
+
+def routes_of_a_new_app() -> Routes:
+    """The routes of the app on a new platform (a throw-away data directory): what the
+    matrix is parametrized by, before its platform exists."""
+    with tempfile.TemporaryDirectory(prefix="gpupool-routes-") as base:
+        platform = open_platform(make_settings(Path(base) / "data"), NeverStartsExecutor(base))
+        try:
+            return routes_of(create_app(platform, start_loop=False))
+        finally:
+            platform.db.dispose()
+
+
+@dataclass
+class Identity:
+    """Who calls: a user (None: anonymous), its API token and a web session (both dead for
+    the revoked and disabled identities). ``live``: it can open a new session at will."""
+
+    name: str
+    user: str | None = None
+    token: str | None = None
+    session: tuple[str, str] | None = None  # cookie, CSRF token
+    live: bool = False
+
+
+@dataclass
+class World:
+    """One running app, its identities and the objects routes act on. Shared objects are made
+    once; ``fresh_*`` makes a new one for a call that ends, deletes or changes it."""
+
+    client: TestClient
+    identities: dict[str, Identity] = field(default_factory=dict)
+    made: dict[str, Any] = field(default_factory=dict)  # shared objects, made on first use
+    count: int = 0
+
+    # -- calls ---------------------------------------------------------------------------------
+
+    def call(self, key: RouteKey, path: str, who: Identity, body: Any = None) -> httpx.Response:
+        """Call ``path`` as ``who``: a page with a session, the API with its token."""
+        if key.is_page:
+            cookie, csrf = self.page_session(who) or (None, None)
+            return self.send(key.method, path, cookie=cookie, csrf=csrf, body=body)
+        return self.send(key.method, path, token=who.token, body=body)
+
+    def send(
+        self,
+        method: str,
+        path: str,
+        *,
+        token: str | None = None,
+        cookie: str | None = None,
+        csrf: str | None = None,
+        body: Any = None,
+    ) -> httpx.Response:
+        """One request with exactly these credentials: the client's cookie jar is emptied first,
+        so that no cookie a response set (a sign-in's) rides along on the next request."""
+        self.client.cookies.clear()
+        headers = {}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        if cookie:
+            headers["Cookie"] = f"{SESSION_COOKIE}={cookie}"
+        if csrf and method not in SAFE_METHODS:
+            headers[CSRF_HEADER] = csrf
+        return self.client.request(method, path, headers=headers, json=body, follow_redirects=False)
+
+    def api(self, method: str, path: str, who: str = ADMIN, body: Any = None) -> Any:
+        """A set-up call through the API as ``who``, which must succeed."""
+        answer = self.send(method, f"/api/v1{path}", token=self.identities[who].token, body=body)
+        assert answer.status_code < 300, f"set-up {method} {path}: {answer.text}"
+        return answer.json() if answer.content else None
+
+    def sign_in(self, user: str, password: str) -> tuple[str, str]:
+        """A new web session of ``user``: its cookie and CSRF token."""
+        answer = self.send("POST", "/api/v1/session", body={"user": user, "password": password})
+        assert answer.status_code == 200, f"set-up sign-in of {user}: {answer.text}"
+        return answer.cookies[SESSION_COOKIE], answer.json()["csrf_token"]
+
+    def page_session(self, who: Identity) -> tuple[str, str] | None:
+        """A live identity signs in afresh for each page (a password change ends its
+        sessions); the revoked and disabled ones keep the session that was ended."""
+        if who.live:
+            return self.sign_in(who.user, who.token)
+        return who.session
+
+    # -- objects -------------------------------------------------------------------------------
+
+    def unique(self, prefix: str) -> str:
+        self.count += 1
+        return f"{prefix}-{self.count}"
+
+    def shared(self, name: str, make: Callable[[], Any]) -> Any:
+        if name not in self.made:
+            self.made[name] = make()
+        return self.made[name]
+
+    def job(self) -> int:
+        """A live job of the owning team, submitted by its member."""
+        return self.shared("job", self.fresh_job)
+
+    def fresh_job(self) -> int:
+        return self.api("POST", "/jobs", MEMBER, {"command": ["sleep", "300"]})["id"]
+
+    def ended_job(self) -> int:
+        """A cancelled job of the owning team: a stream of its log ends (the test client
+        reads a response whole, so a stream that follows a live job would never return)."""
+        return self.shared("ended_job", self._cancelled_job)
+
+    def array(self) -> int:
+        return self.shared("array", self.fresh_array)
+
+    def fresh_array(self) -> int:
+        body = {"command": ["sleep", "300"], "array": {"indexes": "0-1"}}
+        return self.api("POST", "/jobs", MEMBER, body)["id"]
+
+    def fresh_team(self) -> str:
+        return self.api("POST", "/teams", ADMIN, {"name": self.unique("team")})["name"]
+
+    def fresh_user(self, teams: tuple[str, ...] = (SPARE,)) -> str:
+        body = {"name": self.unique("user"), "teams": list(teams)}
+        return self.api("POST", "/users", ADMIN, body)["name"]
+
+    def fresh_token(self, user: str) -> int:
+        return self.api("POST", "/tokens", ADMIN, {"user": user, "name": "matrix"})["id"]
+
+    def set_password(self, user: str, password: str) -> None:
+        self.api("PATCH", f"/users/{user}", ADMIN, {"password": password})
+
+    def _cancelled_job(self) -> int:
+        job_id = self.fresh_job()
+        self.api("POST", f"/jobs/{job_id}/cancel", MEMBER)
+
+        def ended() -> bool:
+            return self.api("GET", f"/jobs/{job_id}")["status"] in FINAL
+
+        wait_for(ended, 30, f"job {job_id} to end", 0.05)
+        return job_id
+
+
+@contextmanager
+def running_world(data_dir: Path) -> Iterator[World]:
+    """The app on a platform with a real SQLite file whose jobs never start, and the teams,
+    users, tokens and sessions of every identity."""
+    # Revoked and disabled tokens count as failed attempts of one address (the test
+    # client's): the matrix sends more of them than a real client's limit, which
+    # tests/security/test_sign_in.py tests.
+    settings = make_settings(
+        data_dir, signin_max_per_address=1_000_000, signin_max_per_user=1_000_000
+    )
+    executor = NeverStartsExecutor(data_dir.parent / "never-started")
+    with running_app(settings, executor) as (client, platform):
+        client.headers.pop("Authorization")  # each call says who it is
+        world = World(client)
+        world.identities[ADMIN] = Identity(ADMIN, ADMIN, admin_token(platform), live=True)
+        _populate(world)
+        yield world
+
+
+def _populate(world: World) -> None:
+    for team in (OWNERS, OTHERS, SPARE):
+        world.api("POST", "/teams", ADMIN, {"name": team})
+    world.identities[ANONYMOUS] = Identity(ANONYMOUS)
+    for name, team, role in ((MEMBER, OWNERS, "member"), (VIEWER, OWNERS, "viewer")):
+        world.identities[name] = _identity(world, name, team, role)
+    world.identities[OTHER] = _identity(world, OTHER, OTHERS, "member")
+    world.identities[REVOKED] = _ended(world, REVOKED, revoke=True)
+    world.identities[DISABLED] = _ended(world, DISABLED, revoke=False)
+
+
+def _identity(world: World, name: str, team: str, role: str) -> Identity:
+    world.api("POST", "/users", ADMIN, {"name": name, "teams": [team], "role": role})
+    token = world.api("POST", "/tokens", ADMIN, {"user": name, "name": "matrix"})["token"]
+    return Identity(name, name, token, live=True)
+
+
+def _ended(world: World, name: str, revoke: bool) -> Identity:
+    """A member of the owning team, signed in with its token; then the token is revoked, or
+    the user disabled: both its token and its session must stop working."""
+    found = _identity(world, name, OWNERS, "member")
+    found.session, found.live = world.sign_in(name, found.token), False
+    if revoke:
+        token_id = next(t["id"] for t in world.api("GET", "/tokens") if t["user"] == name)
+        world.api("DELETE", f"/tokens/{token_id}")
+    else:
+        world.api("PATCH", f"/users/{name}", ADMIN, {"disabled": True})
+    return found
