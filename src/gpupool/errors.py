@@ -116,6 +116,12 @@ class LastAdmin(Conflict):
     code = "last_admin"
 
 
+class ViewerNotTeamAdmin(Conflict):
+    """A viewer cannot be a team admin: give the user the member role first."""
+
+    code = "viewer_not_team_admin"
+
+
 class WrongPassword(Forbidden):
     """The current password is wrong: type it again, or ask an admin to set a new one."""
 

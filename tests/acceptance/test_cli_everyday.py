@@ -147,7 +147,8 @@ def test_a_user_added_to_a_team_sees_its_jobs(admin: Cli) -> None:
     assert job_id not in [job["id"] for job in vera.json("ls", "--all")]
     assert refused(admin("team", "remove-member", "vision", "vera"), "not_found")
     assert refused(admin("team", "add-member", "nope", "vera"), "unknown_team")
-    assert refused(vera("team", "add-member", "vision", "vera"), "forbidden")
+    assert refused(vera("team", "add-member", "default", "vera"), "forbidden")  # a member
+    assert refused(vera("team", "add-member", "vision", "vera"), "not_found")  # not its team
 
 
 def test_a_team_is_deleted_once_its_jobs_have_ended(admin: Cli) -> None:
@@ -170,4 +171,31 @@ def test_a_team_is_deleted_once_its_jobs_have_ended(admin: Cli) -> None:
     assert refused(admin("team", "delete", "default"), "default_team")
 
     admin.ok("team", "create", "audio")  # the name is free again
+    assert admin.job(job_id)["team"] == "audio (deleted)"  # not the new audio's
+    listed = admin.ok("ls", "--all")
+    assert re.search(rf"^\s*{job_id}\s.*audio \(deleted\)", listed, re.M), listed
     assert "team audio deleted" in admin.ok("team", "delete", "audio")
+
+
+def test_a_team_admin_changes_its_teams_members_and_nothing_else(admin: Cli) -> None:
+    admin.ok("team", "create", "speech")
+    tara = new_user(admin, "tara", "speech")
+    new_user(admin, "tom")
+    assert "tara is a team admin of speech" in admin.ok("team", "set-admin", "speech", "tara")
+    assert tara.ok("whoami").startswith("tara (member of speech; team admin of speech)")
+    assert tara.json("whoami")["admin_of"] == ["speech"]
+    assert [team["admins"] for team in tara.json("team")] == [["tara"]]
+    assert "tara" in tara.ok("team")  # its ADMINS column
+
+    assert "tom is a member of speech" in tara.ok("team", "add-member", "speech", "tom")
+    made = tara.ok("team", "add-member", "speech", "tom", "--admin")
+    assert "tom is a team admin of speech" in made
+    unmade = tara.ok("team", "set-admin", "speech", "tom", "--no")
+    assert "tom is no longer a team admin of speech" in unmade
+    assert "tom left speech" in tara.ok("team", "remove-member", "speech", "tom")
+
+    assert refused(tara("team", "add-member", "default", "tara"), "not_found")
+    assert refused(tara("team", "set-quota", "speech", "--limit", "8"), "forbidden")
+    assert refused(tara("team", "delete", "speech"), "forbidden")
+    admin.ok("team", "set-admin", "speech", "tara", "--no")
+    assert refused(tara("team", "add-member", "speech", "tom"), "forbidden")

@@ -20,9 +20,9 @@ def test_team_create_with_a_quota_and_the_table(admin: Cli) -> None:
     assert (nlp["guarantee"], nlp["limit"], nlp["weight"]) == ({"*": 1, "A100": 1}, 4, 1)
 
     row = next(line for line in admin.ok("team").splitlines() if line.startswith("nlp "))
-    assert row.split() == ["nlp", "1,", "A100=1", "4", "1", "0", "0"]
+    assert row.split() == ["nlp", "1,", "A100=1", "4", "1", "0", "0", "-"]
     header = admin.ok("team").splitlines()[0].split()
-    assert header == ["TEAM", "GUARANTEE", "LIMIT", "WEIGHT", "IN", "USE", "PENDING"]
+    assert header == ["TEAM", "GUARANTEE", "LIMIT", "WEIGHT", "IN", "USE", "PENDING", "ADMINS"]
 
 
 def test_set_quota_changes_only_what_is_given(admin: Cli) -> None:

@@ -168,3 +168,39 @@ def test_0004_records_todays_quotas_as_the_earliest_known(database_url: str) -> 
     tables = set(inspect(database.engine).get_table_names())
     database.dispose()
     assert not tables & {"quota_changes", "pool_changes"} and "teams" in tables
+
+
+def test_0008_marks_renamed_teams_deleted_and_frees_their_names(database_url: str) -> None:
+    store.upgrade(database_url, "0007")
+    database = store.Database(database_url)
+    with database.engine.begin() as connection:
+        connection.execute(
+            text("INSERT INTO teams (id, name, created_at) VALUES (1, 'ml~1', 0), (2, 'cv', 0)")
+        )
+        connection.execute(
+            text(
+                "INSERT INTO users (id, name, role, disabled, created_at) "
+                "VALUES (1, 'ann', 'member', false, 0)"
+            )
+        )
+        connection.execute(text("INSERT INTO memberships (user_id, team_id) VALUES (1, 2)"))
+    database.dispose()
+    store.upgrade(database_url, "0008")
+    database = store.Database(database_url)
+    with database.engine.begin() as connection:
+        rows = connection.execute(text("SELECT id, name, deleted_at FROM teams ORDER BY id")).all()
+        assert connection.execute(text("SELECT admin FROM memberships")).scalar() in (False, 0)
+        connection.execute(text("INSERT INTO teams (id, name, created_at) VALUES (3, 'ml', 0)"))
+    with pytest.raises(IntegrityError), database.engine.begin() as connection:
+        connection.execute(text("INSERT INTO teams (id, name, created_at) VALUES (4, 'ml', 0)"))
+    database.dispose()
+    assert [(r.id, r.name, r.deleted_at is not None) for r in rows] == [
+        (1, "ml", True),
+        (2, "cv", False),
+    ]
+    store.downgrade(database_url, "0007")
+    database = store.Database(database_url)
+    with database.engine.connect() as connection:
+        names = connection.execute(text("SELECT name FROM teams ORDER BY id")).scalars().all()
+    database.dispose()
+    assert names == ["ml~1", "cv", "ml"]

@@ -7,8 +7,9 @@ without a factory for its body fails here, with the route named and what to add.
 each route is read from the route, never written here: this module only says what each rule
 means for each identity (``EXPECTED``) and how to call each route (``PARAMS``, ``BODIES``).
 
-gpupool has no team-admin role today; were one added, it would be one more identity
-(tests/support/access_matrix.py) and one more column of ``EXPECTED``.
+The team admin of the owning team is one identity (tests/support/access_matrix.py): a
+member of it that may also change its members (Rule.TEAM_ADMIN), and nothing a pool admin
+alone may do.
 """
 
 from __future__ import annotations
@@ -29,9 +30,11 @@ from tests.support.access_matrix import (
     IDENTITIES,
     MEMBER,
     OTHER,
+    OWNERS,
     PASSWORD,
     REVOKED,
     SPARE,
+    TEAM_ADMIN,
     VIEWER,
     Identity,
     RouteKey,
@@ -62,16 +65,27 @@ def _outcomes(**by_identity: Outcome) -> dict[str, Outcome]:
 OK, NO, GONE = Outcome.OK, Outcome.FORBIDDEN, Outcome.NOT_FOUND
 EXPECTED: dict[Rule, dict[str, Outcome]] = {
     Rule.PUBLIC: dict.fromkeys(IDENTITIES, Outcome.ANSWERED),
-    Rule.SIGNED_IN: _outcomes(owning_member=OK, owning_viewer=OK, other_team_member=OK, admin=OK),
-    Rule.TEAM_READ: _outcomes(owning_member=OK, owning_viewer=OK, other_team_member=GONE, admin=OK),
-    Rule.TEAM_WRITE: _outcomes(
-        owning_member=OK, owning_viewer=NO, other_team_member=GONE, admin=OK
+    Rule.SIGNED_IN: _outcomes(
+        owning_member=OK, owning_viewer=OK, other_team_member=OK, admin=OK, owning_team_admin=OK
     ),
-    Rule.SUBMIT: _outcomes(owning_member=OK, owning_viewer=NO, other_team_member=OK, admin=OK),
-    Rule.ADMIN: _outcomes(owning_member=NO, owning_viewer=NO, other_team_member=NO, admin=OK),
+    Rule.TEAM_READ: _outcomes(
+        owning_member=OK, owning_viewer=OK, other_team_member=GONE, admin=OK, owning_team_admin=OK
+    ),
+    Rule.TEAM_WRITE: _outcomes(
+        owning_member=OK, owning_viewer=NO, other_team_member=GONE, admin=OK, owning_team_admin=OK
+    ),
+    Rule.SUBMIT: _outcomes(
+        owning_member=OK, owning_viewer=NO, other_team_member=OK, admin=OK, owning_team_admin=OK
+    ),
+    Rule.TEAM_ADMIN: _outcomes(
+        owning_member=NO, owning_viewer=NO, other_team_member=GONE, admin=OK, owning_team_admin=OK
+    ),
+    Rule.ADMIN: _outcomes(
+        owning_member=NO, owning_viewer=NO, other_team_member=NO, admin=OK, owning_team_admin=NO
+    ),
     # a page of a team's object (a job's page) is a 404 page for another team's member
     Rule.PAGE: dict.fromkeys((ANONYMOUS, REVOKED, DISABLED), Outcome.TO_SIGN_IN)
-    | dict.fromkeys((MEMBER, VIEWER, OTHER, ADMIN), OK),
+    | dict.fromkeys((MEMBER, VIEWER, OTHER, ADMIN, TEAM_ADMIN), OK),
 }
 ERROR_CODES = {401: "unauthenticated", 403: "forbidden", 404: "not_found"}
 
@@ -124,7 +138,8 @@ def _fresh_team(world: World, _who: Identity) -> Target:
 
 
 def _fresh_member(world: World, _who: Identity) -> Target:
-    return Target({"name": SPARE, "user": world.fresh_user()})
+    """A new member of the owning team, whose team admin may change its membership."""
+    return Target({"name": OWNERS, "user": world.fresh_user((OWNERS,))}, team_owned=True)
 
 
 def _fresh_user(world: World, _who: Identity) -> Target:
@@ -176,6 +191,7 @@ BODIES: dict[str, Factory] = {
     "POST /api/v1/jobs": lambda _world, _who: {"command": ["sleep", "300"]},
     "POST /api/v1/teams": lambda world, _who: {"name": world.unique("new-team")},
     "PUT /api/v1/teams/{name}/quota": lambda _world, _who: {"weight": 1},
+    "PUT /api/v1/teams/{name}/members/{user}": lambda _world, _who: {"admin": False},
     "POST /api/v1/whoami/password": _new_password,
     "POST /api/v1/users": lambda world, _who: {"name": world.unique("new-user")},
     "PATCH /api/v1/users/{name}": lambda _world, _who: {"weight": 2},

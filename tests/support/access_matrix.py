@@ -4,7 +4,8 @@ real app, one in-process platform, the identities that call every route, and the
 
 Identities call the REST API with their bearer token, and web pages with a cookie session
 opened through ``POST /api/v1/session`` (its CSRF token sent on unsafe methods), as a browser
-does. gpupool has no team-admin role today: were one added, it would be one more identity.
+does. A team admin of the owning team is one identity too: a member of it that may change
+its members.
 """
 
 from __future__ import annotations
@@ -34,11 +35,12 @@ MEMBER = "owning-member"  # a member of the team that owns the route's object
 VIEWER = "owning-viewer"  # a viewer of that team
 OTHER = "other-team-member"  # a member of another team only
 ADMIN = "admin"
+TEAM_ADMIN = "owning-team-admin"  # a member of the owning team, and a team admin of it
 REVOKED = "revoked-token"  # a member of the owning team whose token was revoked
 DISABLED = "disabled-user"  # a member of the owning team, disabled after signing in
-IDENTITIES = (ANONYMOUS, MEMBER, VIEWER, OTHER, ADMIN, REVOKED, DISABLED)
+IDENTITIES = (ANONYMOUS, MEMBER, VIEWER, OTHER, ADMIN, TEAM_ADMIN, REVOKED, DISABLED)
 
-OWNERS, OTHERS, SPARE = "owners", "others", "spare"  # SPARE: teams and members admins change
+OWNERS, OTHERS, SPARE = "owners", "others", "spare"  # SPARE: a team admins change
 PASSWORD = "matrix-password-1"
 
 
@@ -251,6 +253,8 @@ def _populate(world: World) -> None:
     for name, team, role in ((MEMBER, OWNERS, "member"), (VIEWER, OWNERS, "viewer")):
         world.identities[name] = _identity(world, name, team, role)
     world.identities[OTHER] = _identity(world, OTHER, OTHERS, "member")
+    world.identities[TEAM_ADMIN] = _identity(world, TEAM_ADMIN, OWNERS, "member")
+    world.api("PUT", f"/teams/{OWNERS}/members/{TEAM_ADMIN}", ADMIN, {"admin": True})
     world.identities[REVOKED] = _ended(world, REVOKED, revoke=True)
     world.identities[DISABLED] = _ended(world, DISABLED, revoke=False)
 

@@ -25,6 +25,8 @@ class Rule(StrEnum):
     TEAM_READ = "team_read"  # a resource of one team: its members and viewers, admins; else 404
     TEAM_WRITE = "team_write"  # act on a team's resource: its members, admins; viewers 403
     SUBMIT = "submit"  # create work: members of a team (not viewers), admins
+    # a team's admins and pool admins; other callers 403, or 404 when they cannot see the team
+    TEAM_ADMIN = "team_admin"
     ADMIN = "admin"  # admins of the pool only
     PAGE = "page"  # a web page: signed-in users, scoped to them; anonymous callers go to /login
 
@@ -46,8 +48,9 @@ class _Allow:
 def allow(rule: Rule) -> Any:
     """``who: Annotated[Principal, allow(Rule.ADMIN)]``: the caller, once let in by ``rule``.
 
-    TEAM_READ and TEAM_WRITE let every signed-in caller in: which team's resource it is is
-    known only to the service, which answers 404 (not visible) or 403 (viewer) itself.
+    TEAM_READ, TEAM_WRITE and TEAM_ADMIN let every signed-in caller in: which team's resource
+    it is is known only to the service, which answers 404 (not visible) or 403 (a viewer; not
+    a team admin) itself.
     """
     return Depends(_Allow(rule))
 

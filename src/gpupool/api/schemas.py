@@ -116,6 +116,13 @@ class UserUpdate(Strict):
     unix_user: UnixUser = None
 
 
+class MemberIn(Strict):
+    admin: bool | None = Field(
+        default=None,
+        description="true: a team admin of the team; false: not one; left out: as it was",
+    )
+
+
 class PasswordChange(Strict):
     """A user's change of its own password: ``current`` may be left out while it has none."""
 

@@ -286,7 +286,7 @@ def in_use_text(usage: dict[str, Any]) -> str:
 
 
 def teams_table(found: list[dict[str, Any]]) -> Table:
-    table = new_table("TEAM", "GUARANTEE", "LIMIT", "WEIGHT", "IN USE", "PENDING")
+    table = new_table("TEAM", "GUARANTEE", "LIMIT", "WEIGHT", "IN USE", "PENDING", "ADMINS")
     for team in found:
         limit = team.get("limit")
         table.add_row(
@@ -296,6 +296,7 @@ def teams_table(found: list[dict[str, Any]]) -> Table:
             share(team.get("weight", 1)),
             escape(in_use_text(team.get("usage") or {"gpus": 0})),
             str(team.get("pending", 0)),
+            escape(", ".join(team.get("admins") or []) or "-"),
         )
     return table
 
@@ -345,12 +346,35 @@ def teams_set_quota(
 def teams_add_member(
     name: Annotated[str, typer.Argument(help="The team's name.")],
     user: Annotated[str, typer.Argument(help="The user's name.")],
+    admin: Annotated[
+        bool, typer.Option("--admin", help="Make it a team admin of the team too.")
+    ] = False,
 ) -> None:
-    """Make a user a member of the team: it sees and submits the team's jobs (admins only)."""
+    """Make a user a member of the team: it sees and submits the team's jobs (pool admins
+    and the team's admins)."""
     with connect() as client:
-        found = client.add_member(name, user)
+        found = client.add_member(name, user, True if admin else None)
     teams = ", ".join(found["teams"])
-    out.print(f"{escape(found['name'])} is a member of {escape(name)} (teams: {escape(teams)})")
+    role = "a team admin" if name in found.get("admin_of", []) else "a member"
+    out.print(f"{escape(found['name'])} is {role} of {escape(name)} (teams: {escape(teams)})")
+
+
+@teams_app.command("set-admin")
+def teams_set_admin(
+    name: Annotated[str, typer.Argument(help="The team's name.")],
+    user: Annotated[str, typer.Argument(help="The user's name (made a member if it is not).")],
+    no: Annotated[
+        bool, typer.Option("--no", help="End its being a team admin; it stays a member.")
+    ] = False,
+) -> None:
+    """Make a member of the team a team admin, who adds and removes the team's members and
+    names its team admins; or, with --no, not one (pool admins and the team's admins)."""
+    with connect() as client:
+        found = client.add_member(name, user, not no)
+    if no:
+        out.print(f"{escape(found['name'])} is no longer a team admin of {escape(name)}")
+    else:
+        out.print(f"{escape(found['name'])} is a team admin of {escape(name)}")
 
 
 @teams_app.command("remove-member")
@@ -358,7 +382,8 @@ def teams_remove_member(
     name: Annotated[str, typer.Argument(help="The team's name.")],
     user: Annotated[str, typer.Argument(help="The user's name.")],
 ) -> None:
-    """End a user's membership of the team; its jobs there stay in it (admins only)."""
+    """End a user's membership of the team; its jobs there stay in it (pool admins and the
+    team's admins)."""
     with connect() as client:
         found = client.remove_member(name, user)
     teams = ", ".join(found["teams"]) or "none"

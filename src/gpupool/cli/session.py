@@ -37,9 +37,11 @@ def connect() -> Iterator[Client]:
 
 
 def describe(who: dict) -> str:
-    """'alice (member of ml, vision)' from a /whoami answer."""
+    """'alice (member of ml, vision; team admin of ml)' from a /whoami answer."""
     teams = ", ".join(who.get("teams") or []) or "no team"
-    return f"{who['user']} ({who['role']} of {teams})"
+    admin_of = ", ".join(who.get("admin_of") or [])
+    administers = f"; team admin of {admin_of}" if admin_of else ""
+    return f"{who['user']} ({who['role']} of {teams}{administers})"
 
 
 def login(

@@ -253,9 +253,11 @@ class Client:
     def update_user(self, name: str, **changes: Any) -> dict[str, Any]:
         return self._call("PATCH", f"/users/{quote(name, safe='')}", json=changes)
 
-    def add_member(self, team: str, user: str) -> dict[str, Any]:
-        """Make ``user`` a member of ``team``; returns the user (with its teams)."""
-        return self._call("PUT", _member_path(team, user))
+    def add_member(self, team: str, user: str, admin: bool | None = None) -> dict[str, Any]:
+        """Make ``user`` a member of ``team``; ``admin``: a team admin of it, or not (None:
+        as it was). Returns the user (with its teams and the teams it is an admin of)."""
+        body = None if admin is None else {"admin": admin}
+        return self._call("PUT", _member_path(team, user), json=body)
 
     def remove_member(self, team: str, user: str) -> dict[str, Any]:
         """End ``user``'s membership of ``team``; returns the user (with its teams)."""

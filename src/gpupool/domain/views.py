@@ -285,6 +285,9 @@ class TeamView(View):
     weight: float
     usage: TeamUsageView
     pending: int = Field(description="its jobs waiting to start")
+    admins: list[str] = Field(
+        default_factory=list, description="its team admins: they add and remove its members"
+    )
 
 
 class TeamDeletedView(View):
@@ -326,6 +329,7 @@ class UserView(View):
     has_password: bool
     weight: float
     unix_user: str | None
+    admin_of: list[str] = Field(default_factory=list, description="the teams it is an admin of")
 
 
 class TokenView(View):
@@ -347,4 +351,5 @@ class WhoAmIView(View):
     user: str
     role: Role
     teams: list[str]
+    admin_of: list[str] = Field(default_factory=list, description="the teams you are an admin of")
     csrf_token: str | None = None

@@ -102,7 +102,8 @@ def _group_alive(pgid: Any, leader_started: Any) -> bool:
 
 def _any_member_not_zombie(pgid: int) -> bool:
     for proc in psutil.process_iter(["pid"]):
-        with contextlib.suppress(psutil.Error):
+        # a process listed a moment ago may be gone: os.getpgid then raises, psutil too
+        with contextlib.suppress(psutil.Error, ProcessLookupError):
             if os.getpgid(proc.pid) == pgid and proc.status() != psutil.STATUS_ZOMBIE:
                 return True
     return False

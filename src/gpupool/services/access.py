@@ -15,6 +15,8 @@ class Principal:
     role: Role
     team_ids: frozenset[int]
     via_session: bool = False
+    # the teams it is a team admin of: it adds and removes their members (a subset of team_ids)
+    admin_team_ids: frozenset[int] = frozenset()
 
     @property
     def is_admin(self) -> bool:
@@ -25,6 +27,10 @@ class Principal:
 
     def can_act_on_team(self, team_id: int) -> bool:
         return self.is_admin or (self.role == Role.MEMBER and team_id in self.team_ids)
+
+    def can_admin_team(self, team_id: int) -> bool:
+        """May change the team's members and its team admins: a pool admin, or the team's."""
+        return self.is_admin or team_id in self.admin_team_ids
 
     def require_admin(self) -> None:
         if not self.is_admin:

@@ -213,4 +213,5 @@ def _principal(user: UserModel | None, via_session: bool = False) -> Principal:
         role=Role(user.role),
         team_ids=frozenset(team.id for team in user.teams),
         via_session=via_session,
+        admin_team_ids=frozenset(team.id for team in user.admin_of),
     )

@@ -192,6 +192,7 @@ def _quota_changes(
             QuotaChangeModel.weight,
         )
         .join(TeamModel, TeamModel.id == QuotaChangeModel.team_id)
+        .where(TeamModel.deleted_at.is_(None))  # a deleted team's name may be taken again
         .order_by(QuotaChangeModel.at, QuotaChangeModel.id)
     )
     for team, at, guarantee, limit, weight in rows:
@@ -228,6 +229,7 @@ def _held_intervals(session: Session, window: Window) -> Iterable[Interval]:
         .join(JobModel, JobModel.id == AttemptModel.job_id)
         .join(TeamModel, TeamModel.id == JobModel.team_id)
         .where(
+            TeamModel.deleted_at.is_(None),  # a deleted team's name may be taken again
             AttemptModel.started_at.is_not(None),
             AttemptModel.started_at < window.end,
             or_(AttemptModel.ended_at.is_(None), AttemptModel.ended_at > window.start),
@@ -245,6 +247,7 @@ def _queued_intervals(session: Session, window: Window) -> Iterable[Interval]:
         select(JobModel.id, TeamModel.name, JobModel.submitted_at, JobModel.ended_at, JobModel.gpus)
         .join(TeamModel, TeamModel.id == JobModel.team_id)
         .where(
+            TeamModel.deleted_at.is_(None),  # a deleted team's name may be taken again
             JobModel.submitted_at < window.end,
             or_(JobModel.ended_at.is_(None), JobModel.ended_at > window.start),
             JobModel.gpus > 0,

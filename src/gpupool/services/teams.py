@@ -26,7 +26,8 @@ def list_teams(ctx: Context, who: Principal) -> list[TeamView]:
     with ctx.db.reader() as session:
         visible = [t for t in users.list_teams(session) if who.can_see_team(t.id)]
         used = quotas.usage(session, nodes, [t.id for t in visible])
-        return [team_view(t, used[t.id]) for t in visible]
+        admins = users.team_admins(session, [t.id for t in visible])
+        return [team_view(t, used[t.id], admins[t.id]) for t in visible]
 
 
 def team_history(ctx: Context, who: Principal, hours: float, buckets: int) -> TeamHistoryView:
@@ -63,7 +64,8 @@ def set_quota(ctx: Context, name: str, quota: quotas.Quota) -> TeamView:
     nodes = ctx.loop.recent_nodes()
     with ctx.db.session() as session:
         team = quotas.set_quota(session, name, quota, nodes, ctx.clock.now())
-        shown = team_view(team, quotas.usage(session, nodes, [team.id])[team.id])
+        used = quotas.usage(session, nodes, [team.id])[team.id]
+        shown = team_view(team, used, users.team_admins(session, [team.id])[team.id])
     ctx.loop.quotas_changed()
     return shown
 
@@ -71,30 +73,37 @@ def set_quota(ctx: Context, name: str, quota: quotas.Quota) -> TeamView:
 def delete_team(ctx: Context, name: str) -> TeamDeletedView:
     """Delete a team without unfinished jobs (see ``users.delete_team``)."""
     with ctx.db.session() as session:
-        deleted = users.delete_team(session, name)
+        deleted = users.delete_team(session, name, ctx.clock.now())
     ctx.tokens.clear()  # its members' teams changed
     ctx.loop.quotas_changed()
     return TeamDeletedView(name=deleted.name, finished_jobs=deleted.finished_jobs)
 
 
-def add_member(ctx: Context, team: str, user: str) -> UserView:
-    """Make ``user`` a member of ``team``: it sees and submits the team's jobs."""
+def add_member(
+    ctx: Context, who: Principal, team: str, user: str, admin: bool | None = None
+) -> UserView:
+    """Make ``user`` a member of ``team``: it sees and submits the team's jobs; ``admin``:
+    make it a team admin of it, or not (None: as it was). ``who``: a pool admin or a team
+    admin of ``team`` (see ``users.team_to_manage``)."""
     with ctx.db.session() as session:
-        shown = user_view(users.join_team(session, team, user))
+        found = users.team_to_manage(session, who, team)
+        shown = user_view(users.join_team(session, found, user, admin))
+    ctx.tokens.clear()  # its teams, or the teams it administers, changed
+    return shown
+
+
+def remove_member(ctx: Context, who: Principal, team: str, user: str) -> UserView:
+    """End ``user``'s membership of ``team`` (and its being a team admin of it); its jobs
+    there stay in the team. ``who``: as for ``add_member``."""
+    with ctx.db.session() as session:
+        found = users.team_to_manage(session, who, team)
+        shown = user_view(users.leave_team(session, found, user))
     ctx.tokens.clear()
     return shown
 
 
-def remove_member(ctx: Context, team: str, user: str) -> UserView:
-    """End ``user``'s membership of ``team``; its jobs there stay in the team."""
-    with ctx.db.session() as session:
-        shown = user_view(users.leave_team(session, team, user))
-    ctx.tokens.clear()
-    return shown
-
-
-def team_view(team: TeamModel, used: quotas.Usage) -> TeamView:
-    """A team, its quota, what it holds now and how many of its jobs wait."""
+def team_view(team: TeamModel, used: quotas.Usage, admins: list[str] | None = None) -> TeamView:
+    """A team, its quota, what it holds now, how many of its jobs wait, its team admins."""
     quota = quotas.quota_of(team)
     return TeamView(
         id=team.id,
@@ -104,4 +113,5 @@ def team_view(team: TeamModel, used: quotas.Usage) -> TeamView:
         weight=quota.weight,
         usage=TeamUsageView(gpus=used.gpus, by_model=used.by_model),
         pending=used.pending,
+        admins=admins or [],
     )

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from sqlalchemy import ColumnElement, delete, func, select
+from sqlalchemy import ColumnElement, delete, func, select, update
 from sqlalchemy.orm import Session
 
 from gpupool.domain.jobs import JobStatus, Role
@@ -22,6 +22,7 @@ from gpupool.domain.views import UserView, WhoAmIView
 from gpupool.errors import (
     Conflict,
     DefaultTeamKept,
+    Forbidden,
     InvalidRequest,
     InvalidWeight,
     LastAdmin,
@@ -29,6 +30,7 @@ from gpupool.errors import (
     TeamNotEmpty,
     UnixUserNotAllowed,
     UnknownTeam,
+    ViewerNotTeamAdmin,
     WrongPassword,
 )
 from gpupool.executors import accounts
@@ -42,7 +44,6 @@ from gpupool.store.models import JobModel, MembershipModel, TeamModel, UserModel
 NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 DEFAULT_TEAM = "default"
 MIN_PASSWORD = 8
-DELETED = "~"  # in a team's name: a deleted team kept for its finished jobs (delete_team)
 UNFINISHED = (JobStatus.PENDING.value, JobStatus.STARTING.value, JobStatus.RUNNING.value)
 MAX_WEIGHT = 1_000_000.0
 DEFAULT_WEIGHT = 1.0
@@ -141,7 +142,7 @@ def check_name(kind: str, name: str) -> str:
 
 def create_team(session: Session, name: str, now: float) -> TeamModel:
     check_name("team", name)
-    if session.scalar(select(TeamModel).where(TeamModel.name == name)):
+    if session.scalar(select(TeamModel).where(TeamModel.name == name, not_deleted())):
         raise Conflict(f"team '{name}' already exists")
     team = TeamModel(name=name, created_at=now)
     session.add(team)
@@ -165,16 +166,17 @@ def list_teams(session: Session) -> list[TeamModel]:
 @dataclass(frozen=True)
 class DeletedTeam:
     name: str
-    finished_jobs: int  # kept, under the team's row renamed NAME~ID
+    finished_jobs: int  # kept, under the team's row marked deleted
 
 
-def delete_team(session: Session, name: str) -> DeletedTeam:
+def delete_team(session: Session, name: str, now: float) -> DeletedTeam:
     """Delete a team without pending, starting or running jobs; its members leave it.
 
     Its finished jobs keep their records and their ids, which a new job must never reuse (a
     runner refuses an attempt it has seen, and SQLite would hand out a deleted row's id
-    again): a team with finished jobs keeps its row, renamed NAME~ID (no one can give a name
-    with '~') and without quota, and nothing lists it. The default team stays.
+    again): a team with finished jobs keeps its row, marked deleted at ``now`` and without
+    quota; nothing lists it or finds it by name, and a new team may take its name. The
+    default team stays.
     """
     if name == DEFAULT_TEAM:
         raise DefaultTeamKept()
@@ -189,7 +191,7 @@ def delete_team(session: Session, name: str) -> DeletedTeam:
         )
     session.execute(delete(MembershipModel).where(MembershipModel.team_id == team.id))
     if finished:
-        team.name, team.guarantee, team.gpu_limit = f"{name}{DELETED}{team.id}", {}, None
+        team.deleted_at, team.guarantee, team.gpu_limit = now, {}, None
     else:
         session.delete(team)
     session.flush()
@@ -210,7 +212,7 @@ def _job_counts(session: Session, team_id: int) -> tuple[int, int]:
 
 def not_deleted() -> ColumnElement[bool]:
     """The SQL condition of the teams not deleted (see ``delete_team``)."""
-    return TeamModel.name.not_like(f"%{DELETED}%")
+    return TeamModel.deleted_at.is_(None)
 
 
 def create_user(
@@ -272,6 +274,8 @@ def update_user(
         user.weight = check_weight(weight)
     if role is not None:
         user.role = role.value
+        if role == Role.VIEWER:  # a viewer cannot be a team admin (set_team_admin)
+            _end_team_admin(session, user)
     if teams is not None:
         user.teams = [get_team(session, team) for team in teams]
     if password is not None:
@@ -281,7 +285,14 @@ def update_user(
     if password is not None or disabled:  # who signed in with the old password must again
         end_web_sessions(session, user.id)
     session.flush()
+    session.expire(user, ["admin_of"])  # its memberships may have changed
     return user
+
+
+def _end_team_admin(session: Session, user: UserModel) -> None:
+    session.execute(
+        update(MembershipModel).where(MembershipModel.user_id == user.id).values(admin=False)
+    )
 
 
 def _keep_an_admin(session: Session, user: UserModel) -> None:
@@ -328,21 +339,75 @@ def user_weights(session: Session) -> dict[str, float]:
     return {name: weight for name, weight in rows}
 
 
-def join_team(session: Session, team_name: str, user_name: str) -> UserModel:
-    """Make the user a member of the team (nothing changes if it is one already)."""
-    team, user = get_team(session, team_name), get_user(session, user_name)
+def team_to_manage(session: Session, who: Principal, name: str) -> TeamModel:
+    """The team named ``name``, its row locked, if ``who`` may change its members: a pool
+    admin, or a team admin of it. A team ``who`` cannot see is NotFound, as one that does
+    not exist (for a pool admin, that is UnknownTeam); a member of it gets Forbidden."""
+    if who.is_admin:
+        return get_team(session, name, for_update=True)
+    query = select(TeamModel).where(TeamModel.name == name, not_deleted())
+    team = session.scalar(query.with_for_update())
+    if team is None or not who.can_see_team(team.id):
+        raise NotFound(f"no team named '{name}' that you can see: see 'gpupool whoami'")
+    if not who.can_admin_team(team.id):
+        raise Forbidden(
+            f"only an admin of team {name} or of the pool can change its members: ask one "
+            f"(team admins: {', '.join(team_admins(session, [team.id])[team.id]) or 'none'})"
+        )
+    return team
+
+
+def join_team(
+    session: Session, team: TeamModel, user_name: str, admin: bool | None = None
+) -> UserModel:
+    """Make the user a member of the team (nothing changes if it is one already); ``admin``
+    makes it a team admin of it, or not (None: as it was; a new member is not one)."""
+    user = get_user(session, user_name)
     add_member(session, user, team)
+    if admin is not None:
+        set_team_admin(session, user, team, admin)
     return user
 
 
-def leave_team(session: Session, team_name: str, user_name: str) -> UserModel:
+def leave_team(session: Session, team: TeamModel, user_name: str) -> UserModel:
     """End the user's membership of the team; its jobs there stay in the team."""
-    team, user = get_team(session, team_name), get_user(session, user_name)
+    user = get_user(session, user_name)
     if team not in user.teams:
-        raise NotFound(f"{user_name} is not a member of team {team_name}: see 'gpupool users'")
+        raise NotFound(f"{user_name} is not a member of team {team.name}: see 'gpupool team'")
     user.teams.remove(team)
     session.flush()
+    session.refresh(user)  # the teams it is a team admin of, too
     return user
+
+
+def set_team_admin(session: Session, user: UserModel, team: TeamModel, admin: bool) -> None:
+    """Make a member of the team one of its team admins, or not; a viewer cannot be one."""
+    if admin and user.role == Role.VIEWER.value:
+        raise ViewerNotTeamAdmin(
+            f"{user.name} is a viewer, and a viewer cannot be a team admin: give it the "
+            f"member role first ('gpupool users set-role {user.name} member')"
+        )
+    session.execute(
+        update(MembershipModel)
+        .where(MembershipModel.user_id == user.id, MembershipModel.team_id == team.id)
+        .values(admin=admin)
+    )
+    session.flush()
+    session.refresh(user)
+
+
+def team_admins(session: Session, team_ids: list[int]) -> dict[int, list[str]]:
+    """Team id -> the names of its team admins, sorted (every id given is a key)."""
+    found: dict[int, list[str]] = {team_id: [] for team_id in team_ids}
+    rows = session.execute(
+        select(MembershipModel.team_id, UserModel.name)
+        .join(UserModel, UserModel.id == MembershipModel.user_id)
+        .where(MembershipModel.admin, MembershipModel.team_id.in_(team_ids or [-1]))
+        .order_by(UserModel.name)
+    )
+    for team_id, name in rows:
+        found[team_id].append(name)
+    return found
 
 
 def set_own_password(session: Session, user_id: int, current: str | None, new: str) -> UserModel:

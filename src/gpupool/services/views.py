@@ -32,6 +32,7 @@ from gpupool.store.models import (
     JobArrayModel,
     JobModel,
     NodeModel,
+    TeamModel,
     TokenModel,
     UserModel,
 )
@@ -48,7 +49,7 @@ def job_view(
         id=job.id,
         name=job.name,
         user=user or job.user.name,
-        team=job.team.name,
+        team=team_label(job.team),
         status=JobStatus(job.status),
         priority=job.priority,
         spec=job.spec,
@@ -87,7 +88,7 @@ def array_view(array: JobArrayModel, first: JobModel, counts: Mapping[str, int])
         id=array.id,
         name=first.name,
         user=first.user.name,
-        team=first.team.name,
+        team=team_label(first.team),
         spec=first.spec,
         submitted_at=array.submitted_at,
         indexes=array.indexes,
@@ -139,6 +140,7 @@ def user_view(user: UserModel) -> UserView:
         has_password=user.password_hash is not None,
         weight=user.weight,
         unix_user=user.unix_user,
+        admin_of=sorted(t.name for t in user.admin_of),
     )
 
 
@@ -158,4 +160,13 @@ def token_view(token: TokenModel, owner: str) -> TokenView:
 def who_am_i(user: UserModel, csrf_token: str | None = None) -> WhoAmIView:
     """The user as it sees itself (``csrf_token``: its web session's, just after sign-in)."""
     teams = sorted(t.name for t in user.teams)
-    return WhoAmIView(user=user.name, role=Role(user.role), teams=teams, csrf_token=csrf_token)
+    admin_of = sorted(t.name for t in user.admin_of)
+    return WhoAmIView(
+        user=user.name, role=Role(user.role), teams=teams, admin_of=admin_of, csrf_token=csrf_token
+    )
+
+
+def team_label(team: TeamModel) -> str:
+    """A team's name as jobs show it: 'ml (deleted)' for a deleted team, whose name a new
+    team may have taken since."""
+    return team.name if team.deleted_at is None else f"{team.name} (deleted)"

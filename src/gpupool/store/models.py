@@ -16,6 +16,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    false,
     text,
     true,
 )
@@ -38,15 +39,28 @@ class Base(DeclarativeBase):
 
 
 class TeamModel(Base):
+    """A team; a deleted one keeps its row (``deleted_at``) for its finished jobs' records,
+    and its name is free for a new team: names are unique among the teams not deleted."""
+
     __tablename__ = "teams"
+    __table_args__ = (
+        Index(
+            "uq_teams_live_name",
+            "name",
+            unique=True,
+            sqlite_where=text("deleted_at IS NULL"),
+            postgresql_where=text("deleted_at IS NULL"),
+        ),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    name: Mapped[str] = mapped_column(String(100), unique=True)
+    name: Mapped[str] = mapped_column(String(100))
     created_at: Mapped[float] = mapped_column(Time)
     # GPU model (or "*": any model) -> guaranteed GPUs; a limit of None: no limit
     guarantee: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict, server_default="{}")
     gpu_limit: Mapped[float | None] = mapped_column(Float)
     weight: Mapped[float] = mapped_column(Float, default=1.0, server_default=text("1"))
+    deleted_at: Mapped[float | None] = mapped_column(Time)
 
 
 class QuotaChangeModel(Base):
@@ -88,6 +102,13 @@ class UserModel(Base):
     # the Unix account its jobs run under when the server is root; None: the server's default
     unix_user: Mapped[str | None] = mapped_column(String(32))
     teams: Mapped[list[TeamModel]] = relationship(secondary="memberships", lazy="selectin")
+    # the teams it is a team admin of (a subset of ``teams``); change them through memberships
+    admin_of: Mapped[list[TeamModel]] = relationship(
+        secondary="memberships",
+        secondaryjoin="and_(TeamModel.id == MembershipModel.team_id, MembershipModel.admin)",
+        lazy="selectin",
+        viewonly=True,
+    )
 
 
 class MembershipModel(Base):
@@ -99,6 +120,8 @@ class MembershipModel(Base):
     team_id: Mapped[int] = mapped_column(
         ForeignKey("teams.id", ondelete="CASCADE"), primary_key=True
     )
+    # a team admin: adds and removes the team's members and names its other team admins
+    admin: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
 
 class TokenModel(Base):

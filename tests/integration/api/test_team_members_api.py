@@ -1,5 +1,5 @@
-"""Team membership, team deletion, own password changes and the last admin, through the API,
-on SQLite and on PostgreSQL."""
+"""Team membership and team admins, team deletion, own password changes and the last admin,
+through the API, on SQLite and on PostgreSQL."""
 
 from __future__ import annotations
 
@@ -59,7 +59,76 @@ def test_a_member_added_to_a_team_sees_its_jobs_until_removed(client: TestClient
     refused(client.delete(f"{TEAMS}/ml/members/ann"), 404, "not_found")
     refused(client.put(f"{TEAMS}/nope/members/ann"), 422, "unknown_team")
     refused(client.put(f"{TEAMS}/ml/members/nobody"), 404, "not_found")
-    refused(client.put(f"{TEAMS}/ml/members/ann", headers=ann), 403, "forbidden")
+    # a member may not change its team's members; a team it cannot see is not shown to exist
+    refused(client.put(f"{TEAMS}/default/members/admin", headers=ann), 403, "forbidden")
+    refused(client.put(f"{TEAMS}/ml/members/ann", headers=ann), 404, "not_found")
+    refused(client.put(f"{TEAMS}/nope/members/ann", headers=ann), 404, "not_found")
+
+
+def test_a_team_admin_manages_the_members_of_its_team_only(client: TestClient) -> None:
+    for team in ("ml", "vision"):
+        client.post(TEAMS, json={"name": team})
+    create_user(client, "ann", teams=["ml", "vision"])
+    create_user(client, "bob")
+    ann = as_user(client, "ann")
+    assert client.get("/api/v1/whoami", headers=ann).json()["admin_of"] == []
+
+    made = client.put(f"{TEAMS}/ml/members/ann", json={"admin": True})
+    assert made.status_code == 200, made.text
+    assert (made.json()["teams"], made.json()["admin_of"]) == (["ml", "vision"], ["ml"])
+    assert client.get("/api/v1/whoami", headers=ann).json()["admin_of"] == ["ml"]
+    admins = {team["name"]: team["admins"] for team in client.get(TEAMS, headers=ann).json()}
+    assert admins == {"ml": ["ann"], "vision": []}
+
+    added = client.put(f"{TEAMS}/ml/members/bob", headers=ann)
+    assert added.status_code == 200, added.text
+    assert (added.json()["teams"], added.json()["admin_of"]) == (["default", "ml"], [])
+    promoted = client.put(f"{TEAMS}/ml/members/bob", json={"admin": True}, headers=ann)
+    assert promoted.json()["admin_of"] == ["ml"]
+    kept = client.put(f"{TEAMS}/ml/members/bob", headers=ann)  # no body: stays a team admin
+    assert kept.json()["admin_of"] == ["ml"]
+    bob = as_user(client, "bob")
+    assert (
+        client.put(f"{TEAMS}/ml/members/ann", json={"admin": False}, headers=bob).json()["admin_of"]
+        == []
+    )
+
+    # ann is a member of ml and vision now, an admin of neither
+    refused(client.put(f"{TEAMS}/ml/members/admin", headers=ann), 403, "forbidden")
+    refused(client.put(f"{TEAMS}/vision/members/bob", headers=bob), 404, "not_found")
+    removed = client.delete(f"{TEAMS}/ml/members/ann", headers=bob)
+    assert removed.json()["teams"] == ["vision"]
+    assert client.delete(f"{TEAMS}/ml/members/bob", headers=bob).json()["admin_of"] == []
+    refused(client.put(f"{TEAMS}/ml/members/bob", headers=bob), 404, "not_found")
+
+
+def test_a_team_admin_acts_on_its_teams_jobs_as_a_member_does(client: TestClient) -> None:
+    client.post(TEAMS, json={"name": "ml"})
+    create_user(client, "ann", teams=["ml"])
+    client.put(f"{TEAMS}/ml/members/ann", json={"admin": True})
+    ann = as_user(client, "ann")
+    job = submit(client, ["true"], team="ml")
+    assert job["id"] in job_ids(client, ann)
+    cancelled = client.post(f"/api/v1/jobs/{job['id']}/cancel", headers=ann)
+    assert cancelled.status_code == 200, cancelled.text
+    mine = client.post("/api/v1/jobs", json={"command": ["true"], "team": "ml"}, headers=ann)
+    assert mine.status_code == 201, mine.text
+
+
+def test_a_viewer_is_no_team_admin(client: TestClient) -> None:
+    client.post(TEAMS, json={"name": "ml"})
+    create_user(client, "vic", role="viewer", teams=["ml"])
+    busy = refused(
+        client.put(f"{TEAMS}/ml/members/vic", json={"admin": True}), 409, "viewer_not_team_admin"
+    )
+    assert "gpupool users set-role vic member" in busy["message"]
+
+    create_user(client, "ann", teams=["ml"])
+    client.put(f"{TEAMS}/ml/members/ann", json={"admin": True})
+    demoted = client.patch("/api/v1/users/ann", json={"role": "viewer"})
+    assert (demoted.json()["role"], demoted.json()["admin_of"]) == ("viewer", [])
+    ann = as_user(client, "ann")
+    refused(client.put(f"{TEAMS}/ml/members/vic", headers=ann), 403, "forbidden")
 
 
 def test_a_team_is_deleted_once_it_has_no_unfinished_job(client: TestClient) -> None:
@@ -74,13 +143,26 @@ def test_a_team_is_deleted_once_it_has_no_unfinished_job(client: TestClient) -> 
     assert deleted.json() == {"name": "ml", "finished_jobs": 1}
     assert "ml" not in [team["name"] for team in client.get(TEAMS).json()]
     kept = client.get(f"/api/v1/jobs/{job['id']}").json()
-    assert (kept["status"], kept["team"].startswith("ml~")) == ("cancelled", True)
+    assert (kept["status"], kept["team"]) == ("cancelled", "ml (deleted)")
     refused(
         client.post("/api/v1/jobs", json={"command": ["true"], "team": "ml"}), 422, "unknown_team"
     )
-    refused(client.delete(f"{TEAMS}/{kept['team']}"), 422, "unknown_team")
+    refused(client.delete(f"{TEAMS}/ml"), 422, "unknown_team")
+    refused(client.put(f"{TEAMS}/ml/quota", json={"limit": 2}), 422, "unknown_team")
 
     assert client.post(TEAMS, json={"name": "ml"}).status_code == 201  # the name is free
+    refused(client.post(TEAMS, json={"name": "ml"}), 409, "conflict")  # once
+    again = submit(client, ["true"], team="ml")
+    teams_of = {j["id"]: j["team"] for j in client.get("/api/v1/jobs?status=cancelled").json()}
+    assert teams_of[job["id"]] == "ml (deleted)"
+    assert client.get(f"/api/v1/jobs/{again['id']}").json()["team"] == "ml"
+    assert [t["name"] for t in client.get(TEAMS).json()].count("ml") == 1
+    history = client.get(f"{TEAMS}/history").json()["teams"]
+    assert [series["team"] for series in history].count("ml") == 1
+
+    client.post(f"/api/v1/jobs/{again['id']}/cancel")
+    assert client.delete(f"{TEAMS}/ml").json() == {"name": "ml", "finished_jobs": 1}
+    assert client.post(TEAMS, json={"name": "ml"}).status_code == 201  # and free again
     assert client.delete(f"{TEAMS}/ml").json() == {"name": "ml", "finished_jobs": 0}
     refused(client.delete(f"{TEAMS}/default"), 409, "default_team")
 

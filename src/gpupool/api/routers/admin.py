@@ -9,6 +9,7 @@ from fastapi import APIRouter, Query, Request, status
 from gpupool.api.access import Rule, allow
 from gpupool.api.deps import Id, PlatformDep, client_address
 from gpupool.api.schemas import (
+    MemberIn,
     PasswordChange,
     QuotaIn,
     TeamCreate,
@@ -31,6 +32,7 @@ from gpupool.services.access import Principal
 router = APIRouter(tags=["admin"])
 SignedIn = Annotated[Principal, allow(Rule.SIGNED_IN)]
 Admin = Annotated[Principal, allow(Rule.ADMIN)]
+TeamAdmin = Annotated[Principal, allow(Rule.TEAM_ADMIN)]
 
 
 @router.get("/teams", response_model=list[TeamView])
@@ -69,15 +71,20 @@ def delete_team(name: str, ctx: PlatformDep, _who: Admin) -> TeamDeletedView:
 
 
 @router.put("/teams/{name}/members/{user}", response_model=UserView)
-def add_member(name: str, user: str, ctx: PlatformDep, _who: Admin) -> UserView:
-    """Make a user a member of the team: it sees and submits the team's jobs."""
-    return teams.add_member(ctx, name, user)
+def add_member(
+    name: str, user: str, ctx: PlatformDep, who: TeamAdmin, body: MemberIn | None = None
+) -> UserView:
+    """Make a user a member of the team: it sees and submits the team's jobs. ``admin`` in
+    the body makes it a team admin of the team, or not; left out, that stays as it was. Pool
+    admins and the team's admins may."""
+    return teams.add_member(ctx, who, name, user, body.admin if body else None)
 
 
 @router.delete("/teams/{name}/members/{user}", response_model=UserView)
-def remove_member(name: str, user: str, ctx: PlatformDep, _who: Admin) -> UserView:
-    """End a user's membership of the team; its jobs there stay in the team."""
-    return teams.remove_member(ctx, name, user)
+def remove_member(name: str, user: str, ctx: PlatformDep, who: TeamAdmin) -> UserView:
+    """End a user's membership of the team; its jobs there stay in the team. Pool admins
+    and the team's admins may."""
+    return teams.remove_member(ctx, who, name, user)
 
 
 @router.post("/whoami/password", response_model=WhoAmIView)
