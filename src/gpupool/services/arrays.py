@@ -185,14 +185,7 @@ def select_arrays(
         .order_by(JobModel.array_id.desc())
         .limit(min(where.limit, jobs.MAX_LIST))
     )
-    if not principal.is_admin:
-        query = query.where(JobModel.team_id.in_(principal.team_ids or {-1}))
-    if where.status:
-        query = query.where(JobModel.status.in_([s.value for s in where.status]))
-    if where.team:
-        query = query.join(TeamModel).where(TeamModel.name == where.team)
-    if where.user:
-        query = query.where(JobModel.user.has(name=where.user))
+    query = jobs.visible_matching(query, principal, where)
     return summaries(session, list(session.scalars(query)))
 
 

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import Select, select, update
 from sqlalchemy.orm import Session
 
 from gpupool.domain.jobs import MAX_PRIORITY, JobSpec, JobStatus, Reason, Role
@@ -282,6 +282,12 @@ def select_jobs(session: Session, principal: Principal, where: JobFilter) -> lis
         query = query.where(JobModel.array_id == where.array_id)
     if not where.array_tasks:
         query = query.where(JobModel.array_id.is_(None))
+    return list(session.scalars(visible_matching(query, principal, where)))
+
+
+def visible_matching(query: Select[Any], principal: Principal, where: JobFilter) -> Select[Any]:
+    """``query`` over jobs narrowed to the teams ``principal`` sees and to ``where``'s status,
+    team and user (jobs and job arrays are listed through the same filter)."""
     if not principal.is_admin:
         query = query.where(JobModel.team_id.in_(principal.team_ids or {-1}))
     if where.status:
@@ -290,7 +296,7 @@ def select_jobs(session: Session, principal: Principal, where: JobFilter) -> lis
         query = query.join(TeamModel).where(TeamModel.name == where.team)
     if where.user:
         query = query.where(JobModel.user.has(name=where.user))
-    return list(session.scalars(query))
+    return query
 
 
 def get_job(session: Session, principal: Principal, job_id: int) -> JobModel:
