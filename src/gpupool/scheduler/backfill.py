@@ -28,6 +28,7 @@ from gpupool.scheduler.types import SHARE_EPSILON, Allocation, GpuShare, Pending
 @dataclass(frozen=True, slots=True)
 class Reservation:
     job_id: int
+    team: str  # a job of another team is named by its team only (reasons.py)
     node: str
     at: float  # when enough GPUs are expected to be free
     gpus: int
@@ -94,7 +95,7 @@ class Reservations:
                 if free >= demand.whole:
                     if best is None or (end, node.rank) < (best.at, best_rank):
                         freed = free - start
-                        best = Reservation(job.job_id, name, end, demand.whole, freed)
+                        best = Reservation(job.job_id, job.team, name, end, demand.whole, freed)
                         best_rank = node.rank
                     break
         if best is not None:

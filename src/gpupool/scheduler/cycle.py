@@ -668,7 +668,8 @@ def preemption_reason(job, victim) -> tuple[Reason, str]:  # noqa: ANN001
     if victim.team != job.team:
         return (
             Reason.PREEMPTED,
-            f"preempted for job {job.job_id} of team {job.team}: team {victim.team} is above "
+            # another team's job is not named to the victim's team: only its team is
+            f"preempted for a job of team {job.team}: team {victim.team} is above "
             "its fair share and team "
             f"{job.team} is within its own",
         )

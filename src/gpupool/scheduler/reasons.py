@@ -11,6 +11,7 @@ stands in the way: the gang's size, the GPU type, fragmentation, teams above the
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -305,10 +306,15 @@ class Explanations:
         if code is Reason.RESERVED:
             reservation = blocked.reservation
             assert reservation is not None
+            holder = (
+                f"job {reservation.job_id}"
+                if reservation.team == job.team
+                else f"a job of team {reservation.team}"
+            )
             return code, (
-                f"it fits on {reservation.node}, but those GPUs are reserved for job "
-                f"{reservation.job_id} from {_clock(reservation.at)}; with a --max-runtime that "
-                "ends before then it could start now"
+                f"it fits on {reservation.node}, but those GPUs are reserved for {holder} "
+                f"from {_clock(reservation.at)}; with a --max-runtime that ends before then it "
+                "could start now"
             )
         if code is Reason.FAIR_SHARE:
             teams = ", ".join(blocked.teams)
@@ -319,8 +325,7 @@ class Explanations:
                 "below their guarantee"
             )
         if code is Reason.PREEMPTING:
-            ids = ", ".join(str(victim.job_id) for victim in blocked.victims)
-            return code, f"waiting for {plural(len(blocked.victims), 'job')} {ids} to stop"
+            return code, f"waiting for {victims_text(blocked.victims, job.team)} to stop"
         if blocked.tries:
             fifo = self.snapshot.policy.order == "fifo"
             whose = "in the queue" if fifo else f"of user {job.user}"
@@ -485,3 +490,13 @@ def _clock(at: float) -> str:
 
 
 __all__ = ["Blocked", "Explainer", "GpuCapacity", "explain_unplaced", "infeasible_reason"]
+
+
+def victims_text(victims: Sequence, team: str) -> str:  # Sequence[RunningJob]
+    """The jobs a waiting job of ``team`` waits for: its own team's by id, another team's
+    counted by team only (a team never learns the ids of jobs it cannot see)."""
+    own = [str(victim.job_id) for victim in victims if victim.team == team]
+    parts = [f"{plural(len(own), 'job')} {', '.join(own)}"] if own else []
+    others = Counter(victim.team for victim in victims if victim.team != team)
+    parts += [f"{n} {plural(n, 'job')} of team {name}" for name, n in sorted(others.items())]
+    return " and ".join(parts)

@@ -8,7 +8,6 @@ recorded wins; a cancel still wins over every other when the attempt ends.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from sqlalchemy import update
@@ -55,12 +54,10 @@ def record(session: Session, request: StopRequest, now: float) -> bool:
 
 
 def preempted(attempt_id: int, preemption: Preemption) -> StopRequest:
-    """The scheduler's message, led by the job it yields to unless the message names it."""
-    message = preemption.message
-    if not re.search(rf"\bjob {preemption.for_job}\b", message):
-        message = f"preempted for job {preemption.for_job}: {message}"
+    """The scheduler's message: it says what the job yields to (another team's job by its
+    team only, so that the victim's team never learns the id of a job it cannot see)."""
     return StopRequest(
-        attempt_id, preemption.job_id, StopReason.PREEMPTED, Reason.PREEMPTED, message
+        attempt_id, preemption.job_id, StopReason.PREEMPTED, Reason.PREEMPTED, preemption.message
     )
 
 

@@ -334,7 +334,9 @@ def test_the_reserved_reason_names_the_reservation_the_job_is_kept_off():
 
     reason = decisions.pending[3]
     assert reason.code is Reason.RESERVED
-    assert reason.message.startswith("it fits on node-a, but those GPUs are reserved for job 2")
+    assert reason.message.startswith(  # job 2 is team c's: team e is told the team only
+        "it fits on node-a, but those GPUs are reserved for a job of team c from"
+    )
 
 
 # -- connectivity domains ----------------------------------------------------------------------

@@ -152,7 +152,7 @@ def test_a_stopping_job_is_waited_for_without_a_new_preemption():
     assert codes(decisions) == {1: "Preempting"}
     assert (
         decisions.pending[1].message
-        == "waiting for job 100 to stop; GPU 0 on node-a is being freed for it"
+        == "waiting for 1 job of team b to stop; GPU 0 on node-a is being freed for it"
     )
 
 
@@ -177,11 +177,11 @@ def test_stopping_jobs_are_taken_first_and_each_victim_once():
     assert victims(decisions) == {100: 2}
     assert (
         decisions.pending[1].message
-        == "waiting for job 101 to stop; GPU 0 on node-b is being freed for it"
+        == "waiting for 1 job of team b to stop; GPU 0 on node-b is being freed for it"
     )
     assert (
         decisions.pending[2].message
-        == "waiting for job 100 to stop; GPU 0 on node-a is being freed for it"
+        == "waiting for 1 job of team b to stop; GPU 0 on node-a is being freed for it"
     )
 
 
@@ -320,7 +320,7 @@ def test_across_nodes_a_stopping_job_goes_first():
         assert decisions.preemptions == []
         assert (
             decisions.pending[1].message
-            == "waiting for job 101 to stop; GPU 0 on node-b is being freed for it"
+            == "waiting for 1 job of team b to stop; GPU 0 on node-b is being freed for it"
         )
 
 
@@ -367,7 +367,7 @@ def test_a_guarantee_is_reclaimed_past_the_nodes_whose_victims_free_no_whole_gpu
     decisions = decide(nodes, [pending(1)], held, [quota("a", 1)])
 
     assert victims(decisions) == {100: 1}
-    assert decisions.preemptions[0].message.startswith("preempted for job 1 of team a")
+    assert decisions.preemptions[0].message.startswith("preempted for a job of team a")
 
 
 def test_a_smaller_job_still_searches_where_a_larger_one_found_too_few_victims():
