@@ -36,6 +36,7 @@ bench: $(VENV)/.dev
 	$(BIN)/python benchmarks/drain.py
 	$(BIN)/python benchmarks/scheduler_scale.py
 	$(BIN)/python benchmarks/philly_replay.py
+	$(BIN)/python benchmarks/signin_timing.py
 	$(BIN)/python benchmarks/cli_startup.py
 
 $(VENV)/bin/python:

@@ -15,6 +15,8 @@ from gpupool.domain.arrays import MAX_ARRAY_TASKS
 from gpupool.scheduler.types import DEFAULT_POLICY, Policy
 
 DEFAULT_PORT = 8765
+# Bind addresses that mean "every interface": no Host header names them.
+WILDCARD_ADDRESSES = frozenset({"0.0.0.0", "::", ""})
 
 
 def default_data_dir() -> Path:
@@ -149,7 +151,7 @@ class Settings(BaseSettings):
     def host_names(self) -> frozenset[str]:
         """The names a request's Host header may carry (lower case, without port)."""
         names = {"127.0.0.1", "localhost", "::1"}
-        if self.host not in ("0.0.0.0", "::", ""):
+        if self.host not in WILDCARD_ADDRESSES:
             names.add(self.host.strip("[]").lower())
         if self.public_url:
             names.add((urlsplit(self.public_url).hostname or "").lower())

@@ -11,32 +11,20 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.support.chromium import NEEDS_CHROMIUM, SLOW, launched
 from tests.support.server import ServerProcess
 from tests.support.workloads import ANNOUNCEMENT, FIRST, SECOND, TWO_ATTEMPTS
 
-CHROMIUM = Path("/usr/bin/chromium")
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.skipif(
-        not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium"
-    ),
-]
+pytestmark = NEEDS_CHROMIUM
 sync_api = pytest.importorskip("playwright.sync_api")
 expect = sync_api.expect
-SLOW = 30_000  # ms: an upper bound for what a loaded machine may take, never a pace
 SHOTS = Path("/tmp")
 
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[object]:
-    with sync_api.sync_playwright() as playwright:
-        launched = playwright.chromium.launch(
-            executable_path=str(CHROMIUM),
-            headless=True,
-            args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"],
-        )
-        yield launched
-        launched.close()
+    with launched() as chromium:
+        yield chromium
 
 
 @pytest.fixture

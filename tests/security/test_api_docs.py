@@ -4,35 +4,22 @@ Playwright) that may reach nothing but the server, under the UI's Content-Securi
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from gpupool.api.ui import CSP
+from tests.support.chromium import NEEDS_CHROMIUM, SLOW, launched
 from tests.support.server import ServerProcess
 
-CHROMIUM = Path("/usr/bin/chromium")
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.skipif(
-        not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium"
-    ),
-]
+pytestmark = NEEDS_CHROMIUM
 sync_api = pytest.importorskip("playwright.sync_api")
 expect = sync_api.expect
-SLOW = 30_000  # ms: an upper bound for what a loaded machine may take, never a pace
 
 
 @pytest.fixture
 def browser() -> Iterator[object]:
-    with sync_api.sync_playwright() as playwright:
-        launched = playwright.chromium.launch(
-            executable_path=str(CHROMIUM),
-            headless=True,
-            args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"],
-        )
-        yield launched
-        launched.close()
+    with launched() as chromium:
+        yield chromium
 
 
 def test_the_api_docs_render_with_nothing_but_the_server(browser, server: ServerProcess) -> None:  # noqa: ANN001

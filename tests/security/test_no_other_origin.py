@@ -7,24 +7,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx
 import pytest
 
+from tests.support.chromium import NEEDS_CHROMIUM, SLOW, launched
 from tests.support.server import ServerProcess
 
-CHROMIUM = Path("/usr/bin/chromium")
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.skipif(
-        not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium"
-    ),
-]
+pytestmark = NEEDS_CHROMIUM
 sync_api = pytest.importorskip("playwright.sync_api")
 expect = sync_api.expect
-SLOW = 30_000  # ms: an upper bound for what a loaded machine may take, never a pace
 ASSETS = {"document", "stylesheet", "script", "image", "font", "media", "manifest"}
 # What a page fetches once its script runs (its first poll): waiting for it lets what the
 # script does show up; None: the page's script fetches nothing by itself.
@@ -99,14 +92,8 @@ class Watch:
 
 @pytest.fixture
 def browser() -> Iterator[object]:
-    with sync_api.sync_playwright() as playwright:
-        launched = playwright.chromium.launch(
-            executable_path=str(CHROMIUM),
-            headless=True,
-            args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"],
-        )
-        yield launched
-        launched.close()
+    with launched() as chromium:
+        yield chromium
 
 
 def test_no_page_reaches_outside_the_server(browser, server: ServerProcess) -> None:  # noqa: ANN001
