@@ -143,6 +143,9 @@ def _sign_in(page, server: ServerProcess) -> None:  # noqa: ANN001
     page.get_by_label("Password or API token").fill(server.token)
     page.get_by_role("button", name="Sign in").click()
     expect(page).to_have_url(re.compile(re.escape(server.url) + "/$"), timeout=SLOW)
+    # let the page the sign-in opened finish loading: a goto while its assets still load
+    # aborts them (net::ERR_ABORTED), which is the test's doing, not the page's
+    page.wait_for_load_state("load", timeout=SLOW)
 
 
 def _submit(server: ServerProcess) -> int:
