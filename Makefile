@@ -14,7 +14,7 @@ serve: $(VENV)/.runtime serve-deps
 test: $(VENV)/.dev system-deps
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
-	$(BIN)/pytest -q $(ARGS)
+	scripts/loopback-only $(BIN)/pytest -q $(ARGS)
 
 system-deps:
 	bash scripts/install-system-deps.sh test

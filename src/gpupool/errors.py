@@ -57,6 +57,13 @@ class GpuTypeWithoutGpus(InvalidRequest):
     code = "gpu_type_without_gpus"
 
 
+class InvalidLauncher(InvalidRequest):
+    """A distributed job's launcher is torch (modes per-gpu, the default, or torchrun),
+    tensorflow or mpi, with the command to run: fix the launcher, its mode or the GPUs asked."""
+
+    code = "invalid_launcher"
+
+
 class OffsetOutOfRange(ClientError):
     """The offset is past the end of the log: read from an offset between 0 and its size."""
 
@@ -114,6 +121,20 @@ class LastAdmin(Conflict):
     """The pool would be left without an enabled admin: make another user admin first."""
 
     code = "last_admin"
+
+
+class NodeBusy(Conflict):
+    """Jobs hold resources on this node: drain it (gpupool node drain NAME), let its jobs end
+    or cancel them, then remove it."""
+
+    code = "node_busy"
+
+
+class OwnNodeKept(Conflict):
+    """This is the server's own node: it is part of the pool while the server runs. Drain it
+    to keep new work off it (gpupool node drain NAME)."""
+
+    code = "own_node"
 
 
 class ViewerNotTeamAdmin(Conflict):
@@ -196,6 +217,43 @@ class WorkdirNotAllowed(InvalidRequest):
     code = "workdir_not_allowed"
 
 
+class CodeTooLarge(ClientError):
+    """The code snapshot is larger than this server takes: leave big files out with a
+    .gpupoolignore (gitignore syntax), or keep the code on a shared file system and give its
+    path with --workdir."""
+
+    status = 413
+    code = "code_too_large"
+
+
+class BadCodeArchive(InvalidRequest):
+    """A code snapshot is a gzip-compressed tar archive of regular files and directories with
+    relative paths (no links, devices, absolute paths or '..'): pack it with gpupool run
+    --code, or tar czf code.tar.gz -C DIR ."""
+
+    code = "bad_code_archive"
+
+
+class CodeHashMismatch(InvalidRequest):
+    """The archive's SHA-256 is not the one in the URL: upload it under sha256:<its hash>."""
+
+    code = "code_hash_mismatch"
+
+
+class CodeWithWorkdir(InvalidRequest):
+    """A job runs in its code snapshot or in a working directory on the node, not both: give
+    either code or workdir."""
+
+    code = "code_with_workdir"
+
+
+class CodeNotFound(NotFound):
+    """No such code snapshot that you may use: upload it first (gpupool run --code does),
+    each user once; a team member's upload is yours to use in that team's jobs."""
+
+    code = "code_not_found"
+
+
 class StorageFull(GpupoolError):
     """The server's disk is full, so nothing was recorded: free space where gpupool keeps
     its data, then try again."""
@@ -216,3 +274,10 @@ class DataDirInUse(GpupoolError):
 
     status = 409
     code = "data_dir_in_use"
+
+
+class NotAPool(ClientError):
+    """This server runs one machine: machines join a server started with --ray."""
+
+    status = 409
+    code = "not_a_pool"

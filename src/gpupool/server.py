@@ -54,6 +54,24 @@ def serve(
             "(GPUPOOL_DECLARED_MEMORY)."
         ),
     ] = None,
+    ray: Annotated[
+        bool,
+        typer.Option(
+            "--ray",
+            help="Make a pool of several machines: start a Ray head on --host (port "
+            "--ray-port), which other machines join with 'gpupool node join' (GPUPOOL_RAY).",
+        ),
+    ] = False,
+    ray_address: Annotated[
+        str | None,
+        typer.Option(
+            help="Use the running Ray cluster at HOST:PORT (its GCS) instead of starting a "
+            "head; its nodes need the pool's Ray token (GPUPOOL_RAY_ADDRESS).",
+        ),
+    ] = None,
+    ray_port: Annotated[
+        int | None, typer.Option(help="The Ray head's port (default 6380; GPUPOOL_RAY_PORT).")
+    ] = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning.")] = "info",
 ) -> None:
     """Run the gpupool server (API, web UI, scheduler) in the foreground."""
@@ -66,6 +84,9 @@ def serve(
         "declared_gpus": declare_gpus,
         "declared_cpus": declare_cpus,
         "declared_memory": declare_memory,
+        "ray": ray or None,
+        "ray_address": ray_address,
+        "ray_port": ray_port,
     }
     settings = Settings(**{k: v for k, v in overrides.items() if v is not None})
     logging.basicConfig(
@@ -78,7 +99,10 @@ def serve(
 
     lock, platform = _open(settings)
     _banner(settings, platform.first_start)
-    _inventory_banner(platform.watcher.inventory)
+    if platform.watcher is not None:
+        _inventory_banner(platform.watcher.inventory)
+    if platform.cluster is not None:
+        _cluster_banner(settings, platform.cluster)
     _isolation_banner(platform.isolation())
     app = create_app(platform)
     try:
@@ -199,6 +223,82 @@ def _inventory_banner(inventory: NodeInventory | None) -> None:
         console.print(f"[bold yellow]WARNING[/bold yellow] {NO_GPU_HINT}", soft_wrap=True)
     for warning in inventory.warnings:
         console.print(f"note: {warning}", soft_wrap=True, highlight=False)
+
+
+def _cluster_banner(settings: Settings, cluster) -> None:  # noqa: ANN001 - services.Cluster
+    """Where the pool's head is, and what another machine runs to join."""
+    from gpupool.services.cluster import join_token
+
+    state = cluster.state()
+    url = settings.public_url or f"http://{settings.host}:{settings.port}"
+    lines = [f"pool: Ray head at {state.address}; nodes up: {', '.join(state.nodes_up) or 'none'}"]
+    if not state.reachable:
+        lines.append(f"WARNING {state.problem}")
+    lines.append(f"join:  {_cli_command()} node join {url} --token {join_token(settings)}")
+    print("\n".join(lines), flush=True)
+
+
+def node_join(
+    server: Annotated[str, typer.Argument(help="The pool's server, e.g. http://10.0.0.1:8765.")],
+    token: Annotated[str, typer.Option(help="The pool's join token (the server prints it).")],
+    name: Annotated[
+        str | None, typer.Option(help="The node's name (default: this host's name).")
+    ] = None,
+    data_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help="The node's own files: its jobs' records and logs (default: "
+            "~/.local/share/gpupool/nodes/NAME)."
+        ),
+    ] = None,
+    declare_gpus: Annotated[
+        str | None,
+        typer.Option(help="GPUs to declare where no NVIDIA driver answers, e.g. 4xA100."),
+    ] = None,
+    declare_cpus: Annotated[
+        int | None, typer.Option(help="CPUs this node offers to jobs.", min=1)
+    ] = None,
+    declare_memory: Annotated[
+        str | None, typer.Option(help="Host memory this node offers to jobs, e.g. 256GiB.")
+    ] = None,
+    fabric_group: Annotated[
+        str | None,
+        typer.Option(help="The node's fabric group (default: derived from its network)."),
+    ] = None,
+) -> None:
+    """Join this machine to a pool: start its Ray node, wait until it is schedulable, then
+    run in the foreground until stopped (Ctrl-C or SIGTERM stops the node)."""
+    from gpupool.client.api import ApiError
+    from gpupool.cluster.join import JoinError, JoinRequest, default_name, join, stay
+    from gpupool.cluster.process import RayStartError
+    from gpupool.settings import default_data_dir
+
+    name = name or default_name()
+    declared = {
+        "GPUPOOL_DECLARED_GPUS": declare_gpus,
+        "GPUPOOL_DECLARED_CPUS": str(declare_cpus) if declare_cpus else None,
+        "GPUPOOL_DECLARED_MEMORY": declare_memory,
+        "GPUPOOL_FABRIC_GROUP": fabric_group,
+    }
+    request = JoinRequest(
+        server=server,
+        token=token,
+        name=name,
+        data_dir=data_dir or default_data_dir() / "nodes" / name,
+        declared={k: v for k, v in declared.items() if v is not None},
+    )
+    try:
+        joined = join(request, say=lambda text: console.print(text, highlight=False))
+    except ApiError as error:
+        raise CliError(error.code, error.message, 2) from None
+    except (JoinError, RayStartError) as error:
+        raise CliError("join_failed", str(error), 2) from None
+    print(
+        f"node {name} joined the pool and is schedulable after {joined.schedulable_seconds:.1f} s "
+        f"(Ray node up after {joined.ray_seconds:.1f} s)",
+        flush=True,
+    )
+    raise typer.Exit(stay(joined.node, say=lambda text: console.print(text, highlight=False)))
 
 
 def _print_recovered(found: RecoveredToken) -> None:

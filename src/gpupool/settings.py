@@ -12,6 +12,7 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gpupool.domain.arrays import MAX_ARRAY_TASKS
+from gpupool.domain.code import CodeLimits
 from gpupool.scheduler.types import DEFAULT_POLICY, Policy
 
 DEFAULT_PORT = 8765
@@ -65,6 +66,12 @@ class Settings(BaseSettings):
     explain_interval_seconds: float = Field(default=1.0, ge=0.0)
     checkpoint_scan_seconds: float = 5.0  # how often a running job's checkpoints are looked at
     max_body_bytes: int = 1024**2
+    # -- code snapshots (docs/jobs.md): a job's working directory sent with it -------------
+    # The most an archive may be (gzip-compressed), the bytes of the files it unpacks to, and
+    # its entries (files and directories); the client checks the first before it uploads.
+    max_code_bytes: int = Field(default=100 * 1024**2, ge=1)
+    max_code_unpacked_bytes: int = Field(default=1024**3, ge=1)
+    max_code_entries: int = Field(default=100_000, ge=1)
     # The most tasks one job array may have (sbatch's MaxArraySize); every task is a job.
     max_array_tasks: int = Field(default=10_000, ge=1, le=MAX_ARRAY_TASKS)
     schedule_interval_seconds: float = 0.5  # the loop also wakes at once on every change
@@ -83,6 +90,27 @@ class Settings(BaseSettings):
     signin_window_seconds: int = Field(default=300, ge=1)
     signin_max_per_user: int = Field(default=10, ge=1)
     signin_max_per_address: int = Field(default=30, ge=1)
+    # -- a pool of several nodes on Ray (docs/cluster.md) ---------------------------------
+    # "gpupool server --ray" starts a Ray head on `host` at this port; ray_address attaches to
+    # a running cluster instead (host:port of its GCS). Every Ray process of the pool shares
+    # one secret (Ray token authentication), kept in ray_token_file (default: in data_dir).
+    ray: bool = False
+    ray_address: str | None = None
+    ray_port: int = Field(default=6380, ge=1024, le=65535)
+    ray_token_file: Path | None = None
+    # The server's own machine is a node of the pool too (its Ray head runs jobs).
+    ray_head_node: bool = True
+    # Ray's health checks: a node that misses `ray_health_failures` checks made every
+    # `ray_health_period_ms` is declared dead (about 1.5 s with these values).
+    ray_health_period_ms: int = Field(default=500, ge=100)
+    ray_health_failures: int = Field(default=3, ge=1)
+    ray_object_store_bytes: int = Field(default=80 * 1024**2, ge=78 * 1024**2)
+    # A node that cannot reach the head for this long stops its own work; the server hands
+    # out that node's GPUs only after this much time has passed since it lost the node.
+    node_lost_seconds: float = Field(default=30.0, gt=0)
+    # Secret that lets a machine join the pool (gpupool node join --token); default: made
+    # at the first start and kept in data_dir/cluster/join-token.
+    join_token: str | None = None
     # -- tenancy (README "Isolation") -------------------------------------------------------
     # "on": every job runs in a bubblewrap sandbox; "off" (explicit only): unsandboxed, and
     # the server says so at start and on the cluster page.
@@ -134,6 +162,23 @@ class Settings(BaseSettings):
     @property
     def jobs_dir(self) -> Path:
         return self.data_dir / "jobs"
+
+    @property
+    def code_dir(self) -> Path:
+        """Code snapshots, each stored once: ``sha256/<hex>.tar.gz``."""
+        return self.data_dir / "code"
+
+    def code_limits(self) -> CodeLimits:
+        return CodeLimits(self.max_code_bytes, self.max_code_unpacked_bytes, self.max_code_entries)
+
+    @property
+    def cluster_dir(self) -> Path:
+        """The Ray side's files: its secret, its head's state, this machine's node agent."""
+        return self.data_dir / "cluster"
+
+    @property
+    def ray_enabled(self) -> bool:
+        return self.ray or self.ray_address is not None
 
     @property
     def isolated(self) -> bool:

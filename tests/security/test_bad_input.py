@@ -96,6 +96,7 @@ TEXT_FIELDS = [
     ("POST", "/tokens", {"user": "X"}, "user"),
     ("POST", "/session", {"user": "admin", "password": "X"}, "password"),
     ("POST", "/session", {"user": "X", "password": "secret"}, "user"),
+    ("POST", "/nodes/node-a/drain", {"reason": "disk X"}, "reason"),
 ]
 
 
@@ -118,6 +119,8 @@ PARAMETERS = [
     ("GET", "/jobs?team=%00", "query.team"),
     ("GET", "/jobs?user=a%00b", "query.user"),
     ("GET", "/nodes/node%00", "path.name"),
+    ("POST", "/nodes/node%00/drain", "path.name"),
+    ("DELETE", "/nodes/node%00", "path.name"),
     ("PATCH", "/users/a%00b", "path.name"),
     ("PUT", "/teams/a%00b/quota", "path.name"),
 ]

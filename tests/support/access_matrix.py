@@ -25,8 +25,11 @@ from fastapi.testclient import TestClient
 from gpupool.api.access import Rule, rule_of
 from gpupool.api.app import create_app
 from gpupool.api.deps import CSRF_HEADER, SAFE_METHODS, SESSION_COOKIE
+from gpupool.domain.inventory import NodeInventory
 from gpupool.executors.fake import NeverStartsExecutor
-from gpupool.services.platform import open_platform
+from gpupool.services import nodes
+from gpupool.services.platform import Platform, open_platform
+from tests.support.code import archive, ref, regular
 from tests.support.platform import FINAL, admin_token, make_settings, running_app
 from tests.support.waiting import wait_for
 
@@ -119,6 +122,7 @@ class World:
     once; ``fresh_*`` makes a new one for a call that ends, deletes or changes it."""
 
     client: TestClient
+    platform: Platform | None = None  # for objects no route makes (nodes join by themselves)
     identities: dict[str, Identity] = field(default_factory=dict)
     made: dict[str, Any] = field(default_factory=dict)  # shared objects, made on first use
     count: int = 0
@@ -152,6 +156,10 @@ class World:
             headers["Cookie"] = f"{SESSION_COOKIE}={cookie}"
         if csrf and method not in SAFE_METHODS:
             headers[CSRF_HEADER] = csrf
+        if isinstance(body, bytes):  # a raw body: a code snapshot's archive
+            return self.client.request(
+                method, path, headers=headers, content=body, follow_redirects=False
+            )
         return self.client.request(method, path, headers=headers, json=body, follow_redirects=False)
 
     def api(self, method: str, path: str, who: str = ADMIN, body: Any = None) -> Any:
@@ -203,6 +211,14 @@ class World:
         body = {"command": ["sleep", "300"], "array": {"indexes": "0-1"}}
         return self.api("POST", "/jobs", MEMBER, body)["id"]
 
+    def code(self) -> bytes:
+        """The archive of a code snapshot (the same bytes for every caller)."""
+        return self.shared("code", lambda: archive(regular("train.py", b"print('matrix')\n")))
+
+    def own_code(self, who: str) -> str:
+        """The ref of ``code``, uploaded by ``who``: a snapshot is its uploaders' to use."""
+        return self.api("PUT", f"/code/{ref(self.code())}", who, self.code())["ref"]
+
     def fresh_team(self) -> str:
         return self.api("POST", "/teams", ADMIN, {"name": self.unique("team")})["name"]
 
@@ -212,6 +228,17 @@ class World:
 
     def fresh_token(self, user: str) -> int:
         return self.api("POST", "/tokens", ADMIN, {"user": user, "name": "matrix"})["id"]
+
+    def fresh_node(self) -> str:
+        """A node that joins drained, as the cluster side registers one: no job is placed on
+        it, so an admin may remove it."""
+        assert self.platform is not None
+        name, now = self.unique("node"), self.platform.clock.now()
+        inventory = NodeInventory(name=name, cpus=1, memory_bytes=1024**3)
+        with self.platform.db.session() as session:
+            node = nodes.register(session, inventory, now)
+            nodes.set_drain(session, node, now, "access matrix", None)
+        return name
 
     def set_password(self, user: str, password: str) -> None:
         self.api("PATCH", f"/users/{user}", ADMIN, {"password": password})
@@ -240,7 +267,7 @@ def running_world(data_dir: Path) -> Iterator[World]:
     executor = NeverStartsExecutor(data_dir.parent / "never-started")
     with running_app(settings, executor) as (client, platform):
         client.headers.pop("Authorization")  # each call says who it is
-        world = World(client)
+        world = World(client, platform)
         world.identities[ADMIN] = Identity(ADMIN, ADMIN, admin_token(platform), live=True)
         _populate(world)
         yield world

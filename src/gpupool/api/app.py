@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends, FastAPI
 import gpupool
 from gpupool.api import docs, errors, params, ui
 from gpupool.api.limits import AllowedHosts, BodyLimit
-from gpupool.api.routers import admin, isolation, jobs, nodes, session
+from gpupool.api.routers import admin, cluster, code, isolation, jobs, nodes, session
 from gpupool.services.platform import Platform
 
 API_PREFIX = "/api/v1"
@@ -40,12 +40,14 @@ def create_app(platform: Platform, start_loop: bool = True) -> FastAPI:
     app.state.platform = platform
     errors.install(app)
     api = APIRouter(prefix=API_PREFIX)
-    for module in (session, jobs, nodes, isolation, admin):
+    for module in (session, jobs, nodes, isolation, admin, cluster, code):
         api.include_router(module.router)
     app.include_router(api)
     ui.mount(app)
     docs.mount(app, f"{API_PREFIX}/docs", app.openapi_url)
-    app.add_middleware(BodyLimit, max_bytes=platform.settings.max_body_bytes)
+    # code uploads count their own bodies, against max_code_bytes (services/code.py)
+    own_limits = (f"{API_PREFIX}/code",)
+    app.add_middleware(BodyLimit, max_bytes=platform.settings.max_body_bytes, own_limits=own_limits)
     # Added last, so it runs first: a request for an unknown host gets no further.
     app.add_middleware(AllowedHosts, hosts=platform.settings.host_names())
     return app

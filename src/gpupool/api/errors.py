@@ -12,6 +12,7 @@ from starlette.exceptions import HTTPException
 
 from gpupool.domain.text import escape_unstorable, readable
 from gpupool.errors import (
+    CodeWithWorkdir,
     GpupoolError,
     GpuTypeWithoutGpus,
     InvalidArray,
@@ -24,7 +25,7 @@ log = logging.getLogger(__name__)
 # body fields whose errors carry a code of their own (the rest: invalid_request)
 FIELD_ERRORS: dict[str, type[InvalidRequest]] = {"array": InvalidArray}
 # validation error types that are codes of their own (a validator's PydanticCustomError)
-TYPE_ERRORS: frozenset[str] = frozenset({GpuTypeWithoutGpus.code})
+TYPE_ERRORS: frozenset[str] = frozenset({GpuTypeWithoutGpus.code, CodeWithWorkdir.code})
 # FastAPI answers 400 to a body its JSON parser raised on, other than a syntax error: a
 # number of more digits than Python converts (4300) is the one a client can send
 BODY_UNREADABLE = (

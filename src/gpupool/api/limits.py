@@ -11,11 +11,15 @@ from gpupool.errors import HostNotAllowed
 
 
 class BodyLimit:
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
-        self.app, self.max_bytes = app, max_bytes
+    """Refuses a request body over ``max_bytes`` with a 413, except below ``own_limits``:
+    path prefixes whose routes read their bodies as streams and hold them to a limit of their
+    own (code snapshots)."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int, own_limits: tuple[str, ...] = ()) -> None:
+        self.app, self.max_bytes, self.own_limits = app, max_bytes, own_limits
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or self._limits_itself(scope.get("path", "")):
             await self.app(scope, receive, send)
             return
         declared = dict(scope.get("headers") or []).get(b"content-length")
@@ -43,6 +47,9 @@ class BodyLimit:
         except Exception:
             if not refused:
                 raise
+
+    def _limits_itself(self, path: str) -> bool:
+        return any(path == p or path.startswith(p + "/") for p in self.own_limits)
 
     async def _refuse(self, send: Send) -> None:
         message = f"the request body is larger than {self.max_bytes} bytes; send less"

@@ -136,6 +136,15 @@ class TokenCreate(Strict):
     expires_in_days: float | None = Field(default=None, gt=0, le=3650, allow_inf_nan=False)
 
 
+class NodeDrain(Strict):
+    reason: Text | None = Field(
+        default=None,
+        max_length=500,
+        description="why, for the other admins and users (shown on the node)",
+        examples=["disk swap on Tuesday"],
+    )
+
+
 class LoginIn(Strict):
     user: Text = Field(min_length=1, max_length=100)
     password: Text = Field(min_length=1, max_length=500)

@@ -28,7 +28,7 @@ from gpupool.domain.jobs import FINAL_STATUSES, JobStatus, Role
 from gpupool.domain.units import format_bytes, format_duration
 from gpupool.domain.views import SubmitOptionsView
 from gpupool.errors import NotFound
-from gpupool.services import jobs, nodes, teams, why
+from gpupool.services import code, jobs, nodes, teams, why
 from gpupool.services.access import Principal
 from gpupool.services.context import Context
 
@@ -40,7 +40,7 @@ JOB_ID = re.compile(r"[0-9]{1,18}")
 ACTIVE = [JobStatus.PENDING, JobStatus.STARTING, JobStatus.RUNNING]
 ENDED = sorted(FINAL_STATUSES)
 SHOW = {"all": None, "active": ACTIVE, "ended": ENDED}
-TEXT_FIELDS = ("command", "name", "workdir", "env", "gpu_memory", "memory", "team")
+TEXT_FIELDS = ("command", "name", "workdir", "code", "env", "gpu_memory", "memory", "team")
 POLICY_FIELDS = ("gpu_type", "max_runtime", "grace_period")
 BLANK_FORM = (
     dict.fromkeys(TEXT_FIELDS + POLICY_FIELDS, "")
@@ -290,6 +290,7 @@ def submit_page(
         chosen_team=form.get("team") or _default_team(options),
         form=form,
         viewer=options.viewer,
+        max_code_bytes=code.limits(ctx).max_bytes,
         **_submit_choices(options),
     )
 
@@ -401,6 +402,7 @@ def _form_from(ctx: Context, who: Principal, job_id: int) -> dict[str, Any]:
         "command": shlex.join(spec.command),
         "name": spec.name or "",
         "workdir": spec.workdir or "",
+        "code": spec.code or "",
         "env": "\n".join(f"{k}={v}" for k, v in spec.env.items()),
         "gpus": _number(resources.gpus) if resources.gpus else "",
         "gpu_memory": _exact_bytes(resources.gpu_memory_bytes),

@@ -7,12 +7,14 @@ import shlex
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import Annotated, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from gpupool.cli import arrays
 from gpupool.cli.output import (
+    CliError,
     Output,
     OutputOption,
     age,
@@ -31,7 +33,10 @@ from gpupool.cli.output import (
 from gpupool.cli.session import connect
 from gpupool.client import ApiError, Client
 from gpupool.client.api import LogPart
-from gpupool.domain.units import format_duration, parse_duration
+from gpupool.domain.units import format_bytes, format_duration, parse_duration
+
+if TYPE_CHECKING:
+    from gpupool.client.code import Sent
 
 ACTIVE = ["pending", "starting", "running"]
 TARGET_HELP = "The job id, or ID_INDEX for a task of a job array (12_7)."
@@ -92,6 +97,7 @@ def build_spec(
     gpu_types: list[str] | None = None,
     max_runtime: float | None = None,
     grace_period: float | None = None,
+    code: str | None = None,
 ) -> dict[str, Any]:
     """The JobSpec JSON; fields left out take the server's defaults."""
     resources = {
@@ -108,6 +114,7 @@ def build_spec(
         "team": team,
         "priority": priority,
         "workdir": workdir,
+        "code": code,
         "preemptible": preemptible,
         "gpu_types": gpu_types or None,
         "max_runtime_seconds": max_runtime,
@@ -177,9 +184,20 @@ def run(
         typer.Option(
             help="Working directory of the job, shown to it read-write in its sandbox (default: "
             "this directory; '' for the job's own output directory). Its Unix account must be "
-            "able to read it."
+            "able to read it. Without --code it is a path on the node: the server's machine, "
+            "or a file system the nodes share."
         ),
     ] = None,
+    code: Annotated[
+        bool,
+        typer.Option(
+            "--code",
+            help="Send the working directory (--workdir, default this one) with the job, for "
+            "a server on another machine: packed here (.git, what .gitignore files and a "
+            ".gpupoolignore ignore left out), stored once by the server, and unpacked on the "
+            "node as the job's own working directory, read-write.",
+        ),
+    ] = False,
     array: Annotated[
         str | None,
         typer.Option(
@@ -203,6 +221,13 @@ def run(
             "--follow follows one job: follow a task of the array with gpupool logs -f ID_INDEX",
             param_hint="'--follow'",
         )
+    directory = os.getcwd() if workdir is None else (os.path.abspath(workdir) if workdir else None)
+    if code and directory is None:
+        raise typer.BadParameter(
+            "--code sends a directory: name it with --workdir DIR, or leave --workdir out to "
+            "send this one",
+            param_hint="'--code'",
+        )
     spec = build_spec(
         command,
         gpus=gpus,
@@ -213,13 +238,15 @@ def run(
         team=team,
         priority=priority,
         env=env,
-        workdir=os.getcwd() if workdir is None else (os.path.abspath(workdir) if workdir else None),
+        workdir=None if code else directory,
         preemptible=preemptible,
         gpu_types=gpu_type,
         max_runtime=_seconds(max_runtime),
         grace_period=_seconds(grace_period),
     )
     with connect() as client:
+        if code:
+            spec["code"] = send_code(client, directory)
         job = client.submit(spec, array)
         if array is not None and output != Output.JSON:
             err.print(f"[dim]array {job['id']}: {escape(array_submitted(job))}[/dim]")
@@ -231,6 +258,34 @@ def run(
             typer.echo(job["id"])
         if follow:
             raise typer.Exit(follow_until_end(client, job))
+
+
+def send_code(client: Client, directory: str) -> str:
+    """Pack ``directory``, upload it unless the server has it for us, say so; its ref."""
+    # here, not at the top: packing's imports (pathspec, tarfile) would slow every command
+    from gpupool.client import code as snapshots
+
+    try:
+        sent = snapshots.send(client, Path(directory))
+    except snapshots.PackError as error:
+        raise CliError(error.code, error.message) from None
+    err.print(f"[dim]{escape(code_sent_text(directory, sent))}[/dim]")
+    return sent.packed.ref
+
+
+def code_sent_text(directory: str, sent: Sent) -> str:
+    """'sent /home/ann/proj: 12 files, 40 KiB (9 KiB packed), sha256:0a1b2c3d4e5f'."""
+    packed = sent.packed
+    how = "sent" if sent.uploaded else "the server has"
+    plural = "" if packed.files == 1 else "s"
+    text = (
+        f"{how} {directory}: {packed.files} file{plural}, {format_bytes(packed.file_bytes)} "
+        f"({format_bytes(packed.size_bytes)} packed), {packed.ref[:19]}"
+    )
+    if packed.skipped:
+        shown = ", ".join(packed.skipped[:3]) + (", ..." if len(packed.skipped) > 3 else "")
+        text += f"; left out {len(packed.skipped)} link(s) or special file(s): {shown}"
+    return text
 
 
 def array_submitted(array: dict[str, Any]) -> str:
@@ -433,8 +488,21 @@ def _spec_lines(job: dict[str, Any]) -> list[str]:
         lines.append(f"env:        {escape(pairs)}")
     if spec.get("workdir"):
         lines.append(f"workdir:    {escape(spec['workdir'])}")
+    if spec.get("code"):
+        lines.append(f"code:       {escape(code_text(spec['code'], job.get('code_snapshot')))}")
     lines.append(f"policy:     {escape(policy_text(spec))}")
     return lines
+
+
+def code_text(ref: str, snapshot: dict[str, Any] | None) -> str:
+    """'sha256:<hex>, 12 files, 40 KiB (9 KiB packed)'."""
+    if not snapshot:
+        return ref
+    plural = "" if snapshot["files"] == 1 else "s"
+    return (
+        f"{ref}, {snapshot['files']} file{plural}, {format_bytes(snapshot['unpacked_bytes'])} "
+        f"({format_bytes(snapshot['size_bytes'])} packed)"
+    )
 
 
 def policy_text(spec: dict[str, Any]) -> str:

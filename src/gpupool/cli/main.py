@@ -104,6 +104,10 @@ COMMANDS: Mapping[str, Lazy] = MappingProxyType(
             "List nodes: CPUs, memory, and each GPU with its domain, used share and holders; "
             "then how jobs are kept apart (isolation).",
         ),
+        "node": Lazy(
+            "gpupool.cli.nodes:node_app",
+            "One node of the pool: show it; drain, undrain or remove it (admins).",
+        ),
         "users": Lazy("gpupool.cli.admin:users_app", "Users of the pool (admins only)."),
         "team": Lazy(
             "gpupool.cli.admin:teams_app",
@@ -116,6 +120,35 @@ COMMANDS: Mapping[str, Lazy] = MappingProxyType(
         ),
         "tokens": Lazy(
             "gpupool.cli.admin:tokens_app", "API tokens (yours; an admin's: everyone's)."
+        ),
+    }
+)
+
+# The sub-commands of `gpupool node`, each loaded only when it runs (as the commands above).
+# `gpupool node join` is an operator's command in gpupool.server (it starts a Ray node, so it is
+# not the client's): named here by its place, imported only when it runs.
+NODE_COMMANDS: Mapping[str, Lazy] = MappingProxyType(
+    {
+        "show": Lazy(
+            "gpupool.cli.nodes:show",
+            "Show one node: its state, drain, join time, fabric group, GPUs and latest changes.",
+        ),
+        "drain": Lazy(
+            "gpupool.cli.nodes:drain",
+            "Keep new work off a node (admins): nothing new is placed there; what runs there "
+            "goes on to its end.",
+        ),
+        "undrain": Lazy(
+            "gpupool.cli.nodes:undrain", "Let new work on a drained node again (admins)."
+        ),
+        "remove": Lazy(
+            "gpupool.cli.nodes:remove",
+            "Take a node out of the pool (admins); refused while jobs hold resources on it.",
+        ),
+        "join": Lazy(  # an operator's command on the joining machine (it starts a Ray node)
+            "gpupool.server:node_join",
+            "Join this machine to a pool: start its Ray node, wait until it is schedulable, "
+            "then run in the foreground until stopped (Ctrl-C or SIGTERM stops the node).",
         ),
     }
 )

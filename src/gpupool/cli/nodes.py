@@ -1,9 +1,13 @@
-"""Nodes: what each node has, and who holds each GPU."""
+"""Nodes: what each node has, who holds each GPU, and each node's life in the pool (an
+admin's drain, undrain and removal; the cluster's up and down)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
+import typer
+
+from gpupool.cli.main import NODE_COMMANDS, group_over
 from gpupool.cli.output import (
     Output,
     OutputOption,
@@ -14,8 +18,16 @@ from gpupool.cli.output import (
     out,
     print_json,
     share,
+    timestamp,
 )
 from gpupool.cli.session import connect
+
+node_app = typer.Typer(
+    help="One node of the pool: show it; drain, undrain or remove it (admins).",
+    cls=group_over(NODE_COMMANDS),
+    no_args_is_help=True,
+)
+NodeName = Annotated[str, typer.Argument(help="The node's name, as 'gpupool nodes' lists it.")]
 
 
 def holder_text(holder: dict[str, Any]) -> str:
@@ -63,6 +75,7 @@ def print_node(node: dict[str, Any]) -> None:
         f"[bold]{escape(node['name'])}[/bold]  cpus {node['cpus']}  "
         f"memory {memory(node['memory_bytes'])}{state}"
     )
+    out.print(escape(life_text(node)), soft_wrap=True)
     table = new_table("GPU", "DOMAIN", "MODEL", "MEMORY", "USED", "HOLDERS")
     for gpu in node["gpus"]:
         table.add_row(
@@ -79,6 +92,23 @@ def print_node(node: dict[str, Any]) -> None:
         out.print("nics:  " + escape("; ".join(nic_text(n) for n in inventory["nics"])))
     for device in inventory.get("rdma") or []:
         out.print("rdma:  " + escape(rdma_text(device)))
+
+
+def life_text(node: dict[str, Any]) -> str:
+    """'state: up · drained (disk swap) · joined 2026-01-05 10:00:00 · fabric ib-0 · address
+    10.0.0.2': how the node stands in the pool."""
+    state = f"state: {node.get('state', 'up')}"
+    if node.get("down_at") is not None:
+        state += f" since {timestamp(node['down_at'])}"
+    parts = [state]
+    if node.get("drain"):
+        reason = node.get("drain_reason")
+        parts.append("drained" + (f" ({reason})" if reason else ""))
+    parts.append(f"joined {timestamp(node.get('joined_at'))}")
+    parts.append(f"fabric {node.get('fabric_group') or '-'}")
+    if node.get("address"):
+        parts.append(f"address {node['address']}")
+    return " · ".join(parts)
 
 
 ISOLATION_STYLE = {"sandbox": "", "off": "bold yellow", "unavailable": "bold red"}
@@ -113,3 +143,76 @@ def print_isolation(isolation: dict[str, Any]) -> None:
     style = ISOLATION_STYLE.get(isolation["mode"], "")
     text = escape(f"isolation ({isolation['mode']}): {isolation['message']}")
     out.print(f"\n[{style}]{text}[/{style}]" if style else f"\n{text}", soft_wrap=True)
+
+
+# -- gpupool node ... -----------------------------------------------------------------------------
+
+
+def show(name: NodeName, output: OutputOption = Output.TABLE) -> None:
+    """Show one node: its state, drain, join time, fabric group, GPUs and latest changes."""
+    with connect() as client:
+        found = client.node(name)
+    if output == Output.JSON:
+        print_json(found)
+        return
+    print_node(found)
+    if found.get("events"):
+        out.print("")
+        table = new_table("WHEN", "CHANGE", "BY", "WHAT")
+        for event in found["events"]:
+            by = escape(event["actor"]) if event["actor"] else "cluster"
+            table.add_row(timestamp(event["at"]), event["reason"], by, escape(event["message"]))
+        out.print(table)
+
+
+def drain(
+    name: NodeName,
+    reason: Annotated[
+        str | None, typer.Option("--reason", "-r", help="Why, shown on the node to everyone.")
+    ] = None,
+    output: OutputOption = Output.TABLE,
+) -> None:
+    """Keep new work off a node (admins): nothing new is placed there; what runs there goes on
+    to its end.
+
+    Draining a drained node sets its reason. 'gpupool node undrain NAME' ends it.
+    """
+    with connect() as client:
+        found = client.drain_node(name, reason)
+    if output == Output.JSON:
+        print_json(found)
+        return
+    why = f" ({found['drain_reason']})" if found.get("drain_reason") else ""
+    said = f"node {found['name']} drained{why}: no new work is placed there; what runs there "
+    out.print(escape(said + "goes on to its end"), soft_wrap=True)
+
+
+def undrain(name: NodeName, output: OutputOption = Output.TABLE) -> None:
+    """Let new work on a drained node again (admins)."""
+    with connect() as client:
+        found = client.undrain_node(name)
+    if output == Output.JSON:
+        print_json(found)
+        return
+    if found["schedulable"]:
+        out.print(escape(f"node {found['name']} undrained: new work may be placed there again"))
+    else:
+        out.print(
+            escape(
+                f"node {found['name']} undrained; it is {found['state']}, so not schedulable yet"
+            )
+        )
+
+
+def remove(name: NodeName, output: OutputOption = Output.TABLE) -> None:
+    """Take a node out of the pool (admins); refused while jobs hold resources on it.
+
+    Drain it first and let its jobs end (or cancel them). A removed node that joins again
+    comes back as a new node. The server's own node cannot be removed.
+    """
+    with connect() as client:
+        found = client.remove_node(name)
+    if output == Output.JSON:
+        print_json(found)
+        return
+    out.print(escape(f"node {found['name']} removed from the pool"))

@@ -12,10 +12,11 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 from urllib.parse import quote
 
-from gpupool.client.transport import Response, Transport, TransportError
+from gpupool.client.transport import Response, Transport, TransportError, Upload
+from gpupool.domain.code import CodeLimits
 
 API = "/api/v1"
 FINAL = {"succeeded", "failed", "cancelled", "lost"}
@@ -179,10 +180,44 @@ class Client:
                 raise TimeoutError(f"job {job_id} still {job['status']} after {timeout} s")
             time.sleep(poll)
 
+    # -- code snapshots ----------------------------------------------------------------------
+
+    def code_limits(self) -> CodeLimits:
+        """What the server takes of one code snapshot (checked before an upload)."""
+        found = self._call("GET", "/code")
+        return CodeLimits(found["max_bytes"], found["max_unpacked_bytes"], found["max_entries"])
+
+    def code(self, ref: str) -> dict[str, Any]:
+        """A snapshot the caller stored (``sha256:<hex>``); ApiError code_not_found if none."""
+        return self._call("GET", f"/code/{ref}")
+
+    def upload_code(self, ref: str, archive: BinaryIO, size: int) -> dict[str, Any]:
+        """Store ``size`` bytes of ``archive`` (a .tar.gz) as ``ref``, which the server checks
+        against their SHA-256; storing it again is harmless (PUT is idempotent)."""
+        body = Upload(archive, size, "application/gzip")
+        return self._call("PUT", f"/code/{ref}", upload=body)
+
     # -- pool --------------------------------------------------------------------------------
 
     def nodes(self) -> list[dict[str, Any]]:
         return self._call("GET", "/nodes")
+
+    def node(self, name: str) -> dict[str, Any]:
+        """One node, with its latest changes (``events``)."""
+        return self._call("GET", _node_path(name))
+
+    def drain_node(self, name: str, reason: str | None = None) -> dict[str, Any]:
+        """Keep new work off a node (admins); what runs there goes on to its end."""
+        body = {"reason": reason} if reason is not None else None
+        return self._call("POST", _node_path(name, "drain"), json=body)
+
+    def undrain_node(self, name: str) -> dict[str, Any]:
+        """Let new work on a drained node again (admins)."""
+        return self._call("POST", _node_path(name, "undrain"))
+
+    def remove_node(self, name: str) -> dict[str, Any]:
+        """Take a node out of the pool (admins); ApiError node_busy while jobs hold it."""
+        return self._call("DELETE", _node_path(name))
 
     def whoami(self) -> dict[str, Any]:
         return self._call("GET", "/whoami")
@@ -198,6 +233,18 @@ class Client:
 
     def health(self) -> dict[str, Any]:
         return self._call("GET", "/health")
+
+    # -- the pool ----------------------------------------------------------------------------
+
+    def cluster(self) -> dict[str, Any]:
+        """One machine or a Ray pool, and whether its head answers (admins: how to join)."""
+        return self._call("GET", "/cluster")
+
+    def join(self, token: str, name: str | None = None) -> dict[str, Any]:
+        """For the pool's join token: the Ray head and secret; with ``name``, whether that
+        node is up and schedulable yet. Needs no API token."""
+        body = {"token": token} | ({"name": name} if name is not None else {})
+        return self._call("POST", "/cluster/join", json=body)
 
     # -- admin -------------------------------------------------------------------------------
 
@@ -296,6 +343,10 @@ class Client:
         except ValueError as error:
             message = f"{self.url} answered {method} {path} with something other than JSON"
             raise ApiError(response.status, "bad_response", message) from error
+
+
+def _node_path(name: str, action: str | None = None) -> str:
+    return f"/nodes/{quote(name, safe='')}" + (f"/{action}" if action else "")
 
 
 def _member_path(team: str, user: str) -> str:

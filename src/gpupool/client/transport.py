@@ -13,7 +13,7 @@ import json
 import select
 import socket
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, BinaryIO
 from urllib.parse import urlencode, urlsplit
 
 import gpupool
@@ -45,6 +45,18 @@ class Response:
         return json.loads(self.content)
 
 
+@dataclass(frozen=True)
+class Upload:
+    """A request body read from a file (a code snapshot): sent in blocks, never held whole."""
+
+    file: BinaryIO
+    size: int
+    content_type: str = "application/octet-stream"
+
+    def headers(self) -> dict[str, str]:
+        return {"Content-Type": self.content_type, "Content-Length": str(self.size)}
+
+
 class Transport:
     """Requests to the server at ``url`` (http or https), to paths below ``prefix``, with
     fixed headers, over one connection: one thread at a time, as a CLI command makes them."""
@@ -66,6 +78,7 @@ class Transport:
         path: str,
         params: dict[str, Any] | None = None,
         json: Any = None,
+        upload: Upload | None = None,
     ) -> Response:
         """Send one request and read the whole answer; TransportError when none comes.
 
@@ -77,6 +90,8 @@ class Transport:
         if json is not None:
             body = _dumps(json)
             headers = headers | {"Content-Type": "application/json"}
+        elif upload is not None:
+            body, headers = upload, headers | upload.headers()
         try:
             return self._send(method, target, body, headers)
         except (OSError, http.client.HTTPException) as error:
@@ -89,7 +104,7 @@ class Transport:
             self._connection = None
 
     def _send(
-        self, method: str, target: str, body: bytes | None, headers: dict[str, str]
+        self, method: str, target: str, body: bytes | Upload | None, headers: dict[str, str]
     ) -> Response:
         reused = self._connection is not None and not _hung_up(self._connection)
         try:
@@ -101,10 +116,14 @@ class Transport:
         return self._exchange(method, target, body, headers)
 
     def _exchange(
-        self, method: str, target: str, body: bytes | None, headers: dict[str, str]
+        self, method: str, target: str, body: bytes | Upload | None, headers: dict[str, str]
     ) -> Response:
         connection = self._connect()
-        connection.request(method, target, body=body, headers=headers)
+        if isinstance(body, Upload):
+            body.file.seek(0)  # from its start, also when sent again on a new connection
+            connection.request(method, target, body=body.file, headers=headers)
+        else:
+            connection.request(method, target, body=body, headers=headers)
         answer = connection.getresponse()
         response = Response(answer.status, answer.reason, answer.read())
         if answer.will_close:

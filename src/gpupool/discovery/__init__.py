@@ -15,7 +15,7 @@ from gpupool.discovery.declared import (
     parse_declared_gpus,
     parse_declared_links,
 )
-from gpupool.discovery.nvidia_smi import discover_nvidia_smi
+from gpupool.discovery.nvidia_smi import apply_nic_affinity, discover_nvidia_smi
 from gpupool.discovery.nvml import discover_nvml
 from gpupool.discovery.report import GpuReport
 from gpupool.discovery.sysfs import read_nics, read_rdma_devices
@@ -65,6 +65,7 @@ def discover_gpus(settings: Settings, node: str, *, nvml_module: Any | None = No
     if settings.use_nvml:
         report = discover_nvml(settings.sysfs_root, nvml_module)
         if report is not None and report.gpus:
+            apply_nic_affinity(report)
             return report
     report = discover_nvidia_smi(settings.sysfs_root)
     if report is not None and report.gpus:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from gpupool.domain.inventory import Nic, RdmaDevice, RdmaPort
+from gpupool.domain.inventory import Nic, RdmaDevice, RdmaGid, RdmaPort
 
 _RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*Gb/sec")
 _DIGITS = re.compile(r"(\d+)")
@@ -66,7 +66,30 @@ def read_rdma_port(port_dir: Path) -> RdmaPort | None:
         rate_gbps=parse_rate_gbps(read_text(port_dir / "rate")),
         state=parse_port_state(read_text(port_dir / "state")),
         phys_state=parse_port_state(read_text(port_dir / "phys_state")),
+        gids=read_gids(port_dir),
     )
+
+
+def read_gids(port_dir: Path) -> list[RdmaGid]:
+    """The filled entries of ``ports/<n>/gids``, with their ``gid_attrs`` type and netdev.
+
+    The kernel lists every slot of the table (often 256); empty slots read as all zeros and
+    their attributes fail with EINVAL, so they are left out.
+    """
+    gids: list[RdmaGid] = []
+    for path in _entries(port_dir / "gids"):
+        gid = read_text(path)
+        if path.name.isdigit() and gid and any(c not in "0:" for c in gid):
+            attrs = port_dir / "gid_attrs"
+            gids.append(
+                RdmaGid(
+                    index=int(path.name),
+                    gid=gid,
+                    type=read_text(attrs / "types" / path.name) or None,
+                    netdev=read_text(attrs / "ndevs" / path.name) or None,
+                )
+            )
+    return gids
 
 
 def read_rdma_device(device_dir: Path) -> RdmaDevice:
@@ -77,8 +100,14 @@ def read_rdma_device(device_dir: Path) -> RdmaDevice:
         hca_type=read_text(device_dir / "hca_type") or None,
         fw_ver=read_text(device_dir / "fw_ver") or None,
         board_id=read_text(device_dir / "board_id") or None,
+        numa_node=_numa_node(device_dir / "device" / "numa_node"),
         ports=[port for port in ports if port is not None],
     )
+
+
+def _numa_node(path: Path) -> int | None:
+    node = read_int(path)
+    return node if node is not None and node >= 0 else None  # -1: the platform has no NUMA
 
 
 def read_infiniband_class(class_dir: Path) -> list[RdmaDevice]:

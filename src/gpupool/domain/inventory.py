@@ -17,6 +17,7 @@ class Source(StrEnum):
     NVIDIA_SMI = "nvidia-smi"
     SYSFS = "sysfs"
     PSUTIL = "psutil"
+    RDMA_TOOLS = "rdma-tools"  # the text of ibv_devinfo or ibstat
     DECLARED = "declared"
 
 
@@ -48,6 +49,9 @@ class GpuDevice(_Model):
     mig_devices: list[MigDevice] = Field(default_factory=list)
     utilization_percent: float | None = None
     memory_used_bytes: int | None = None
+    # RDMA device name ("mlx5_0") -> how this GPU reaches it: the NIC columns of
+    # ``nvidia-smi topo -m`` (PIX/PXB/PHB/NODE/SYS); empty where nothing said
+    nic_affinity: dict[str, LinkKind] = Field(default_factory=dict)
     sources: dict[str, Source] = Field(default_factory=dict)
 
 
@@ -70,12 +74,22 @@ class GpuLink(_Model):
     source: Source
 
 
+class RdmaGid(_Model):
+    """One filled entry of a port's GID table (the all-zero entries are left out)."""
+
+    index: int
+    gid: str  # as the kernel writes it: "fe80:0000:0000:0000:0e42:a1ff:fe2b:07a4"
+    type: str | None = None  # "IB/RoCE v1" or "RoCE v2" (sysfs), "RoCE v1"/"RoCE v2" (ibv)
+    netdev: str | None = None  # the network interface a RoCE GID belongs to
+
+
 class RdmaPort(_Model):
     port: int
     link_layer: str | None = None  # "InfiniBand" or "Ethernet" (RoCE)
     rate_gbps: float | None = None
     state: str | None = None  # e.g. "ACTIVE"
     phys_state: str | None = None  # e.g. "LinkUp"
+    gids: list[RdmaGid] = Field(default_factory=list)
 
 
 class RdmaDevice(_Model):
@@ -83,6 +97,7 @@ class RdmaDevice(_Model):
     hca_type: str | None = None
     fw_ver: str | None = None
     board_id: str | None = None
+    numa_node: int | None = None  # of its PCI device: NCCL settings pick NICs near the GPUs
     ports: list[RdmaPort] = Field(default_factory=list)
     source: Source = Source.SYSFS
 

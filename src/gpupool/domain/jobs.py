@@ -16,9 +16,10 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from gpupool.domain.code import REF_EXAMPLE, is_ref
 from gpupool.domain.text import STORABLE, Text, is_stored, stored_context
 from gpupool.domain.units import parse_bytes
-from gpupool.errors import GpuTypeWithoutGpus
+from gpupool.errors import CodeWithWorkdir, GpuTypeWithoutGpus
 
 SPEC_VERSION = 1
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -167,6 +168,12 @@ class JobSpec(BaseModel):
     command: list[Text] = Field(min_length=1, max_length=4096)
     env: dict[Text, Text] = Field(default_factory=dict)
     workdir: Annotated[str, Field(max_length=4096), STORABLE] | None = None
+    code: str | None = Field(
+        default=None,
+        description="a code snapshot to run in (uploaded with PUT /api/v1/code/{ref}): "
+        "unpacked read-write as the job's working directory; not with workdir",
+        examples=[REF_EXAMPLE],
+    )
     resources: ResourceRequest = Field(default_factory=ResourceRequest)
     team: Annotated[str, Field(max_length=100), STORABLE] | None = None
     priority: int = Field(default=0, ge=-MAX_PRIORITY, le=MAX_PRIORITY)
@@ -189,6 +196,16 @@ class JobSpec(BaseModel):
     def _command(cls, value: list[str]) -> list[str]:
         if not value[0].strip():
             raise ValueError("the command is empty: give the program to run, e.g. -- python x.py")
+        return value
+
+    @field_validator("code")
+    @classmethod
+    def _code_ref(cls, value: str | None) -> str | None:
+        if value is not None and not is_ref(value):
+            raise ValueError(
+                "a code snapshot is named sha256: and the 64 lower-case hex digits of its "
+                "archive's SHA-256, as PUT /api/v1/code/{ref} stored it"
+            )
         return value
 
     @field_validator("env")
@@ -241,6 +258,17 @@ class JobSpec(BaseModel):
         """A spec read back from the database: it was valid when it was submitted, so rules
         added since (such as ``Text``'s) are not applied to it again."""
         return cls.model_validate(data, context=stored_context())
+
+    @model_validator(mode="after")
+    def _code_or_workdir(self) -> JobSpec:
+        """The code snapshot is the job's working directory, so a job has one or the other."""
+        if self.code is not None and self.workdir:
+            raise PydanticCustomError(
+                CodeWithWorkdir.code,
+                "a job runs in its code snapshot (code, gpupool run --code) or in a working "
+                "directory on the node (workdir), not both: leave one out",
+            )
+        return self
 
     @model_validator(mode="after")
     def _display_name(self) -> JobSpec:

@@ -13,6 +13,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from gpupool.domain.inventory import NodeInventory
 from gpupool.domain.jobs import JobSpec, JobStatus, Role
+from gpupool.domain.nodes import NodeState
 from gpupool.domain.text import ShownText, readable
 
 
@@ -98,9 +99,31 @@ class AttemptView(View):
     stop_reason: str | None = Field(description="preempted, max_runtime or cancelled")
 
 
+class CodeView(View):
+    """A code snapshot: its name (``sha256:<hex>`` of the archive), the archive's size, and
+    the files (and their bytes) it unpacks to."""
+
+    ref: str
+    size_bytes: int
+    files: int
+    unpacked_bytes: int
+
+
+class CodeLimitsView(View):
+    """What the server takes of one code snapshot: the archive's bytes (an upload over it is
+    refused with 413 code_too_large), the bytes of its files, its files and directories."""
+
+    max_bytes: int
+    max_unpacked_bytes: int
+    max_entries: int
+
+
 class JobDetailView(JobView):
     events: list[EventView]
     attempts_detail: list[AttemptView]
+    code_snapshot: CodeView | None = Field(
+        None, description="the code snapshot it runs in (spec.code), when it has one"
+    )
 
 
 class JobStateView(View):
@@ -261,12 +284,43 @@ class GpuView(View):
 
 class NodeView(View):
     name: str
-    schedulable: bool
+    schedulable: bool = Field(
+        description="new work may be placed here: the node is up, not drained, not removed"
+    )
+    state: NodeState = Field(description="up; down: the cluster lost it")
+    drain: bool = Field(description="an admin drained it: no new work; what runs goes on")
+    drain_reason: ShownText | None
+    joined_at: float | None = Field(description="when it last joined (or joined again)")
+    down_at: float | None
+    address: str | None = Field(description="how the pool's other nodes reach it")
+    fabric_group: str | None = Field(
+        description="the fabric it is on, as it said when it joined: nodes of one group reach "
+        "each other over it (an InfiniBand or RoCE island)"
+    )
     last_seen_at: float
     cpus: int
     memory_bytes: int
     gpus: list[GpuView]
     inventory: NodeInventory
+
+
+class NodeEventView(View):
+    """A change to a node: ``reason`` a NodeChange (Drained, NodeDown, ...), ``actor`` the
+    admin who made it (null: the cluster)."""
+
+    at: float
+    reason: str
+    message: ShownText
+    actor: str | None
+
+
+class NodeDetailView(NodeView):
+    events: list[NodeEventView] = Field(description="its latest changes, oldest first")
+
+
+class NodeRemovedView(View):
+    name: str
+    removed_at: float
 
 
 # -- teams, users, tokens, who is asking --------------------------------------------------------
@@ -353,3 +407,34 @@ class WhoAmIView(View):
     teams: list[str]
     admin_of: list[str] = Field(default_factory=list, description="the teams you are an admin of")
     csrf_token: str | None = None
+
+
+class ClusterView(View):
+    """The pool's engine: one machine ("local") or a Ray cluster ("ray"), and its health."""
+
+    mode: str = Field(description='"local" (one machine) or "ray" (a pool of nodes)')
+    reachable: bool = Field(description="the Ray cluster answers (always true for local)")
+    problem: str | None = Field(default=None, description="why it does not, when it does not")
+    unreachable_since: float | None = None
+    nodes_up: list[str] = Field(default_factory=list)
+    address: str | None = Field(default=None, description="the Ray head's address (admins)")
+    join_command: str | None = Field(
+        default=None, description="what a new machine runs to join the pool (admins)"
+    )
+
+
+class JoinView(View):
+    """What a joining machine gets for the right join token: the head and the pool's secret."""
+
+    ray_address: str
+    ray_token: str
+    health_period_ms: int
+    health_failures: int
+    object_store_bytes: int
+    node_lost_seconds: float
+    node_up: bool | None = Field(
+        default=None, description="the node named in the request is up in the pool"
+    )
+    node_schedulable: bool | None = Field(
+        default=None, description="the scheduler may place work on it"
+    )

@@ -33,6 +33,9 @@ class TaskSpec:
     ``user``: the gpupool user who submitted it; ``unix_user``: the Unix account that user
     is mapped to (None: the node's default); ``cpus`` and ``memory_bytes``: what it asked
     for, held as limits where the node can; ``gpu_grants``: its share of each GPU.
+    ``code``: the job's code snapshot (``sha256:<hex>``), to unpack as its working directory
+    (``workdir`` is None then), and ``code_archive``: the archive's path on the server, which
+    an executor reads (or ships to the node) and unpacks with ``executors.code.unpack_once``.
     """
 
     job_id: int
@@ -49,6 +52,8 @@ class TaskSpec:
     cpus: float | None = None
     memory_bytes: int | None = None
     gpu_grants: tuple[GpuGrant, ...] = ()
+    code: str | None = None
+    code_archive: str | None = None
 
 
 @dataclass(frozen=True)
@@ -119,6 +124,10 @@ class Executor(ABC):
     def poll(self, handle: Handle) -> PollResult:
         """Report what the attempt is doing now."""
 
+    def poll_all(self, handles: list[Handle]) -> list[PollResult]:
+        """``poll`` of each handle, in order (an executor may ask its nodes once for all)."""
+        return [self.poll(handle) for handle in handles]
+
     @abstractmethod
     def log_path(self, handle: Handle) -> Path:
         """The file that holds the attempt's combined stdout and stderr."""
@@ -140,9 +149,10 @@ class Executor(ABC):
     def load_state(self, state: dict[str, Any]) -> Handle:
         return Handle(job_id=state["job_id"], attempt=state["attempt"], state=state["state"])
 
-    def recover(self, job_id: int, attempt: int) -> Handle | None:
+    def recover(self, job_id: int, attempt: int, node: str | None = None) -> Handle | None:
         """A handle for an attempt recorded but never confirmed launched (the server died in
-        between), or None when it never launched: then it never will, and may be retried."""
+        between), or None when it never launched: then it never will, and may be retried.
+        ``node``: where it was to run."""
         return None
 
     def change_fd(self) -> int | None:

@@ -4,6 +4,7 @@ On-disk layout under ``jobs_dir``::
 
     <job_id>/checkpoints/            shared by the job's attempts (GPUPOOL_CHECKPOINT_DIR)
     <job_id>/outputs/                shared by the job's attempts (GPUPOOL_OUTPUT_DIR)
+    <job_id>/code/                   its code snapshot, unpacked once: the attempts' workdir
     <job_id>/attempts/<attempt>/     one attempt; files described in gpupool.runner.layout
 
 The runner is started in its own session, so it and the workload survive a server restart;
@@ -26,7 +27,10 @@ from typing import Any
 
 import psutil
 
+from gpupool.domain.code import CodeLimits
 from gpupool.domain.isolation import IsolationStatus
+from gpupool.errors import GpupoolError
+from gpupool.executors import code as archives
 from gpupool.executors.base import Executor, Handle, LaunchError, Observed, PollResult, TaskSpec
 from gpupool.executors.isolation import Isolation
 from gpupool.executors.remains import Remains, find_process
@@ -34,6 +38,7 @@ from gpupool.runner import layout
 
 NOTIFY_FIFO = ".notify"
 CHECKPOINTS = "checkpoints"
+CODE = "code"
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +65,8 @@ class LocalExecutor(Executor):
 
     ``isolation``: the node's tenancy (sandbox, accounts, limits), as the server's settings
     make it; None runs attempts unsandboxed under the server's own account (the executor's
-    own tests; the server always passes one).
+    own tests; the server always passes one). ``code_limits``: what a code snapshot may
+    unpack to (the server's ``max_code_*``).
     """
 
     def __init__(
@@ -71,8 +77,10 @@ class LocalExecutor(Executor):
         fork_server: bool = True,
         isolation: Isolation | None = None,
         remains: Remains | None = None,
+        code_limits: CodeLimits | None = None,
     ) -> None:
         self.jobs_dir = Path(jobs_dir)
+        self.code_limits = code_limits or CodeLimits()
         self._isolation = isolation
         self.remains = remains or Remains()
         self.base_env = dict(base_env) if base_env is not None else default_base_env()
@@ -137,6 +145,8 @@ class LocalExecutor(Executor):
                 self._let_account_through(task.job_id)
         except OSError as e:
             raise _io_error(e, f"cannot create the directories of {attempt_dir}: {e}") from e
+        if task.code is not None:
+            spec["code_dir"] = str(self._unpack_code(task))
         _write_spec_once(attempt_dir, spec)
         pid = self._spawn(attempt_dir)
         state = {
@@ -164,6 +174,23 @@ class LocalExecutor(Executor):
             "output_dir": str(job_dir / "outputs"),
             "notify_fifo": str(self.jobs_dir / NOTIFY_FIFO),
         }
+
+    def _unpack_code(self, task: TaskSpec) -> Path:
+        """The job's code snapshot, unpacked under its directory (once: see ``unpack_once``),
+        where the runner gives it to the job's account and shows it in the sandbox."""
+        code_dir = self.job_dir(task.job_id) / CODE
+        archive = Path(task.code_archive or "")
+        try:
+            archives.unpack_once(archive, code_dir, self.code_limits)
+        except FileNotFoundError as e:
+            message = f"the job's code snapshot {task.code} is missing from the server's storage"
+            raise LaunchError(f"{message}: {e}", user_message=message, reason="code_missing") from e
+        except OSError as e:
+            raise _io_error(e, f"cannot unpack {archive} into {code_dir}: {e}") from e
+        except GpupoolError as e:
+            message = f"the job's code snapshot {task.code} could not be unpacked: {e.message}"
+            raise LaunchError(message, user_message=message, reason="code_unpack_failed") from e
+        return code_dir
 
     def _let_account_through(self, job_id: int) -> None:
         """Unsandboxed jobs under their own accounts reach their directories through the
@@ -312,7 +339,7 @@ class LocalExecutor(Executor):
 
     # -- recover --------------------------------------------------------------------------
 
-    def recover(self, job_id: int, attempt: int) -> Handle | None:
+    def recover(self, job_id: int, attempt: int, node: str | None = None) -> Handle | None:
         """Find an attempt launched just before a crash, by its directory and ``started`` file."""
         attempt_dir = self.attempt_dir(job_id, attempt)
         started = attempt_dir / layout.STARTED_FILE

@@ -24,6 +24,7 @@ class RunnerSpec:
         "command",
         "env",
         "workdir",
+        "code_dir",
         "gpu_uuids",
         "log_limit_bytes",
         "stop_grace_seconds",
@@ -49,6 +50,11 @@ class RunnerSpec:
         self.command: list[str] = _command(raw.get("command"))
         self.env: dict[str, str] = _env(raw.get("env"))
         self.workdir: str | None = _optional_str(raw, "workdir")
+        # the job's code snapshot, unpacked by the executor: its working directory, and a
+        # directory of its own like its outputs (given to its account, shown in its sandbox)
+        self.code_dir: str | None = _optional_str(raw, "code_dir")
+        if self.code_dir is not None and self.workdir is not None:
+            raise SpecError("workdir and code_dir exclude each other")
         self.gpu_uuids: list[str] = _str_list(raw, "gpu_uuids")
         self.log_limit_bytes: int = int(_non_negative(raw, "log_limit_bytes"))
         self.stop_grace_seconds: float = float(_non_negative(raw, "stop_grace_seconds"))
@@ -79,9 +85,14 @@ class RunnerSpec:
         return env
 
     def job_dirs(self) -> list[str]:
-        """The directories a job may write: its outputs, its checkpoints, its workdir."""
+        """The directories a job may write: its outputs, its checkpoints, its workdir (or its
+        unpacked code)."""
         dirs = [self.output_dir, self.checkpoint_dir]
-        return dirs + ([self.workdir] if self.workdir else [])
+        return dirs + [d for d in (self.workdir, self.code_dir) if d]
+
+    def cwd(self) -> str:
+        """Where the job starts: its workdir, else its code, else its output directory."""
+        return self.workdir or self.code_dir or self.output_dir
 
     def cgroup_name(self) -> str:
         return f"job-{self.job_id}-attempt-{self.attempt}"

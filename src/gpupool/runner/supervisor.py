@@ -259,7 +259,7 @@ class Runner:
             stdout=pipe_w,
             stderr=pipe_w,
             env=env,
-            cwd=spec.workdir or spec.output_dir,
+            cwd=spec.cwd(),
             start_new_session=True,
             close_fds=True,
             preexec_fn=tenancy.preexec(self.cgroup, spec.account),

@@ -20,8 +20,10 @@ MPS_CONTROL = "control"
 
 
 def prepare_dirs(spec: RunnerSpec) -> Problem | None:
-    """Create the job's output and checkpoint directories, owned by its account."""
-    for directory in (spec.checkpoint_dir, spec.output_dir):
+    """Create the job's output and checkpoint directories, owned by its account; give it
+    its unpacked code too (the executor made it, as the server's account)."""
+    own = [spec.checkpoint_dir, spec.output_dir] + ([spec.code_dir] if spec.code_dir else [])
+    for directory in own:
         try:
             os.makedirs(directory, exist_ok=True)
             if spec.account is not None and os.geteuid() == 0:
@@ -99,7 +101,7 @@ def missing_program(spec: RunnerSpec, env: dict[str, str]) -> Problem | None:
     if spec.sandbox is None:
         return None  # exec() tells
     name = spec.command[0]
-    found = which(name, env.get("PATH", os.defpath), spec.workdir or spec.output_dir)
+    found = which(name, env.get("PATH", os.defpath), spec.cwd())
     if found is None:
         return CODE_NOT_FOUND, f"command not found: {name}"
     if not _executable(found):
@@ -119,7 +121,7 @@ def missing_program(spec: RunnerSpec, env: dict[str, str]) -> Problem | None:
 def sandbox_argv(spec: RunnerSpec, env_fd: int, status_fd: int, block_fd: int) -> list[str]:
     from gpupool.runner import sandbox
 
-    cwd = spec.workdir or spec.output_dir
+    cwd = spec.cwd()
     shared = mps_dir(spec)
     dirs = spec.job_dirs() + ([shared] if shared else [])
     return sandbox.bwrap_argv(

@@ -10,9 +10,9 @@ may import it without a cycle (tests/unit/test_import_rules.py checks there is n
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
-from typing import Protocol
+from typing import Any, Protocol
 
 from gpupool.domain.isolation import IsolationStatus
 from gpupool.domain.waiting import PendingReason
@@ -22,6 +22,9 @@ from gpupool.services.access import Principal
 from gpupool.services.estimates import Forecast
 from gpupool.settings import Settings
 from gpupool.store.db import Database
+
+# what the cluster side is told when an admin removes a node: its name, after the commit
+NodeRemoved = Callable[[str], None]
 
 
 class LoopSide(Protocol):
@@ -78,6 +81,19 @@ class Throttle(Protocol):
     def failed(self, address: str, user: str | None = None) -> None: ...
 
 
+class ClusterSide(Protocol):
+    """The Ray pool as services see it (``services.cluster.Cluster``)."""
+
+    @property
+    def address(self) -> str: ...
+
+    def state(self) -> Any: ...
+
+    def join_answer(self, token: str) -> dict[str, Any]: ...
+
+    def removed(self, name: str) -> None: ...
+
+
 class Context(Protocol):
     """The running server as a service call sees it."""
 
@@ -104,4 +120,21 @@ class Context(Protocol):
 
     def isolation(self) -> IsolationStatus | None:
         """How this node keeps jobs apart (None: no sandbox)."""
+        ...
+
+    @property
+    def cluster(self) -> ClusterSide | None:
+        """The Ray pool when the server runs one (``services.cluster.Cluster``); None: one
+        machine."""
+        ...
+
+    @property
+    def own_node(self) -> str | None:
+        """The name of the server's own node (None until it is discovered)."""
+        ...
+
+    @property
+    def on_node_removed(self) -> NodeRemoved:
+        """Told a node's name once an admin's removal of it is committed, so that the
+        cluster side stops that node (the platform's default does nothing)."""
         ...

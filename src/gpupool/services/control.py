@@ -40,6 +40,7 @@ from gpupool.services import arrays, stops, transitions
 from gpupool.services import jobs as job_service
 from gpupool.services import nodes as node_service
 from gpupool.services.checkpoints import CheckpointWatcher, Watched
+from gpupool.services.code import archive_path
 from gpupool.services.estimates import Forecast
 from gpupool.services.eta import EtaPredictor
 from gpupool.services.snapshots import SnapshotBuilder, placement_json
@@ -57,6 +58,8 @@ MAX_REST = 0.25
 SUBMIT_REST_FACTOR = 5
 BATCH_WINDOW = 0.01
 FULL_DISK_LOG_SECONDS = 60.0
+# launches that failed through no fault of the job: it goes back to the queue
+REQUEUED_LAUNCHES = frozenset({"storage_full", "node_unreachable"})
 
 
 @dataclass
@@ -255,7 +258,7 @@ class ControlLoop:
         if row.executor_state:
             handle = self.executor.load_state(row.executor_state)
         else:  # recorded, then the server died before it could record the launch
-            handle = self.executor.recover(row.job_id, row.number)
+            handle = self.executor.recover(row.job_id, row.number, row.node)
         if handle is None:
             row.status, row.ended_at = "never_launched", self.clock.now()
             job = session.get(JobModel, row.job_id)
@@ -290,7 +293,8 @@ class ControlLoop:
 
     def reconcile(self) -> bool:
         """Poll every active attempt; record all that changed in one transaction."""
-        seen = [(active, self.executor.poll(active.handle)) for active in self._active.values()]
+        actives = list(self._active.values())
+        seen = list(zip(actives, self.executor.poll_all([a.handle for a in actives]), strict=True))
         changed = [
             (active, result) for active, result in seen if result.observed != active.observed
         ]
@@ -586,6 +590,8 @@ class ControlLoop:
             cpus=spec.resources.cpus,
             memory_bytes=spec.resources.memory_bytes,
             gpu_grants=tuple(GpuGrant(g.uuid, g.share, g.memory_bytes) for g in placement.gpus),
+            code=spec.code,
+            code_archive=str(archive_path(self.settings, spec.code)) if spec.code else None,
         )
 
     def _grace(self, spec: JobSpec) -> float:
@@ -608,7 +614,7 @@ class ControlLoop:
                 attempt = session.get(AttemptModel, attempt_id)
                 attempt.status, attempt.ended_at = "launch_failed", now
                 job = session.get(JobModel, task.job_id)
-                if error.reason == "storage_full":  # the job did nothing wrong: it waits
+                if error.reason in REQUEUED_LAUNCHES:  # the job did nothing wrong: it waits
                     transitions.requeue(session, job, now, error.user_message)
                     continue
                 job_service.finish(

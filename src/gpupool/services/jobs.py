@@ -34,7 +34,7 @@ from gpupool.errors import (
 from gpupool.executors.isolation import protected_paths, within, workdir_conflict
 from gpupool.scheduler import infeasible_reason
 from gpupool.scheduler.types import NodeCapacity
-from gpupool.services import users
+from gpupool.services import code, users
 from gpupool.services.access import Principal
 from gpupool.services.context import Context
 from gpupool.services.views import attempt_view, event_view, job_view
@@ -104,6 +104,7 @@ def show_job(ctx: Context, who: Principal, job_id: int) -> JobDetailView:
             **dict(shown),
             events=[event_view(e) for e in events(session, job_id)],
             attempts_detail=[attempt_view(a) for a in attempts(session, job_id)],
+            code_snapshot=code.snapshot(session, shown.spec.code),
         )
 
 
@@ -181,12 +182,14 @@ def admit(
     nodes: Sequence[NodeCapacity],
     limits: JobLimits,
 ) -> TeamModel:
-    """The checks every submit passes (role, priority, grace, workdir, size); the team to
-    charge."""
+    """The checks every submit passes (role, priority, grace, workdir, code, size); the team
+    to charge."""
     principal.require_member()
     check_limits(principal, spec, limits)
     check_workdir(spec.workdir, limits.protected, limits.sandboxed)
     team = _team_for(session, principal, spec.team)
+    if spec.code is not None:
+        code.require_usable(session, principal, spec.code, team.id, team.name)
     check_feasible(spec, nodes)
     return team
 

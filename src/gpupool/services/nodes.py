@@ -1,61 +1,258 @@
-"""Nodes: registration of discovered inventories, capacity for the scheduler, who holds what."""
+"""Nodes: registration of discovered inventories, capacity for the scheduler, who holds what,
+and each node's life in the pool: drain, undrain, down, up, removal.
+
+Whether the scheduler may place new work on a node is one stored flag, ``schedulable``, that
+``settle`` alone derives (up, not drained, not removed): the snapshot reads that flag, and
+every change here records the pool's size and an event the admin can read back.
+"""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import select, union
 from sqlalchemy.orm import Session
 
 from gpupool.domain.inventory import NodeInventory
 from gpupool.domain.jobs import JobStatus
+from gpupool.domain.nodes import NodeChange, NodeState
 from gpupool.domain.topology import gpu_domains
-from gpupool.domain.views import HolderView, NodeView
-from gpupool.errors import NotFound
+from gpupool.domain.views import HolderView, NodeDetailView, NodeRemovedView, NodeView
+from gpupool.errors import NodeBusy, NotFound, OwnNodeKept
 from gpupool.scheduler.types import GpuCapacity, NodeCapacity
 from gpupool.services.access import Principal
 from gpupool.services.context import Context
-from gpupool.services.views import node_view
-from gpupool.store.models import JobModel, NodeModel, PoolChangeModel
+from gpupool.services.views import node_event_view, node_view
+from gpupool.store.models import (
+    AttemptModel,
+    JobModel,
+    NodeEventModel,
+    NodeModel,
+    PoolChangeModel,
+)
+
+log = logging.getLogger(__name__)
 
 ACTIVE = (JobStatus.STARTING.value, JobStatus.RUNNING.value)
+# attempts that may hold a node's GPUs: an orphaned one's processes outlived its runner
+HOLDING_ATTEMPTS = ("starting", "running", "orphaned")
+SHOWN_EVENTS = 20  # the latest changes a node's own view lists
+SHOWN_JOBS = 20  # the jobs a refused removal names
 
 
 # -- what the API calls ------------------------------------------------------------------------
 
 
 def list_nodes(ctx: Context, who: Principal) -> list[NodeView]:
-    """Every node and who holds each GPU, as ``who`` may see them (see ``holders``)."""
+    """Every node of the pool (removed ones are not) and who holds each GPU, as ``who`` may
+    see them (see ``holders``)."""
     with ctx.db.reader() as session:
         held = holders(session, who)
         return [node_view(node, held) for node in node_rows(session)]
 
 
-def show_node(ctx: Context, who: Principal, name: str) -> NodeView:
-    """One node (NotFound if there is none of that name), as ``list_nodes`` shows it."""
+def show_node(ctx: Context, who: Principal, name: str) -> NodeDetailView:
+    """One node (NotFound if there is none of that name) as ``list_nodes`` shows it, with its
+    latest changes."""
     with ctx.db.reader() as session:
-        return node_view(get_node(session, name), holders(session, who))
+        shown = node_view(get_node(session, name), holders(session, who))
+        events = [node_event_view(event) for event in node_events(session, name)]
+    return NodeDetailView(**dict(shown), events=events)
+
+
+def drain(ctx: Context, who: Principal, name: str, reason: str | None = None) -> NodeView:
+    """Keep new work off a node: the scheduler places nothing there (nor frees GPUs there by
+    preemption); what runs there goes on to its end. Draining a drained node sets its reason."""
+    return _admin_change(ctx, who, name, lambda s, n, now: set_drain(s, n, now, reason, who.name))
+
+
+def undrain(ctx: Context, who: Principal, name: str) -> NodeView:
+    """Let new work on a drained node again (a node not drained is left as it is)."""
+    return _admin_change(ctx, who, name, lambda s, n, now: clear_drain(s, n, now, who.name))
+
+
+def remove(ctx: Context, who: Principal, name: str) -> NodeRemovedView:
+    """Take a node out of the pool: it is no longer listed nor schedulable, and the cluster
+    side is told (``ctx.on_node_removed``) after the commit, to stop it. Registering again
+    under its name is a new join.
+
+    Refused (NodeBusy, naming the jobs) while jobs hold resources there and the node is up:
+    drain it and let them end first. A down node may be removed with jobs on it: the pool
+    lost them already, and the cluster's loss handling ends them. There is no forcing: a node
+    the pool still reaches may still run that work, and its GPUs would be handed out twice.
+    The server's own node cannot be removed (OwnNodeKept): it re-registers while it runs."""
+    if name == ctx.own_node:
+        raise OwnNodeKept(
+            f"'{name}' is this server's own node: it is part of the pool while the server "
+            f"runs. Drain it to keep new work off it: gpupool node drain {name}"
+        )
+    now = ctx.clock.now()
+    with ctx.db.session() as session:
+        take_out(session, get_node(session, name), now, who.name)
+    ctx.loop.wake()
+    _tell_removed(ctx.on_node_removed, name)
+    return NodeRemovedView(name=name, removed_at=now)
 
 
 # -- the steps, in a caller's transaction ------------------------------------------------------
 
 
-def register(session: Session, inventory: NodeInventory, now: float) -> NodeModel:
-    """Insert or refresh a node's inventory; it is schedulable at once.
+def register(
+    session: Session,
+    inventory: NodeInventory,
+    now: float,
+    address: str | None = None,
+    fabric_group: str | None = None,
+) -> NodeModel:
+    """Insert or refresh a node's inventory. A new node, a removed one and a down one (re)join
+    (``joined_at``, an event) and are schedulable at once unless drained; a removed one comes
+    back as new, its drain forgotten. ``address`` and ``fabric_group`` are kept when None.
 
-    Nodes join and change here only, so this is where the pool's size is recorded."""
+    Nodes join and change here, so this is where the pool's size is recorded."""
     node = session.scalar(select(NodeModel).where(NodeModel.name == inventory.name))
-    data = inventory.model_dump(mode="json")
     before = _pool_part(node) if node is not None else 0
     if node is None:
-        node = NodeModel(name=inventory.name, inventory=data, discovered_at=now, last_seen_at=now)
-        node.schedulable = True
+        node = NodeModel(name=inventory.name, drain=False, state=NodeState.UP.value)
         session.add(node)
-    else:
-        node.inventory, node.discovered_at, node.last_seen_at = data, now, now
+        _join(session, node, now, NodeChange.JOINED, "joined the pool")
+    elif node.removed_at is not None:
+        node.removed_at, node.drain, node.drain_reason = None, False, None
+        _join(session, node, now, NodeChange.JOINED, "joined the pool again after its removal")
+    elif node.state == NodeState.DOWN.value:
+        _join(session, node, now, NodeChange.REJOINED, "joined the pool again after it was down")
+    node.inventory = inventory.model_dump(mode="json")
+    node.discovered_at = node.last_seen_at = now
+    node.joined_at = node.joined_at if node.joined_at is not None else now
+    node.address = address if address is not None else node.address
+    node.fabric_group = fabric_group if fabric_group is not None else node.fabric_group
+    settle(node)
     session.flush()
     record_pool(session, now, changed=_pool_part(node) != before)
     return node
+
+
+def mark_down(session: Session, name: str, now: float, why: str) -> NodeModel | None:
+    """The cluster lost ``name``: nothing new is placed there until it is up again. Its
+    running jobs are the caller's to end (the pool lost them). None for a node the pool does
+    not have (unknown, or removed); a node down already is left as it is. The caller wakes
+    the control loop after its commit."""
+    node = _live_node(session, name)
+    if node is None or node.state == NodeState.DOWN.value:
+        return node
+
+    def go_down() -> None:
+        node.state, node.down_at = NodeState.DOWN.value, now
+        record(session, name, now, NodeChange.DOWN, f"down: {why}")
+
+    _changing(session, node, now, go_down)
+    return node
+
+
+def mark_up(session: Session, name: str, now: float, why: str) -> NodeModel | None:
+    """The cluster reaches ``name`` again: it is up, (re)joined now, schedulable unless
+    drained. None for a node the pool does not have; one up already is left as it is. The
+    caller wakes the control loop after its commit."""
+    node = _live_node(session, name)
+    if node is None or node.state == NodeState.UP.value:
+        return node
+    _changing(session, node, now, lambda: _join(session, node, now, NodeChange.UP, f"up: {why}"))
+    return node
+
+
+def set_drain(
+    session: Session, node: NodeModel, now: float, reason: str | None, actor: str | None
+) -> None:
+    """Drain ``node`` with ``reason`` (a drained node gets the new reason; a blank reason is
+    none)."""
+    reason = reason.strip() or None if reason is not None else None
+    if node.drain and node.drain_reason == reason:
+        return
+    again = node.drain
+
+    def drain_it() -> None:
+        node.drain, node.drain_reason = True, reason
+        said = "drain reason changed" if again else "drained: no new work is placed here"
+        record(session, node.name, now, NodeChange.DRAINED, _by(said, actor, reason), actor)
+
+    _changing(session, node, now, drain_it)
+
+
+def clear_drain(session: Session, node: NodeModel, now: float, actor: str | None) -> None:
+    """Undrain ``node`` (a node not drained is left as it is)."""
+    if not node.drain:
+        return
+
+    def undrain_it() -> None:
+        node.drain, node.drain_reason = False, None
+        said = "undrained: new work may be placed here again"
+        record(session, node.name, now, NodeChange.UNDRAINED, _by(said, actor), actor)
+
+    _changing(session, node, now, undrain_it)
+
+
+def take_out(session: Session, node: NodeModel, now: float, actor: str | None) -> None:
+    """Remove ``node`` from the pool; NodeBusy while it is up and jobs hold resources there."""
+    held = holding_jobs(session, node.name)
+    if held and node.state == NodeState.UP.value:
+        named = ", ".join(str(job_id) for job_id in held[:SHOWN_JOBS])
+        more = f" and {len(held) - SHOWN_JOBS} more" if len(held) > SHOWN_JOBS else ""
+        raise NodeBusy(
+            f"jobs {named}{more} hold resources on node '{node.name}': drain it (gpupool node "
+            f"drain {node.name}), let them end or cancel them, then remove it",
+            jobs=held,
+        )
+    lost = f"; the pool lost jobs {', '.join(map(str, held))} with it" if held else ""
+
+    def remove_it() -> None:
+        node.removed_at = now
+        record(session, node.name, now, NodeChange.REMOVED, _by("removed", actor) + lost, actor)
+
+    _changing(session, node, now, remove_it)
+
+
+def settle(node: NodeModel) -> None:
+    """The one place ``schedulable`` is derived: new work may be placed on a node that is up,
+    not drained and not removed."""
+    node.schedulable = (
+        node.state == NodeState.UP.value and not node.drain and node.removed_at is None
+    )
+
+
+def record(
+    session: Session,
+    name: str,
+    now: float,
+    change: NodeChange,
+    message: str,
+    actor: str | None = None,
+) -> None:
+    """An event of node ``name`` the admin reads back (``gpupool node show``), and a log line."""
+    session.add(
+        NodeEventModel(node=name, at=now, reason=change.value, message=message, actor=actor)
+    )
+    log.info("node %s: %s", name, message)
+
+
+def holding_jobs(session: Session, name: str) -> list[int]:
+    """The ids of the jobs holding resources on node ``name``, in order."""
+    on_node = select(JobModel.id).where(JobModel.node == name, JobModel.status.in_(ACTIVE))
+    attempts = select(AttemptModel.job_id).where(
+        AttemptModel.node == name, AttemptModel.status.in_(HOLDING_ATTEMPTS)
+    )
+    return sorted(set(session.scalars(union(on_node, attempts))))
+
+
+def node_events(session: Session, name: str, limit: int = SHOWN_EVENTS) -> list[NodeEventModel]:
+    """The latest ``limit`` events of node ``name``, oldest first."""
+    latest = session.scalars(
+        select(NodeEventModel)
+        .where(NodeEventModel.node == name)
+        .order_by(NodeEventModel.id.desc())
+        .limit(limit)
+    )
+    return list(latest)[::-1]
 
 
 def pool_gpus(session: Session) -> int:
@@ -81,11 +278,13 @@ def record_pool(session: Session, now: float, changed: bool = True) -> None:
 
 
 def node_rows(session: Session) -> list[NodeModel]:
-    return list(session.scalars(select(NodeModel).order_by(NodeModel.name)))
+    """The nodes of the pool (removed ones are not), by name."""
+    return list(session.scalars(LIVE_NODES.order_by(NodeModel.name)))
 
 
 def get_node(session: Session, name: str) -> NodeModel:
-    node = session.scalar(select(NodeModel).where(NodeModel.name == name))
+    """The node of the pool named ``name``; NotFound if there is none (or it was removed)."""
+    node = _live_node(session, name)
     if node is None:
         raise NotFound(f"no node named '{name}': list nodes with 'gpupool nodes'")
     return node
@@ -160,3 +359,58 @@ def _pool_part(node: NodeModel) -> int:
     if not node.schedulable:
         return 0
     return len(NodeInventory.model_validate(node.inventory).schedulable_gpus())
+
+
+def _live_node(session: Session, name: str) -> NodeModel | None:
+    return session.scalar(LIVE_NODES.where(NodeModel.name == name))
+
+
+def _admin_change(
+    ctx: Context,
+    who: Principal,
+    name: str,
+    change: Callable[[Session, NodeModel, float], None],
+) -> NodeView:
+    """Apply an admin's ``change`` to node ``name`` in a transaction; then wake the control
+    loop, so that its next cycle sees the node as it is now."""
+    with ctx.db.session() as session:
+        node = get_node(session, name)
+        change(session, node, ctx.clock.now())
+        shown = node_view(node, holders(session, who))
+    ctx.loop.wake()
+    return shown
+
+
+def _changing(session: Session, node: NodeModel, now: float, change: Callable[[], None]) -> None:
+    """Apply ``change`` to ``node``, derive its flag again, record the pool's size if it moved."""
+    before = _pool_part(node)
+    change()
+    settle(node)
+    session.flush()
+    record_pool(session, now, changed=_pool_part(node) != before)
+
+
+def _join(session: Session, node: NodeModel, now: float, change: NodeChange, message: str) -> None:
+    node.state, node.down_at, node.joined_at = NodeState.UP.value, None, now
+    record(session, node.name, now, change, message)
+
+
+def _by(said: str, actor: str | None, reason: str | None = None) -> str:
+    """'drained by alice: disk swap'."""
+    return said + (f" (by {actor})" if actor else "") + (f": {reason}" if reason else "")
+
+
+def _tell_removed(hook: Callable[[str], None], name: str) -> None:
+    """Tell the cluster side; the removal is committed, so a failure there is logged only."""
+    try:
+        hook(name)
+    except Exception:
+        log.exception("the cluster side failed to stop removed node %s", name)
+
+
+def nothing_to_stop(name: str) -> None:
+    """The platform's ``on_node_removed`` until a cluster side sets its own: one machine has
+    no other node to stop."""
+
+
+LIVE_NODES = select(NodeModel).where(NodeModel.removed_at.is_(None))

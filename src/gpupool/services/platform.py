@@ -7,6 +7,7 @@ import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from gpupool.discovery import discover_node
 from gpupool.domain.inventory import NodeInventory
@@ -18,10 +19,14 @@ from gpupool.scheduler import schedule
 from gpupool.scheduler.types import Clock, Schedule
 from gpupool.services import auth, nodes
 from gpupool.services.clock import SystemClock
+from gpupool.services.context import NodeRemoved
 from gpupool.services.control import ControlLoop
 from gpupool.services.throttle import SignInThrottle
 from gpupool.settings import Settings
 from gpupool.store.db import Database, prepare
+
+if TYPE_CHECKING:
+    from gpupool.services.cluster import Cluster
 
 log = logging.getLogger(__name__)
 
@@ -89,10 +94,13 @@ class Platform:
     executor: Executor
     loop: ControlLoop
     clock: Clock
-    watcher: NodeWatcher
+    watcher: NodeWatcher | None
     first_start: auth.Bootstrap | None = None
+    cluster: Cluster | None = None  # the Ray pool, when the server runs one (--ray)
     tokens: auth.TokenCache = field(default_factory=auth.TokenCache)
     throttle: SignInThrottle = field(init=False)  # failed sign-ins, counted since start
+    # told a removed node's name after the commit; the cluster side sets it to stop the node
+    on_node_removed: NodeRemoved = field(default=nodes.nothing_to_stop)
 
     def __post_init__(self) -> None:
         self.throttle = SignInThrottle.from_settings(self.settings)
@@ -100,11 +108,17 @@ class Platform:
     def start(self) -> None:
         """Start the background work: the control loop and the node watcher."""
         self.loop.start()
-        self.watcher.start()
+        if self.watcher is not None:
+            self.watcher.start()
+        if self.cluster is not None and self.cluster.watch is not None:
+            self.cluster.watch.start()
 
     def stop(self) -> None:
         """Stop the background work; running jobs go on (a restart re-adopts them)."""
-        self.watcher.stop()
+        if self.watcher is not None:
+            self.watcher.stop()
+        if self.cluster is not None and self.cluster.watch is not None:
+            self.cluster.watch.stop()
         self.loop.stop()
         self.executor.close()
 
@@ -115,6 +129,16 @@ class Platform:
     def isolation(self) -> IsolationStatus | None:
         """How this node keeps jobs apart, and whether it can run them (None: no sandbox)."""
         return self.executor.isolation()
+
+    @property
+    def own_node(self) -> str | None:
+        """The server's own node, as its watcher last discovered it."""
+        if self.watcher is None:  # a Ray pool: this machine's node is the head's
+            from gpupool.services.cluster import node_name
+
+            return node_name(self.settings) if self.settings.ray_head_node else None
+        found = self.watcher.inventory
+        return found.name if found is not None else None
 
 
 def open_platform(
@@ -133,9 +157,14 @@ def open_platform(
     _keep_private(settings)
     with db.session() as session:
         first = auth.bootstrap(session, clock.now())
+    if settings.ray_enabled and executor is None:
+        return _open_pool(settings, db, clock, decide, first)
     isolation = Isolation(settings)
     executor = executor or LocalExecutor(
-        settings.jobs_dir, base_env=_base_env(), isolation=isolation
+        settings.jobs_dir,
+        base_env=_base_env(),
+        isolation=isolation,
+        code_limits=settings.code_limits(),
     )
     loop = ControlLoop(db, executor, settings, clock, decide)
     watcher = NodeWatcher(
@@ -145,6 +174,28 @@ def open_platform(
     found = watcher.inventory
     log.info("node %s: %d GPUs, %d CPUs", found.name, len(found.gpus), found.cpus)
     return Platform(settings, db, executor, loop, clock, watcher, first)
+
+
+def _open_pool(
+    settings: Settings,
+    db: Database,
+    clock: Clock,
+    decide: Schedule,
+    first: auth.Bootstrap | None,
+) -> Platform:
+    """Ray mode: the head (or the cluster given), its nodes watched instead of this machine."""
+    from gpupool.services.cluster import Cluster, NodeWatch
+
+    cluster = Cluster.open(settings)
+    loop = ControlLoop(db, cluster.executor, settings, clock, decide)
+    cluster.watch = NodeWatch(cluster, db, clock, on_change=loop.wake)
+    if cluster.client.connect():
+        cluster.watch.look()  # this machine's node, before the first request comes
+    else:
+        log.warning("%s", cluster.client.problem)
+    platform = Platform(settings, db, cluster.executor, loop, clock, None, first, cluster=cluster)
+    platform.on_node_removed = cluster.removed
+    return platform
 
 
 def _keep_private(settings: Settings) -> None:

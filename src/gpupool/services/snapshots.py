@@ -74,8 +74,10 @@ class NodeCache:
             return tuple(entry[2] for entry in self._nodes.values())
 
     def capacities(self, session: Session) -> tuple[NodeCapacity, ...]:
-        rows = session.execute(
-            select(NodeModel.name, NodeModel.discovered_at, NodeModel.schedulable)
+        rows = session.execute(  # a removed node is not in the pool: not even for feasibility
+            select(NodeModel.name, NodeModel.discovered_at, NodeModel.schedulable).where(
+                NodeModel.removed_at.is_(None)
+            )
         ).all()
         with self._lock:
             for name in self._nodes.keys() - {row.name for row in rows}:

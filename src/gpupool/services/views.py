@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 
 from gpupool.domain.inventory import NodeInventory
 from gpupool.domain.jobs import JobStatus, Role
+from gpupool.domain.nodes import NodeState
 from gpupool.domain.topology import gpu_domains
 from gpupool.domain.views import (
     ArrayView,
@@ -18,6 +19,7 @@ from gpupool.domain.views import (
     GpuView,
     HolderView,
     JobView,
+    NodeEventView,
     NodeView,
     PlacementView,
     TokenView,
@@ -31,6 +33,7 @@ from gpupool.store.models import (
     EventModel,
     JobArrayModel,
     JobModel,
+    NodeEventModel,
     NodeModel,
     TeamModel,
     TokenModel,
@@ -101,6 +104,29 @@ def array_view(array: JobArrayModel, first: JobModel, counts: Mapping[str, int])
 def node_view(node: NodeModel, held: Mapping[str, Sequence[HolderView]]) -> NodeView:
     """A node and who holds each of its GPUs (``held``: GPU UUID -> holders)."""
     inventory = NodeInventory.model_validate(node.inventory)
+    return NodeView(
+        name=node.name,
+        schedulable=node.schedulable,
+        state=NodeState(node.state),
+        drain=node.drain,
+        drain_reason=node.drain_reason,
+        joined_at=node.joined_at,
+        down_at=node.down_at,
+        address=node.address,
+        fabric_group=node.fabric_group,
+        last_seen_at=node.last_seen_at,
+        cpus=inventory.cpus,
+        memory_bytes=inventory.memory_bytes,
+        gpus=_gpu_views(inventory, held),
+        inventory=inventory,
+    )
+
+
+def node_event_view(event: NodeEventModel) -> NodeEventView:
+    return NodeEventView(at=event.at, reason=event.reason, message=event.message, actor=event.actor)
+
+
+def _gpu_views(inventory: NodeInventory, held: Mapping[str, Sequence[HolderView]]) -> list[GpuView]:
     utilization = {g.uuid: g.utilization_percent for g in inventory.gpus}
     domains = gpu_domains(inventory.gpus, inventory.links)
     gpus = []
@@ -119,15 +145,7 @@ def node_view(node: NodeModel, held: Mapping[str, Sequence[HolderView]]) -> Node
                 domain=domains.get(gpu.index, gpu.index),
             )
         )
-    return NodeView(
-        name=node.name,
-        schedulable=node.schedulable,
-        last_seen_at=node.last_seen_at,
-        cpus=inventory.cpus,
-        memory_bytes=inventory.memory_bytes,
-        gpus=gpus,
-        inventory=inventory,
-    )
+    return gpus
 
 
 def user_view(user: UserModel) -> UserView:

@@ -6,6 +6,7 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Boolean,
     CheckConstraint,
     Float,
@@ -153,7 +154,12 @@ class WebSessionModel(Base):
 
 
 class NodeModel(Base):
+    """A node of the pool. ``schedulable`` (new work may be placed here) is derived from
+    ``state``, ``drain`` and ``removed_at`` by ``services.nodes.settle`` only; a removed
+    node keeps its row (and name) until it registers again, as a new join."""
+
     __tablename__ = "nodes"
+    __table_args__ = (CheckConstraint("state IN ('up', 'down')", name="state_known"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(String(200), unique=True)
@@ -161,6 +167,30 @@ class NodeModel(Base):
     schedulable: Mapped[bool] = mapped_column(Boolean, default=True)
     discovered_at: Mapped[float] = mapped_column(Time)
     last_seen_at: Mapped[float] = mapped_column(Time)
+    # an admin's maintenance flag: no new work here; what runs goes on to its end
+    drain: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    drain_reason: Mapped[str | None] = mapped_column(Text)
+    # NodeState: "down" once the cluster lost it
+    state: Mapped[str] = mapped_column(String(10), default="up", server_default="up")
+    joined_at: Mapped[float | None] = mapped_column(Time)  # when it last (re)joined
+    down_at: Mapped[float | None] = mapped_column(Time)
+    removed_at: Mapped[float | None] = mapped_column(Time)
+    address: Mapped[str | None] = mapped_column(String(255))  # how other nodes reach it
+    fabric_group: Mapped[str | None] = mapped_column(String(100))
+
+
+class NodeEventModel(Base):
+    """A change to a node (``NodeChange``), who made it (None: the cluster) and why. Kept by
+    name, not by row: a node that leaves and joins again keeps one history."""
+
+    __tablename__ = "node_events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    node: Mapped[str] = mapped_column(String(200), index=True)
+    at: Mapped[float] = mapped_column(Time)
+    reason: Mapped[str] = mapped_column(String(50))
+    message: Mapped[str] = mapped_column(Text)
+    actor: Mapped[str | None] = mapped_column(String(100))
 
 
 class JobArrayModel(Base):
@@ -245,3 +275,20 @@ class EventModel(Base):
     at: Mapped[float] = mapped_column(Time)
     reason: Mapped[str] = mapped_column(String(50))
     message: Mapped[str] = mapped_column(Text)
+
+
+class CodeUploadModel(Base):
+    """A user's upload of a code snapshot: the right to run it in the jobs of their teams.
+    The archive is stored once, by content (``ref`` = sha256:<hex>); each uploader has a row,
+    so knowing a ref gives no access to another team's code."""
+
+    __tablename__ = "code_uploads"
+    __table_args__ = (UniqueConstraint("ref", "user_id", name="uq_code_uploads_ref_user"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    ref: Mapped[str] = mapped_column(String(80), index=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    uploaded_at: Mapped[float] = mapped_column(Time)
+    size_bytes: Mapped[int] = mapped_column(BigInteger)  # the archive's
+    files: Mapped[int] = mapped_column(Integer)
+    unpacked_bytes: Mapped[int] = mapped_column(BigInteger)  # its files'

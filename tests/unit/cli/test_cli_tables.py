@@ -35,8 +35,21 @@ def test_nodes_show_each_gpu_domain(monkeypatch: pytest.MonkeyPatch) -> None:
     node = {"name": "n1", "schedulable": True, "cpus": 8, "memory_bytes": 1 << 30}
     nodes.print_node(node | {"gpus": [gpu(0, 0), gpu(1, 0), gpu(2, 2), gpu(3, 2)]})
     words = [line.split() for line in text.getvalue().splitlines()]
-    assert words[1][:2] == ["GPU", "DOMAIN"]
-    assert [w[:2] for w in words[2:]] == [["0", "0"], ["1", "0"], ["2", "2"], ["3", "2"]]
+    assert words[1][:2] == ["state:", "up"]
+    assert words[2][:2] == ["GPU", "DOMAIN"]
+    assert [w[:2] for w in words[3:]] == [["0", "0"], ["1", "0"], ["2", "2"], ["3", "2"]]
+
+
+def test_nodes_say_how_each_node_stands_in_the_pool() -> None:
+    up = {"state": "up", "drain": False, "joined_at": None, "fabric_group": None}
+    assert nodes.life_text(up) == "state: up · joined - · fabric -"
+    drained = up | {"drain": True, "drain_reason": "disk swap", "fabric_group": "ib-0"}
+    drained |= {"address": "10.0.0.2"}
+    assert nodes.life_text(drained) == (
+        "state: up · drained (disk swap) · joined - · fabric ib-0 · address 10.0.0.2"
+    )
+    down = nodes.life_text(up | {"state": "down", "down_at": 0.0})
+    assert down.startswith("state: down since ") and "since -" not in down
 
 
 def test_queue_summary_says_when_only_the_first_jobs_are_listed() -> None:

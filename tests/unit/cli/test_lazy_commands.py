@@ -8,7 +8,7 @@ import inspect
 import pytest
 
 from gpupool.cli import jobs
-from gpupool.cli.main import COMMANDS, Lazy, no_such_command
+from gpupool.cli.main import COMMANDS, NODE_COMMANDS, Lazy, no_such_command
 from gpupool.main import OPERATOR_COMMANDS
 
 EVERY = {**COMMANDS} | {name: Lazy(*entry) for name, entry in OPERATOR_COMMANDS.items()}
@@ -21,6 +21,15 @@ def test_a_listed_help_line_is_the_commands_own(name: str) -> None:
     first_paragraph = inspect.cleandoc(command.help or "").split("\n\n")[0]
     assert entry.help == " ".join(first_paragraph.split())
     assert (command.name, command.hidden) == (name, entry.hidden)
+
+
+@pytest.mark.parametrize("name", sorted(NODE_COMMANDS))
+def test_a_node_sub_commands_listed_help_line_is_its_own(name: str) -> None:
+    entry = NODE_COMMANDS[name]
+    command = entry.load(name)
+    first_paragraph = inspect.cleandoc(command.help or "").split("\n\n")[0]
+    assert entry.help == " ".join(first_paragraph.split())
+    assert command.name == name
 
 
 def test_run_keeps_the_options_after_its_command_for_the_command() -> None:

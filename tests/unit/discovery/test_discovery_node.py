@@ -13,7 +13,7 @@ import pytest
 
 from gpupool.discovery import DeclaredSettingError, check_declared, discover_node
 from gpupool.discovery.nvidia_smi import discover_nvidia_smi, run_nvidia_smi
-from gpupool.domain.inventory import Source
+from gpupool.domain.inventory import LinkKind, Source
 from gpupool.domain.units import GiB, MiB
 from gpupool.settings import Settings
 
@@ -144,6 +144,8 @@ def test_nvidia_smi_topology_and_numa(captures: Path, tmp_path: Path) -> None:
     assert (link.a, link.b, link.nvlinks) == (0, 1, 12)
     assert [gpu.numa_node for gpu in report.gpus] == [3, 3]  # topo NUMA Affinity
     assert report.gpus[0].sources["numa_node"] is Source.NVIDIA_SMI
+    assert report.gpus[1].nic_affinity["mlx5_1"] is LinkKind.PXB  # topo's NIC columns
+    assert report.gpus[1].sources["nic_affinity"] is Source.NVIDIA_SMI
 
 
 def test_nvidia_smi_mig_without_gpu_list_warns(captures: Path, tmp_path: Path) -> None:

@@ -99,3 +99,34 @@ def test_real_sys_nics() -> None:
 def test_missing_root_gives_nothing(tmp_path: Path) -> None:
     assert read_nics(tmp_path / "absent") == []
     assert read_rdma_devices(tmp_path / "absent") == []
+
+
+def test_gid_table_and_numa_node_from_a_made_tree(tmp_path: Path) -> None:
+    port = tmp_path / "class/infiniband/mlx5_1/ports/1"
+    _write(port / "link_layer", "Ethernet\n")
+    _write(port / "state", "4: ACTIVE\n")
+    _write(port / "gids/0", "fe80:0000:0000:0000:0e42:a1ff:fe2b:07a4\n")
+    _write(port / "gids/1", "fe80:0000:0000:0000:0e42:a1ff:fe2b:07a4\n")
+    _write(port / "gids/3", "0000:0000:0000:0000:0000:ffff:8cdd:3c0b\n")
+    _write(port / "gids/2", "0000:0000:0000:0000:0000:0000:0000:0000\n")  # an empty slot
+    _write(port / "gid_attrs/types/0", "IB/RoCE v1\n")
+    _write(port / "gid_attrs/types/1", "RoCE v2\n")
+    _write(port / "gid_attrs/types/3", "RoCE v2\n")
+    _write(port / "gid_attrs/ndevs/3", "ens1f0\n")
+    _write(tmp_path / "class/infiniband/mlx5_1/device/numa_node", "1\n")
+    _write(tmp_path / "class/infiniband/mlx5_2/device/numa_node", "-1\n")
+    first, second = read_rdma_devices(tmp_path)
+    assert (first.numa_node, second.numa_node) == (1, None)
+    gids = first.ports[0].gids
+    assert [(g.index, g.type, g.netdev) for g in gids] == [
+        (0, "IB/RoCE v1", None),
+        (1, "RoCE v2", None),
+        (3, "RoCE v2", "ens1f0"),
+    ]
+    assert gids[2].gid == "0000:0000:0000:0000:0000:ffff:8cdd:3c0b"
+
+
+def test_captured_tree_has_no_gids(captures: Path) -> None:
+    devices = read_infiniband_class(captures / IB_TREE)
+    assert all(port.gids == [] for device in devices for port in device.ports)
+    assert {device.numa_node for device in devices} == {None}

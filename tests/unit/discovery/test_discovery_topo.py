@@ -5,8 +5,15 @@ from __future__ import annotations
 from itertools import combinations
 from pathlib import Path
 
-from gpupool.discovery.nvidia_smi import parse_topo_matrix, topo_link
-from gpupool.domain.inventory import LinkKind, Source
+from gpupool.discovery.nvidia_smi import (
+    TopoMatrix,
+    apply_nic_affinity,
+    nic_affinity,
+    parse_topo_matrix,
+    topo_link,
+)
+from gpupool.discovery.report import GpuReport
+from gpupool.domain.inventory import GpuDevice, LinkKind, Source
 
 DGX = "topo-m_dgx-a100_8x-a100-sxm4-40gb_10-nic_525.105.17_oyanghd.txt"
 TEMPURA = "topo-m_8x-quadro-rtx6000_pcie-switches_tempura.txt"
@@ -96,3 +103,51 @@ def test_link_codes() -> None:
     assert topo_link(0, 1, "SOC").kind is LinkKind.SYS  # pre-2017 name of SYS
     assert topo_link(0, 1, "NVLINK") is None
     assert topo_link(0, 1, "???") is None
+
+
+def test_dgx_a100_nic_affinity_by_rdma_device_name(captures: Path) -> None:
+    affinity = nic_affinity(parse_topo_matrix((captures / DGX).read_text()))
+    assert sorted(affinity) == list(range(8))
+    assert affinity[0] == {
+        "mlx5_0": LinkKind.PXB,
+        "mlx5_1": LinkKind.PXB,
+        **{f"mlx5_{i}": LinkKind.SYS for i in range(2, 10)},
+    }
+    assert {n for n, kind in affinity[5].items() if kind is LinkKind.PXB} == {"mlx5_4", "mlx5_5"}
+
+
+def test_asus_nic_affinity_node_and_sys(captures: Path) -> None:
+    affinity = nic_affinity(parse_topo_matrix((captures / ASUS).read_text()))
+    assert affinity[1] == {
+        "mlx5_0": LinkKind.NODE,
+        "mlx5_1": LinkKind.NODE,
+        "mlx5_2": LinkKind.SYS,
+        "mlx5_3": LinkKind.SYS,
+    }
+
+
+def test_nic_affinity_without_legend_keeps_the_column_label() -> None:
+    topo = TopoMatrix(gpu_nics={0: {"NIC0": "PIX", "NIC1": "SOC", "NIC2": "NV4", "NIC3": "?"}})
+    assert nic_affinity(topo) == {0: {"NIC0": LinkKind.PIX, "NIC1": LinkKind.SYS}}
+    assert nic_affinity(parse_topo_matrix("no matrix")) == {}
+
+
+def test_nic_affinity_joins_an_nvml_report_and_a_topo_report(captures: Path) -> None:
+    text = (captures / DGX).read_text()
+    report = GpuReport(
+        source=Source.NVML,
+        gpus=[GpuDevice(index=i, uuid=f"GPU-{i}", name="A100", memory_bytes=1) for i in (0, 7)],
+    )
+    asked: list[list[str]] = []
+    apply_nic_affinity(report, lambda args: asked.append(list(args)) or text)
+    assert asked == [["topo", "-m"]]
+    assert report.gpus[1].nic_affinity["mlx5_7"] is LinkKind.PXB
+    assert report.gpus[1].sources["nic_affinity"] is Source.NVIDIA_SMI
+    empty = GpuReport(source=Source.NVML)
+    apply_nic_affinity(empty, lambda args: asked.append(list(args)) or text)
+    assert len(asked) == 1  # no GPUs: nothing to ask
+    untouched = GpuReport(
+        source=Source.NVML, gpus=[report.gpus[0].model_copy(update={"nic_affinity": {}})]
+    )
+    apply_nic_affinity(untouched, lambda args: None)  # no nvidia-smi
+    assert untouched.gpus[0].nic_affinity == {}

@@ -1,9 +1,11 @@
-// Cluster page: polls /api/v1/nodes and redraws what changed (same markup as _node.html).
+// Cluster page: polls /api/v1/nodes and redraws what changed (same markup as _node.html);
+// an admin drains and undrains nodes from it.
 "use strict";
 
 (() => {
   const { el, bytes, number, percent } = gp;
   const drawn = new Map(); // node name -> JSON of what is drawn
+  const isAdmin = () => document.getElementById("nodes").dataset.admin === "1";
 
   function network(inventory) {
     const nics = (inventory.nics || []).filter((nic) => nic.name !== "lo");
@@ -101,19 +103,59 @@
     );
   }
 
+  function badge(kind, text) {
+    return el("span", { class: `badge ${kind}` }, el("span", { class: "status-icon", "aria-hidden": "true" }), text);
+  }
+
+  // Drain (with an optional reason) or Undrain: sent by the submit handler below.
+  function actions(node) {
+    const verb = node.drain ? "Undrain" : "Drain";
+    return el(
+      "form",
+      { class: "node-actions", "data-node": node.name, "data-action": verb.toLowerCase() },
+      node.drain
+        ? null
+        : el("input", {
+            type: "text",
+            name: "reason",
+            maxlength: 500,
+            placeholder: "reason (optional)",
+            "aria-label": `Reason to drain ${node.name}`,
+          }),
+      el("button", { type: "submit", class: "button", "aria-label": `${verb} ${node.name}` }, verb),
+      el("p", { class: "field-error", role: "alert", hidden: true }),
+    );
+  }
+
+  function when(epoch) {
+    return epoch === null || epoch === undefined ? "-" : gp.time(epoch);
+  }
+
   function nodeSection(node) {
     const id = `node-${node.name}`;
-    const state = node.schedulable
-      ? el("span", { class: "badge ok" }, el("span", { class: "status-icon", "aria-hidden": "true" }), "schedulable")
-      : el("span", { class: "badge warn" }, el("span", { class: "status-icon", "aria-hidden": "true" }), "not schedulable");
+    const drain = node.drain ? `drained${node.drain_reason ? `: ${node.drain_reason}` : ""}` : "no";
+    const since = node.down_at === null || node.down_at === undefined ? null : [" since ", when(node.down_at)];
     const inv = node.inventory;
     return el(
       "section",
       { class: "node card", "data-node": node.name, "aria-labelledby": id },
-      el("div", { class: "node-head" }, el("h2", { id }, node.name), state),
+      el(
+        "div",
+        { class: "node-head" },
+        el("h2", { id }, node.name),
+        node.schedulable ? badge("ok", "schedulable") : badge("warn", "not schedulable"),
+        node.state === "down" ? badge("down", "down") : null,
+        node.drain ? badge("warn drained", "drained") : null,
+        isAdmin() ? actions(node) : null,
+      ),
       el(
         "dl",
         { class: "facts" },
+        el("div", {}, el("dt", {}, "State"), el("dd", { class: "node-state" }, node.state, since)),
+        el("div", {}, el("dt", {}, "Drain"), el("dd", { class: "node-drain" }, drain)),
+        el("div", {}, el("dt", {}, "Joined"), el("dd", {}, when(node.joined_at))),
+        fact("Fabric group", node.fabric_group || "-"),
+        node.address ? fact("Address", node.address) : null,
         fact("CPUs", String(node.cpus)),
         fact("Memory", bytes(node.memory_bytes)),
         fact("GPUs", String(node.gpus.length)),
@@ -161,7 +203,7 @@
       const { facts, cards } = keys(node);
       const previous = drawn.get(node.name);
       if (!previous || previous.facts !== facts || previous.cards.length !== cards.length) {
-        sections[i].replaceWith(nodeSection(node));
+        redraw(sections[i], node);
       } else {
         const shown = sections[i].querySelectorAll("li.gpu");
         cards.forEach((card, j) => {
@@ -170,6 +212,37 @@
       }
       remember(node);
     });
+  }
+
+  // A node's section drawn anew, with the drain reason an admin is typing kept as it was.
+  function redraw(section, node) {
+    const typing = section.querySelector(".node-actions input[name=reason]");
+    const fresh = nodeSection(node);
+    const input = fresh.querySelector(".node-actions input[name=reason]");
+    if (typing && input) input.value = typing.value;
+    const focused = typing && document.activeElement === typing;
+    section.replaceWith(fresh);
+    if (focused && input) input.focus();
+    return fresh;
+  }
+
+  // Drain or undrain a node; the answer is the node as it is now, drawn at once.
+  async function act(form) {
+    const name = form.dataset.node;
+    const action = form.dataset.action;
+    const button = form.querySelector("button");
+    const error = form.querySelector(".field-error");
+    const reason = form.querySelector("input[name=reason]");
+    const body = action === "drain" && reason && reason.value.trim() ? { reason: reason.value.trim() } : undefined;
+    button.disabled = true;
+    try {
+      const node = await gp.api("POST", `/nodes/${encodeURIComponent(name)}/${action}`, body);
+      redraw(form.closest("section.node"), node);
+      remember(node);
+    } catch (problem) {
+      button.disabled = false;
+      gp.showError(error, problem.message);
+    }
   }
 
   function keys(node) {
@@ -182,6 +255,12 @@
   }
 
   document.addEventListener("DOMContentLoaded", () => {
+    document.getElementById("nodes").addEventListener("submit", (event) => {
+      const form = event.target.closest("form.node-actions");
+      if (!form) return;
+      event.preventDefault();
+      act(form);
+    });
     gp.every(gp.refreshMs(), async () => draw(await gp.api("GET", "/nodes")));
   });
 })();

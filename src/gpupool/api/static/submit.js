@@ -101,6 +101,7 @@ function parseEnv(text) {
     command: "command",
     name: "name",
     workdir: "workdir",
+    code: "code",
     env: "env",
     team: "team",
     priority: "priority",
@@ -179,6 +180,8 @@ function parseEnv(text) {
     }
     if (v("name").trim()) body.name = v("name").trim();
     if (v("workdir").trim()) body.workdir = v("workdir").trim();
+    if (v("code").trim()) body.code = v("code").trim();
+    codeProblems(form, body, problems);
     if (v("team")) body.team = v("team");
     body.priority = numberOr(v("priority"), 0);
     const gpus = numberOr(v("gpus"), 0);
@@ -196,6 +199,39 @@ function parseEnv(text) {
     checkPriority(form, body.priority, problems);
     policy(form, body, problems);
     return { body, problems };
+  }
+
+  // a code snapshot is the job's working directory: not with a workdir, not over the limit
+  function codeProblems(form, body, problems) {
+    const input = form.elements.code_file;
+    const file = input.files.length ? input.files[0] : null;
+    if ((file || body.code) && body.workdir) {
+      problems.push(["code", "a job runs in its code or in a working directory on the node, not both: empty Working directory, or leave the code out"]);
+    }
+    const limit = Number(input.dataset.maxBytes);
+    if (file && file.size > limit) {
+      problems.push(["code", `${file.name} is ${gp.bytes(file.size)}, more than the ${gp.bytes(limit)} this server takes: leave big files out of the archive, or put the code on a file system the nodes share and give its path as the working directory`]);
+    }
+  }
+
+  // POST the chosen .tar.gz as it is: the server checks it and names it by its SHA-256
+  async function sendCode(file) {
+    const headers = { Accept: "application/json", "Content-Type": "application/gzip" };
+    const meta = document.querySelector('meta[name="csrf-token"]');
+    if (meta) headers["X-CSRF-Token"] = meta.content;
+    let response;
+    try {
+      response = await fetch("/api/v1/code", { method: "POST", headers, body: file, credentials: "same-origin", cache: "no-store" });
+    } catch (error) {
+      throw Object.assign(new Error("cannot reach the gpupool server"), { code: "network", details: {} });
+    }
+    const data = await response.json().catch(() => null);
+    if (!response.ok) {
+      const error = (data && data.error) || {};
+      const message = error.message || `the server answered ${response.status}`;
+      throw Object.assign(new Error(message), { code: error.code || `http_${response.status}`, details: error.details || {} });
+    }
+    return data;
   }
 
   // the range the role allows is on the input (min, max): say it before the server does
@@ -253,8 +289,15 @@ function parseEnv(text) {
         return;
       }
       button.disabled = true;
-      button.textContent = "Submitting…";
+      const file = form.elements.code_file.files[0];
       try {
+        if (file) {
+          button.textContent = "Sending the code…";
+          body.code = (await sendCode(file)).ref;
+          form.elements.code.value = body.code; // sent: a retry needs not send it again
+          form.elements.code_file.value = "";
+        }
+        button.textContent = "Submitting…";
         const job = await gp.api("POST", "/jobs", body);
         location.assign(`/jobs/${Number(job.id)}`);
       } catch (error) {
@@ -265,6 +308,7 @@ function parseEnv(text) {
           if (id) mapped.push([id, item.message]);
         }
         if (!mapped.length && error.code === "unknown_team") mapped.push(["team", error.message]);
+        if (!mapped.length && /^(code_|bad_code)/.test(error.code)) mapped.push(["code", error.message]);
         if (!mapped.length && error.code === "priority_not_allowed") mapped.push(["priority", error.message]);
         if (!mapped.length && error.code === "unsatisfiable" && body.gpu_types && /GPU type/.test(error.message)) {
           mapped.push(["gpu_type", error.message]);

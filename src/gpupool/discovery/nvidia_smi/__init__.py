@@ -31,7 +31,12 @@ from gpupool.discovery.nvidia_smi.query_csv import (
     query_row_gpu,
 )
 from gpupool.discovery.nvidia_smi.query_xml import parse_query_xml
-from gpupool.discovery.nvidia_smi.topo import TopoMatrix, parse_topo_matrix, topo_link
+from gpupool.discovery.nvidia_smi.topo import (
+    TopoMatrix,
+    nic_affinity,
+    parse_topo_matrix,
+    topo_link,
+)
 from gpupool.discovery.pci import read_numa_node
 from gpupool.discovery.report import GpuReport
 from gpupool.domain.inventory import Source
@@ -42,8 +47,10 @@ __all__ = [
     "Runner",
     "TopoMatrix",
     "apply_gpu_list",
+    "apply_nic_affinity",
     "devices_from_query_rows",
     "discover_nvidia_smi",
+    "nic_affinity",
     "parse_gpu_list",
     "parse_query_gpu_csv",
     "parse_query_xml",
@@ -125,3 +132,20 @@ def _apply_topology(report: GpuReport, output: str | None) -> None:
         if gpu.numa_node is None and topo.numa_affinity.get(gpu.index) is not None:
             gpu.numa_node = topo.numa_affinity[gpu.index]
             gpu.sources["numa_node"] = Source.NVIDIA_SMI
+    _set_nic_affinity(report, topo)
+
+
+def apply_nic_affinity(report: GpuReport, run: Runner = run_nvidia_smi) -> None:
+    """Add each GPU's NIC affinity from ``nvidia-smi topo -m`` to a report made another way
+    (NVML has no GPU-to-NIC topology); nothing when the tool is absent or fails."""
+    output = run(["topo", "-m"]) if report.gpus else None
+    if output:
+        _set_nic_affinity(report, parse_topo_matrix(output))
+
+
+def _set_nic_affinity(report: GpuReport, topo: TopoMatrix) -> None:
+    affinity = nic_affinity(topo)
+    for gpu in report.gpus:
+        if affinity.get(gpu.index):
+            gpu.nic_affinity = affinity[gpu.index]
+            gpu.sources["nic_affinity"] = Source.NVIDIA_SMI

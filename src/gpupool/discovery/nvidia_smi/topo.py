@@ -86,6 +86,23 @@ def _add_link(topo: TopoMatrix, a: int, b: int, code: str) -> None:
         topo.links.append(link)
 
 
+def nic_affinity(topo: TopoMatrix) -> dict[int, dict[str, LinkKind]]:
+    """GPU index -> {RDMA device name: how the GPU reaches it}, from the NIC columns and the
+    NIC legend ("NIC0: mlx5_0"); a column the legend does not name keeps its label."""
+    affinity: dict[int, dict[str, LinkKind]] = {}
+    for gpu, cells in topo.gpu_nics.items():
+        for column, code in cells.items():
+            kind = _nic_link_kind(code)
+            if kind is not None:
+                affinity.setdefault(gpu, {})[topo.nic_names.get(column, column)] = kind
+    return affinity
+
+
+def _nic_link_kind(code: str) -> LinkKind | None:
+    kind = _LEGACY_CODES.get(code) or LinkKind.__members__.get(code)
+    return None if kind is LinkKind.NVLINK else kind
+
+
 def topo_link(a: int, b: int, code: str) -> GpuLink | None:
     """Turn a matrix cell ("NV12", "PIX", "SYS"...) into a GpuLink; None for unknown codes."""
     if match := _NVLINK_CODE.match(code):

@@ -1,0 +1,169 @@
+"""The node agent: one per node, a detached Ray actor pinned to it (made by the bridge).
+
+It runs the node's jobs with the same local executor, runner and sandbox as a single
+machine, with the attempt records on the node's own disk (its ``data_dir``), so nothing
+about running a job differs between one machine and a pool. It answers in JSON-ready dicts
+only. It outlives the server: a restarted server asks it again about the attempts it
+recorded, and the agent finds their runners by pid and start time, as the local executor
+does after a restart.
+
+Its settings are the ``GPUPOOL_*`` variables of the node's Ray processes, which
+``gpupool node join`` (or the server, for the head's machine) sets: the node's name, data
+directory and declared inventory.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import logging
+import os
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from gpupool.discovery import discover_node
+from gpupool.executors.base import GpuGrant, Handle, LaunchError, PollResult, TaskSpec
+from gpupool.executors.isolation import Isolation
+from gpupool.executors.local import LocalExecutor, default_base_env
+from gpupool.settings import Settings
+
+log = logging.getLogger(__name__)
+
+LOG_CHUNK = 1024**2  # the most log bytes one call returns
+
+
+class NodeAgent:
+    """What the server asks of a node, through the bridge. Methods take and return JSON-ready
+    values; a launch that fails returns ``{"error": {...}}`` rather than raising, so that
+    the server tells a refused launch from a lost node."""
+
+    def __init__(self) -> None:
+        self.settings = Settings()
+        self.isolation = Isolation(self.settings)
+        self.executor = LocalExecutor(
+            self.settings.jobs_dir, base_env=_job_base_env(), isolation=self.isolation
+        )
+        self.started_at = time.time()
+        self.inventory_data: dict[str, Any] | None = None
+
+    # -- the node ------------------------------------------------------------------------------
+
+    def hello(self) -> dict[str, Any]:
+        """Who this agent is: its node, pid, start time and data directory."""
+        return {
+            "node": self.settings.node_name,
+            "pid": os.getpid(),
+            "started_at": self.started_at,
+            "data_dir": str(self.settings.data_dir),
+        }
+
+    def inventory(self) -> dict[str, Any]:
+        """Discover the node (the same discovery as one machine) and return its inventory."""
+        found = discover_node(self.settings)
+        self.isolation.devices.update(found)
+        self.inventory_data = found.model_dump(mode="json")
+        return self.inventory_data
+
+    def isolation_status(self) -> dict[str, Any] | None:
+        status = self.executor.isolation()
+        return status.model_dump(mode="json") if status is not None else None
+
+    # -- attempts ------------------------------------------------------------------------------
+
+    def start(self, task: dict[str, Any]) -> dict[str, Any]:
+        task = dict(task)
+        data = task.pop("code_archive_data", None)
+        if data is not None:  # the job's code, sent along: kept on this node by its hash
+            task["code_archive"] = str(self._keep_archive(task["code"], data))
+        try:
+            handle = self.executor.start(task_from_json(task))
+        except LaunchError as error:
+            return {
+                "error": {
+                    "log": str(error),
+                    "user_message": error.user_message,
+                    "reason": error.reason,
+                }
+            }
+        return {"state": handle.state}
+
+    def poll(self, handles: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The state of each attempt, with its log's size (the server copies what is new)."""
+        answers = []
+        for raw in handles:
+            handle = _handle(raw)
+            result = self.executor.poll(handle)
+            answers.append({**poll_to_json(result), "log_size": self._log_size(handle)})
+        return answers
+
+    def stop(self, handle: dict[str, Any], grace_seconds: float) -> None:
+        self.executor.stop(_handle(handle), grace_seconds)
+
+    def release(self, handle: dict[str, Any]) -> None:
+        self.executor.release(_handle(handle))
+
+    def recover(self, job_id: int, attempt: int) -> dict[str, Any] | None:
+        handle = self.executor.recover(job_id, attempt)
+        return None if handle is None else handle.state
+
+    def checkpoint_at(self, handle: dict[str, Any]) -> float | None:
+        return self.executor.checkpoint_at(_handle(handle))
+
+    def read_log(self, handle: dict[str, Any], offset: int) -> dict[str, Any]:
+        """Up to ``LOG_CHUNK`` bytes of the attempt's log from ``offset`` (base64)."""
+        data = b""
+        with (
+            contextlib.suppress(FileNotFoundError),
+            open(self.executor.log_path(_handle(handle)), "rb") as log_file,
+        ):
+            log_file.seek(offset)
+            data = log_file.read(LOG_CHUNK)
+        return {"data": base64.b64encode(data).decode("ascii"), "offset": offset}
+
+    def _keep_archive(self, ref: str, data: str) -> Path:
+        """The archive of ``ref`` in this node's data directory, written once (atomically)."""
+        path = self.settings.data_dir / "code" / "sha256" / f"{ref.removeprefix('sha256:')}.tar.gz"
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_bytes(base64.b64decode(data))
+            os.replace(tmp, path)
+        return path
+
+    def _log_size(self, handle: Handle) -> int:
+        try:
+            return os.stat(self.executor.log_path(handle)).st_size
+        except OSError:
+            return 0
+
+
+def task_to_json(task: TaskSpec) -> dict[str, Any]:
+    return asdict(task)
+
+
+def task_from_json(data: dict[str, Any]) -> TaskSpec:
+    grants = tuple(GpuGrant(**grant) for grant in data.get("gpu_grants") or ())
+    return TaskSpec(**{**data, "gpu_grants": grants})
+
+
+def poll_to_json(result: PollResult) -> dict[str, Any]:
+    data = asdict(result)
+    data["observed"] = result.observed.value
+    data["notes"] = list(result.notes)
+    return data
+
+
+def _handle(raw: dict[str, Any]) -> Handle:
+    return Handle(job_id=raw["job_id"], attempt=raw["attempt"], state=raw["state"])
+
+
+def _job_base_env() -> dict[str, str]:
+    """What a job inherits from the node: never a Ray or gpupool variable (the pool's secret
+    is named by one)."""
+    return {
+        name: value
+        for name, value in default_base_env().items()
+        if not name.startswith(("RAY_", "GPUPOOL_"))
+    }

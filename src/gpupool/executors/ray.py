@@ -1,0 +1,235 @@
+"""Runs attempts on the nodes of a Ray pool, through each node's agent.
+
+The agent launches the same runner in the same sandbox as the local executor, with the
+records on its node's disk; this executor keeps the server's side: a copy of each attempt's
+log under the server's ``jobs_dir`` (the log API reads it there, whole, after the attempt
+ended), and what it last saw of each attempt, reported again while the cluster cannot be
+asked (an attempt is never taken for lost because the head is away).
+
+An agent that does not answer (its node is down) is given ``node_lost_seconds``: until then
+its attempts are reported ORPHANED, so their GPUs stay held (the node may still be running
+them: it stops its own work after that bound); after it, LOST.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from gpupool.cluster.agent import task_to_json
+from gpupool.cluster.client import AgentUnavailable, CallFailed, ClusterClient, ClusterUnavailable
+from gpupool.domain.isolation import IsolationStatus
+from gpupool.executors.base import (
+    Capabilities,
+    Executor,
+    Handle,
+    LaunchError,
+    Observed,
+    PollResult,
+    TaskSpec,
+)
+from gpupool.runner import layout
+
+log = logging.getLogger(__name__)
+
+START_TIMEOUT_S = 60.0
+POLL_TIMEOUT_S = 10.0
+
+
+class RayExecutor(Executor):
+    """``cluster``: the bridge to Ray; ``jobs_dir``: the server's copies of the logs."""
+
+    capabilities = Capabilities(multi_node=True)
+
+    def __init__(
+        self,
+        cluster: ClusterClient,
+        jobs_dir: Path,
+        node_lost_seconds: float = 30.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.cluster, self.jobs_dir = cluster, Path(jobs_dir)
+        self.node_lost_seconds, self.clock = node_lost_seconds, clock
+        self._seen: dict[tuple[int, int], PollResult] = {}
+        self._unanswered: dict[str, float] = {}  # node -> since when its agent has not answered
+        self.isolation_status: IsolationStatus | None = None
+
+    # -- paths --------------------------------------------------------------------------------
+
+    def log_path(self, handle: Handle) -> Path:
+        return (
+            self.jobs_dir / str(handle.job_id) / "attempts" / str(handle.attempt) / layout.LOG_FILE
+        )
+
+    def isolation(self) -> IsolationStatus | None:
+        return self.isolation_status
+
+    # -- start --------------------------------------------------------------------------------
+
+    def start(self, task: TaskSpec) -> Handle:
+        sent = task_to_json(task)
+        if task.code and task.code_archive:  # the node has no access to the server's disk
+            sent["code_archive_data"] = _archive_data(task)
+        try:
+            answer = self.cluster.call(task.node, "start", timeout=START_TIMEOUT_S, task=sent)
+        except (ClusterUnavailable, AgentUnavailable) as error:
+            raise LaunchError(
+                f"cannot reach node {task.node}: {error}",
+                user_message=f"node {task.node} could not be reached; the job waits to start again",
+                reason="node_unreachable",
+            ) from error
+        except CallFailed as error:
+            raise LaunchError(
+                f"node {task.node} failed to launch: {error}",
+                user_message=f"node {task.node} could not start the job's runner",
+                reason="spawn_failed",
+            ) from error
+        if "error" in answer:
+            error = answer["error"]
+            raise LaunchError(
+                error["log"], user_message=error["user_message"], reason=error["reason"]
+            )
+        self.log_path(Handle(task.job_id, task.attempt)).parent.mkdir(parents=True, exist_ok=True)
+        return Handle(task.job_id, task.attempt, {"node": task.node, "local": answer["state"]})
+
+    def recover(self, job_id: int, attempt: int, node: str | None = None) -> Handle | None:
+        """Ask the node whether the attempt was launched before the server died."""
+        if node is None:
+            return None
+        state = self.cluster.call(node, "recover", job_id=job_id, attempt=attempt)
+        return None if state is None else Handle(job_id, attempt, {"node": node, "local": state})
+
+    # -- poll ---------------------------------------------------------------------------------
+
+    def poll(self, handle: Handle) -> PollResult:
+        return self.poll_all([handle])[0]
+
+    def poll_all(self, handles: list[Handle]) -> list[PollResult]:
+        """One request per node for all its attempts."""
+        by_node: dict[str, list[Handle]] = {}
+        for handle in handles:
+            by_node.setdefault(handle.state["node"], []).append(handle)
+        results: dict[tuple[int, int], PollResult] = {}
+        for node, group in by_node.items():
+            results.update(self._poll_node(node, group))
+        return [results[(h.job_id, h.attempt)] for h in handles]
+
+    def _poll_node(self, node: str, handles: list[Handle]) -> dict[tuple[int, int], PollResult]:
+        try:
+            answers = self.cluster.call(
+                node, "poll", timeout=POLL_TIMEOUT_S, handles=[_local(h) for h in handles]
+            )
+        except ClusterUnavailable:
+            return {_key(h): self._last_seen(h) for h in handles}
+        except AgentUnavailable as error:
+            return {_key(h): self._node_silent(node, h, str(error)) for h in handles}
+        self._unanswered.pop(node, None)
+        results = {}
+        for handle, answer in zip(handles, answers, strict=True):
+            result = _poll_from_json(answer)
+            if result.observed in (Observed.EXITED, Observed.LOST):
+                self._copy_log(handle, answer["log_size"], complete=True)
+            else:
+                self._copy_log(handle, answer["log_size"])
+            results[_key(handle)] = self._seen[_key(handle)] = result
+        return results
+
+    def _last_seen(self, handle: Handle) -> PollResult:
+        return self._seen.get(_key(handle), PollResult(Observed.STARTING))
+
+    def _node_silent(self, node: str, handle: Handle, why: str) -> PollResult:
+        """The node's agent does not answer: fenced until the bound has passed, then lost."""
+        since = self._unanswered.setdefault(node, self.clock())
+        last = self._last_seen(handle)
+        if self.clock() - since < self.node_lost_seconds:
+            message = (
+                f"node {node} does not answer; its GPUs stay held until it has been silent for "
+                f"{self.node_lost_seconds:g} s (it stops its own work by then)"
+            )
+            return PollResult(Observed.ORPHANED, started_at=last.started_at, message=message)
+        message = f"node {node} was lost ({why.splitlines()[0] if why else 'no answer'})"
+        return PollResult(Observed.LOST, started_at=last.started_at, message=message)
+
+    def _copy_log(self, handle: Handle, size: int, complete: bool = False) -> None:
+        """Append what the node's log has beyond our copy (all of it when ``complete``)."""
+        path = self.log_path(handle)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "ab") as copy:
+            offset = copy.tell()
+            while offset < size:
+                try:
+                    chunk = self.cluster.call(
+                        handle.state["node"], "read_log", handle=_local(handle), offset=offset
+                    )
+                except (ClusterUnavailable, AgentUnavailable, CallFailed) as error:
+                    log.warning("cannot copy the log of job %s: %s", handle.job_id, error)
+                    return
+                data = base64.b64decode(chunk["data"])
+                if not data:
+                    return
+                copy.write(data)
+                offset += len(data)
+            if complete:
+                copy.flush()
+
+    # -- stop, release ------------------------------------------------------------------------
+
+    def stop(self, handle: Handle, grace_seconds: float) -> None:
+        try:
+            self.cluster.call(
+                handle.state["node"], "stop", handle=_local(handle), grace_seconds=grace_seconds
+            )
+        except (ClusterUnavailable, AgentUnavailable) as error:
+            # The node stops its own work once it has lost the head for node_lost_seconds.
+            log.warning("cannot send the stop of job %s: %s", handle.job_id, error)
+
+    def release(self, handle: Handle) -> None:
+        self._seen.pop(_key(handle), None)
+        try:
+            self.cluster.call(handle.state["node"], "release", handle=_local(handle))
+        except (ClusterUnavailable, AgentUnavailable, CallFailed) as error:
+            log.info("cannot release job %s on its node: %s", handle.job_id, error)
+
+    def checkpoint_at(self, handle: Handle) -> float | None:
+        try:
+            return self.cluster.call(handle.state["node"], "checkpoint_at", handle=_local(handle))
+        except (ClusterUnavailable, AgentUnavailable, CallFailed):
+            return None
+
+    def close(self) -> None:
+        self.cluster.close()
+
+
+def _archive_data(task: TaskSpec) -> str:
+    """The job's code archive for its node (base64): unpacked there as on one machine."""
+    try:
+        return base64.b64encode(Path(task.code_archive).read_bytes()).decode("ascii")
+    except OSError as error:
+        message = f"the job's code snapshot {task.code} is missing from the server's storage"
+        raise LaunchError(
+            f"{message}: {error}", user_message=message, reason="code_missing"
+        ) from error
+
+
+def _key(handle: Handle) -> tuple[int, int]:
+    return handle.job_id, handle.attempt
+
+
+def _local(handle: Handle) -> dict[str, Any]:
+    return {"job_id": handle.job_id, "attempt": handle.attempt, "state": handle.state["local"]}
+
+
+def _poll_from_json(data: dict[str, Any]) -> PollResult:
+    return PollResult(
+        Observed(data["observed"]),
+        exit_code=data.get("exit_code"),
+        started_at=data.get("started_at"),
+        ended_at=data.get("ended_at"),
+        message=data.get("message"),
+        reason=data.get("reason"),
+        notes=tuple(data.get("notes") or ()),
+    )

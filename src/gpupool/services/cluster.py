@@ -1,0 +1,391 @@
+"""The pool on Ray, as the server runs it: the head (started, reused or attached to), the
+bridge to it, the watch that turns Ray's nodes into gpupool's, and joining.
+
+A machine joins with ``gpupool node join SERVER --token T``: it shows the join token to
+``join``, gets the head's address and the pool's Ray secret back, and starts a Ray node
+carrying its name. The watch sees the node come up, has its agent discover it, and
+registers it: from then on it is schedulable. A node Ray reports dead, or that vanishes, is
+marked down; its attempts are fenced and then lost by the executor (``RayExecutor``).
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import os
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpupool.cluster.client import AgentUnavailable, CallFailed, ClusterClient, ClusterUnavailable
+from gpupool.cluster.process import RayProcess
+from gpupool.cluster.rayenv import (
+    LOOPBACK,
+    ensure_token,
+    node_resource,
+    quiet_home,
+    ray_environment,
+    split_address,
+)
+from gpupool.domain.inventory import NodeInventory
+from gpupool.domain.isolation import IsolationStatus
+from gpupool.domain.views import ClusterView, JoinView
+from gpupool.errors import NotAPool, NotFound, Unauthenticated
+from gpupool.executors.ray import RayExecutor
+from gpupool.scheduler.types import Clock
+from gpupool.services import nodes
+from gpupool.services.access import Principal
+from gpupool.services.context import Context
+from gpupool.settings import Settings
+from gpupool.store.db import Database
+
+log = logging.getLogger(__name__)
+
+WATCH_SECONDS = 1.0
+HEAD_RECORD = "head.json"
+JOIN_TOKEN_FILE = "join-token"
+INVENTORY_TIMEOUT_S = 120.0
+
+
+@dataclass
+class ClusterState:
+    """What the server knows of its Ray cluster now (health, the cluster page, the CLI)."""
+
+    address: str
+    reachable: bool
+    problem: str | None
+    unreachable_since: float | None
+    nodes_up: list[str] = field(default_factory=list)
+
+
+class Cluster:
+    """Owned by the Platform in Ray mode: the head (when this server runs it), the bridge,
+    the executor that runs attempts through the agents, and the node watch."""
+
+    def __init__(self, settings: Settings, head: RayProcess | None, client: ClusterClient) -> None:
+        self.settings, self.head, self.client = settings, head, client
+        self.executor = RayExecutor(
+            client, settings.jobs_dir, node_lost_seconds=settings.node_lost_seconds
+        )
+        self.watch: NodeWatch | None = None
+
+    @classmethod
+    def open(cls, settings: Settings) -> Cluster:
+        """Start (or find again) this server's head, or attach to ``ray_address``."""
+        token = token_path(settings)
+        settings.cluster_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        head = None
+        address = settings.ray_address
+        if address is None:
+            head = start_head(settings, token)
+            address = f"{settings.host}:{settings.ray_port}"
+        host, _ = split_address(address)
+        env = ray_environment(
+            token, host, settings.ray_health_period_ms, settings.ray_health_failures
+        )
+        client = ClusterClient(address, env, settings.cluster_dir / "bridge.log")
+        return cls(settings, head, client)
+
+    @property
+    def address(self) -> str:
+        return self.client.address
+
+    def state(self) -> ClusterState:
+        up = sorted(self.watch.up) if self.watch is not None else []
+        return ClusterState(
+            address=self.address,
+            reachable=self.client.reachable,
+            problem=self.client.problem,
+            unreachable_since=self.client.unreachable_since,
+            nodes_up=up,
+        )
+
+    def join_answer(self, token: str) -> dict[str, Any]:
+        """What a joining machine needs, for the right join token (Unauthenticated else)."""
+        if not hmac.compare_digest(token.encode(), join_token(self.settings).encode()):
+            raise Unauthenticated("the join token is not this pool's: ask an admin for it")
+        return {
+            "ray_address": self.address,
+            "ray_token": token_path(self.settings).read_text().strip(),
+            "health_period_ms": self.settings.ray_health_period_ms,
+            "health_failures": self.settings.ray_health_failures,
+            "object_store_bytes": self.settings.ray_object_store_bytes,
+            "node_lost_seconds": self.settings.node_lost_seconds,
+        }
+
+    def removed(self, name: str) -> None:
+        """An admin removed ``name``: end its agent, and let the watch register it again only
+        when it joins again (a new Ray node); its Ray node stays until its joiner stops."""
+        if self.watch is not None:
+            self.watch.forget(name)
+        try:
+            self.client.forget_agent(name)
+        except (ClusterUnavailable, CallFailed) as error:
+            log.warning("cannot end the agent of removed node %s: %s", name, error)
+
+    def close(self) -> None:
+        """Stop the watch and the bridge; the head and the agents keep running, so that a
+        restarted server finds its running work again."""
+        if self.watch is not None:
+            self.watch.stop()
+        self.client.close()
+
+
+class NodeWatch:
+    """Every second: Ray's view of the nodes, turned into gpupool's (register, down, up)."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        db: Database,
+        clock: Clock,
+        on_change: Callable[[], None],
+        interval: float = WATCH_SECONDS,
+    ) -> None:
+        self.cluster, self.db, self.clock = cluster, db, clock
+        self.on_change, self.interval = on_change, interval
+        self.up: dict[str, float] = {}  # node -> when its inventory was last read
+        self.statuses: dict[str, IsolationStatus] = {}
+        self.ray_ids: dict[str, str] = {}  # node -> the Ray node it was last seen as
+        self.removed: set[str] = set()  # Ray node ids of removed nodes: not registered again
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="gpupool-nodes", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                if self.look():
+                    self.on_change()
+            except Exception:  # the watch must outlive any one bad look
+                log.exception("watching the cluster's nodes failed")
+            self._stopping.wait(self.interval)
+
+    def look(self) -> bool:
+        """One look; True when what the scheduler may use changed."""
+        try:
+            seen = self.cluster.client.nodes()
+        except ClusterUnavailable:
+            return False
+        alive = {
+            n["name"]: n
+            for n in seen
+            if n["name"] and n["alive"] and n["ray_id"] not in self.removed
+        }
+        self.ray_ids.update({name: node["ray_id"] for name, node in alive.items()})
+        changed = False
+        for name in [name for name in self.up if name not in alive]:
+            changed |= self._down(name, "Ray reports the node dead or gone")
+        refresh = self.cluster.settings.discovery_interval_seconds
+        for name, node in alive.items():
+            due = name not in self.up or (
+                refresh > 0 and time.monotonic() - self.up[name] > refresh
+            )
+            if due:
+                changed |= self._discover(name, node.get("address"))
+        return changed
+
+    def forget(self, name: str) -> None:
+        """``name`` was removed: its present Ray node is not taken for a join again."""
+        self.up.pop(name, None)
+        self.statuses.pop(name, None)
+        if name in self.ray_ids:
+            self.removed.add(self.ray_ids.pop(name))
+
+    def _discover(self, name: str, address: str | None) -> bool:
+        client = self.cluster.client
+        try:
+            inventory = NodeInventory.model_validate(
+                client.call(name, "inventory", timeout=INVENTORY_TIMEOUT_S)
+            )
+            status = client.call(name, "isolation_status")
+        except (ClusterUnavailable, AgentUnavailable, CallFailed) as error:
+            log.warning("cannot discover node %s: %s", name, error)
+            return False
+        if status is not None:
+            self.statuses[name] = IsolationStatus.model_validate(status)
+            self.cluster.executor.isolation_status = best_status(self.statuses)
+        joined = name not in self.up
+        self.up[name] = time.monotonic()
+        with self.db.session() as session:
+            nodes.register(session, inventory, self.clock.now(), address=address)
+        if joined:
+            log.info("node %s is up: %d GPUs, %d CPUs", name, len(inventory.gpus), inventory.cpus)
+        return True
+
+    def _down(self, name: str, why: str) -> bool:
+        self.up.pop(name, None)
+        self.statuses.pop(name, None)
+        with self.db.session() as session:
+            nodes.mark_down(session, name, self.clock.now(), why)
+        log.warning("node %s is down: %s", name, why)
+        return True
+
+
+def best_status(statuses: dict[str, IsolationStatus]) -> IsolationStatus | None:
+    """The isolation the pool can give: a node that runs jobs first."""
+    ranked = sorted(statuses.values(), key=lambda s: not s.runs_jobs)
+    return ranked[0] if ranked else None
+
+
+# -- the head -----------------------------------------------------------------------------------
+
+
+def start_head(settings: Settings, token: Path) -> RayProcess:
+    """This server's Ray head: the one recorded in ``cluster_dir`` when it still runs (a
+    restarted server keeps its cluster, and the work running on it), else a new one."""
+    env = head_environment(settings, token)
+    log_path = settings.cluster_dir / "head.log"
+    record = settings.cluster_dir / HEAD_RECORD
+    found = RayProcess.found(record, env, log_path)
+    if found is not None:
+        log.info("the Ray head of this server runs already (pid %s): using it", found.pid)
+        return found
+    head = RayProcess(head_args(settings), env, log_path)
+    head.start()
+    head.save(record)
+    return head
+
+
+def head_args(settings: Settings) -> list[str]:
+    args = [
+        "--head",
+        f"--node-ip-address={settings.host}",
+        f"--port={settings.ray_port}",
+        "--include-dashboard=false",
+        "--disable-usage-stats",
+        f"--object-store-memory={settings.ray_object_store_bytes}",
+        "--num-gpus=0",  # gpupool hands out GPUs itself; Ray must not set CUDA_VISIBLE_DEVICES
+        f"--temp-dir={ray_temp_dir(settings)}",
+    ]
+    if settings.ray_head_node:
+        args.append(f'--resources={{"{node_resource(node_name(settings))}": 1}}')
+    return args
+
+
+def head_environment(settings: Settings, token: Path) -> dict[str, str]:
+    """The head's variables: Ray's, a quiet HOME, and, for the agent of this machine's node,
+    the server's own GPUPOOL_* settings with the node's name and its own data directory."""
+    env = ray_environment(
+        token, settings.host, settings.ray_health_period_ms, settings.ray_health_failures
+    )
+    env["HOME"] = str(quiet_home(settings.cluster_dir / "home"))
+    env.update(node_environment(settings, node_name(settings), settings.cluster_dir / "node"))
+    return env
+
+
+def node_environment(settings: Settings, name: str, data_dir: Path) -> dict[str, str]:
+    """GPUPOOL_* variables for a node's agent: ``settings``' node-side ones, its name and data
+    directory (never the server's database)."""
+    env = {k: v for k, v in os.environ.items() if k.startswith("GPUPOOL_")}
+    for key in ("DATABASE_URL", "JOIN_TOKEN", "RAY_TOKEN_FILE", "PUBLIC_URL"):
+        env.pop(f"GPUPOOL_{key}", None)
+    fields = {
+        "declared_gpus": settings.declared_gpus,
+        "declared_links": settings.declared_links,
+        "declared_cpus": settings.declared_cpus,
+        "declared_memory": settings.declared_memory,
+        "isolation": settings.isolation,
+    }
+    env.update({f"GPUPOOL_{k.upper()}": str(v) for k, v in fields.items() if v is not None})
+    env["GPUPOOL_NODE_NAME"], env["GPUPOOL_DATA_DIR"] = name, str(data_dir)
+    return env
+
+
+def node_name(settings: Settings) -> str:
+    return settings.node_name or socket.gethostname() or "localhost"
+
+
+def ray_temp_dir(settings: Settings) -> Path:
+    """Ray's session files: a short path (its sockets' paths must fit in 107 bytes)."""
+    import hashlib
+
+    digest = hashlib.sha256(str(settings.data_dir.resolve()).encode()).hexdigest()[:10]
+    return Path("/tmp") / f"gpupool-ray-{digest}"
+
+
+def token_path(settings: Settings) -> Path:
+    if settings.ray_token_file is not None:
+        return settings.ray_token_file
+    return ensure_token(settings.cluster_dir / "ray-token")
+
+
+def join_token(settings: Settings) -> str:
+    """The join token: the setting, else one made at the first start and kept (0600)."""
+    if settings.join_token:
+        return settings.join_token
+    path = settings.cluster_dir / JOIN_TOKEN_FILE
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write("gpj_" + secrets.token_urlsafe(24))
+    return path.read_text().strip()
+
+
+def is_loopback(address: str) -> bool:
+    return split_address(address)[0] == LOOPBACK
+
+
+# -- what the API calls -------------------------------------------------------------------------
+
+
+def join(ctx: Context, address: str, token: str, name: str | None = None) -> JoinView:
+    """The head's address and the pool's Ray secret, for the right join token; a wrong one is
+    counted as a failed sign-in from ``address`` (throttled the same way). With ``name``:
+    whether that node is up and schedulable yet (the joiner waits for it)."""
+    cluster = _pool(ctx)
+    with ctx.throttle.guard(address):
+        answer = cluster.join_answer(token)
+    if name is not None:
+        with ctx.db.reader() as session:
+            try:
+                node = nodes.get_node(session, name)
+            except NotFound:
+                node = None
+            up = node is not None and node.state == "up" and node.removed_at is None
+            answer.update(node_up=up, node_schedulable=bool(up and node.schedulable))
+    return JoinView(**answer)
+
+
+def describe(ctx: Context, who: Principal) -> ClusterView:
+    """The engine and its health; admins also get the head's address and the join command."""
+    cluster = ctx.cluster
+    if cluster is None:
+        return ClusterView(mode="local", reachable=True)
+    state = cluster.state()
+    view = ClusterView(
+        mode="ray",
+        reachable=state.reachable,
+        problem=state.problem,
+        unreachable_since=state.unreachable_since,
+        nodes_up=state.nodes_up,
+    )
+    if not who.is_admin:
+        return view
+    url = ctx.settings.public_url or f"http://{ctx.settings.host}:{ctx.settings.port}"
+    command = f"gpupool node join {url} --token {join_token(ctx.settings)}"
+    return view.model_copy(update={"address": state.address, "join_command": command})
+
+
+def _pool(ctx: Context) -> Cluster:
+    if ctx.cluster is None:
+        raise NotAPool(
+            "this server runs one machine, so no machine can join it: start it with "
+            "'gpupool server --ray' to make a pool"
+        )
+    return ctx.cluster

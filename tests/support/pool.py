@@ -1,0 +1,130 @@
+"""A real pool on one machine: ``gpupool server --ray`` and nodes joined with ``gpupool node join``,
+every Ray process on 127.0.0.1.
+
+Ray keeps to 127.0.0.1 only where loopback is the machine's one interface (it rewrites that
+address to the machine's external one otherwise), so the pool runs only inside a network
+namespace that holds only ``lo``: ``make test`` runs the tests in one, as root
+(scripts/loopback-only). Elsewhere the pool's tests skip, saying so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from tests.support.cleanup import kill_leftovers
+from tests.support.server import ServerProcess, free_port
+
+SCHEDULABLE = re.compile(r"schedulable after ([0-9.]+) s")
+JOIN_TOKEN = re.compile(r"--token (gpj_\S+)")
+
+
+def only_loopback() -> bool:
+    return [name for _, name in socket.if_nameindex()] == ["lo"]
+
+
+def need_loopback_namespace() -> None:
+    if not only_loopback():
+        pytest.skip(
+            "a Ray pool on one machine keeps to 127.0.0.1 only in a network namespace that "
+            "holds only loopback: run the tests with scripts/loopback-only (make test does, "
+            "as root)"
+        )
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        pytest.skip("Ray is not installed: make test installs it")
+
+
+@dataclass
+class JoinedNode:
+    name: str
+    data_dir: Path
+    process: subprocess.Popen
+    output: Path
+    seconds: float | None = None
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(30)
+        kill_recorded(self.data_dir / "cluster" / "node.json")
+        kill_leftovers(self.data_dir / "jobs")
+
+
+@dataclass
+class Pool:
+    """The server (its Ray head's machine is node ``head``) and the nodes that joined it."""
+
+    root: Path
+    server: ServerProcess
+    nodes: dict[str, JoinedNode] = field(default_factory=dict)
+
+    @classmethod
+    def start(cls, root: Path, head_gpus: str = "2xA100-SXM4-80GB:80GiB") -> Pool:
+        ray_port = free_port()
+        env = {
+            "GPUPOOL_NODE_NAME": "head",
+            "GPUPOOL_RAY_PORT": str(ray_port),
+            "GPUPOOL_NODE_LOST_SECONDS": "5",
+        }
+        server = ServerProcess(root / "server", gpus=head_gpus, env=env, args=["--ray"])
+        server.start(timeout=120)
+        return cls(root, server)
+
+    @property
+    def join_token(self) -> str:
+        return JOIN_TOKEN.findall(self.server.output())[0]
+
+    def join(self, name: str, gpus: str, timeout: float = 120.0) -> JoinedNode:
+        """``gpupool node join`` as a user runs it, until it says the node is schedulable."""
+        data_dir = self.root / name
+        output = self.root / f"{name}-join.log"
+        command = [sys.executable, "-m", "gpupool", "node", "join", self.server.url]
+        command += ["--token", self.join_token, "--name", name, "--data-dir", str(data_dir)]
+        command += ["--declare-gpus", gpus, "--declare-cpus", "16", "--declare-memory", "64GiB"]
+        with output.open("wb") as out:
+            process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+        node = self.nodes[name] = JoinedNode(name, data_dir, process, output)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = SCHEDULABLE.findall(output.read_text(errors="replace"))
+            if found:
+                node.seconds = float(found[0])
+                return node
+            if process.poll() is not None:
+                raise RuntimeError(f"join of {name} ended: {output.read_text()}")
+            time.sleep(0.2)
+        raise RuntimeError(f"join of {name} did not finish: {output.read_text()}")
+
+    def stop(self) -> None:
+        for node in self.nodes.values():
+            node.stop()
+        self.server.stop()
+        kill_recorded(self.server.data_dir / "cluster" / "head.json")
+        kill_leftovers(self.server.data_dir / "cluster" / "node" / "jobs")
+
+
+def kill_recorded(record: Path) -> None:
+    """Every process of the Ray node recorded at ``record`` (its session)."""
+    try:
+        leader = json.loads(record.read_text())["pid"]
+    except (OSError, ValueError, KeyError):
+        return
+    from gpupool.cluster.process import kill_session
+
+    kill_session(leader)
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(-1, os.WNOHANG)
