@@ -38,6 +38,7 @@ bench: $(VENV)/.dev
 	$(BIN)/python benchmarks/philly_replay.py
 	$(BIN)/python benchmarks/signin_timing.py
 	$(BIN)/python benchmarks/cli_startup.py
+	$(BIN)/python benchmarks/pool_start.py
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
