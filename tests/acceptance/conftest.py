@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.chromium import launched
 from tests.support.cli import Cli
 from tests.support.server import ServerProcess
 
@@ -34,3 +35,22 @@ def release(exchange: Path) -> Iterator[Path]:
     marker = exchange / "release"
     yield marker
     marker.touch()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[object]:
+    """One chromium per test module (Playwright's; the modules skip without chromium)."""
+    with launched() as chromium:
+        yield chromium
+
+
+@pytest.fixture
+def page(browser, server: ServerProcess) -> Iterator[object]:  # noqa: ANN001
+    """A fresh page on the test's server; the test fails on any JavaScript error."""
+    context = browser.new_context(base_url=server.url, viewport={"width": 1280, "height": 900})
+    opened = context.new_page()
+    errors: list[str] = []
+    opened.on("pageerror", lambda error: errors.append(str(error)))
+    yield opened
+    context.close()
+    assert not errors, f"JavaScript errors: {errors}"

@@ -5,13 +5,12 @@ from __future__ import annotations
 import re
 import shlex
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.support.chromium import NEEDS_CHROMIUM, SLOW, launched
+from tests.support.chromium import NEEDS_CHROMIUM, SLOW
 from tests.support.server import ServerProcess
 from tests.support.workloads import ANNOUNCEMENT, FIRST, SECOND, TWO_ATTEMPTS
 
@@ -19,23 +18,6 @@ pytestmark = NEEDS_CHROMIUM
 sync_api = pytest.importorskip("playwright.sync_api")
 expect = sync_api.expect
 SHOTS = Path("/tmp")
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[object]:
-    with launched() as chromium:
-        yield chromium
-
-
-@pytest.fixture
-def page(browser, server: ServerProcess) -> Iterator[object]:  # noqa: ANN001
-    context = browser.new_context(base_url=server.url, viewport={"width": 1280, "height": 900})
-    opened = context.new_page()
-    errors: list[str] = []
-    opened.on("pageerror", lambda error: errors.append(str(error)))
-    yield opened
-    context.close()
-    assert not errors, f"JavaScript errors: {errors}"
 
 
 def sign_in(page, server: ServerProcess, target: str = "/") -> None:  # noqa: ANN001

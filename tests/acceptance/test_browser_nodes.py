@@ -4,34 +4,16 @@ drains and undrains a node with its buttons, a member has none."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 
 import httpx
 import pytest
 
-from tests.support.chromium import NEEDS_CHROMIUM, SLOW, launched
+from tests.support.chromium import NEEDS_CHROMIUM, SLOW
 from tests.support.server import ServerProcess
 
 pytestmark = NEEDS_CHROMIUM
 sync_api = pytest.importorskip("playwright.sync_api")
 expect = sync_api.expect
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[object]:
-    with launched() as chromium:
-        yield chromium
-
-
-@pytest.fixture
-def page(browser, server: ServerProcess) -> Iterator[object]:  # noqa: ANN001
-    context = browser.new_context(base_url=server.url, viewport={"width": 1280, "height": 900})
-    opened = context.new_page()
-    errors: list[str] = []
-    opened.on("pageerror", lambda error: errors.append(str(error)))
-    yield opened
-    context.close()
-    assert not errors, f"JavaScript errors: {errors}"
 
 
 def sign_in(page, server: ServerProcess, user: str, password: str) -> None:  # noqa: ANN001
