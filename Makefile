@@ -48,8 +48,10 @@ $(VENV)/.runtime: pyproject.toml | $(VENV)/bin/python
 	$(BIN)/pip install -q -e .
 	touch $@
 
+# The test venv adds the 'distributed' extra (torch's CPU build, mpi4py) for the distributed
+# training tests: about 50 s and 870 MB more in the venv, so `make serve` (.runtime) goes without.
 $(VENV)/.dev: pyproject.toml | $(VENV)/bin/python
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e '.[dev,distributed]'
 	touch $(VENV)/.runtime $@
 
 clean:

@@ -298,7 +298,7 @@ def node_join(
         f"(Ray node up after {joined.ray_seconds:.1f} s)",
         flush=True,
     )
-    raise typer.Exit(stay(joined.node, say=lambda text: console.print(text, highlight=False)))
+    raise typer.Exit(stay(joined, say=lambda text: console.print(text, highlight=False)))
 
 
 def _print_recovered(found: RecoveredToken) -> None:

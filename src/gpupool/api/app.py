@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends, FastAPI
 import gpupool
 from gpupool.api import docs, errors, params, ui
 from gpupool.api.limits import AllowedHosts, BodyLimit
-from gpupool.api.routers import admin, cluster, code, isolation, jobs, nodes, session
+from gpupool.api.routers import admin, cluster, code, isolation, jobs, nodes, pool, session
 from gpupool.services.platform import Platform
 
 API_PREFIX = "/api/v1"
@@ -40,7 +40,7 @@ def create_app(platform: Platform, start_loop: bool = True) -> FastAPI:
     app.state.platform = platform
     errors.install(app)
     api = APIRouter(prefix=API_PREFIX)
-    for module in (session, jobs, nodes, isolation, admin, cluster, code):
+    for module in (session, jobs, nodes, pool, isolation, admin, cluster, code):
         api.include_router(module.router)
     app.include_router(api)
     ui.mount(app)

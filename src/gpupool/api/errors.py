@@ -16,6 +16,7 @@ from gpupool.errors import (
     GpupoolError,
     GpuTypeWithoutGpus,
     InvalidArray,
+    InvalidLauncher,
     InvalidRequest,
     TooManyAttempts,
 )
@@ -23,9 +24,15 @@ from gpupool.errors import (
 log = logging.getLogger(__name__)
 
 # body fields whose errors carry a code of their own (the rest: invalid_request)
-FIELD_ERRORS: dict[str, type[InvalidRequest]] = {"array": InvalidArray}
+FIELD_ERRORS: dict[str, type[InvalidRequest]] = {
+    "array": InvalidArray,
+    "launcher": InvalidLauncher,
+    "launcher_mode": InvalidLauncher,
+}
 # validation error types that are codes of their own (a validator's PydanticCustomError)
-TYPE_ERRORS: frozenset[str] = frozenset({GpuTypeWithoutGpus.code, CodeWithWorkdir.code})
+TYPE_ERRORS: frozenset[str] = frozenset(
+    {GpuTypeWithoutGpus.code, CodeWithWorkdir.code, InvalidLauncher.code}
+)
 # FastAPI answers 400 to a body its JSON parser raised on, other than a syntax error: a
 # number of more digits than Python converts (4300) is the one a client can send
 BODY_UNREADABLE = (

@@ -28,7 +28,7 @@ from gpupool.domain.jobs import FINAL_STATUSES, JobStatus, Role
 from gpupool.domain.units import format_bytes, format_duration
 from gpupool.domain.views import SubmitOptionsView
 from gpupool.errors import NotFound
-from gpupool.services import code, jobs, nodes, teams, why
+from gpupool.services import code, jobs, pool, teams, why
 from gpupool.services.access import Principal
 from gpupool.services.context import Context
 
@@ -42,13 +42,26 @@ ENDED = sorted(FINAL_STATUSES)
 SHOW = {"all": None, "active": ACTIVE, "ended": ENDED}
 TEXT_FIELDS = ("command", "name", "workdir", "code", "env", "gpu_memory", "memory", "team")
 POLICY_FIELDS = ("gpu_type", "max_runtime", "grace_period")
+TORCH_MODES = {"per-gpu": "one process per GPU", "torchrun": "one torchrun per node"}
 BLANK_FORM = (
     dict.fromkeys(TEXT_FIELDS + POLICY_FIELDS, "")
     | {"gpus": "1", "cpus": "1", "priority": "0"}
     | {"preemptible": True}
+    | {"nodes": "1", "launcher": ""}
+)
+# the submit form's launcher choices: value -> text ("torchrun": torch, one torchrun per node)
+LAUNCHERS = (
+    ("", "None: the command as it is"),
+    ("torch", "PyTorch: one process per GPU"),
+    ("torchrun", "PyTorch: one torchrun per node"),
+    ("tensorflow", "TensorFlow"),
+    ("mpi", "MPI"),
 )
 PERIODS = {"6": "6 hours", "24": "24 hours", "72": "3 days", "168": "7 days"}
 BUCKETS = 48  # points of a team's chart
+# a node's topology matrix starts open up to this many GPUs (8 GPUs and their NICs fit a
+# laptop's width); a bigger one starts collapsed, its summary saying what it holds
+TOPOLOGY_OPEN_MAX = 8
 
 CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self'; style-src-attr 'unsafe-inline'; "
@@ -107,6 +120,34 @@ def _gpus(resources: dict[str, Any]) -> str:
     return _number(count) + (f" · {format_bytes(memory)}" if memory else "")
 
 
+def _request(spec: dict[str, Any]) -> str:
+    """The GPUs column: ``_gpus``, or for a job over several nodes (or with a launcher)
+    '2 nodes × 4 GPUs · torch'."""
+    nodes = spec.get("nodes") or 1
+    if nodes == 1 and not spec.get("launcher"):
+        return _gpus(spec["resources"])
+    text = f"{nodes} node{'' if nodes == 1 else 's'} × {_node_gpus(spec['resources'])}"
+    return text + (f" · {spec['launcher']}" if spec.get("launcher") else "")
+
+
+def _node_gpus(resources: dict[str, Any]) -> str:
+    """What each node of a job over several nodes gets: '4 GPUs', '0.5 GPU', 'no GPU'."""
+    count, memory = resources.get("gpus") or 0, resources.get("gpu_memory_bytes")
+    if not count:
+        return _gpus(resources) if memory else "no GPU"
+    text = f"{_number(count)} GPU{'s' if count > 1 else ''}"
+    return text + (f" · {format_bytes(memory)}" if memory else "")
+
+
+def _launcher(spec: dict[str, Any]) -> str:
+    """'torch, one process per GPU', 'torch, one torchrun per node', 'mpi'; 'none'."""
+    if not spec.get("launcher"):
+        return "none: each node runs the command as it is"
+    if spec["launcher"] != "torch":
+        return spec["launcher"]
+    return f"torch, {TORCH_MODES[spec.get('launcher_mode') or 'per-gpu']}"
+
+
 def _from_now(epoch: float | None, now: float) -> str:
     """'in 25m', 'now' (or '25m ago'): how far a time is from ``now``."""
     if epoch is None:
@@ -162,6 +203,27 @@ def _rdma(inventory: dict[str, Any]) -> list[str]:
     return parts or ["none found"]
 
 
+# The topology matrix's words, as ``nvidia-smi topo -m``'s legend says them (fastest first).
+LINK_LEGEND = (
+    ("X", "the GPU itself"),
+    ("NV#", "NVLink, # links"),
+    ("PIX", "at most one PCIe bridge"),
+    ("PXB", "several PCIe bridges, no host bridge"),
+    ("PHB", "a PCIe host bridge (one CPU)"),
+    ("NODE", "across PCIe host bridges in one NUMA node"),
+    ("SYS", "across NUMA nodes (the CPUs' interconnect)"),
+)
+
+
+def _link_class(cell: str) -> str:
+    """'NV4' -> 'link-nv', 'PIX' -> 'link-pix', 'X' -> 'link-self', '' -> 'link-none'."""
+    if not cell:
+        return "link-none"
+    if cell == "X":
+        return "link-self"
+    return "link-nv" if cell.startswith("NV") else f"link-{cell.lower()}"
+
+
 ENV = Environment(
     loader=FileSystemLoader(TEMPLATES),
     autoescape=True,
@@ -176,9 +238,13 @@ ENV.filters.update(
     number=_number,
     percent=_percent,
     gpus=_gpus,
+    request=_request,
+    node_gpus=_node_gpus,
+    launcher=_launcher,
     duration=format_duration,
     gpu_hours=_gpu_hours,
     from_now=_from_now,
+    link_class=_link_class,
 )
 ENV.globals.update(
     version=gpupool.__version__,
@@ -186,6 +252,8 @@ ENV.globals.update(
     network=_network,
     rdma=_rdma,
     final_statuses=[s.value for s in FINAL_STATUSES],
+    link_legend=LINK_LEGEND,
+    topology_open_max=TOPOLOGY_OPEN_MAX,
 )
 
 
@@ -235,19 +303,8 @@ def cluster_page(request: Request, ctx: PlatformDep, signed_in: SignedIn) -> Res
     if not signed_in:
         return _to_login(request)
     who, csrf = signed_in
-    found = [n.model_dump(mode="json") for n in nodes.list_nodes(ctx, who)]
-    gpus = [g for n in found for g in n["gpus"]]
-    used = sum(g["used_share"] for g in gpus)
-    return _render(
-        "cluster.html",
-        who,
-        csrf,
-        page="cluster",
-        nodes=found,
-        total=len(gpus),
-        used=used,
-        isolation=ctx.isolation(),
-    )
+    shown = pool.show_pool(ctx, who).model_dump(mode="json")
+    return _render("cluster.html", who, csrf, page="cluster", pool=shown, isolation=ctx.isolation())
 
 
 @router.get("/jobs", response_class=HTMLResponse)
@@ -414,6 +471,8 @@ def _form_from(ctx: Context, who: Principal, job_id: int) -> dict[str, Any]:
         "gpu_type": ", ".join(spec.gpu_types),
         "max_runtime": _duration_or_blank(spec.max_runtime_seconds),
         "grace_period": _duration_or_blank(spec.grace_period_seconds),
+        "nodes": str(spec.nodes),
+        "launcher": "torchrun" if spec.launcher_mode == "torchrun" else spec.launcher or "",
     }
 
 
@@ -433,6 +492,7 @@ def _submit_choices(options: SubmitOptionsView) -> dict[str, Any]:
         "admin_max_priority": options.admin_max_priority,
         "default_grace": format_duration(options.default_grace_seconds),
         "max_grace": format_duration(options.max_grace_seconds),
+        "launchers": LAUNCHERS,
     }
 
 

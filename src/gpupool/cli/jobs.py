@@ -7,6 +7,7 @@ import shlex
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -44,6 +45,22 @@ WAITING = {"pending", "starting"}
 FINAL = {"succeeded", "failed", "cancelled", "lost"}
 POLL = 0.25
 RUN_SETTINGS = {"allow_interspersed_args": False}
+GANG_EXAMPLE = "gpupool run --nodes 2 --gpus-per-node 4 --launcher torch -- python train.py"
+LAUNCHER_NAMES = {
+    "torch": "torch, one process per GPU",
+    "torchrun": "torch, one torchrun per node",
+    "tensorflow": "tensorflow",
+    "mpi": "mpi",
+}
+
+
+class Launcher(StrEnum):
+    """What each node of a job over several nodes starts (JobSpec.launcher)."""
+
+    TORCH = "torch"
+    TENSORFLOW = "tensorflow"
+    MPI = "mpi"
+
 
 # -- run -------------------------------------------------------------------------------------
 
@@ -81,6 +98,33 @@ def _check_gpu_type(gpu_type: list[str] | None, gpus: float | None, gpu_memory: 
         )
 
 
+def _check_gang(
+    gpus: float | None, gpus_per_node: float | None, launcher: Launcher | None, torchrun: bool
+) -> float | None:
+    """The GPUs per node asked, once --gpus and --gpus-per-node agree and the launcher
+    options fit together (what the server would refuse, said before anything is sent)."""
+    if gpus is not None and gpus_per_node is not None and gpus != gpus_per_node:
+        raise typer.BadParameter(
+            f"--gpus {gpus:g} and --gpus-per-node {gpus_per_node:g} both say how many GPUs "
+            "each node of the job gets: give one of them",
+            param_hint="'--gpus-per-node'",
+        )
+    if torchrun and launcher is not Launcher.TORCH:
+        raise typer.BadParameter(
+            "--torchrun starts one torchrun per node, so it needs --launcher torch: "
+            f"{GANG_EXAMPLE} --torchrun",
+            param_hint="'--torchrun'",
+        )
+    per_node = gpus if gpus is not None else gpus_per_node
+    if launcher is Launcher.MPI and per_node is not None and not float(per_node).is_integer():
+        raise typer.BadParameter(
+            f"MPI starts one rank per GPU, so each node asks for whole GPUs, not {per_node:g}: "
+            "use --gpus-per-node 1 or more (or leave it out for CPU-only ranks)",
+            param_hint="'--gpus-per-node'",
+        )
+    return per_node
+
+
 def build_spec(
     command: list[str],
     *,
@@ -98,8 +142,10 @@ def build_spec(
     max_runtime: float | None = None,
     grace_period: float | None = None,
     code: str | None = None,
+    gang: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The JobSpec JSON; fields left out take the server's defaults."""
+    """The JobSpec JSON; fields left out take the server's defaults. ``gang``: ``nodes``,
+    ``launcher``, ``launcher_mode``, ``allow_cross_fabric``, ``retries``, as given."""
     resources = {
         "gpus": gpus,
         "gpu_memory_bytes": gpu_memory,
@@ -119,6 +165,7 @@ def build_spec(
         "gpu_types": gpu_types or None,
         "max_runtime_seconds": max_runtime,
         "grace_period_seconds": grace_period,
+        **(gang or {}),
     }
     return {k: v for k, v in spec.items() if v is not None}
 
@@ -128,7 +175,61 @@ def run(
         list[str], typer.Argument(metavar="-- CMD [ARGS]...", help="The program and its arguments.")
     ],
     gpus: Annotated[
-        float | None, typer.Option(help="Whole GPUs (1, 2, 8) or a share of one GPU (0.5).")
+        float | None,
+        typer.Option(
+            help="Whole GPUs (1, 2, 8) or a share of one GPU (0.5); with --nodes, on each node."
+        ),
+    ] = None,
+    nodes: Annotated[
+        int | None,
+        typer.Option(
+            help="Run the job over this many nodes at once, one task per node, each with the "
+            "GPUs, CPUs and memory asked (all tasks start together, or none does). Each task "
+            f"sees $GPUPOOL_TASK_INDEX and $GPUPOOL_TASK_COUNT. E.g. {GANG_EXAMPLE}",
+            min=1,
+        ),
+    ] = None,
+    gpus_per_node: Annotated[
+        float | None,
+        typer.Option(
+            help="GPUs on each node of a job over several nodes: the same as --gpus, "
+            "clearer with --nodes (give one of the two)."
+        ),
+    ] = None,
+    launcher: Annotated[
+        Launcher | None,
+        typer.Option(
+            help="Start a distributed framework on every node: torch (one process per GPU, "
+            "with torchrun's RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR...), tensorflow "
+            "(TF_CONFIG for multi-worker training) or mpi (mpirun over every node). "
+            "Without it, each node runs the command as it is. Output lines start with "
+            "\\[rank N]: gpupool logs JOB --rank N shows one rank.",
+            case_sensitive=False,
+        ),
+    ] = None,
+    torchrun: Annotated[
+        bool,
+        typer.Option(
+            "--torchrun",
+            help="With --launcher torch: start one torchrun per node, which starts the "
+            "processes, instead of gpupool starting one process per GPU.",
+        ),
+    ] = False,
+    allow_cross_fabric: Annotated[
+        bool,
+        typer.Option(
+            "--allow-cross-fabric",
+            help="Let the nodes of the job be on different fabrics (slower links between "
+            "them) rather than wait for nodes on one.",
+        ),
+    ] = False,
+    retries: Annotated[
+        int | None,
+        typer.Option(
+            help="Queue the job again this many times when a node under it fails or is lost "
+            "(default 0).",
+            min=0,
+        ),
     ] = None,
     gpu_memory: Annotated[
         str | None, typer.Option(help="GPU memory to reserve, e.g. 20GiB.", metavar="BYTES")
@@ -214,7 +315,12 @@ def run(
     ] = False,
     output: OutputOption = Output.TABLE,
 ) -> None:
-    """Submit a job: gpupool run --gpus 1 -- python train.py. Prints the job id."""
+    """Submit a job: gpupool run --gpus 1 -- python train.py. Prints the job id.
+
+    Over several nodes (a distributed job, e.g. PyTorch DDP on 2 nodes of 4 GPUs):
+    gpupool run --nodes 2 --gpus-per-node 4 --launcher torch -- python train.py
+    """
+    gpus = _check_gang(gpus, gpus_per_node, launcher, torchrun)
     _check_gpu_type(gpu_type, gpus, gpu_memory)
     if array is not None and follow:
         raise typer.BadParameter(
@@ -243,6 +349,7 @@ def run(
         gpu_types=gpu_type,
         max_runtime=_seconds(max_runtime),
         grace_period=_seconds(grace_period),
+        gang=_gang_fields(nodes, launcher, torchrun, allow_cross_fabric, retries),
     )
     with connect() as client:
         if code:
@@ -258,6 +365,23 @@ def run(
             typer.echo(job["id"])
         if follow:
             raise typer.Exit(follow_until_end(client, job))
+
+
+def _gang_fields(
+    nodes: int | None,
+    launcher: Launcher | None,
+    torchrun: bool,
+    allow_cross_fabric: bool,
+    retries: int | None,
+) -> dict[str, Any]:
+    """The spec's fields of a job over several nodes that were given (the rest: defaults)."""
+    return {
+        "nodes": nodes,
+        "launcher": launcher.value if launcher else None,
+        "launcher_mode": "torchrun" if torchrun else None,
+        "allow_cross_fabric": True if allow_cross_fabric else None,
+        "retries": retries,
+    }
 
 
 def send_code(client: Client, directory: str) -> str:
@@ -390,6 +514,38 @@ def gpus_text(resources: dict[str, Any]) -> str:
     return f"{share(count)} ({memory(gpu_memory)})"
 
 
+def request_text(spec: dict[str, Any]) -> str:
+    """The GPUS column: ``gpus_text``, or for a job over several nodes (or with a launcher)
+    '2 nodes × 4 GPUs, torch'."""
+    if not is_gang(spec):
+        return gpus_text(spec["resources"])
+    nodes = spec.get("nodes") or 1
+    text = f"{nodes} node{'' if nodes == 1 else 's'} × {node_gpus_text(spec['resources'])}"
+    return text + (f", {launcher_text(spec)}" if spec.get("launcher") else "")
+
+
+def is_gang(spec: dict[str, Any]) -> bool:
+    """A job over several nodes, or one started by a launcher (JobSpec.is_gang)."""
+    return (spec.get("nodes") or 1) > 1 or bool(spec.get("launcher"))
+
+
+def node_gpus_text(resources: dict[str, Any]) -> str:
+    """What one node of a gang gets: '4 GPUs', '1 GPU (40 GiB)', '0.5 GPU', 'no GPU'."""
+    count, gpu_memory = resources.get("gpus") or 0, resources.get("gpu_memory_bytes")
+    if not count:
+        return f"{memory(gpu_memory)} of one GPU" if gpu_memory else "no GPU"
+    text = f"{share(count)} GPU{'s' if count > 1 else ''}"
+    return text + (f" ({memory(gpu_memory)})" if gpu_memory else "")
+
+
+def launcher_text(spec: dict[str, Any]) -> str:
+    """'torch, one process per GPU', 'torch, one torchrun per node', 'mpi'; '-' for none."""
+    if not spec.get("launcher"):
+        return "-"
+    key = "torchrun" if spec.get("launcher_mode") == "torchrun" else spec["launcher"]
+    return LAUNCHER_NAMES.get(key, spec["launcher"])
+
+
 def age_text(job: dict[str, Any]) -> str:
     """Pending: time since submission; running: time since start; ended: how long it ran."""
     start = job.get("started_at") or job["submitted_at"]
@@ -466,7 +622,7 @@ def job_row(job: dict[str, Any]) -> list[str]:
         escape(job["user"]),
         escape(job["team"]),
         status_text(job["status"]),
-        gpus_text(job["spec"]["resources"]),
+        escape(request_text(job["spec"])),
         escape(placement.get("node") or "-"),
         age_text(job),
         escape(reason_text(job)),
@@ -478,11 +634,14 @@ def job_row(job: dict[str, Any]) -> list[str]:
 
 def _spec_lines(job: dict[str, Any]) -> list[str]:
     spec, resources = job["spec"], job["spec"]["resources"]
+    each = "per node: " if is_gang(spec) else ""
     lines = [
         f"command:    {escape(shlex.join(spec['command']))}",
-        f"resources:  gpus {gpus_text(resources)}, cpus {share(resources.get('cpus') or 0)}, "
-        f"memory {memory(resources.get('memory_bytes'))}",
+        f"resources:  {each}gpus {gpus_text(resources)}, cpus "
+        f"{share(resources.get('cpus') or 0)}, memory {memory(resources.get('memory_bytes'))}",
     ]
+    if is_gang(spec):
+        lines.append(f"nodes:      {escape(gang_text(spec))}")
     if spec.get("env"):
         pairs = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(spec["env"].items()))
         lines.append(f"env:        {escape(pairs)}")
@@ -492,6 +651,15 @@ def _spec_lines(job: dict[str, Any]) -> list[str]:
         lines.append(f"code:       {escape(code_text(spec['code'], job.get('code_snapshot')))}")
     lines.append(f"policy:     {escape(policy_text(spec))}")
     return lines
+
+
+def gang_text(spec: dict[str, Any]) -> str:
+    """'2 nodes × 4 GPUs (8 GPUs in all), launcher torch, one process per GPU'."""
+    nodes, count = spec.get("nodes") or 1, spec["resources"].get("gpus") or 0
+    text = f"{nodes} node{'' if nodes == 1 else 's'} × {node_gpus_text(spec['resources'])}"
+    if nodes > 1 and count >= 1:
+        text += f" ({share(nodes * count)} GPUs in all)"
+    return f"{text}, launcher {launcher_text(spec)}"
 
 
 def code_text(ref: str, snapshot: dict[str, Any] | None) -> str:
@@ -514,6 +682,10 @@ def policy_text(spec: dict[str, Any]) -> str:
         parts.append(f"max runtime {format_duration(spec['max_runtime_seconds'])}")
     if spec.get("grace_period_seconds") is not None:
         parts.append(f"grace {format_duration(spec['grace_period_seconds'])}")
+    if spec.get("allow_cross_fabric"):
+        parts.append("nodes may be on different fabrics")
+    if spec.get("retries"):
+        parts.append(f"retries {spec['retries']} when a node fails")
     return ", ".join(parts)
 
 
@@ -595,10 +767,11 @@ def show(
 # -- logs, cancel ----------------------------------------------------------------------------
 
 
-def write_log(parts: Iterable[LogPart]) -> None:
+def write_log(parts: Iterable[LogPart]) -> bool:
     """The job's own output to stdout byte for byte; each later attempt's announcement on
-    stderr ("--- attempt 2 started (requeued after preemption) ---"), on a line of its own."""
-    ended_line = True
+    stderr ("--- attempt 2 started (requeued after preemption) ---"), on a line of its own.
+    Whether any output was written."""
+    ended_line, wrote = True, False
     for part in parts:
         if part.note:
             err.print(("" if ended_line else "\n") + f"--- {escape(part.note)} ---")
@@ -606,7 +779,8 @@ def write_log(parts: Iterable[LogPart]) -> None:
         if part.text:
             sys.stdout.write(part.text)
             sys.stdout.flush()
-            ended_line = part.text.endswith("\n")
+            ended_line, wrote = part.text.endswith("\n"), True
+    return wrote
 
 
 def logs(
@@ -622,25 +796,64 @@ def logs(
             min=1,
         ),
     ] = None,
+    rank: Annotated[
+        int | None,
+        typer.Option(
+            help="Only the lines of this rank of a job over several nodes (those starting "
+            "\\[rank N]), without that prefix; works with -f.",
+            min=0,
+        ),
+    ] = None,
+    task: Annotated[
+        int | None,
+        typer.Option(
+            help="Only the lines of this task (node) of a job over several nodes (those "
+            "starting \\[task N]: torchrun per node, or no launcher), without that prefix.",
+            min=0,
+        ),
+    ] = None,
 ) -> None:
     """Print a job's log, attempt after attempt; with -f, keep printing until the job has
-    ended. A preempted job's next attempt is announced on stderr."""
+    ended. A preempted job's next attempt is announced on stderr.
+
+    A job over several nodes writes one log, each line starting with \\[rank N] or \\[task N]:
+    --rank N (or --task N) prints only those lines, e.g. gpupool logs -f 12 --rank 1.
+    """
+    if rank is not None and task is not None:
+        raise typer.BadParameter("give --rank or --task, not both", param_hint="'--task'")
+    lines = {"rank": rank, "task": task}
     with connect() as client:
         job_id = arrays.job_id_of(client, target)
         if attempt is not None and not follow:
-            write_log(_one_attempt(client, job_id, attempt))
-            return
-        write_log(client.follow_logs(job_id, poll=POLL, attempt=attempt or 1, follow=follow))
+            parts = _one_attempt(client, job_id, attempt, lines)
+        else:
+            parts = client.follow_logs(
+                job_id, poll=POLL, attempt=attempt or 1, follow=follow, **lines
+            )
+        if not write_log(parts) and (rank is not None or task is not None):
+            err.print(f"[dim]{escape(no_lines_text(rank, task))}[/dim]")
 
 
-def _one_attempt(client: Client, job_id: int, attempt: int) -> Iterator[LogPart]:
-    """One attempt's log as written so far."""
+def no_lines_text(rank: int | None, task: int | None) -> str:
+    """Why a filtered log printed nothing."""
+    label = f"rank {rank}" if rank is not None else f"task {task}"
+    return (
+        f"no lines of {label} so far: a job over several nodes starts each line with "
+        f"[rank N] or [task N] (gpupool logs JOB without --{label.split()[0]} shows them all)"
+    )
+
+
+def _one_attempt(
+    client: Client, job_id: int, attempt: int, lines: dict[str, int | None]
+) -> Iterator[LogPart]:
+    """One attempt's log as written so far (only the ``lines`` asked for)."""
     offset = 0
     while True:
-        chunk = client.logs(job_id, offset, attempt)
-        if not chunk["text"]:
+        chunk = client.logs(job_id, offset, attempt, **lines)
+        if chunk["next_offset"] == chunk["offset"]:
             return
-        yield LogPart(chunk["attempt"], chunk["text"])
+        if chunk["text"]:
+            yield LogPart(chunk["attempt"], chunk["text"])
         offset = chunk["next_offset"]
 
 

@@ -125,6 +125,8 @@ def nodes(output: OutputOption = Output.TABLE) -> None:
     with connect() as client:
         found = client.nodes()
         isolation = client.isolation()
+        engine = client.cluster()
+    warn_unreachable(engine)
     if output == Output.JSON:
         print_json(found)
         return
@@ -136,6 +138,21 @@ def nodes(output: OutputOption = Output.TABLE) -> None:
         err.print(f"[yellow]{escape(NO_GPU_HINT)}[/yellow]")
     if isolation:
         print_isolation(isolation)
+
+
+def warn_unreachable(engine: dict[str, Any]) -> None:
+    """One loud line (stderr) while the pool's Ray cluster does not answer: what is listed
+    is as last seen, and jobs wait in the queue."""
+    if engine.get("reachable", True):
+        return
+    problem = engine.get("problem") or "the Ray cluster is unreachable"
+    since = engine.get("unreachable_since")
+    when = f" (since {timestamp(since)})" if since is not None else ""
+    text = (
+        f"WARNING {problem}{when}: the nodes are shown as last seen; jobs are accepted and "
+        "wait in the queue until the cluster answers again"
+    )
+    err.print(f"[bold yellow]{escape(text)}[/bold yellow]")
 
 
 def print_isolation(isolation: dict[str, Any]) -> None:

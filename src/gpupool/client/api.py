@@ -141,26 +141,38 @@ class Client:
     def events(self, job_id: int, after: int = 0) -> list[dict[str, Any]]:
         return self._call("GET", f"/jobs/{job_id}/events", params={"after": after})
 
-    def logs(self, job_id: int, offset: int = 0, attempt: int | None = None) -> dict[str, Any]:
-        """One attempt's log (default: the latest) from ``offset``; see ``follow_logs``."""
+    def logs(
+        self, job_id: int, offset: int = 0, attempt: int | None = None, **lines: int | None
+    ) -> dict[str, Any]:
+        """One attempt's log (default: the latest) from ``offset``; see ``follow_logs``.
+        ``rank=N`` or ``task=N``: only that rank's (task's) whole lines, without their
+        prefix; ``next_offset`` may then move on with no text."""
         params = {"offset": offset} | ({"attempt": attempt} if attempt else {})
+        params |= {name: value for name, value in lines.items() if value is not None}
         return self._call("GET", f"/jobs/{job_id}/logs", params=params)
 
     def follow_logs(
-        self, job_id: int, poll: float = 0.25, attempt: int = 1, follow: bool = True
+        self,
+        job_id: int,
+        poll: float = 0.25,
+        attempt: int = 1,
+        follow: bool = True,
+        **lines: int | None,
     ) -> Iterator[LogPart]:
         """Every byte of the log, attempt after attempt from ``attempt``: each attempt's log
         is read to its end, then the next one's from its start, announced by a part with its
         ``note`` and no text. With ``follow``, it waits for more until the job has ended and
-        its last log is read; without, it stops at the end of what is written so far."""
+        its last log is read; without, it stops at the end of what is written so far.
+        ``rank=N`` or ``task=N``: only those lines (see ``logs``)."""
         offset, announce = 0, False
         while True:
-            chunk = self.logs(job_id, offset, attempt)
+            chunk = self.logs(job_id, offset, attempt, **lines)
             if announce:
                 yield LogPart(chunk["attempt"], "", chunk.get("note"))
                 announce = False
-            if chunk["text"]:
-                yield LogPart(chunk["attempt"], chunk["text"])
+            if chunk["next_offset"] != chunk["offset"]:  # read on, even past lines left out
+                if chunk["text"]:
+                    yield LogPart(chunk["attempt"], chunk["text"])
                 offset = chunk["next_offset"]
             elif chunk.get("next_attempt"):
                 attempt, offset, announce = chunk["next_attempt"], 0, True

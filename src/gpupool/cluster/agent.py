@@ -66,6 +66,14 @@ class NodeAgent:
         self.inventory_data = found.model_dump(mode="json")
         return self.inventory_data
 
+    def free_port(self) -> int:
+        """A TCP port free on this node now: a gang's rendezvous (its first task's node)."""
+        import socket
+
+        with socket.socket() as sock:
+            sock.bind((self.settings.host, 0))
+            return sock.getsockname()[1]
+
     def isolation_status(self) -> dict[str, Any] | None:
         status = self.executor.isolation()
         return status.model_dump(mode="json") if status is not None else None

@@ -3,7 +3,10 @@
 ``ClusterClient.call`` sends one request and waits for its answer. When the bridge is gone
 (the head went away and Ray ended it, or it never connected) every waiting call fails with
 ``ClusterUnavailable``, the client says since when the cluster is unreachable, and the next
-call starts a new bridge once ``retry_seconds`` have passed: the server itself never stops.
+call starts a new bridge once ``retry_seconds`` have passed and the head's port answers
+again: the server itself never stops. Ray's calls block while the head is away, so the
+server does not wait for Ray to notice: its head watch tells the client (``lost``), which
+ends the bridge at once and fails what waits on it.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 from typing import Any
+
+from gpupool.cluster.probe import gcs_answers
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +109,18 @@ class ClusterClient:
             return False
         return self.reachable
 
+    def lost(self, why: str) -> None:
+        """The head is gone (its watch saw it): unreachable from now, and the bridge, whose
+        calls would block until Ray gives up, is ended so that every waiting call fails."""
+        with self._lock:
+            self._mark_unreachable(why)
+            process, self._process = self._process, None
+            self._fail_all(self.problem or why)
+        if process is not None:
+            with contextlib.suppress(OSError):
+                self._requests.close()
+            _end(process, wait=0.0)  # stuck in Ray's calls, it may take seconds to hear TERM
+
     def close(self) -> None:
         with self._lock:
             process, self._process = self._process, None
@@ -135,6 +152,9 @@ class ClusterClient:
         if time.monotonic() - self._tried_at < self.retry_seconds:
             raise ClusterUnavailable(self.problem or "the cluster is unreachable")
         self._tried_at = time.monotonic()
+        if not gcs_answers(self.address):  # a bridge would only wait for it in ray.init
+            self._mark_unreachable("its port does not accept connections")
+            raise ClusterUnavailable(self.problem)
         self._start_bridge()
 
     def _start_bridge(self) -> None:
@@ -208,11 +228,13 @@ class ClusterClient:
             future.set_result({"ok": False, "error": "bridge_gone", "message": why})
 
 
-def _end(process: subprocess.Popen[bytes]) -> None:
+def _end(process: subprocess.Popen[bytes], wait: float = 5.0) -> None:
+    """SIGTERM, and SIGKILL after ``wait`` seconds (at once with 0)."""
     if process.poll() is None:
-        process.terminate()
+        if wait > 0:
+            process.terminate()
         try:
-            process.wait(5)
+            process.wait(wait)
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()

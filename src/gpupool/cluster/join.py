@@ -6,6 +6,12 @@ a session of its own), and waits until the server has discovered the node and ma
 on it, saying how long that took. It then stays in the foreground, as a service manager or
 a Kubernetes pod expects, and stops the node when it is stopped (SIGTERM, Ctrl-C).
 
+While it stays it keeps the node in the pool: when the Ray node ends (the head went away,
+and Ray ends a node that lost its head), it starts it again, with a backoff, once the head
+answers again; and when the head has not answered for ``node_lost_seconds`` (the server's
+setting, given with the join answer), it stops every attempt the node still runs, since by
+then the server may hand their GPUs to other work.
+
 The node's agent reads its settings from the ``GPUPOOL_*`` variables given to the Ray node:
 its name, its data directory (its jobs' records and logs), its declared inventory.
 """
@@ -22,7 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpupool.client.api import Client
-from gpupool.cluster.process import RayProcess
+from gpupool.cluster.lost import stop_own_work
+from gpupool.cluster.probe import HeadProbe
+from gpupool.cluster.process import RayProcess, RayStartError
 from gpupool.cluster.rayenv import (
     LOOPBACK,
     LOOPBACK_SWITCH,
@@ -35,6 +43,11 @@ from gpupool.cluster.rayenv import (
 )
 
 WAIT_SCHEDULABLE_S = 120.0
+KEEP_INTERVAL_S = 1.0
+LOST_GRACE_S = 5.0  # SIGTERM to SIGKILL for the work of a node that lost its head
+RESTART_FIRST_S = 1.0  # the wait before the first start of a node that ended; doubled
+RESTART_LONGEST_S = 30.0  # after each failed start, up to this
+RESTART_TIMEOUT_S = 60.0
 LOOPBACK_ONLY = (
     "the pool's Ray head is at 127.0.0.1, which Ray rewrites to this machine's own address on "
     "a machine with other network interfaces: start the server with --host set to an address "
@@ -62,6 +75,13 @@ class Joined:
     node: RayProcess
     ray_seconds: float  # ray start until the Ray node ran
     schedulable_seconds: float  # ray start until the server may schedule on it
+    request: JoinRequest
+    head: str  # the Ray head's address
+    lost_seconds: float  # the server's node_lost_seconds: stop the node's work after it
+
+    @property
+    def record(self) -> Path:
+        return self.request.data_dir / "cluster" / NODE_RECORD
 
 
 def default_name() -> str:
@@ -90,7 +110,9 @@ def join(request: JoinRequest, say: Callable[[str], None] = print) -> Joined:
     node.save(record)
     ray_seconds = time.monotonic() - began
     wait_schedulable(client, request, node)
-    return Joined(node, ray_seconds, time.monotonic() - began)
+    seconds = time.monotonic() - began
+    lost = float(answer["node_lost_seconds"])
+    return Joined(node, ray_seconds, seconds, request, answer["ray_address"], lost)
 
 
 def node_args(request: JoinRequest, answer: dict) -> list[str]:
@@ -137,16 +159,105 @@ def wait_schedulable(client: Client, request: JoinRequest, node: RayProcess) -> 
     )
 
 
-def stay(node: RayProcess, say: Callable[[str], None] = print) -> int:
-    """Run until SIGTERM or SIGINT (then stop the node: 0) or until the node ends (1)."""
+def stay(joined: Joined, say: Callable[[str], None] = print) -> int:
+    """Keep the node in the pool until SIGTERM or SIGINT, then stop it (0)."""
     stopping = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stopping.set())
-    while not stopping.wait(1.0):
-        if not node.alive():
-            say(f"the Ray node ended: {node.tail()}")
-            node.stop()
-            return 1
+    keeper = NodeKeeper(joined, say, stopping)
+    while not stopping.wait(KEEP_INTERVAL_S):
+        keeper.look()
     say("stopping the node")
-    node.stop()
+    joined.node.stop()
     return 0
+
+
+class NodeKeeper:
+    """One look a second at the head and the node: stops the node's work once the head has
+    been silent for ``lost_seconds``; starts the node again when it ended, and when the head
+    comes back after it was gone (a head that went away comes back as a new cluster, since
+    Ray keeps no state across a head restart without an external store: Ray itself would
+    end the old node only a minute or so later)."""
+
+    def __init__(
+        self,
+        joined: Joined,
+        say: Callable[[str], None],
+        stopping: threading.Event,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.joined, self.say, self.stopping, self.clock = joined, say, stopping, clock
+        self.probe = HeadProbe(joined.head, clock=clock)
+        self.head_gone = False
+        self.work_stopped = False  # in this outage of the head
+        self.ended_at: float | None = None  # when the Ray node was seen ended, or stopped
+        self.next_start = 0.0
+        self.backoff = RESTART_FIRST_S
+
+    def look(self) -> None:
+        head_answers = self.probe.look()
+        if not head_answers:
+            self.head_gone = True
+            if not self.work_stopped and self.probe.lost_for() >= self.joined.lost_seconds:
+                self.stop_work()
+        elif self.head_gone:
+            self.head_gone = self.work_stopped = False
+            self.leave_old_cluster()
+        if not self.joined.node.alive():
+            self.restart(head_answers)
+
+    def stop_work(self) -> None:
+        """Stop what the node runs: the server takes it for lost from now on."""
+        self.work_stopped = True
+        stopped = stop_own_work(self.joined.request.data_dir / "jobs", LOST_GRACE_S)
+        jobs = ", ".join(f"job {h.job_id} attempt {h.attempt}" for h in stopped) or "none"
+        self.say(
+            f"the Ray head at {self.joined.head} has not answered for "
+            f"{self.probe.lost_for():.1f} s (the pool's limit is {self.joined.lost_seconds:g} "
+            f"s): stopped this node's running work ({jobs}); its GPUs may go to other work"
+        )
+
+    def leave_old_cluster(self) -> None:
+        """The head answers again after it was gone: the Ray node, of the cluster before,
+        is stopped, to start anew at once."""
+        if not self.joined.node.alive():
+            return
+        self.say("the Ray head answers again: starting this node's Ray node anew to join it")
+        self.joined.node.stop()
+        self.ended_at = self.next_start = self.clock()
+
+    def restart(self, head_answers: bool) -> None:
+        """The Ray node ended: clear what is left of it, and start it again once the head
+        answers, waiting longer after each failed start."""
+        if self.ended_at is None:
+            self.ended_at = self.clock()
+            self.next_start = self.ended_at + RESTART_FIRST_S
+            why = "" if head_answers else " (the head does not answer)"
+            self.say(f"the Ray node ended{why}; it starts again once the head answers")
+            self.joined.node.stop()
+        if head_answers and self.clock() >= self.next_start:
+            self.start_again()
+
+    def start_again(self) -> None:
+        node = self.joined.node.again()
+        try:
+            node.start(RESTART_TIMEOUT_S, abort=self.stopping)
+        except RayStartError as error:
+            self.next_start = self.clock() + self.backoff
+            why = _last_line(error)
+            self.say(f"the Ray node did not start ({why}); again in {self.backoff:g} s")
+            self.backoff = min(self.backoff * 2, RESTART_LONGEST_S)
+            return
+        node.save(self.joined.record)
+        self.joined.node = node
+        self.say(
+            f"the Ray node of {self.joined.request.name} joined the head at {self.joined.head} "
+            f"again, {self.clock() - (self.ended_at or 0.0):.1f} s after it ended"
+        )
+        self.ended_at, self.backoff = None, RESTART_FIRST_S
+
+
+def _last_line(error: Exception) -> str:
+    """What went wrong: the end of ``ray start``'s output holds the error."""
+    lines = [line for line in str(error).splitlines() if line.strip()]
+    return (lines[-1] if lines else type(error).__name__)[:300]

@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -36,8 +37,9 @@ class RayProcess:
         self.pid: int | None = None
         self.create_time: float | None = None
 
-    def start(self, timeout: float = 120.0) -> None:
-        """Start it and wait until Ray says the node runs (RayStartError otherwise)."""
+    def start(self, timeout: float = 120.0, abort: threading.Event | None = None) -> None:
+        """Start it and wait until Ray says the node runs (RayStartError otherwise, and when
+        ``abort`` is set meanwhile: then the node is stopped)."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "wb") as log:
             child = subprocess.Popen(
@@ -56,9 +58,19 @@ class RayProcess:
                 return
             if child.poll() is not None:
                 raise RayStartError(f"ray start ended with code {child.returncode}: {self.tail()}")
+            if abort is not None and abort.is_set():
+                self.stop()
+                raise RayStartError("stopped while the Ray node was starting")
             time.sleep(0.1)
         self.stop()
         raise RayStartError(f"ray start did not finish in {timeout:g} s: {self.tail()}")
+
+    def again(self) -> RayProcess:
+        """A new node like this one (same command, environment and log), not started: for
+        a node that ended to be started again."""
+        node = RayProcess([], self.env, self.log_path)
+        node.argv = list(self.argv)
+        return node
 
     def alive(self) -> bool:
         return self._process() is not None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -19,7 +19,7 @@ from pydantic_core import PydanticCustomError
 from gpupool.domain.code import REF_EXAMPLE, is_ref
 from gpupool.domain.text import STORABLE, Text, is_stored, stored_context
 from gpupool.domain.units import parse_bytes
-from gpupool.errors import CodeWithWorkdir, GpuTypeWithoutGpus
+from gpupool.errors import CodeWithWorkdir, GpuTypeWithoutGpus, InvalidLauncher
 
 SPEC_VERSION = 1
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -28,6 +28,7 @@ MAX_PRIORITY = 1000
 MAX_GPU_TYPES = 16
 MAX_GPU_TYPE_LENGTH = 64
 MAX_RUNTIME_SECONDS = 90 * 86400.0
+MAX_NODES = 256  # tasks of one job over several nodes
 MAX_BYTES = 1024**6  # 1 EiB: beyond any node, and small enough for every number type used
 
 
@@ -183,6 +184,27 @@ class JobSpec(BaseModel):
         default=None, gt=0, le=MAX_RUNTIME_SECONDS, allow_inf_nan=False
     )
     grace_period_seconds: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    # -- a job over several nodes (a gang: all its tasks start together, or none) ---------
+    nodes: int = Field(
+        default=1,
+        ge=1,
+        le=MAX_NODES,
+        description="tasks of the job, each on a node of its own with `resources` (per node)",
+    )
+    launcher: Literal["torch", "tensorflow", "mpi"] | None = Field(
+        default=None,
+        description="what each task starts: torch (torchrun's variables, one process per "
+        "GPU), tensorflow (TF_CONFIG), mpi (mpirun on the first task); none: the command as is",
+    )
+    launcher_mode: Literal["per-gpu", "torchrun"] | None = Field(
+        default=None, description="torch only: per-gpu (default), or one torchrun per node"
+    )
+    allow_cross_fabric: bool = Field(
+        default=False,
+        description="a multi-node job may span fabric groups (slower links between them)",
+    )
+    # a task lost with its node (or a node's failure) requeues the job this many times
+    retries: int = Field(default=0, ge=0, le=100)
 
     @field_validator("version")
     @classmethod
@@ -269,6 +291,30 @@ class JobSpec(BaseModel):
                 "directory on the node (workdir), not both: leave one out",
             )
         return self
+
+    @model_validator(mode="after")
+    def _launcher_fits(self) -> JobSpec:
+        """A launcher mode needs its launcher; MPI needs whole GPUs (one rank per GPU).
+        Refused as a validation error of code invalid_launcher (the API's 422)."""
+        if self.launcher_mode is not None and self.launcher != "torch":
+            raise PydanticCustomError(
+                InvalidLauncher.code,
+                "launcher_mode is for the torch launcher: add launcher torch (gpupool run "
+                "--launcher torch --torchrun), or leave the mode out",
+            )
+        if self.launcher is not None:
+            from gpupool.domain.launchers import check_request, parse_launcher
+
+            try:
+                launcher = parse_launcher(self.launcher, self.launcher_mode)
+                check_request(launcher, self.resources.gpu_count, self.command)
+            except InvalidLauncher as error:  # a validation error, as every other field's
+                raise PydanticCustomError(InvalidLauncher.code, error.message) from None
+        return self
+
+    @property
+    def is_gang(self) -> bool:
+        return self.nodes > 1 or self.launcher is not None
 
     @model_validator(mode="after")
     def _display_name(self) -> JobSpec:

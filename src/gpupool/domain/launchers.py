@@ -268,8 +268,23 @@ def torchrun_argv(gang: Gang, task: GangTask, command: Sequence[str]) -> tuple[s
         f"--rdzv-endpoint={host_port(head.address, gang.rendezvous_port)}",
         f"--rdzv-id={gang.job_id}",
         f"--rdzv-conf=is_host={1 if task.index == 0 else 0}",
+        f"--local-addr={torchrun_local_addr(gang, task)}",
         *torchrun_program(command),
     )
+
+
+def torchrun_local_addr(gang: Gang, task: GangTask) -> str:
+    """The address torchrun names its node by. Its rendezvous tells nodes apart by (address,
+    pid), and a sandbox's torchrun always has the same pid: tasks whose nodes share one
+    loopback address (a pool on one machine) each get one of their own in 127.0.0.0/8."""
+    sharing = [t for t in gang.tasks if t.address == task.address]
+    try:
+        loopback = ipaddress.ip_address(task.address).is_loopback
+    except ValueError:
+        loopback = False
+    if len(sharing) == 1 or not loopback or task.index == 0:
+        return task.address
+    return f"127.0.0.{task.index + 1}"
 
 
 def torchrun_program(command: Sequence[str]) -> list[str]:

@@ -15,6 +15,7 @@ task (``[task 1] ``): see :func:`rank_label` and :func:`task_label`.
 from __future__ import annotations
 
 import codecs
+import re
 from collections.abc import Iterable
 
 
@@ -95,3 +96,31 @@ class RankLogMerger:
         if label not in self._decoders:
             self._decoders[label] = codecs.getincrementaldecoder("utf-8")(errors="replace")
         return self._decoders[label].decode(chunk)
+
+
+# -- reading one rank's lines back -----------------------------------------------------------
+
+# a task's prefix, then a rank's: the executor may label a task's merged ranks once more
+_PREFIXES = re.compile(r"(\[task \d+\] )?(\[rank \d+\] )?")
+
+
+def select_lines(text: str, label: str) -> str:
+    """The lines of a merged log that ``label`` wrote, in order, its prefix removed; the
+    other lines (other ranks', or none's) are left out. A line may start with a task's
+    prefix and then a rank's (``[task 1] [rank 5] ``): it is then both's, and only the one
+    asked for is removed; what follows those is the program's own text, never a prefix. A
+    last line without its end is judged the same way and kept without one."""
+    mark = prefix(label)
+    *whole, rest = text.split("\n")
+    lines = [f"{line}\n" for line in whole] + ([rest] if rest else [])
+    return "".join(kept for line in lines if (kept := _without(line, mark)) is not None)
+
+
+def _without(line: str, mark: str) -> str | None:
+    """``line`` without ``mark`` when ``mark`` is one of its prefixes, else None."""
+    head = _PREFIXES.match(line)
+    assert head is not None  # both groups are optional: it always matches
+    for group in (1, 2):
+        if head.group(group) == mark:
+            return line[: head.start(group)] + line[head.end(group) :]
+    return None

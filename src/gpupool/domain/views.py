@@ -282,6 +282,34 @@ class GpuView(View):
     )
 
 
+class NodeUsageView(View):
+    """What a node's starting and running jobs hold, against what it offers; each share is
+    held / offered (0 where it offers none)."""
+
+    gpus_held: float = Field(description="GPU shares held (0.5: half of one GPU)")
+    gpus: int = Field(description="its GPUs (a MIG instance counts as one)")
+    gpu_share: float
+    cpus_held: float
+    cpus: int
+    cpu_share: float
+    memory_held_bytes: int
+    memory_bytes: int
+    memory_share: float
+
+
+class TopologyView(View):
+    """How a node's GPUs reach each other and its RDMA devices, as ``nvidia-smi topo -m``
+    names it: a row per physical GPU, a column per GPU and then per RDMA device."""
+
+    gpus: list[int] = Field(description="physical GPU indexes: the rows, and the first columns")
+    nics: list[str] = Field(description="RDMA devices some GPU's affinity names: last columns")
+    cells: list[list[str]] = Field(
+        description="per row: 'X' (the GPU itself), NV# (NVLink, # links), PIX, PXB, PHB, "
+        "NODE or SYS; '' where the inventory says nothing"
+    )
+    reported: bool = Field(description="the inventory names at least one link or affinity")
+
+
 class NodeView(View):
     name: str
     schedulable: bool = Field(
@@ -302,6 +330,8 @@ class NodeView(View):
     memory_bytes: int
     gpus: list[GpuView]
     inventory: NodeInventory
+    usage: NodeUsageView
+    topology: TopologyView
 
 
 class NodeEventView(View):
@@ -321,6 +351,47 @@ class NodeDetailView(NodeView):
 class NodeRemovedView(View):
     name: str
     removed_at: float
+
+
+class ModelCountView(View):
+    """The pool's GPUs of one model."""
+
+    model: str
+    gpus: int
+    in_use: float = Field(description="GPU shares held by starting and running jobs")
+    free: float = Field(description="GPU shares free on schedulable nodes")
+
+
+class PoolSummaryView(View):
+    """The pool at a glance. Nodes: ``up`` (and not drained), ``drained`` (up, drained) and
+    ``down`` add up to ``nodes``. GPUs: only those of schedulable nodes are ``free``; those
+    of drained or down nodes that no job holds are ``unavailable``."""
+
+    nodes: int
+    up: int
+    drained: int
+    down: int
+    gpus: int
+    in_use: float
+    free: float
+    unavailable: float
+    by_model: list[ModelCountView]
+
+
+class FabricGroupView(View):
+    """The nodes of one fabric group (``name`` null: nodes that named none)."""
+
+    name: str | None
+    gpus: int
+    nodes: list[NodeView]
+
+
+class PoolView(View):
+    """The nodes page: the pool's summary and its nodes by fabric group, by name; the
+    nodes of no fabric group last."""
+
+    summary: PoolSummaryView
+    groups: list[FabricGroupView]
 
 
 # -- teams, users, tokens, who is asking --------------------------------------------------------
@@ -407,6 +478,17 @@ class WhoAmIView(View):
     teams: list[str]
     admin_of: list[str] = Field(default_factory=list, description="the teams you are an admin of")
     csrf_token: str | None = None
+
+
+class HealthView(View):
+    """What anyone may ask without signing in: the server answers, and in Ray mode whether
+    its cluster does (the details are in ClusterView, for signed-in users)."""
+
+    status: str = Field(default="ok", description='"ok": the server answers')
+    version: str
+    cluster: str | None = Field(
+        default=None, description='"reachable" or "unreachable": the Ray pool (Ray mode only)'
+    )
 
 
 class ClusterView(View):

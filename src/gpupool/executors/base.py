@@ -54,6 +54,20 @@ class TaskSpec:
     gpu_grants: tuple[GpuGrant, ...] = ()
     code: str | None = None
     code_archive: str | None = None
+    # -- one task of a job over several nodes (a gang), or of a launcher ------------------
+    task_index: int = 0
+    task_count: int = 1
+    node_address: str = "127.0.0.1"  # how the gang's other nodes reach this task's node
+    gpu_indices: tuple[int, ...] = ()  # its GPUs' indices on the node (launchers' ranks)
+    launcher: str | None = None  # torch, tensorflow, mpi (JobSpec's)
+    launcher_mode: str | None = None
+    # what the task starts (a domain.launchers.TaskLaunch as JSON), filled in by the
+    # executor that launches the gang: run by gpupool.runner.ranks inside the sandbox
+    launch: dict[str, Any] | None = None
+
+    @property
+    def in_gang(self) -> bool:
+        return self.task_count > 1 or self.launcher is not None
 
 
 @dataclass(frozen=True)
@@ -116,6 +130,19 @@ class Executor(ABC):
     def start(self, task: TaskSpec) -> Handle:
         """Launch the attempt; raise LaunchError if it cannot start."""
 
+    def start_gang(self, tasks: list[TaskSpec]) -> Handle:
+        """Launch every task of one attempt of a job over several nodes, or none of them
+        (LaunchError). One machine runs a gang of one task (a launcher's processes)."""
+        if len(tasks) > 1:
+            raise LaunchError(
+                "this executor runs jobs of one node",
+                user_message="a job over several nodes needs a pool (gpupool server --ray)",
+                reason="not_multi_node",
+            )
+        from gpupool.executors.gang import planned
+
+        return self.start(planned(tasks, rendezvous_port=free_local_port())[0])
+
     @abstractmethod
     def stop(self, handle: Handle, grace_seconds: float) -> None:
         """Ask the attempt to end: SIGTERM to its process group, then SIGKILL after grace."""
@@ -168,3 +195,12 @@ class Executor(ABC):
 
     def release(self, handle: Handle) -> None:  # noqa: B027 - optional hook
         """Forget an ended attempt (reap processes, close files)."""
+
+
+def free_local_port() -> int:
+    """A TCP port free on this machine now (for a rendezvous on it)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]

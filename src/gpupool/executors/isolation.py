@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import gpupool
 from gpupool.domain.inventory import NodeInventory
 from gpupool.domain.isolation import IsolationMode, IsolationStatus
 from gpupool.executors.accounts import AccountError, Accounts
@@ -228,6 +229,9 @@ class Isolation:
         paths += split_paths(self.settings.sandbox_readonly_paths)
         if self.settings.sandbox_show_python:
             paths += [p for p in {sys.base_prefix, sys.prefix} if p.startswith("/")]
+            # gpupool's own package (outside the prefix when installed editable): a job over
+            # several nodes starts its ranks with gpupool.runner.ranks inside the sandbox
+            paths.append(str(Path(gpupool.__file__).resolve().parents[1]))
         return list(dict.fromkeys(paths))
 
 

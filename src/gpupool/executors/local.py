@@ -37,6 +37,7 @@ from gpupool.executors.remains import Remains, find_process
 from gpupool.runner import layout
 
 NOTIFY_FIFO = ".notify"
+LAUNCH_DIR = ".gpupool"  # in the job's outputs: what its tasks start (launch plans)
 CHECKPOINTS = "checkpoints"
 CODE = "code"
 
@@ -160,11 +161,12 @@ class LocalExecutor(Executor):
         """The runner's spec; the checkpoint and output directories are the job's, so every
         attempt of a job (a requeue after preemption) finds what the earlier ones left."""
         job_dir = self.job_dir(task.job_id)
+        command = list(task.command) if task.launch is None else self._launcher(task)
         return {
             "version": layout.SPEC_VERSION,
             "job_id": task.job_id,
             "attempt": task.attempt,
-            "command": list(task.command),
+            "command": command,
             "env": {**self.base_env, **task.env},
             "workdir": task.workdir,
             "gpu_uuids": list(task.gpu_uuids),
@@ -191,6 +193,20 @@ class LocalExecutor(Executor):
             message = f"the job's code snapshot {task.code} could not be unpacked: {e.message}"
             raise LaunchError(message, user_message=message, reason="code_unpack_failed") from e
         return code_dir
+
+    def _launcher(self, task: TaskSpec) -> list[str]:
+        """The command of a task that starts what its launch plan says: the plan is written
+        into the job's outputs (the sandbox shows them), read there by gpupool.runner.ranks."""
+        plan = self.job_dir(task.job_id) / "outputs" / LAUNCH_DIR / f"attempt-{task.attempt}.json"
+        try:
+            plan.parent.mkdir(parents=True, exist_ok=True)
+            layout.atomic_write_json(plan, task.launch)
+            # read by the job's own account; it holds gpupool's variables, not the job's env
+            plan.parent.chmod(0o755)
+            plan.chmod(0o644)
+        except OSError as e:
+            raise _io_error(e, f"cannot write the launch plan {plan}: {e}") from e
+        return [self.python, "-m", "gpupool.runner.ranks", str(plan)]
 
     def _let_account_through(self, job_id: int) -> None:
         """Unsandboxed jobs under their own accounts reach their directories through the

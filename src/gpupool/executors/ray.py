@@ -32,6 +32,7 @@ from gpupool.executors.base import (
     PollResult,
     TaskSpec,
 )
+from gpupool.executors.gang import GangLog, combined, deciding, label, planned
 from gpupool.runner import layout
 
 log = logging.getLogger(__name__)
@@ -56,6 +57,9 @@ class RayExecutor(Executor):
         self.node_lost_seconds, self.clock = node_lost_seconds, clock
         self._seen: dict[tuple[int, int], PollResult] = {}
         self._unanswered: dict[str, float] = {}  # node -> since when its agent has not answered
+        self._fresh: dict[Key, bytes] = {}  # a gang task's log bytes not merged yet
+        self._gang_logs: dict[Key, GangLog] = {}
+        self._gangs_stopped: set[Key] = set()
         self.isolation_status: IsolationStatus | None = None
 
     # -- paths --------------------------------------------------------------------------------
@@ -77,11 +81,7 @@ class RayExecutor(Executor):
         try:
             answer = self.cluster.call(task.node, "start", timeout=START_TIMEOUT_S, task=sent)
         except (ClusterUnavailable, AgentUnavailable) as error:
-            raise LaunchError(
-                f"cannot reach node {task.node}: {error}",
-                user_message=f"node {task.node} could not be reached; the job waits to start again",
-                reason="node_unreachable",
-            ) from error
+            raise _unreachable(task.node, error) from error
         except CallFailed as error:
             raise LaunchError(
                 f"node {task.node} failed to launch: {error}",
@@ -96,6 +96,30 @@ class RayExecutor(Executor):
         self.log_path(Handle(task.job_id, task.attempt)).parent.mkdir(parents=True, exist_ok=True)
         return Handle(task.job_id, task.attempt, {"node": task.node, "local": answer["state"]})
 
+    def start_gang(self, tasks: list[TaskSpec]) -> Handle:
+        """Every task of the attempt on its node, all or none: a task that cannot start
+        stops those started. The rendezvous port is one free on the first task's node."""
+        try:
+            port = self.cluster.call(tasks[0].node, "free_port")
+        except (ClusterUnavailable, AgentUnavailable, CallFailed) as error:
+            raise _unreachable(tasks[0].node, error) from error
+        tasks = planned(tasks, port)
+        started: list[Handle] = []
+        try:
+            for task in tasks:
+                started.append(self.start(task))
+        except LaunchError:
+            for handle in started:
+                self.stop(handle, 0.0)
+            raise
+        state = {
+            "gang": [handle.state for handle in started],
+            "labels": [label(task) for task in tasks],
+            "deciders": [deciding(task) for task in tasks],
+            "grace": tasks[0].stop_grace_seconds,
+        }
+        return Handle(tasks[0].job_id, tasks[0].attempt, state)
+
     def recover(self, job_id: int, attempt: int, node: str | None = None) -> Handle | None:
         """Ask the node whether the attempt was launched before the server died."""
         if node is None:
@@ -109,16 +133,45 @@ class RayExecutor(Executor):
         return self.poll_all([handle])[0]
 
     def poll_all(self, handles: list[Handle]) -> list[PollResult]:
-        """One request per node for all its attempts."""
+        """One request per node for all its attempts (a gang's tasks with the rest)."""
         by_node: dict[str, list[Handle]] = {}
         for handle in handles:
-            by_node.setdefault(handle.state["node"], []).append(handle)
-        results: dict[tuple[int, int], PollResult] = {}
+            for task in _tasks(handle):
+                by_node.setdefault(task.state["node"], []).append(task)
+        results: dict[Key, PollResult] = {}
         for node, group in by_node.items():
             results.update(self._poll_node(node, group))
-        return [results[(h.job_id, h.attempt)] for h in handles]
+        return [self._result(handle, results) for handle in handles]
 
-    def _poll_node(self, node: str, handles: list[Handle]) -> dict[tuple[int, int], PollResult]:
+    def _result(self, handle: Handle, results: dict[Key, PollResult]) -> PollResult:
+        """An attempt's state; a gang's from its tasks' (its log merged as it grows)."""
+        if "gang" not in handle.state:
+            return results[_key(handle)]
+        tasks = _tasks(handle)
+        seen = [results[_key(task)] for task in tasks]
+        result, stop_rest = combined(seen, handle.state["deciders"])
+        self._merge_logs(handle, tasks, seen)
+        if stop_rest and _key(handle) not in self._gangs_stopped:
+            self._gangs_stopped.add(_key(handle))
+            for task, task_result in zip(tasks, seen, strict=True):
+                if task_result.observed not in (Observed.EXITED, Observed.LOST):
+                    self.stop(task, handle.state["grace"])
+        return result
+
+    def _merge_logs(self, handle: Handle, tasks: list[Handle], seen: list[PollResult]) -> None:
+        merged = self._gang_logs.get(_key(handle))
+        if merged is None:
+            merged = self._gang_logs[_key(handle)] = GangLog(handle.state["labels"])
+        out = b""
+        for index, task in enumerate(tasks):
+            out += merged.feed(index, self._fresh.pop(_key(task), b""))
+            if seen[index].observed in (Observed.EXITED, Observed.LOST):
+                out += merged.flush(index)
+        if out:
+            with open(self.log_path(handle), "ab") as combined_log:
+                combined_log.write(out)
+
+    def _poll_node(self, node: str, handles: list[Handle]) -> dict[Key, PollResult]:
         try:
             answers = self.cluster.call(
                 node, "poll", timeout=POLL_TIMEOUT_S, handles=[_local(h) for h in handles]
@@ -131,10 +184,7 @@ class RayExecutor(Executor):
         results = {}
         for handle, answer in zip(handles, answers, strict=True):
             result = _poll_from_json(answer)
-            if result.observed in (Observed.EXITED, Observed.LOST):
-                self._copy_log(handle, answer["log_size"], complete=True)
-            else:
-                self._copy_log(handle, answer["log_size"])
+            self._copy_log(handle, answer["log_size"])
             results[_key(handle)] = self._seen[_key(handle)] = result
         return results
 
@@ -154,9 +204,13 @@ class RayExecutor(Executor):
         message = f"node {node} was lost ({why.splitlines()[0] if why else 'no answer'})"
         return PollResult(Observed.LOST, started_at=last.started_at, message=message)
 
-    def _copy_log(self, handle: Handle, size: int, complete: bool = False) -> None:
-        """Append what the node's log has beyond our copy (all of it when ``complete``)."""
+    def _copy_log(self, handle: Handle, size: int) -> None:
+        """Append what the node's log has beyond our copy. A gang's task has a copy of its
+        own; what is new in it is kept for the attempt's merged log (``_merge_logs``)."""
+        task = handle.state.get("task")
         path = self.log_path(handle)
+        if task is not None:
+            path = path.with_name(f"{layout.LOG_FILE}.task{task}")
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "ab") as copy:
             offset = copy.tell()
@@ -173,12 +227,16 @@ class RayExecutor(Executor):
                     return
                 copy.write(data)
                 offset += len(data)
-            if complete:
-                copy.flush()
+                if task is not None:
+                    self._fresh[_key(handle)] = self._fresh.get(_key(handle), b"") + data
 
     # -- stop, release ------------------------------------------------------------------------
 
     def stop(self, handle: Handle, grace_seconds: float) -> None:
+        if "gang" in handle.state:
+            for task in _tasks(handle):
+                self.stop(task, grace_seconds)
+            return
         try:
             self.cluster.call(
                 handle.state["node"], "stop", handle=_local(handle), grace_seconds=grace_seconds
@@ -188,6 +246,12 @@ class RayExecutor(Executor):
             log.warning("cannot send the stop of job %s: %s", handle.job_id, error)
 
     def release(self, handle: Handle) -> None:
+        if "gang" in handle.state:
+            self._gang_logs.pop(_key(handle), None)
+            self._gangs_stopped.discard(_key(handle))
+            for task in _tasks(handle):
+                self.release(task)
+            return
         self._seen.pop(_key(handle), None)
         try:
             self.cluster.call(handle.state["node"], "release", handle=_local(handle))
@@ -195,6 +259,9 @@ class RayExecutor(Executor):
             log.info("cannot release job %s on its node: %s", handle.job_id, error)
 
     def checkpoint_at(self, handle: Handle) -> float | None:
+        if "gang" in handle.state:
+            times = [self.checkpoint_at(task) for task in _tasks(handle)]
+            return max((t for t in times if t is not None), default=None)
         try:
             return self.cluster.call(handle.state["node"], "checkpoint_at", handle=_local(handle))
         except (ClusterUnavailable, AgentUnavailable, CallFailed):
@@ -215,8 +282,30 @@ def _archive_data(task: TaskSpec) -> str:
         ) from error
 
 
-def _key(handle: Handle) -> tuple[int, int]:
-    return handle.job_id, handle.attempt
+Key = tuple[int, int, str]
+
+
+def _key(handle: Handle) -> Key:
+    """An attempt's key; a gang's task's has its node (its tasks are on nodes of their own)."""
+    return handle.job_id, handle.attempt, handle.state.get("node", "")
+
+
+def _tasks(handle: Handle) -> list[Handle]:
+    """A gang's tasks as handles of their own (each knows its index); else the handle."""
+    if "gang" not in handle.state:
+        return [handle]
+    return [
+        Handle(handle.job_id, handle.attempt, {**state, "task": index})
+        for index, state in enumerate(handle.state["gang"])
+    ]
+
+
+def _unreachable(node: str, error: Exception) -> LaunchError:
+    return LaunchError(
+        f"cannot reach node {node}: {error}",
+        user_message=f"node {node} could not be reached; the job waits to start again",
+        reason="node_unreachable",
+    )
 
 
 def _local(handle: Handle) -> dict[str, Any]:

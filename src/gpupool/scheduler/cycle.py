@@ -422,7 +422,9 @@ class Cycle:
             where = reservations.where(job, job.gpu_types) if reservations else Where(job.gpu_types)
         guarded = where.node_ok is not None
         if nominated or not self.no_room.covers(job, demand):
-            placements = place_tasks(job.job_id, job.tasks, demand, self.capacity, where)
+            placements = place_tasks(
+                job.job_id, job.tasks, demand, self.capacity, where, job.distinct_nodes
+            )
             if placements is not None:
                 held = sum(part.share for placement in placements for part in placement.gpus)
                 # a nominee takes back what its preemptions freed: nobody else could claim it

@@ -6,11 +6,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from gpupool.domain.jobs import Reason
 from gpupool.domain.units import format_bytes
 from gpupool.scheduler.fit import Demand
 from gpupool.scheduler.shortfall import Shortfall
-from gpupool.scheduler.types import SHARE_EPSILON
+from gpupool.scheduler.types import SHARE_EPSILON, NodeCapacity
 
 NO_NODES_MESSAGE = "there are no schedulable nodes in the pool"
 # What to do about too few CPUs or too little memory. The default is easy to miss (a task asks
@@ -23,6 +25,33 @@ MEMORY_HINT = (
     "ask for less with --memory; an admin can declare a node's memory with gpupool server "
     "--declare-memory (GPUPOOL_DECLARED_MEMORY)"
 )
+
+
+def no_nodes_message(nodes: Sequence[NodeCapacity]) -> str:
+    """Why no node takes new work: none has joined, or each one is drained or down (named,
+    with what ends the wait)."""
+    if not nodes:
+        return NO_NODES_MESSAGE
+    drained = sorted(node.name for node in nodes if node.drained)  # whatever the nodes' order
+    down = sorted(node.name for node in nodes if not node.drained)
+    if not down:
+        return (
+            f"{NO_NODES_MESSAGE}: every node is drained ({_names(drained)}); it waits until an "
+            "admin undrains one (gpupool node undrain NAME)"
+        )
+    if not drained:
+        return f"{NO_NODES_MESSAGE}: every node is down ({_names(down)}); it waits until one is up"
+    return (
+        f"{NO_NODES_MESSAGE}: {len(drained)} drained ({_names(drained)}) and {len(down)} down "
+        f"({_names(down)}); it waits until an admin undrains one (gpupool node undrain NAME) or "
+        "one is up"
+    )
+
+
+def _names(names: Sequence[str], shown: int = 3) -> str:
+    """'a, b, c' or 'a, b, c and 4 more'."""
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
 
 
 def plural(count: float, word: str) -> str:

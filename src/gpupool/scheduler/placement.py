@@ -84,13 +84,20 @@ def take_spot(claim: Claim, demand: Demand, capacity: FreeCapacity) -> tuple[Gpu
 
 
 def place_tasks(
-    job_id: int, tasks: int, demand: Demand, capacity: FreeCapacity, where: Where = ANYWHERE
+    job_id: int,
+    tasks: int,
+    demand: Demand,
+    capacity: FreeCapacity,
+    where: Where = ANYWHERE,
+    distinct: bool = False,
 ) -> list[Placement] | None:
-    """All ``tasks`` of a job placed (and taken from capacity), or none of them (None)."""
+    """All ``tasks`` of a job placed (and taken from capacity), or none of them (None);
+    ``distinct``: each on a node of its own (a job over several nodes)."""
     claims: list[Claim] = []
     placements: list[Placement] = []
     for task in range(tasks):
-        claim = find_spot(demand, capacity, where)
+        here = away_from([p.node for p in placements], where) if distinct and placements else where
+        claim = find_spot(demand, capacity, here)
         if claim is None:
             for taken in reversed(claims):
                 capacity.give_back(taken, demand.cpus, demand.memory)
@@ -101,6 +108,16 @@ def place_tasks(
             Placement(job_id, claim.node.name, gpus, demand.cpus, demand.memory, task)
         )
     return placements
+
+
+def away_from(nodes: list[str], where: Where) -> Where:
+    """``where``, without the nodes named."""
+    taken, inner = frozenset(nodes), where.node_ok
+
+    def node_ok(node: NodeState, demand: Demand) -> bool:
+        return node.name not in taken and (inner is None or inner(node, demand))
+
+    return Where(where.types, node_ok)
 
 
 def unplace(placements: list[Placement], demand: Demand, capacity: FreeCapacity) -> None:

@@ -35,6 +35,7 @@ from gpupool.scheduler.messages import (
     cpu_need,
     format_share,
     gpu_need,
+    no_nodes_message,
     plural,
     size_message,
     waiting_message,
@@ -95,6 +96,7 @@ def typed_nodes(nodes: Sequence[NodeCapacity], types: tuple[str, ...]) -> list[N
             node.cpus,
             node.memory_bytes,
             node.schedulable,
+            node.drained,
         )
         for node in nodes
     ]
@@ -268,7 +270,9 @@ class Explanations:
         else:
             types = job.gpu_types if job.request.uses_gpus else ()
             explainer = self.explainer(types)
-            if explainer is None:
+            if not self.schedulable:  # whatever it asks for: no node takes new work
+                code, message = Reason.NO_NODES, no_nodes_message(self.snapshot.nodes)
+            elif explainer is None:
                 code, message = Reason.NO_GPU_OF_TYPE, no_type_message(types, self.schedulable)
             else:
                 if job.tasks > 1:

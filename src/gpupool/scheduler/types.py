@@ -37,6 +37,7 @@ class NodeCapacity:
     cpus: float
     memory_bytes: int
     schedulable: bool = True
+    drained: bool = False  # not schedulable because an admin drained it (else: it is down)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +103,7 @@ class PendingJob:
     queued_at: float | None = None
     array_id: int | None = None
     array_limit: int | None = None
+    distinct_nodes: bool = False  # each task on a node of its own (a job over several nodes)
 
     def started(
         self, placements: list[Placement], now: float, attained: float | None = None

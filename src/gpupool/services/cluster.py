@@ -22,8 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import gpupool
 from gpupool.cluster.client import AgentUnavailable, CallFailed, ClusterClient, ClusterUnavailable
-from gpupool.cluster.process import RayProcess
+from gpupool.cluster.probe import HeadProbe, gcs_answers
+from gpupool.cluster.process import RayProcess, RayStartError
 from gpupool.cluster.rayenv import (
     LOOPBACK,
     ensure_token,
@@ -34,7 +36,7 @@ from gpupool.cluster.rayenv import (
 )
 from gpupool.domain.inventory import NodeInventory
 from gpupool.domain.isolation import IsolationStatus
-from gpupool.domain.views import ClusterView, JoinView
+from gpupool.domain.views import ClusterView, HealthView, JoinView
 from gpupool.errors import NotAPool, NotFound, Unauthenticated
 from gpupool.executors.ray import RayExecutor
 from gpupool.scheduler.types import Clock
@@ -48,8 +50,12 @@ log = logging.getLogger(__name__)
 
 WATCH_SECONDS = 1.0
 HEAD_RECORD = "head.json"
+RAY_ADDRESS_RECORD = "ray_current_cluster"  # in Ray's temp dir: the head it started last
 JOIN_TOKEN_FILE = "join-token"
 INVENTORY_TIMEOUT_S = 120.0
+HEAD_RESTART_FIRST_S = 2.0  # the wait before starting an ended head; doubled after a failure
+HEAD_RESTART_LONGEST_S = 60.0
+RECONNECT_TIMEOUT_S = 30.0
 
 
 @dataclass
@@ -65,7 +71,7 @@ class ClusterState:
 
 class Cluster:
     """Owned by the Platform in Ray mode: the head (when this server runs it), the bridge,
-    the executor that runs attempts through the agents, and the node watch."""
+    the executor that runs attempts through the agents, the node watch and the head watch."""
 
     def __init__(self, settings: Settings, head: RayProcess | None, client: ClusterClient) -> None:
         self.settings, self.head, self.client = settings, head, client
@@ -73,6 +79,7 @@ class Cluster:
             client, settings.jobs_dir, node_lost_seconds=settings.node_lost_seconds
         )
         self.watch: NodeWatch | None = None
+        self.head_watch = HeadWatch(self)
 
     @classmethod
     def open(cls, settings: Settings) -> Cluster:
@@ -128,11 +135,22 @@ class Cluster:
         except (ClusterUnavailable, CallFailed) as error:
             log.warning("cannot end the agent of removed node %s: %s", name, error)
 
-    def close(self) -> None:
-        """Stop the watch and the bridge; the head and the agents keep running, so that a
-        restarted server finds its running work again."""
+    def start(self) -> None:
+        """Start watching the nodes and the head."""
+        if self.watch is not None:
+            self.watch.start()
+        self.head_watch.start()
+
+    def stop(self) -> None:
+        """Stop the watches; the head and the agents keep running, so that a restarted
+        server finds its running work again."""
+        self.head_watch.stop()
         if self.watch is not None:
             self.watch.stop()
+
+    def close(self) -> None:
+        """Stop the watches and the bridge."""
+        self.stop()
         self.client.close()
 
 
@@ -242,21 +260,106 @@ def best_status(statuses: dict[str, IsolationStatus]) -> IsolationStatus | None:
     return ranked[0] if ranked else None
 
 
+class HeadWatch:
+    """Every second, in a thread of its own (a head restart takes seconds, and no request
+    waits for it): tells the client as soon as the head's port stops answering, so that the
+    server says the cluster is unreachable at once rather than when Ray gives up; and, when
+    this server runs the head and it has ended, starts it again (same port, same secret),
+    waiting longer after each failed start. The bridge reconnects on the next call, and the
+    node watch registers the nodes again as their joiners bring them back."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        interval: float = WATCH_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+        probe: Callable[[str], bool] = gcs_answers,
+        start: Callable[[threading.Event], RayProcess] | None = None,
+    ) -> None:
+        """``start``: how a new head is started (``start_head`` with the cluster's settings)."""
+        self.cluster, self.interval, self.clock = cluster, interval, clock
+        self.probe = HeadProbe(cluster.client.address, clock=clock, probe=probe)
+        self.start_head = start or (lambda abort: start_head(cluster.settings, None, abort))
+        self.backoff = HEAD_RESTART_FIRST_S
+        self.next_start: float | None = None  # when to start the ended head
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="gpupool-head", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        while not self._stopping.wait(self.interval):
+            try:
+                self.look()
+            except Exception:  # the watch must outlive any one bad look
+                log.exception("watching the Ray head failed")
+
+    def look(self) -> None:
+        """One look at the head: a lost head is told to the client; an ended one of ours
+        is started again when its wait is over."""
+        head = self.cluster.head
+        if head is not None and not head.alive():
+            self.cluster.client.lost(f"its process (pid {head.pid}) has ended")
+            self._restart(head)
+        elif not self.probe.look():
+            self.cluster.client.lost("its port does not accept connections")
+
+    def _restart(self, head: RayProcess) -> None:
+        now = self.clock()
+        if self.next_start is None:
+            self.next_start = now + self.backoff
+            log.warning("the Ray head has ended; starting it again in %g s", self.backoff)
+        if now < self.next_start:
+            return
+        head.stop()  # what is left of its session
+        if self.probe.probe(self.cluster.address):  # not ours: never two heads on one port
+            self._wait_longer(f"another process listens at {self.cluster.address}")
+            return
+        try:
+            self.cluster.head = self.start_head(self._stopping)
+        except RayStartError as error:
+            self._wait_longer(str(error))
+            return
+        log.warning("the Ray head runs again (pid %s)", self.cluster.head.pid)
+        self.next_start, self.backoff = None, HEAD_RESTART_FIRST_S
+        self.cluster.client.connect(RECONNECT_TIMEOUT_S)
+
+    def _wait_longer(self, why: str) -> None:
+        self.backoff = min(self.backoff * 2, HEAD_RESTART_LONGEST_S)
+        self.next_start = self.clock() + self.backoff
+        log.warning("the Ray head did not start (%s); again in %g s", why, self.backoff)
+
+
 # -- the head -----------------------------------------------------------------------------------
 
 
-def start_head(settings: Settings, token: Path) -> RayProcess:
+def start_head(
+    settings: Settings, token: Path | None = None, abort: threading.Event | None = None
+) -> RayProcess:
     """This server's Ray head: the one recorded in ``cluster_dir`` when it still runs (a
-    restarted server keeps its cluster, and the work running on it), else a new one."""
-    env = head_environment(settings, token)
+    restarted server keeps its cluster, and the work running on it), else a new one
+    (RayStartError when it does not start, or ``abort`` is set meanwhile)."""
+    env = head_environment(settings, token or token_path(settings))
     log_path = settings.cluster_dir / "head.log"
     record = settings.cluster_dir / HEAD_RECORD
     found = RayProcess.found(record, env, log_path)
     if found is not None:
         log.info("the Ray head of this server runs already (pid %s): using it", found.pid)
         return found
+    # Ray refuses to start a head at the address it recorded last while any raylet of this
+    # machine names that address (a node of this pool on the same machine, still trying to
+    # reach the head that ended): the record is ours alone (our temp dir), and stale.
+    (ray_temp_dir(settings) / RAY_ADDRESS_RECORD).unlink(missing_ok=True)
     head = RayProcess(head_args(settings), env, log_path)
-    head.start()
+    head.start(abort=abort)
     head.save(record)
     return head
 
@@ -360,6 +463,15 @@ def join(ctx: Context, address: str, token: str, name: str | None = None) -> Joi
             up = node is not None and node.state == "up" and node.removed_at is None
             answer.update(node_up=up, node_schedulable=bool(up and node.schedulable))
     return JoinView(**answer)
+
+
+def health(ctx: Context) -> HealthView:
+    """The server answers; in Ray mode, also whether its cluster does (public: no more)."""
+    view = HealthView(version=gpupool.__version__)
+    if ctx.cluster is None:
+        return view
+    reachable = ctx.cluster.state().reachable
+    return view.model_copy(update={"cluster": "reachable" if reachable else "unreachable"})
 
 
 def describe(ctx: Context, who: Principal) -> ClusterView:

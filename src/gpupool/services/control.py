@@ -43,10 +43,17 @@ from gpupool.services.checkpoints import CheckpointWatcher, Watched
 from gpupool.services.code import archive_path
 from gpupool.services.estimates import Forecast
 from gpupool.services.eta import EtaPredictor
-from gpupool.services.snapshots import SnapshotBuilder, placement_json
+from gpupool.services.snapshots import SnapshotBuilder, gang_json
 from gpupool.settings import Settings
 from gpupool.store.db import Database
-from gpupool.store.models import AttemptModel, EventModel, JobArrayModel, JobModel, UserModel
+from gpupool.store.models import (
+    AttemptModel,
+    EventModel,
+    JobArrayModel,
+    JobModel,
+    NodeModel,
+    UserModel,
+)
 
 log = logging.getLogger(__name__)
 
@@ -91,11 +98,20 @@ class ActiveAttempt:
 
 @dataclass(frozen=True)
 class Claimed:
-    """An attempt recorded for a placement, ready to launch."""
+    """An attempt recorded for a job's placements, ready to launch: one task per placement
+    (several for a job over several nodes, launched together)."""
 
     attempt_id: int
-    task: TaskSpec
+    tasks: list[TaskSpec]
     max_runtime: float | None
+
+    @property
+    def task(self) -> TaskSpec:
+        return self.tasks[0]
+
+    @property
+    def gang(self) -> bool:
+        return self.task.in_gang
 
 
 class ControlLoop:
@@ -502,7 +518,10 @@ class ControlLoop:
         for claimed in self._claim(placements):
             task = claimed.task
             try:
-                handle = self.executor.start(task)
+                if claimed.gang:
+                    handle = self.executor.start_gang(claimed.tasks)
+                else:
+                    handle = self.executor.start(task)
             except LaunchError as error:
                 log.warning("launch of job %s failed: %s", task.job_id, error)
                 failed.append((claimed.attempt_id, task, error))
@@ -521,8 +540,12 @@ class ControlLoop:
     def _claim(self, placements: list[Placement]) -> list[Claimed]:
         now = self.clock.now()
         claimed = []
+        gangs: dict[int, list[Placement]] = {}
+        for placement in placements:  # a job over several nodes: one placement per task
+            gangs.setdefault(placement.job_id, []).append(placement)
         with self.db.session() as session:
-            for placement in placements:
+            for group in gangs.values():
+                placement = group[0]
                 row = session.execute(
                     update(JobModel)
                     .where(
@@ -534,9 +557,9 @@ class ControlLoop:
                         status=JobStatus.STARTING.value,
                         attempts=JobModel.attempts + 1,
                         node=placement.node,
-                        placement=placement_json(placement),
+                        placement=gang_json(group),
                         reason=Reason.PLACED.value,
-                        message=f"placed on {describe(placement)}",
+                        message=f"placed on {describe_all(group)}",
                     )
                     .returning(
                         JobModel.attempts,
@@ -547,34 +570,50 @@ class ControlLoop:
                     )
                 ).first()
                 if row is not None:
-                    claimed.append(self._new_attempt(session, placement, row, now))
+                    claimed.append(self._new_attempt(session, group, row, now))
         return claimed
 
-    def _new_attempt(self, session, placement: Placement, row, now: float) -> Claimed:  # noqa: ANN001
+    def _new_attempt(self, session, group: list[Placement], row, now: float) -> Claimed:  # noqa: ANN001
         number, data, user_id, array_id, array_index = row
-        spec = JobSpec.stored(data)
+        spec, placement = JobSpec.stored(data), group[0]
         attempt = AttemptModel(
             job_id=placement.job_id,
             number=number,
             node=placement.node,
-            placement=placement_json(placement),
+            placement=gang_json(group),
             status="starting",
             created_at=now,
         )
         session.add(attempt)
         session.flush()
         job_service.record(
-            session, placement.job_id, now, Reason.PLACED, f"placed on {describe(placement)}"
+            session, placement.job_id, now, Reason.PLACED, f"placed on {describe_all(group)}"
         )
         user, unix_user = session.execute(
             select(UserModel.name, UserModel.unix_user).where(UserModel.id == user_id)
         ).one()
-        task = self._task(placement.job_id, number, spec, placement)
-        task = replace(task, user=user, unix_user=unix_user)
-        if array_id is not None:  # a task of an array: which one (gpupool's names, not the job's)
-            size = session.get(JobArrayModel, array_id).size
-            task = replace(task, env={**task.env, **arrays.array_env(array_id, array_index, size)})
-        return Claimed(attempt.id, task, spec.max_runtime_seconds)
+        addresses = node_addresses(session, [p.node for p in group]) if spec.is_gang else {}
+        tasks = []
+        for index, part in enumerate(group):
+            task = replace(
+                self._task(part.job_id, number, spec, part), user=user, unix_user=unix_user
+            )
+            if spec.is_gang:
+                task = replace(
+                    task,
+                    task_index=index,
+                    task_count=len(group),
+                    node_address=addresses.get(part.node) or "127.0.0.1",
+                    gpu_indices=tuple(range(len(part.gpus))),
+                    launcher=spec.launcher,
+                    launcher_mode=spec.launcher_mode,
+                )
+            if array_id is not None:  # an array's task: which one (gpupool's names, not the job's)
+                size = session.get(JobArrayModel, array_id).size
+                env = {**task.env, **arrays.array_env(array_id, array_index, size)}
+                task = replace(task, env=env)
+            tasks.append(task)
+        return Claimed(attempt.id, tasks, spec.max_runtime_seconds)
 
     def _task(self, job_id: int, number: int, spec: JobSpec, placement: Placement) -> TaskSpec:
         return TaskSpec(
@@ -621,6 +660,19 @@ class ControlLoop:
                     session, job, JobStatus.FAILED, now, Reason.LAUNCH_FAILED, error.user_message
                 )
         self._failed_launches = []
+
+
+def node_addresses(session, names: list[str]) -> dict[str, str | None]:  # noqa: ANN001
+    """How the other nodes of a gang reach each of its nodes (as the cluster reported)."""
+    rows = session.execute(
+        select(NodeModel.name, NodeModel.address).where(NodeModel.name.in_(names))
+    )
+    return dict(rows.all())
+
+
+def describe_all(placements: list[Placement]) -> str:
+    """'n1: GPU-a; n2: GPU-b' for a job over several nodes."""
+    return "; ".join(describe(placement) for placement in placements)
 
 
 def describe(placement: Placement) -> str:

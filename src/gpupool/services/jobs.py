@@ -212,7 +212,8 @@ def job_values(
         "spec": spec,
         "status": JobStatus.PENDING.value,
         "priority": spec["priority"],
-        "gpus": spec["resources"].get("gpus") or 0.0,
+        # all the job's GPUs: a job over several nodes holds its per-node share on each
+        "gpus": (spec["resources"].get("gpus") or 0.0) * (spec.get("nodes") or 1),
         "submitted_at": now,
         "reason": Reason.QUEUED.value,
         "message": "waiting for the scheduler",

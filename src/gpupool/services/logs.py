@@ -2,7 +2,15 @@
 
 A preempted job runs again as a new attempt with a new log that starts at byte 0. A reader
 that follows a job reads each attempt's log to its end, then moves to the next attempt that
-has one (``LogPlace.next_attempt``), announced by ``LogPlace.note``."""
+has one (``LogPlace.next_attempt``), announced by ``LogPlace.note``.
+
+A distributed job's log merges its ranks' lines, each prefixed ``[rank N] `` (or ``[task N] ``
+for a task's merged stream; see ``gpupool.domain.ranklogs``). A reader may ask for one rank's
+or one task's lines (:class:`LineFilter`): offsets stay byte offsets of the whole log, a
+chunk then holds whole lines only (a last line still being written waits for its end, unless
+the log will not grow), and its text is the chosen lines without their prefix. A chunk may so
+move ``next_offset`` on with no text: a reader goes on from ``next_offset`` as always, and has
+read everything once ``next_offset`` stops moving."""
 
 from __future__ import annotations
 
@@ -14,8 +22,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gpupool.domain.jobs import JobStatus, StopReason
+from gpupool.domain.ranklogs import rank_label, select_lines, task_label
 from gpupool.domain.views import JobStateView, LogChunkView
-from gpupool.errors import NotFound, OffsetOutOfRange
+from gpupool.errors import InvalidRequest, NotFound, OffsetOutOfRange
 from gpupool.executors.base import Executor
 from gpupool.services import jobs
 from gpupool.services.access import Principal
@@ -23,6 +32,32 @@ from gpupool.services.context import Context
 from gpupool.store.models import AttemptModel
 
 MAX_CHUNK = 1024**2
+MAX_RANK = 1_000_000  # beyond any job's ranks (MAX_NODES x GPUs of a node)
+
+
+@dataclass(frozen=True)
+class LineFilter:
+    """Only the lines of one rank (``[rank N] ``) or of one task (``[task N] ``) of a
+    distributed job's log; neither: every line, as written."""
+
+    rank: int | None = None
+    task: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.rank is not None and self.task is not None:
+            raise InvalidRequest(
+                "ask for one rank's lines (rank) or one task's (task), not both", field="rank"
+            )
+
+    @property
+    def label(self) -> str | None:
+        """The prefix's label to keep (``rank 3``), None for every line."""
+        if self.rank is not None:
+            return rank_label(self.rank)
+        return None if self.task is None else task_label(self.task)
+
+
+EVERY_LINE = LineFilter()
 
 
 @dataclass(frozen=True)
@@ -55,6 +90,7 @@ class LogCursor:
     attempt: int | None
     offset: int
     follow: bool
+    lines: LineFilter = EVERY_LINE
     announced: int | None = None  # the attempt whose log was last announced
     state: JobStateView | None = None  # the job's state, as last told
 
@@ -74,11 +110,18 @@ class LogStep:
 
 
 def read_log(
-    ctx: Context, who: Principal, job_id: int, attempt: int | None, offset: int, limit: int
+    ctx: Context,
+    who: Principal,
+    job_id: int,
+    attempt: int | None,
+    offset: int,
+    limit: int,
+    lines: LineFilter = EVERY_LINE,
 ) -> LogChunkView:
-    """One attempt's log (None: the latest) from ``offset``; ``next_attempt`` says where a
-    reader that follows the job goes once this log is read to its end."""
-    chunk, place, final = _read(ctx, who, job_id, attempt, offset, limit)
+    """One attempt's log (None: the latest) from ``offset``, only the ``lines`` asked for;
+    ``next_attempt`` says where a reader that follows the job goes once this log is read to
+    its end."""
+    chunk, place, final = _read(ctx, who, job_id, attempt, offset, limit, lines)
     complete = final and place.next_attempt is None and chunk.next_offset == chunk.offset
     return LogChunkView(
         job_id=job_id,
@@ -90,25 +133,33 @@ def read_log(
 
 
 def open_log(
-    ctx: Context, who: Principal, job_id: int, attempt: int | None, offset: int, follow: bool
+    ctx: Context,
+    who: Principal,
+    job_id: int,
+    attempt: int | None,
+    offset: int,
+    follow: bool,
+    lines: LineFilter = EVERY_LINE,
 ) -> LogCursor:
     """A cursor at ``offset`` of the attempt's log, once the job, the attempt and the offset
     are known good (NotFound, OffsetOutOfRange before anything is streamed)."""
     _read(ctx, who, job_id, attempt, offset, 1)
-    return LogCursor(job_id, attempt, offset, follow)
+    return LogCursor(job_id, attempt, offset, follow, lines)
 
 
 def follow_step(ctx: Context, who: Principal, at: LogCursor) -> LogStep:
     """Read on from ``at`` and move it: the attempt when it is new, the text read, the job's
     state when it changed; with ``follow``, on to each later attempt from its start; ``end``
-    once the log read will not grow any more."""
-    chunk, place, final = _read(ctx, who, at.job_id, at.attempt, at.offset, MAX_CHUNK)
+    once the log read will not grow any more. A ``log`` event comes whenever the offset moves,
+    with empty text when the cursor's filter left every line read out."""
+    chunk, place, final = _read(ctx, who, at.job_id, at.attempt, at.offset, MAX_CHUNK, at.lines)
     events: list[tuple[str, dict[str, Any]]] = []
     at.attempt = place.attempt  # kept once known: a new attempt's log starts at 0
     if place.attempt is not None and place.attempt != at.announced:
         events.append(("attempt", {"attempt": place.attempt, "note": place.note}))
         at.announced = place.attempt
-    if chunk.text:
+    moved = chunk.next_offset != chunk.offset
+    if moved:
         data = {"attempt": chunk.attempt, "offset": chunk.offset, "text": chunk.text}
         events.append(("log", data | {"next_offset": chunk.next_offset}))
         at.offset = chunk.next_offset
@@ -116,7 +167,7 @@ def follow_step(ctx: Context, who: Principal, at: LogCursor) -> LogStep:
     if state != at.state:
         events.append(("status", state.model_dump(mode="json")))
         at.state = state
-    if chunk.text:
+    if moved:
         return LogStep(events)
     if place.next_attempt is not None and at.follow:
         at.attempt, at.offset = place.next_attempt, 0
@@ -128,7 +179,13 @@ def follow_step(ctx: Context, who: Principal, at: LogCursor) -> LogStep:
 
 
 def _read(
-    ctx: Context, who: Principal, job_id: int, attempt: int | None, offset: int, limit: int
+    ctx: Context,
+    who: Principal,
+    job_id: int,
+    attempt: int | None,
+    offset: int,
+    limit: int,
+    lines: LineFilter = EVERY_LINE,
 ) -> tuple[Chunk, LogPlace, bool]:
     """A chunk of the attempt's log, where that log is, and whether the job has ended."""
     with ctx.db.reader() as session:
@@ -136,7 +193,11 @@ def _read(
         check_attempt(job_id, job.attempts, attempt)
         final = JobStatus(job.status).is_final
         place = locate(session, ctx.executor, job_id, attempt)
-    return read_chunk(place.path, place.attempt, offset, limit), place, final
+    if lines.label is None:
+        return read_chunk(place.path, place.attempt, offset, limit), place, final
+    ends = final or place.next_attempt is not None  # this log will not grow any more
+    chunk = read_lines(place.path, place.attempt, offset, limit, lines.label, ends)
+    return chunk, place, final
 
 
 # -- the steps ---------------------------------------------------------------------------------
@@ -198,6 +259,24 @@ def read_chunk(
     """Up to ``limit`` bytes from ``offset``, cut at a whole character. An offset past the
     end of the log is refused (OffsetOutOfRange, 416, with the log's size): a log only grows,
     so a reader that goes on from each ``next_offset`` never asks for one."""
+    data = _whole_characters(_read_bytes(path, attempt, offset, min(limit, MAX_CHUNK)))
+    return Chunk(attempt, offset, offset + len(data), data.decode("utf-8", errors="replace"))
+
+
+def read_lines(
+    path: Path | None, attempt: int | None, offset: int, limit: int, label: str, ends: bool
+) -> Chunk:
+    """The whole lines from ``offset`` (those that fit in ``limit`` bytes, at least one),
+    only those ``label`` wrote, without their prefix. A last line without its end is left
+    for a later read unless the log ``ends`` (will not grow), or the line is ``MAX_CHUNK``
+    long already (it is then taken as a line of its own, as the rank merger does)."""
+    data = _whole_lines(_read_bytes(path, attempt, offset, MAX_CHUNK), limit, ends)
+    text = data.decode("utf-8", errors="replace")
+    return Chunk(attempt, offset, offset + len(data), select_lines(text, label))
+
+
+def _read_bytes(path: Path | None, attempt: int | None, offset: int, count: int) -> bytes:
+    """Up to ``count`` bytes from ``offset``; an offset past the end is refused (416)."""
     size = _size(path)
     if offset > size:
         raise OffsetOutOfRange(
@@ -207,12 +286,23 @@ def read_chunk(
             attempt=attempt,
         )
     if path is None or offset == size:
-        return Chunk(attempt, offset, offset, "")
+        return b""
     with path.open("rb") as handle:
         handle.seek(offset)
-        data = handle.read(min(limit, MAX_CHUNK))
-    data = _whole_characters(data)
-    return Chunk(attempt, offset, offset + len(data), data.decode("utf-8", errors="replace"))
+        return handle.read(count)
+
+
+def _whole_lines(data: bytes, limit: int, ends: bool) -> bytes:
+    """``data`` up to the end of its last line within ``limit`` bytes (of its first line
+    when that one is longer); the unterminated rest only when nothing more will come."""
+    end = data.rfind(b"\n", 0, limit)
+    if end < 0:
+        end = data.find(b"\n")
+    if end >= 0:
+        return data[: end + 1]
+    if len(data) >= MAX_CHUNK:
+        return _whole_characters(data)
+    return data if ends else b""
 
 
 def _size(path: Path | None) -> int:

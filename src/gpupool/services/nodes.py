@@ -24,7 +24,7 @@ from gpupool.errors import NodeBusy, NotFound, OwnNodeKept
 from gpupool.scheduler.types import GpuCapacity, NodeCapacity
 from gpupool.services.access import Principal
 from gpupool.services.context import Context
-from gpupool.services.views import node_event_view, node_view
+from gpupool.services.views import HostHeld, node_event_view, node_view
 from gpupool.store.models import (
     AttemptModel,
     JobModel,
@@ -49,15 +49,17 @@ def list_nodes(ctx: Context, who: Principal) -> list[NodeView]:
     """Every node of the pool (removed ones are not) and who holds each GPU, as ``who`` may
     see them (see ``holders``)."""
     with ctx.db.reader() as session:
-        held = holders(session, who)
-        return [node_view(node, held) for node in node_rows(session)]
+        held, hosts = holders(session, who), hosts_held(session)
+        return [
+            node_view(node, held, hosts.get(node.name, NOTHING_HELD)) for node in node_rows(session)
+        ]
 
 
 def show_node(ctx: Context, who: Principal, name: str) -> NodeDetailView:
     """One node (NotFound if there is none of that name) as ``list_nodes`` shows it, with its
     latest changes."""
     with ctx.db.reader() as session:
-        shown = node_view(get_node(session, name), holders(session, who))
+        shown = node_view(get_node(session, name), holders(session, who), host_held(session, name))
         events = [node_event_view(event) for event in node_events(session, name)]
     return NodeDetailView(**dict(shown), events=events)
 
@@ -315,6 +317,7 @@ def capacity(node: NodeModel) -> NodeCapacity:
         cpus=float(inventory.cpus),
         memory_bytes=inventory.memory_bytes,
         schedulable=node.schedulable,
+        drained=node.drain,
     )
 
 
@@ -328,9 +331,29 @@ def holders(session: Session, who: Principal) -> dict[str, list[HolderView]]:
     jobs = session.scalars(select(JobModel).where(JobModel.status.in_(ACTIVE)))
     for job in jobs:
         visible = who.can_see_team(job.team_id)
-        for gpu in (job.placement or {}).get("gpus", []):
+        tasks = (job.placement or {}).get("tasks") or [job.placement or {}]
+        for gpu in (g for task in tasks for g in task.get("gpus", [])):
             held.setdefault(gpu["uuid"], []).append(_holder(job, gpu, visible))
     return held
+
+
+def hosts_held(session: Session) -> dict[str, HostHeld]:
+    """Node name -> the CPUs and host memory its starting and running jobs hold (each task
+    of a job over several nodes counts on its own node)."""
+    cpus: dict[str, float] = {}
+    memory: dict[str, int] = {}
+    placements = session.scalars(select(JobModel.placement).where(JobModel.status.in_(ACTIVE)))
+    for placement in placements:
+        for task in (placement or {}).get("tasks") or [placement or {}]:
+            if "node" in task:
+                cpus[task["node"]] = cpus.get(task["node"], 0.0) + task.get("cpus", 0.0)
+                memory[task["node"]] = memory.get(task["node"], 0) + task.get("memory_bytes", 0)
+    return {name: HostHeld(cpus[name], memory[name]) for name in cpus}
+
+
+def host_held(session: Session, name: str) -> HostHeld:
+    """What the starting and running jobs hold of node ``name``'s CPUs and memory."""
+    return hosts_held(session).get(name, NOTHING_HELD)
 
 
 def _holder(job: JobModel, gpu: dict[str, Any], visible: bool) -> HolderView:
@@ -376,7 +399,7 @@ def _admin_change(
     with ctx.db.session() as session:
         node = get_node(session, name)
         change(session, node, ctx.clock.now())
-        shown = node_view(node, holders(session, who))
+        shown = node_view(node, holders(session, who), host_held(session, name))
     ctx.loop.wake()
     return shown
 
@@ -414,3 +437,4 @@ def nothing_to_stop(name: str) -> None:
 
 
 LIVE_NODES = select(NodeModel).where(NodeModel.removed_at.is_(None))
+NOTHING_HELD = HostHeld()

@@ -110,15 +110,15 @@ class Platform:
         self.loop.start()
         if self.watcher is not None:
             self.watcher.start()
-        if self.cluster is not None and self.cluster.watch is not None:
-            self.cluster.watch.start()
+        if self.cluster is not None:
+            self.cluster.start()
 
     def stop(self) -> None:
         """Stop the background work; running jobs go on (a restart re-adopts them)."""
         if self.watcher is not None:
             self.watcher.stop()
-        if self.cluster is not None and self.cluster.watch is not None:
-            self.cluster.watch.stop()
+        if self.cluster is not None:
+            self.cluster.stop()
         self.loop.stop()
         self.executor.close()
 

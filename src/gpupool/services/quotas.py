@@ -136,7 +136,8 @@ def usage(
         )
     )
     for team_id, placement in rows:
-        for gpu in (placement or {}).get("gpus", []):
+        tasks = (placement or {}).get("tasks") or [placement or {}]
+        for gpu in (g for task in tasks for g in task.get("gpus", [])):
             model = model_of.get(gpu["uuid"], "unknown")
             held[team_id][model] = held[team_id].get(model, 0.0) + gpu["share"]
     pending = dict(

@@ -197,9 +197,10 @@ class SnapshotBuilder:
         if new := {row.id for row in rows} - self._facts.keys():
             self._facts.update(job_facts(session, new))
         return tuple(
-            allocation(row.id, row.placement, self._facts[row.id], row)
+            allocation(row.id, task, self._facts[row.id], row)
             for row in rows
             if row.placement and row.id in self._facts
+            for task in placement_tasks(row.placement)
         )
 
     def _user_weights(self, session: Session, changes: int) -> Mapping[str, float]:
@@ -259,6 +260,8 @@ def pending_job(row: Row) -> PendingJob:
         queued_at=row.queued_at,
         array_id=row.array_id,
         array_limit=row.array_limit,
+        tasks=spec.get("nodes") or 1,
+        distinct_nodes=(spec.get("nodes") or 1) > 1,
     )
 
 
@@ -338,6 +341,20 @@ def allocation(
         array_id=facts.array_id,
         stopping=row.stop_reason is not None or row.cancel_requested_at is not None,
     )
+
+
+def placement_tasks(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """The placement of each task of a job, from its stored placement (a job over several
+    nodes keeps them under "tasks"; its first task's is also at the top, as one task's)."""
+    return data.get("tasks") or [data]
+
+
+def gang_json(placements: list[Placement]) -> dict[str, Any]:
+    """The stored placement of a job: its first task's, and every task's under "tasks"."""
+    first = placement_json(placements[0])
+    if len(placements) == 1:
+        return first
+    return first | {"tasks": [placement_json(p) | {"task": p.task} for p in placements]}
 
 
 def placement_json(placement: Placement) -> dict[str, Any]:

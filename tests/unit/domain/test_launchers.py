@@ -122,6 +122,7 @@ def test_torchrun_mode_starts_one_torchrun_per_task() -> None:
         "--rdzv-endpoint=10.0.0.1:29500",
         "--rdzv-id=job-42",
         "--rdzv-conf=is_host=0",
+        "--local-addr=10.0.0.2",
         "train.py",
         "--epochs",
         "3",
@@ -133,6 +134,16 @@ def test_torchrun_mode_starts_one_torchrun_per_task() -> None:
         "GPUPOOL_TASK_COUNT": "2",
     }
     assert other.rank is None  # torchrun's stream merges its workers
+
+
+def test_torchrun_tasks_on_one_loopback_address_name_themselves_apart() -> None:
+    """torchrun tells nodes apart by (address, pid), and every sandbox's torchrun has the
+    same pid: tasks of a pool on one machine each get a loopback address of their own."""
+    tasks = (task(0, 1), task(1, 1), task(2, 1))
+    shared = gang(*(t.model_copy(update={"address": "127.0.0.1"}) for t in tasks))
+    plan = plan_launch(shared, TORCHRUN, TRAIN)
+    addrs = [next(a for a in p.processes[0].argv if a.startswith("--local-addr=")) for p in plan]
+    assert addrs == ["--local-addr=127.0.0.1", "--local-addr=127.0.0.2", "--local-addr=127.0.0.3"]
 
 
 @pytest.mark.parametrize(

@@ -40,6 +40,23 @@ Name = Annotated[str | None, Query(max_length=100)]
 Limit = Annotated[int, Query(ge=1, le=jobs.MAX_LIST)]
 ArrayIndex = Annotated[int, FastApiPath(ge=0, le=MAX_ARRAY_INDEX)]
 Attempt = Annotated[int | None, Query(ge=1, le=MAX_ID)]
+Rank = Annotated[
+    int | None,
+    Query(
+        ge=0,
+        le=logs.MAX_RANK,
+        description="only the lines of this rank of a distributed job ('[rank N] '), "
+        "prefix removed; offsets stay those of the whole log",
+    ),
+]
+Task = Annotated[
+    int | None,
+    Query(
+        ge=0,
+        le=logs.MAX_RANK,
+        description="only the lines of this task ('[task N] '), prefix removed; not with rank",
+    ),
+]
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=JobView | SubmittedArrayView)
@@ -161,10 +178,15 @@ def read_logs(
     offset: Offset = 0,
     limit: Annotated[int, Query(ge=1, le=logs.MAX_CHUNK)] = logs.MAX_CHUNK,
     attempt: Attempt = None,
+    rank: Rank = None,
+    task: Task = None,
 ) -> LogChunkView:
     """One attempt's log (default: the latest) from ``offset``; ``next_attempt`` says where a
-    reader that follows the job goes once this log is read to its end."""
-    return logs.read_log(ctx, who, job_id, attempt, offset, limit)
+    reader that follows the job goes once this log is read to its end. With ``rank`` (or
+    ``task``): whole lines of that rank only, without their prefix; ``next_offset`` may then
+    move on with empty text, and the log is read to its end once it stops moving."""
+    lines = logs.LineFilter(rank, task)
+    return logs.read_log(ctx, who, job_id, attempt, offset, limit, lines)
 
 
 @router.get("/{job_id}/logs/stream", response_class=StreamingResponse)
@@ -176,11 +198,17 @@ async def stream_logs(
     offset: Offset = 0,
     attempt: Attempt = None,
     follow: bool = True,
+    rank: Rank = None,
+    task: Task = None,
 ) -> StreamingResponse:
     """Server-Sent Events: ``attempt`` (which attempt's log follows, and its note), ``log``
     (text), ``status`` (the job's status), then ``end``. It starts at ``attempt`` (default: the
-    latest) and, with ``follow``, goes on to each later attempt from its start."""
-    cursor = await run_in_threadpool(logs.open_log, ctx, who, job_id, attempt, offset, follow)
+    latest) and, with ``follow``, goes on to each later attempt from its start. With ``rank``
+    (or ``task``), only that rank's lines, as ``GET .../logs`` gives them."""
+    lines = logs.LineFilter(rank, task)
+    cursor = await run_in_threadpool(
+        logs.open_log, ctx, who, job_id, attempt, offset, follow, lines
+    )
     headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
     stream = _events(request, ctx, who, cursor)
     return StreamingResponse(stream, media_type="text/event-stream", headers=headers)

@@ -6,21 +6,21 @@ from typing import Annotated
 
 from fastapi import APIRouter, Request, Response
 
-import gpupool
 from gpupool.api.access import Rule, allow, declare
 from gpupool.api.deps import SESSION_COOKIE, PlatformDep, client_address
 from gpupool.api.schemas import LoginIn
-from gpupool.domain.views import WhoAmIView
-from gpupool.services import identity
+from gpupool.domain.views import HealthView, WhoAmIView
+from gpupool.services import cluster, identity
 from gpupool.services.access import Principal
 
 router = APIRouter(tags=["session"])
 
 
-@router.get("/health")
+@router.get("/health", response_model=HealthView, response_model_exclude_none=True)
 @declare(Rule.PUBLIC)
-def health() -> dict[str, str]:
-    return {"status": "ok", "version": gpupool.__version__}
+def health(ctx: PlatformDep) -> HealthView:
+    """The server answers; in Ray mode, "cluster" says whether its Ray cluster does."""
+    return cluster.health(ctx)
 
 
 @router.post("/session", response_model=WhoAmIView)

@@ -157,6 +157,18 @@ const gp = (() => {
     return number(count) + (memory ? ` · ${bytes(memory)}` : "");
   }
 
+  // the jobs table's GPUs: gpus(), or "2 nodes × 4 GPUs · torch" (the server's "request")
+  function request(spec) {
+    const nodes = Number(spec.nodes || 1);
+    if (nodes === 1 && !spec.launcher) return gpus(spec.resources);
+    const count = Number(spec.resources.gpus || 0);
+    const memory = spec.resources.gpu_memory_bytes;
+    let each = memory ? gpus(spec.resources) : "no GPU";
+    if (count) each = `${number(count)} GPU${count > 1 ? "s" : ""}${memory ? ` · ${bytes(memory)}` : ""}`;
+    const text = `${nodes} node${nodes === 1 ? "" : "s"} × ${each}`;
+    return spec.launcher ? `${text} · ${spec.launcher}` : text;
+  }
+
   function code(text) {
     return el("code", { class: "code" }, text);
   }
@@ -286,9 +298,31 @@ const gp = (() => {
     });
   }
 
+  // The banner of base.html, shown while /health says the pool's Ray cluster is
+  // unreachable (health is public: the sign-in page shows it too). Looked at on load, then
+  // every refresh period while the tab is visible; a failed look leaves the banner as it is.
+  function watchCluster() {
+    const banner = document.getElementById("cluster-banner");
+    if (!banner) return;
+    async function look() {
+      if (!document.hidden) {
+        try {
+          const response = await fetch(`${API}/health`, { cache: "no-store" });
+          const health = response.ok ? await response.json() : null;
+          if (health) banner.hidden = health.cluster !== "unreachable";
+        } catch (error) {
+          // the server itself is away: the page's own "Not updated" line says so
+        }
+      }
+      setTimeout(look, refreshMs());
+    }
+    look();
+  }
+
   document.addEventListener("DOMContentLoaded", () => {
     localizeTimes();
     signOutButton();
+    watchCluster();
   });
 
   return {
@@ -306,6 +340,7 @@ const gp = (() => {
     isFinal,
     badge,
     gpus,
+    request,
     code,
     fromNow,
     eta,

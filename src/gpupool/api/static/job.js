@@ -1,6 +1,8 @@
 // Job page: live output through Server-Sent Events (/logs/stream), drawn by terminal.js, one
 // attempt at a time (the newest, following each new attempt, unless one is picked); the job
-// itself polled every 2 s until it ends (status, events, placement, attempts); Cancel.
+// itself polled every 2 s until it ends (status, events, placement, attempts); Cancel. A log
+// whose lines start with "[rank N] " (or "[task N] ": a job over several nodes) gets a picker
+// of one rank's lines: the stream then sends only those, its offsets still the whole log's.
 "use strict";
 
 (() => {
@@ -8,6 +10,9 @@
   const LOG_LIMIT = 2000000; // characters kept in the page; the CLI reads everything
   const TRIMMED = "[earlier output is not shown here: read all of it with 'gpupool logs']";
   const LATEST = "latest";
+  const HEAD = 48; // characters of a line's start that hold its prefixes ("[task 1] [rank 12] ")
+  // a task's prefix, then a rank's (as the server's ranklogs.select_lines reads them)
+  const PREFIXES = /^(?:\[(task \d+)\] )?(?:\[(rank \d+)\] )?/;
 
   function fact(term, value) {
     return el("div", {}, el("dt", {}, term), el("dd", {}, value));
@@ -197,6 +202,47 @@
     select.closest(".log-attempt").hidden = numbers.length < 2 && chosen === LATEST;
   }
 
+  // the labels ("rank 0", "task 1") found at the start of the log's lines, chunk after chunk
+  function makeLabelScanner(onNew) {
+    const seen = new Map(); // label -> [kind, number]
+    let head = ""; // the start of the line being read
+    function check() {
+      for (const label of PREFIXES.exec(head).slice(1)) {
+        if (label && !seen.has(label)) {
+          const [kind, n] = label.split(" ");
+          seen.set(label, [kind, Number(n)]);
+          onNew(seen);
+        }
+      }
+    }
+    return {
+      scan(text) {
+        text.split("\n").forEach((piece, i) => {
+          if (i > 0) head = "";
+          if (head.length < HEAD) {
+            head += piece.slice(0, HEAD - head.length);
+            check();
+          }
+        });
+      },
+      reset() {
+        head = "";
+      },
+    };
+  }
+
+  // the lines picker: all, then each rank, then each task, in number order
+  function drawLineChoice(select, seen) {
+    const chosen = select.value;
+    const labels = [...seen.entries()].sort(([, a], [, b]) => (a[0] === b[0] ? a[1] - b[1] : a[0] === "rank" ? -1 : 1));
+    gp.replaceChildren(select, [
+      el("option", { value: "" }, "all ranks"),
+      ...labels.map(([label]) => el("option", { value: label }, label)),
+    ]);
+    select.value = chosen;
+    select.closest(".log-attempt").hidden = false;
+  }
+
   document.addEventListener("DOMContentLoaded", () => {
     const root = document.getElementById("job");
     const id = Number(root.dataset.jobId);
@@ -204,6 +250,8 @@
     const actionError = document.getElementById("action-error");
     const log = makeLog(document.getElementById("log"));
     const attemptChoice = document.getElementById("log-attempt");
+    const lineChoice = document.getElementById("log-lines");
+    const labels = makeLabelScanner((seen) => drawLineChoice(lineChoice, seen));
     let ended = root.dataset.final === "true";
 
     function drawJob(job) {
@@ -246,12 +294,15 @@
     let finished = false;
     let failures = 0;
     let source = null;
+    let lines = ""; // "" (every line), or one label: "rank 1", "task 0"
+    let written = false; // any text shown since the last (re)start
 
     function streamUrl() {
       const query = new URLSearchParams({ offset: String(offset) });
       const from = attempt !== null ? attempt : chosen !== LATEST ? Number(chosen) : null;
       if (from !== null) query.set("attempt", String(from));
       if (chosen !== LATEST) query.set("follow", "false");
+      if (lines) query.set(...lines.split(" ")); // rank=1 or task=0
       return `/api/v1/jobs/${id}/logs/stream?${query}`;
     }
 
@@ -260,6 +311,7 @@
       if (next.attempt === attempt) return; // a reconnect announces the same attempt again
       attempt = next.attempt;
       offset = 0;
+      labels.reset(); // a new log starts at the start of a line
       if (next.note) log.note(`--- ${next.note} ---`);
       const numbers = [...attemptChoice.options].map((o) => Number(o.value)).filter(Boolean);
       if (!numbers.includes(attempt)) drawAttemptChoice(attemptChoice, [...numbers, attempt]);
@@ -268,7 +320,9 @@
     function onLog(event) {
       const chunk = JSON.parse(event.data);
       if (chunk.attempt !== attempt || chunk.offset !== offset) return;
-      log.write(chunk.text);
+      if (!lines) labels.scan(chunk.text);
+      if (chunk.text) log.write(chunk.text);
+      written = written || Boolean(chunk.text);
       offset = chunk.next_offset;
     }
 
@@ -276,7 +330,8 @@
       finished = true;
       source.close();
       document.getElementById("log").classList.add("ended");
-      if (chosen === LATEST) logState("End of output: the job has ended.", "idle");
+      if (lines && !written) logState(`No lines of ${lines} here.`, "idle");
+      else if (chosen === LATEST) logState("End of output: the job has ended.", "idle");
       else logState(`End of attempt ${chosen}'s output.`, "idle");
     }
 
@@ -310,15 +365,26 @@
       });
     }
 
-    attemptChoice.addEventListener("change", () => {
+    // read again from the start: another attempt, or other lines of it
+    function restart() {
       source.close();
-      chosen = attemptChoice.value;
       attempt = null; // the stream says which attempt's log it sends
       offset = 0;
       finished = false;
+      written = false;
+      labels.reset();
       log.clear();
       document.getElementById("log").classList.remove("ended");
       connect();
+    }
+
+    attemptChoice.addEventListener("change", () => {
+      chosen = attemptChoice.value;
+      restart();
+    });
+    lineChoice.addEventListener("change", () => {
+      lines = lineChoice.value;
+      restart();
     });
     connect();
 

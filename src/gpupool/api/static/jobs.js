@@ -32,7 +32,7 @@
       el("td", {}, job.user),
       el("td", {}, job.team),
       el("td", {}, gp.badge(job.status)),
-      el("td", {}, gp.gpus(job.spec.resources)),
+      el("td", {}, gp.request(job.spec)),
       el("td", {}, job.placement ? job.placement.node : "-"),
       el("td", {}, gp.time(job.submitted_at)),
       reason,

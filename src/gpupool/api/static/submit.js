@@ -114,6 +114,9 @@ function parseEnv(text) {
     "resources.cpus": "cpus",
     "resources.memory_bytes": "memory",
     resources: "gpus",
+    nodes: "nodes",
+    launcher: "launcher",
+    launcher_mode: "launcher",
   };
 
   function inputFor(field) {
@@ -197,6 +200,7 @@ function parseEnv(text) {
       problems.push(["priority", "the priority is a whole number from -1000 to 1000"]);
     }
     checkPriority(form, body.priority, problems);
+    gang(form, body, problems);
     policy(form, body, problems);
     return { body, problems };
   }
@@ -242,6 +246,16 @@ function parseEnv(text) {
     if (Number.isInteger(priority) && (priority < low || priority > high)) {
       problems.push(["priority", `your role (${input.dataset.role}) may use priorities from ${low} to ${high}`]);
     }
+  }
+
+  // nodes and launcher into the spec ("torchrun" is the torch launcher in its torchrun mode)
+  function gang(form, body, problems) {
+    const nodes = numberOr(form.elements.nodes.value, 1);
+    if (!Number.isInteger(nodes) || nodes < 1) problems.push(["nodes", "nodes: a whole number, 1 or more"]);
+    else if (nodes !== 1) body.nodes = nodes;
+    const launcher = form.elements.launcher.value;
+    if (launcher === "torchrun") Object.assign(body, { launcher: "torch", launcher_mode: "torchrun" });
+    else if (launcher) body.launcher = launcher;
   }
 
   // preemptible, GPU types, max runtime and grace period into the spec
@@ -310,6 +324,7 @@ function parseEnv(text) {
         if (!mapped.length && error.code === "unknown_team") mapped.push(["team", error.message]);
         if (!mapped.length && /^(code_|bad_code)/.test(error.code)) mapped.push(["code", error.message]);
         if (!mapped.length && error.code === "priority_not_allowed") mapped.push(["priority", error.message]);
+        if (!mapped.length && error.code === "invalid_launcher") mapped.push(["launcher", error.message]);
         if (!mapped.length && error.code === "unsatisfiable" && body.gpu_types && /GPU type/.test(error.message)) {
           mapped.push(["gpu_type", error.message]);
         }

@@ -1,0 +1,76 @@
+"""Jobs over several nodes of the pool: all tasks start together, each told where it stands,
+their logs merged whole into the job's log, and a real PyTorch DDP training across two Ray
+nodes (gloo on the CPU) that ends with the same weights on both ranks."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.support.cli import Cli, wait_status
+from tests.support.pool import Pool
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def submit(pool: Pool, command: list[str], workdir: Path, **spec: object) -> int:
+    """A job through the API (the CLI's flags for these are tested on their own)."""
+    headers = {"Authorization": f"Bearer {pool.server.token}"}
+    body = {"command": command, "workdir": str(workdir), **spec}
+    answer = httpx.post(f"{pool.server.url}/api/v1/jobs", json=body, headers=headers)
+    assert answer.status_code == 201, answer.text
+    return answer.json()["id"]
+
+
+def test_a_job_over_two_nodes_runs_one_task_on_each(
+    pool: Pool, pool_cli: Cli, exchange: Path
+) -> None:
+    script = 'echo "task $GPUPOOL_TASK_INDEX of $GPUPOOL_TASK_COUNT on $GPUPOOL_NODE"'
+    job_id = submit(pool, ["sh", "-c", script], exchange, nodes=2, resources={"gpus": 2})
+    job = wait_status(pool_cli, job_id, {"succeeded", "failed", "lost"})
+    assert job["status"] == "succeeded", (job["message"], pool_cli.ok("logs", str(job_id)))
+    lines = sorted(pool_cli.ok("logs", str(job_id)).splitlines())
+    assert len(lines) == 2
+    found = [re.fullmatch(r"\[task (\d)\] task (\d) of 2 on (\S+)", line) for line in lines]
+    assert all(found), lines
+    assert [m.group(1) for m in found] == ["0", "1"]
+    assert all(m.group(1) == m.group(2) for m in found)
+    assert found[0].group(3) != found[1].group(3)  # a node of its own each
+
+
+def test_when_one_task_fails_the_other_is_stopped_and_the_job_fails(
+    pool: Pool, pool_cli: Cli, exchange: Path
+) -> None:
+    script = 'if [ "$GPUPOOL_TASK_INDEX" = 1 ]; then exit 3; fi; sleep 600'
+    job_id = submit(pool, ["sh", "-c", script], exchange, nodes=2, resources={"gpus": 2})
+    job = wait_status(pool_cli, job_id, {"succeeded", "failed", "lost"}, timeout=120)
+    assert job["status"] == "failed"
+    assert job["exit_code"] == 3
+    assert "task 1" in job["message"]
+    held = [g for n in pool_cli.json("nodes") for g in n["gpus"] if g.get("holders")]
+    assert held == []
+
+
+@pytest.mark.parametrize("mode", [[], ["--torchrun"]], ids=["per-gpu", "torchrun"])
+def test_pytorch_ddp_trains_across_two_ray_nodes(
+    pool_cli: Cli, exchange: Path, mode: list[str]
+) -> None:
+    """A real DDP training (gloo, CPU) over two Ray nodes: one process per GPU with
+    torchrun's variables, or one torchrun per node; the loss falls, the weights agree."""
+    pytest.importorskip("torch", reason="PyTorch is not installed: make test installs it")
+    (exchange / "ddp_train.py").write_text((EXAMPLES / "ddp_train.py").read_text())
+    job_id = pool_cli.submit(
+        *("--workdir", str(exchange), "--nodes", "2", "--gpus-per-node", "1"),
+        *("--launcher", "torch", *mode, "--", sys.executable, "ddp_train.py"),
+    )
+    job = wait_status(pool_cli, job_id, {"succeeded", "failed", "lost"}, timeout=240)
+    log = pool_cli.ok("logs", str(job_id))
+    assert job["status"] == "succeeded", log
+    losses = [float(v) for v in re.findall(r"\[(?:rank|task) 0\] loss \d+ (\S+)", log)]
+    assert len(losses) > 2 and losses[-1] < losses[0], log
+    weights = dict(re.findall(r"\[(?:rank|task) (\d)\] (?:\[rank \d\] )?weights (\S+)", log))
+    assert set(weights) == {"0", "1"} and weights["0"] == weights["1"], log
