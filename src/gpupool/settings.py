@@ -35,6 +35,9 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = DEFAULT_PORT
     node_name: str | None = None  # default: the host name
+    # The node's fabric group (gpupool node join --fabric-group); default: derived from its
+    # RDMA fabric or its IP subnet. A job over several nodes keeps to one group.
+    fabric_group: str | None = None
     # Declared inventory, used where no NVIDIA driver answers: "4xA100-SXM4-80GB:80GiB".
     declared_gpus: str | None = None
     # Links between the declared GPUs, as nvidia-smi topo -m names them: "0-1:NV4,2-3:PIX".

@@ -66,6 +66,16 @@ class NodeAgent:
         self.inventory_data = found.model_dump(mode="json")
         return self.inventory_data
 
+    def fabric(self, address: str | None) -> dict[str, Any]:
+        """The node's fabric group: declared (GPUPOOL_FABRIC_GROUP), else derived from its
+        RDMA ports or the subnet of ``address`` (how the other nodes reach it)."""
+        from gpupool.domain.fabric import fabric_group
+        from gpupool.domain.inventory import NodeInventory
+
+        found = NodeInventory.model_validate(self.inventory_data or self.inventory())
+        group = fabric_group(found, _node_address(address), self.settings.fabric_group)
+        return group.model_dump(mode="json")
+
     def free_port(self) -> int:
         """A TCP port free on this node now: a gang's rendezvous (its first task's node)."""
         import socket
@@ -85,6 +95,7 @@ class NodeAgent:
         data = task.pop("code_archive_data", None)
         if data is not None:  # the job's code, sent along: kept on this node by its hash
             task["code_archive"] = str(self._keep_archive(task["code"], data))
+        fabric = self._nccl(task) if task.get("launch") and task.get("task_count", 1) > 1 else None
         try:
             handle = self.executor.start(task_from_json(task))
         except LaunchError as error:
@@ -95,7 +106,25 @@ class NodeAgent:
                     "reason": error.reason,
                 }
             }
-        return {"state": handle.state}
+        return {"state": handle.state, "fabric": fabric}
+
+    def _nccl(self, task: dict[str, Any]) -> str | None:
+        """NCCL's settings for a task of a job over several nodes, from this node's NICs
+        close to its GPUs, as defaults of its processes; the sentence for its events."""
+        from gpupool.domain.fabric import nccl_settings
+        from gpupool.domain.inventory import NodeInventory
+
+        found = NodeInventory.model_validate(self.inventory_data or self.inventory())
+        index_of = {gpu.uuid: gpu.index for gpu in found.gpus}
+        indices = [index_of[uuid] for uuid in task.get("gpu_uuids") or [] if uuid in index_of]
+        try:
+            nccl = nccl_settings(found, indices, _node_address(task.get("node_address")))
+        except ValueError as error:
+            log.warning("no NCCL settings for job %s: %s", task.get("job_id"), error)
+            return None
+        for process in task["launch"]["processes"]:
+            process["env_defaults"] = {**nccl.env, **(process.get("env_defaults") or {})}
+        return f"task {task.get('task_index', 0)} on {self.settings.node_name} {nccl.summary}"
 
     def poll(self, handles: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The state of each attempt, with its log's size (the server copies what is new)."""
@@ -175,3 +204,26 @@ def _job_base_env() -> dict[str, str]:
         for name, value in default_base_env().items()
         if not name.startswith(("RAY_", "GPUPOOL_"))
     }
+
+
+def _node_address(address: str | None) -> Any:
+    """The NIC that holds ``address`` on this node, with its prefix length (None: unknown)."""
+    import ipaddress
+    import socket
+
+    import psutil
+
+    from gpupool.domain.fabric import NodeAddress
+
+    if not address:
+        return None
+    for name, addresses in psutil.net_if_addrs().items():
+        for found in addresses:
+            if found.family in (socket.AF_INET, socket.AF_INET6) and found.address == address:
+                netmask = found.netmask or ""
+                try:
+                    prefix = ipaddress.ip_network(f"{address}/{netmask}", strict=False).prefixlen
+                except ValueError:
+                    prefix = 32 if found.family == socket.AF_INET else 128
+                return NodeAddress(address=address, prefix_length=prefix, interface=name)
+    return None

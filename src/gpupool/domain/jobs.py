@@ -354,6 +354,7 @@ class Reason(StrEnum):
     LOST = "RunnerLost"
     REQUEUED = "Requeued"
     READOPTED = "Readopted"
+    FABRIC = "Fabric"  # what a task of a job over several nodes talks over (RDMA, TCP)
     # tenancy (README "Isolation")
     ISOLATION_UNAVAILABLE = "IsolationUnavailable"  # isolation is on and cannot be had
     GPU_MEMORY_EXCEEDED = "GpuMemoryExceeded"  # over its GPU memory share for too long

@@ -94,7 +94,10 @@ class RayExecutor(Executor):
                 error["log"], user_message=error["user_message"], reason=error["reason"]
             )
         self.log_path(Handle(task.job_id, task.attempt)).parent.mkdir(parents=True, exist_ok=True)
-        return Handle(task.job_id, task.attempt, {"node": task.node, "local": answer["state"]})
+        state = {"node": task.node, "local": answer["state"]}
+        if answer.get("fabric"):
+            state["fabric"] = answer["fabric"]
+        return Handle(task.job_id, task.attempt, state)
 
     def start_gang(self, tasks: list[TaskSpec]) -> Handle:
         """Every task of the attempt on its node, all or none: a task that cannot start

@@ -51,7 +51,7 @@ from gpupool.scheduler.ledger import EPSILON, Ledger
 from gpupool.scheduler.memo import Group, NoRoom, NoVictims
 from gpupool.scheduler.ordering import FIFO_TEAM, KeptOrder, QueuedJob, Queues, leased_order
 from gpupool.scheduler.packing import Packer
-from gpupool.scheduler.placement import find_spot, place_tasks, unplace
+from gpupool.scheduler.placement import find_spot, place_in_one_fabric, place_tasks, unplace
 from gpupool.scheduler.preemption import Choice, KeptRunning, Preemptor, leased_running
 from gpupool.scheduler.reasons import Blocked, explain_unplaced
 from gpupool.scheduler.types import (
@@ -104,6 +104,7 @@ class Cycle:
         hand_over: HandOver | None = None,
     ) -> None:
         self.snapshot = snapshot
+        self.fabric_of = {node.name: node.fabric_group for node in snapshot.nodes}
         self.hand_over = hand_over
         self.now = now
         self.policy = policy = snapshot.policy
@@ -422,9 +423,14 @@ class Cycle:
             where = reservations.where(job, job.gpu_types) if reservations else Where(job.gpu_types)
         guarded = where.node_ok is not None
         if nominated or not self.no_room.covers(job, demand):
-            placements = place_tasks(
-                job.job_id, job.tasks, demand, self.capacity, where, job.distinct_nodes
-            )
+            if job.one_fabric:
+                placements = place_in_one_fabric(
+                    job.job_id, job.tasks, demand, self.capacity, where, self.fabric_of
+                )
+            else:
+                placements = place_tasks(
+                    job.job_id, job.tasks, demand, self.capacity, where, job.distinct_nodes
+                )
             if placements is not None:
                 held = sum(part.share for placement in placements for part in placement.gpus)
                 # a nominee takes back what its preemptions freed: nobody else could claim it

@@ -110,6 +110,34 @@ def place_tasks(
     return placements
 
 
+def place_in_one_fabric(
+    job_id: int,
+    tasks: int,
+    demand: Demand,
+    capacity: FreeCapacity,
+    where: Where,
+    fabric_of: dict[str, str | None],
+) -> list[Placement] | None:
+    """All ``tasks``, each on a node of its own, on nodes of one fabric group (the groups
+    tried in name order; nodes of no known group form one group of their own)."""
+    for group in sorted({g or "" for g in fabric_of.values()}):
+        inside = within({n for n, g in fabric_of.items() if (g or "") == group}, where)
+        placements = place_tasks(job_id, tasks, demand, capacity, inside, distinct=True)
+        if placements is not None:
+            return placements
+    return None
+
+
+def within(nodes: set[str], where: Where) -> Where:
+    """``where``, on the nodes named only."""
+    inner = where.node_ok
+
+    def node_ok(node: NodeState, demand: Demand) -> bool:
+        return node.name in nodes and (inner is None or inner(node, demand))
+
+    return Where(where.types, node_ok)
+
+
 def away_from(nodes: list[str], where: Where) -> Where:
     """``where``, without the nodes named."""
     taken, inner = frozenset(nodes), where.node_ok

@@ -38,6 +38,7 @@ class NodeCapacity:
     memory_bytes: int
     schedulable: bool = True
     drained: bool = False  # not schedulable because an admin drained it (else: it is down)
+    fabric_group: str | None = None  # a job over several nodes keeps to one group
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +105,7 @@ class PendingJob:
     array_id: int | None = None
     array_limit: int | None = None
     distinct_nodes: bool = False  # each task on a node of its own (a job over several nodes)
+    one_fabric: bool = False  # its tasks' nodes are all of one fabric group
 
     def started(
         self, placements: list[Placement], now: float, attained: float | None = None

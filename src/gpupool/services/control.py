@@ -515,6 +515,7 @@ class ControlLoop:
         is covered by ``Executor.recover`` when the server starts again.
         """
         failed = []
+        fabrics: list[tuple[int, str | None]] = []
         for claimed in self._claim(placements):
             task = claimed.task
             try:
@@ -534,8 +535,20 @@ class ControlLoop:
                 grace=task.stop_grace_seconds,
                 max_runtime=claimed.max_runtime,
             )
+            fabrics += [(task.job_id, t.get("fabric")) for t in handle.state.get("gang", [])]
         if failed:
             self._launch_failed(failed)
+        if [said for _, said in fabrics if said]:
+            self._record_fabrics(fabrics)
+
+    def _record_fabrics(self, fabrics: list[tuple[int, str | None]]) -> None:
+        """What each task of a job over several nodes talks over (RDMA devices, or TCP at
+        which speed): in the job's events, so that a slow fabric is never a surprise."""
+        now = self.clock.now()
+        with self.db.session() as session:
+            for job_id, said in fabrics:
+                if said:
+                    job_service.record(session, job_id, now, Reason.FABRIC, said)
 
     def _claim(self, placements: list[Placement]) -> list[Claimed]:
         now = self.clock.now()

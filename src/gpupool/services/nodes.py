@@ -318,6 +318,7 @@ def capacity(node: NodeModel) -> NodeCapacity:
         memory_bytes=inventory.memory_bytes,
         schedulable=node.schedulable,
         drained=node.drain,
+        fabric_group=node.fabric_group,
     )
 
 

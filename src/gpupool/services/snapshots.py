@@ -262,6 +262,7 @@ def pending_job(row: Row) -> PendingJob:
         array_limit=row.array_limit,
         tasks=spec.get("nodes") or 1,
         distinct_nodes=(spec.get("nodes") or 1) > 1,
+        one_fabric=(spec.get("nodes") or 1) > 1 and not spec.get("allow_cross_fabric"),
     )
 
 

@@ -7,6 +7,7 @@ cancel wins over both.
 
 from __future__ import annotations
 
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from gpupool.domain.jobs import JobStatus, Reason, StopReason
@@ -82,7 +83,36 @@ def lost(
     message = result.message or (
         f"the runner of attempt {attempt.number} vanished without recording an exit"
     )
+    retries, lost_so_far = _retries(session, job)
+    if lost_so_far <= retries and job.cancel_requested_at is None:
+        said = f"{message}; requeued (retry {lost_so_far} of {retries})"
+        requeue_after_loss(session, attempt, job, now, said)
+        return
     job_service.finish(session, job, JobStatus.LOST, now, Reason.LOST, message)
+
+
+def requeue_after_loss(
+    session: Session, attempt: AttemptModel, job: JobModel, now: float, message: str
+) -> None:
+    """Back to the queue after a lost attempt, within the job's retries: the service it
+    received counts, and it resumes from what it wrote to its checkpoint directory."""
+    ran = max(0.0, (attempt.ended_at or now) - (attempt.started_at or now))
+    job.attained = (job.attained or 0.0) + job.gpus * ran
+    job.queued_at = now
+    job.status, job.node, job.placement = JobStatus.PENDING.value, None, None
+    job.reason, job.message = Reason.REQUEUED.value, message
+    job_service.record(session, job.id, now, Reason.REQUEUED, message)
+
+
+def _retries(session: Session, job: JobModel) -> tuple[int, int]:
+    """The job's retries, and how many of its attempts were lost (this one included)."""
+    retries = int((job.spec or {}).get("retries") or 0)
+    lost_count = session.scalar(
+        select(func.count())
+        .select_from(AttemptModel)
+        .where(AttemptModel.job_id == job.id, AttemptModel.status == "lost")
+    )
+    return retries, int(lost_count or 0)
 
 
 def requeue(session: Session, job: JobModel, now: float, message: str) -> None:
