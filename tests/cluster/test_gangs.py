@@ -40,6 +40,10 @@ def test_a_job_over_two_nodes_runs_one_task_on_each(
     assert [m.group(1) for m in found] == ["0", "1"]
     assert all(m.group(1) == m.group(2) for m in found)
     assert found[0].group(3) != found[1].group(3)  # a node of its own each
+    shown = pool_cli.ok("show", str(job_id))
+    assert "placement:  task 0 on node" in shown and "placement:  task 1 on node" in shown
+    listed = pool_cli.ok("ls", "--all")
+    assert re.search(rf"\b{job_id}\b.*\b\w+\+\w+\b", listed), listed  # "n1+n2"
     fabric = [e["message"] for e in pool_cli.job(job_id)["events"] if e["reason"] == "Fabric"]
     assert len(fabric) == 2 and all("runs over TCP on lo" in said for said in fabric), fabric
 

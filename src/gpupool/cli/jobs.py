@@ -623,7 +623,7 @@ def job_row(job: dict[str, Any]) -> list[str]:
         escape(job["team"]),
         status_text(job["status"]),
         escape(request_text(job["spec"])),
-        escape(placement.get("node") or "-"),
+        escape(nodes_text(placement)),
         age_text(job),
         escape(reason_text(job)),
     ]
@@ -725,17 +725,26 @@ def _status_lines(job: dict[str, Any]) -> list[str]:
     return lines
 
 
+def nodes_text(placement: dict[str, Any]) -> str:
+    """'n1' for a job on one node; 'n1+n2' for one over several."""
+    tasks = placement.get("tasks") or ([placement] if placement else [])
+    return "+".join(task["node"] for task in tasks) or "-"
+
+
 def _placement_lines(job: dict[str, Any]) -> list[str]:
     placement = job.get("placement")
     if not placement:
         return ["placement:  -"]
-    lines = [
-        f"placement:  node {escape(placement['node'])}, cpus {share(placement['cpus'])}, "
-        f"memory {memory(placement.get('memory_bytes') or None)}"
-    ]
-    for gpu in placement["gpus"]:
-        reserved = f", {memory(gpu['memory_bytes'])}" if gpu.get("memory_bytes") else ""
-        lines.append(f"  gpu {escape(gpu['uuid'])}  share {share(gpu['share'])}{reserved}")
+    lines = []
+    for task in placement.get("tasks") or [placement]:
+        which = f"task {task['task']} on " if "task" in task else ""
+        lines.append(
+            f"placement:  {which}node {escape(task['node'])}, cpus {share(task['cpus'])}, "
+            f"memory {memory(task.get('memory_bytes') or None)}"
+        )
+        for gpu in task["gpus"]:
+            reserved = f", {memory(gpu['memory_bytes'])}" if gpu.get("memory_bytes") else ""
+            lines.append(f"  gpu {escape(gpu['uuid'])}  share {share(gpu['share'])}{reserved}")
     return lines
 
 

@@ -46,6 +46,18 @@ class PlacementView(View):
     gpus: list[GpuShareView]
     cpus: float
     memory_bytes: int
+    tasks: list[TaskPlacementView] | None = Field(
+        default=None,
+        description="a job over several nodes: each task's placement (the first's is above)",
+    )
+
+
+class TaskPlacementView(View):
+    task: int
+    node: str
+    gpus: list[GpuShareView]
+    cpus: float
+    memory_bytes: int
 
 
 class JobView(View):
