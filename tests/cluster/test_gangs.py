@@ -1,6 +1,7 @@
 """Jobs over several nodes of the pool: all tasks start together, each told where it stands,
-their logs merged whole into the job's log, and a real PyTorch DDP training across two Ray
-nodes (gloo on the CPU) that ends with the same weights on both ranks."""
+their logs merged whole into the job's log, a real PyTorch DDP training across two Ray nodes
+(gloo on the CPU) that ends with the same weights on both ranks, and a real MPI allreduce
+whose remote daemon gpupool's own rsh agent starts (no ssh)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import httpx
 import pytest
 
 from tests.support.cli import Cli, wait_status
+from tests.support.distributed import MPI_EXAMPLE, needs_open_mpi
 from tests.support.pool import Pool
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -80,3 +82,27 @@ def test_pytorch_ddp_trains_across_two_ray_nodes(
     assert len(losses) > 2 and losses[-1] < losses[0], log
     weights = dict(re.findall(r"\[(?:rank|task) (\d)\] (?:\[rank \d\] )?weights (\S+)", log))
     assert set(weights) == {"0", "1"} and weights["0"] == weights["1"], log
+
+
+# each rank says where it runs (its daemon's environment: its own task's), then joins
+WHERE = 'echo "rank $OMPI_COMM_WORLD_RANK task $GPUPOOL_TASK_INDEX on $GPUPOOL_NODE"; exec "$@"'
+
+
+@needs_open_mpi
+def test_an_mpi_allreduce_runs_across_two_ray_nodes_through_gpupools_agent(
+    pool_cli: Cli, exchange: Path
+) -> None:
+    """mpirun on task 0 starts task 1's daemon through gpupool's rsh agent (no ssh): the
+    ranks run one on each node, in their own task, and the allreduce sums over both."""
+    (exchange / "mpi_allreduce.py").write_text(MPI_EXAMPLE.read_text())
+    job_id = pool_cli.submit(
+        *("--workdir", str(exchange), "--nodes", "2", "--gpus-per-node", "1"),
+        *("--launcher", "mpi", "--", "sh", "-c", WHERE, "sh", sys.executable, "mpi_allreduce.py"),
+    )
+    job = wait_status(pool_cli, job_id, {"succeeded", "failed", "lost"}, timeout=240)
+    log = pool_cli.ok("logs", str(job_id))
+    assert job["status"] == "succeeded", (job["message"], log)
+    assert re.search(r"^\[task 0\] allreduce 3 size 2$", log, re.MULTILINE), log
+    where = dict(re.findall(r"^\[task 0\] rank (\d) (task \d on \S+)$", log, re.MULTILINE))
+    nodes = [t["node"] for t in job["placement"]["tasks"]]
+    assert where == {"0": f"task 0 on {nodes[0]}", "1": f"task 1 on {nodes[1]}"}, log

@@ -91,7 +91,13 @@ def _fake_rsh_agent(tmp_path: Path) -> tuple[Path, Path]:
     quoting, so the agent hands them to a shell, as ssh would on the remote side.
     """
     agent, calls = tmp_path / "agent.sh", tmp_path / "agent-calls"
-    agent.write_text(f'#!/bin/sh\nprintf "%s|%s\\n" "$1" "$2" >> {calls}\nshift\nexec sh -c "$*"\n')
+    # each alias gets a TMPDIR of its own, as each task's sandbox has its own /tmp: Open MPI
+    # daemons sharing one race to make their session directories there
+    script = (
+        f'#!/bin/sh\nprintf "%s|%s\\n" "$1" "$2" >> {calls}\n'
+        f'TMPDIR={tmp_path}/tmp-$1; export TMPDIR; mkdir -p "$TMPDIR"\nshift\nexec sh -c "$*"\n'
+    )
+    agent.write_text(script)
     agent.chmod(0o755)
     return agent, calls
 

@@ -22,7 +22,7 @@ ASSETS = {"document", "stylesheet", "script", "image", "font", "media", "manifes
 # What a page fetches once its script runs (its first poll): waiting for it lets what the
 # script does show up; None: the page's script fetches nothing by itself.
 PAGES = {
-    "/": "/api/v1/nodes",
+    "/": "/api/v1/pool",
     "/jobs": "/api/v1/jobs",
     "/jobs/new": None,
     "/jobs/{job}": "/api/v1/jobs/{job}",

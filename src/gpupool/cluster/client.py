@@ -89,9 +89,9 @@ class ClusterClient:
         if answer.get("ok"):
             return answer.get("result")
         error, message = answer.get("error"), answer.get("message", "")
-        if error == "agent_unavailable":
+        if error in ("agent_unavailable", "timeout"):  # the cluster answered; the node did not
             raise AgentUnavailable(message)
-        if error in ("timeout", "unreachable", "bridge_gone"):
+        if error in ("unreachable", "bridge_gone"):
             raise ClusterUnavailable(message)
         raise CallFailed(message)
 
@@ -115,10 +115,11 @@ class ClusterClient:
         with self._lock:
             self._mark_unreachable(why)
             process, self._process = self._process, None
+            requests = self._requests  # a new bridge started after the lock has its own
             self._fail_all(self.problem or why)
         if process is not None:
             with contextlib.suppress(OSError):
-                self._requests.close()
+                requests.close()
             _end(process, wait=0.0)  # stuck in Ray's calls, it may take seconds to hear TERM
 
     def close(self) -> None:

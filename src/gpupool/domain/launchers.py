@@ -16,7 +16,7 @@ Launchers:
   Mode ``torchrun``: one ``torchrun`` per task, with the c10d rendezvous at task 0.
 * ``tensorflow``: one process per task with ``TF_CONFIG`` for MultiWorkerMirroredStrategy.
 * ``mpi``: task 0 runs ``mpirun`` over a hostfile of all tasks; it starts the remote
-  daemons through an rsh agent (see :class:`MpiAgent`); the other tasks idle meanwhile.
+  daemons through an rsh agent (see :class:`MpiAgent`), which the other tasks serve.
 """
 
 from __future__ import annotations
@@ -113,13 +113,19 @@ class MpiAgent(_Frozen):
     The agent must, like ssh, join the words with spaces and run them with ``/bin/sh -c``
     inside that task's sandbox, with that task's environment. mpirun splits the agent
     string on spaces, so ``argv`` words hold none.
+
+    gpupool's agent is ``gpupool.runner.mpi_exec``: the other tasks serve it (``wait_argv``)
+    on their own port, and every task gets (:func:`mpi_env`) ``GPUPOOL_MPI_SECRET``, the
+    ``GPUPOOL_MPI_HOSTS`` of the serving tasks and, serving, its ``GPUPOOL_MPI_LISTEN``.
     """
 
-    argv: tuple[str, ...] = Field(min_length=1)  # e.g. ("/usr/bin/gpupool-rsh", "--attempt", "a1")
+    argv: tuple[str, ...] = Field(min_length=1)  # e.g. ("python", "-m", "...mpi_exec", "rsh")
     hostfile: str = "gpupool-hostfile"  # written in task 0's working directory
-    # what the other tasks run meanwhile: they only keep their sandbox up for the daemon;
-    # the gang's exit is task 0's (TaskLaunch.decides_exit), the executor then stops them
+    # what the other tasks run meanwhile: the agent's service, which starts the daemon in
+    # their sandbox; the gang's exit is task 0's (TaskLaunch.decides_exit), the executor
+    # then stops them
     wait_argv: tuple[str, ...] = Field(default=("sleep", "infinity"), min_length=1)
+    secret: str = Field(min_length=16)  # the attempt's, fresh for each: the agent's password
 
     @model_validator(mode="after")
     def _words_without_spaces(self) -> MpiAgent:
@@ -384,8 +390,9 @@ def mpi_hostfile(gang: Gang) -> str:
 
 def mpirun_argv(gang: Gang, command: Sequence[str], mpi: MpiAgent) -> tuple[str, ...]:
     """Task 0's ``mpirun`` (Open MPI 4.x, mpirun(1) and its MCA parameters): every task's
-    ranks from the hostfile, remote daemons through the agent. No tree spawn: only task 0's
-    sandbox has the agent, so the daemons must not launch each other."""
+    ranks from the hostfile, remote daemons through the agent. Tree spawn stays on (every
+    task's sandbox has the agent and its variables, so daemons may start each other):
+    ``plm_rsh_no_tree_spawn`` would have the daemons daemonize, out of the sandbox."""
     ranks = sum(t.process_count for t in gang.tasks)
     return (
         "mpirun",
@@ -396,27 +403,63 @@ def mpirun_argv(gang: Gang, command: Sequence[str], mpi: MpiAgent) -> tuple[str,
         "--mca",
         "plm_rsh_agent",
         " ".join(mpi.argv),
-        "--mca",
-        "plm_rsh_no_tree_spawn",
-        "1",
         *command,
     )
 
 
+def mpi_env(gang: Gang, task: GangTask, mpi: MpiAgent) -> dict[str, str]:
+    """What the agent and its service read (see ``gpupool.runner.mpi_exec``): the secret,
+    where each serving task (1, 2, ...) listens, and where this one does."""
+    hosts = {mpi_alias(t.index): mpi_listen(gang, t) for t in gang.tasks[1:]}
+    if len(set(hosts.values())) != len(hosts):
+        raise ValueError(f"the MPI tasks need distinct addresses to serve on: {hosts}")
+    env = {"GPUPOOL_MPI_SECRET": mpi.secret, "GPUPOOL_MPI_HOSTS": json.dumps(hosts)}
+    if task.index != 0:
+        env["GPUPOOL_MPI_LISTEN"] = hosts[mpi_alias(task.index)]
+    return env
+
+
+def mpi_listen(gang: Gang, task: GangTask) -> str:
+    """Where task ``task`` serves the agent: its own ``port``, else rendezvous_port + index."""
+    port = task.port if task.port is not None else gang.rendezvous_port + task.index
+    if port > 65535:
+        raise ValueError(f"task {task.index}'s MPI port {port} is past 65535")
+    return host_port(task.address, port)
+
+
+def mpi_loopback_env(gang: Gang) -> dict[str, str]:
+    """For a gang all on loopback (a pool on one machine): Open MPI's TCP transport and its
+    daemons' channel leave 127.0.0.0/8 out unless told to keep to ``lo``. mpirun passes
+    them on to the daemons (as ``-mca`` words), the daemons to their ranks."""
+    if not all(_is_loopback(t.address) for t in gang.tasks):
+        return {}
+    return {"OMPI_MCA_btl_tcp_if_include": "lo", "OMPI_MCA_oob_tcp_if_include": "lo"}
+
+
 def _mpi_task(gang: Gang, task: GangTask, command: Sequence[str], mpi: MpiAgent) -> TaskLaunch:
-    env = gpupool_env(gang, task)
+    env = {**gpupool_env(gang, task), **mpi_env(gang, task, mpi)}
     if task.index != 0:
         process = ProcessSpec(argv=mpi.wait_argv, env=env)
         return TaskLaunch(
             task_index=task.index, node=task.node, processes=(process,), decides_exit=False
         )
-    process = ProcessSpec(argv=mpirun_argv(gang, command, mpi), env=env)  # all ranks' output
+    process = ProcessSpec(  # all ranks' output; a job's own Open MPI settings win
+        argv=mpirun_argv(gang, command, mpi), env=env, env_defaults=mpi_loopback_env(gang)
+    )
     return TaskLaunch(
         task_index=0, node=task.node, processes=(process,), files={mpi.hostfile: mpi_hostfile(gang)}
     )
 
 
 # -- helpers ---------------------------------------------------------------------------------
+
+
+def _is_loopback(address: str) -> bool:
+    """Whether ``address`` is a loopback IP ("localhost" and other names are not read)."""
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
 
 
 def host_port(address: str, port: int) -> str:

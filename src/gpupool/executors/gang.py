@@ -10,6 +10,8 @@ the attempt's log, whole lines each, labelled by rank or task.
 
 from __future__ import annotations
 
+import secrets
+import sys
 from dataclasses import replace
 
 from gpupool.domain.launchers import (
@@ -24,11 +26,21 @@ from gpupool.domain.launchers import (
 )
 from gpupool.executors.base import Observed, PollResult, TaskSpec
 
-RSH_AGENT = ("gpupool-rsh",)  # the rsh agent's command inside task 0's sandbox
+MPI_EXEC = "gpupool.runner.mpi_exec"  # the rsh agent and its service, in every task's sandbox
 
 
-def planned(tasks: list[TaskSpec], rendezvous_port: int) -> list[TaskSpec]:
-    """``tasks`` (one attempt's, in task order) with what each starts and its variables."""
+def planned(
+    tasks: list[TaskSpec],
+    rendezvous_port: int,
+    ports: list[int] | None = None,
+    python: str = sys.executable,
+) -> list[TaskSpec]:
+    """``tasks`` (one attempt's, in task order) with what each starts and its variables.
+
+    ``ports``: one per task, free on its node (an MPI task serves the rsh agent there);
+    without them task i uses rendezvous_port + i. ``python``: the interpreter that runs
+    gpupool's runner in the sandbox (the MPI agent runs with it).
+    """
     first = tasks[0]
     gang = Gang(
         job_id=str(first.job_id),
@@ -39,19 +51,20 @@ def planned(tasks: list[TaskSpec], rendezvous_port: int) -> list[TaskSpec]:
                 address=t.node_address,
                 gpus=_gpus(t),
                 gpu_indices=t.gpu_indices if _gpus(t) else (),
+                port=ports[i] if ports else None,
             )
-            for t in tasks
+            for i, t in enumerate(tasks)
         ),
         rendezvous_port=rendezvous_port,
     )
-    launches = _launches(gang, first)
+    launches = _launches(gang, first, python)
     return [
         replace(task, launch=launch.model_dump(mode="json"))
         for task, launch in zip(tasks, launches, strict=True)
     ]
 
 
-def _launches(gang: Gang, first: TaskSpec) -> tuple[TaskLaunch, ...]:
+def _launches(gang: Gang, first: TaskSpec, python: str) -> tuple[TaskLaunch, ...]:
     if first.launcher is None:  # the command as is, on every task, told where it stands
         return tuple(
             TaskLaunch(
@@ -62,8 +75,18 @@ def _launches(gang: Gang, first: TaskSpec) -> tuple[TaskLaunch, ...]:
             for t in gang.tasks
         )
     launcher = parse_launcher(first.launcher, first.launcher_mode)
-    mpi = MpiAgent(argv=RSH_AGENT) if launcher.kind == "mpi" else None
+    mpi = mpi_agent(python) if launcher.kind == "mpi" else None
     return plan_launch(gang, launcher, first.command, mpi)
+
+
+def mpi_agent(python: str) -> MpiAgent:
+    """gpupool's rsh agent for one attempt: a fresh secret each, so that a task's service
+    runs only its own attempt's daemons."""
+    return MpiAgent(
+        argv=(python, "-m", MPI_EXEC, "rsh"),
+        wait_argv=(python, "-m", MPI_EXEC, "serve"),
+        secret=secrets.token_hex(16),
+    )
 
 
 def _gpus(task: TaskSpec) -> float:
@@ -97,14 +120,16 @@ def combined(results: list[PollResult], deciders: list[bool]) -> tuple[PollResul
     ended = [r.observed in (Observed.EXITED, Observed.LOST) for r in results]
     started = [r.started_at for r in results if r.started_at is not None]
     started_at = min(started) if started else None
+    decided = all(e for e, d in zip(ended, deciders, strict=True) if d)
     failures = [
         (i, r)
         for i, r in enumerate(results)
-        if r.observed == Observed.LOST or (r.observed == Observed.EXITED and r.exit_code)
+        if (r.observed == Observed.LOST or (r.observed == Observed.EXITED and r.exit_code))
+        # a placeholder stopped once the deciding tasks ended did not fail the job
+        and (deciders[i] or not decided or r.observed == Observed.LOST)
     ]
     # the first to fail in time decides: the others may have failed because it was stopped
     failed = min(failures, key=lambda f: f[1].ended_at or float("inf"), default=None)
-    decided = all(e for e, d in zip(ended, deciders, strict=True) if d)
     stop_rest = failed is not None or decided
     if not all(ended):
         if any(r.observed == Observed.ORPHANED for r in results):

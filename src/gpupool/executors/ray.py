@@ -38,6 +38,9 @@ from gpupool.runner import layout
 log = logging.getLogger(__name__)
 
 START_TIMEOUT_S = 60.0
+# A node that lost the head stops its work node_lost_seconds after its last contact, with a
+# grace of its own (cluster/lost.py): its GPUs are handed out only after that has passed too.
+NODE_STOP_SLACK_S = 10.0
 POLL_TIMEOUT_S = 10.0
 
 
@@ -60,6 +63,7 @@ class RayExecutor(Executor):
         self._fresh: dict[Key, bytes] = {}  # a gang task's log bytes not merged yet
         self._gang_logs: dict[Key, GangLog] = {}
         self._gangs_stopped: set[Key] = set()
+        self._down: set[str] = set()  # nodes Ray reports dead (the node watch says)
         self.isolation_status: IsolationStatus | None = None
 
     # -- paths --------------------------------------------------------------------------------
@@ -101,12 +105,15 @@ class RayExecutor(Executor):
 
     def start_gang(self, tasks: list[TaskSpec]) -> Handle:
         """Every task of the attempt on its node, all or none: a task that cannot start
-        stops those started. The rendezvous port is one free on the first task's node."""
+        stops those started. The rendezvous port is one free on the first task's node; an
+        MPI gang's tasks get one each on their own node (they serve the rsh agent there)."""
         try:
             port = self.cluster.call(tasks[0].node, "free_port")
+            mpi = tasks[0].launcher == "mpi"
+            ports = [self.cluster.call(t.node, "free_port") for t in tasks] if mpi else None
         except (ClusterUnavailable, AgentUnavailable, CallFailed) as error:
             raise _unreachable(tasks[0].node, error) from error
-        tasks = planned(tasks, port)
+        tasks = planned(tasks, port, ports)
         started: list[Handle] = []
         try:
             for task in tasks:
@@ -174,7 +181,18 @@ class RayExecutor(Executor):
             with open(self.log_path(handle), "ab") as combined_log:
                 combined_log.write(out)
 
+    def node_down(self, node: str) -> None:
+        """Ray reports ``node`` dead: its attempts are not asked about (each ask would wait
+        for a timeout) and its silence counts from now."""
+        self._down.add(node)
+        self._unanswered.setdefault(node, self.clock())
+
+    def node_up(self, node: str) -> None:
+        self._down.discard(node)
+
     def _poll_node(self, node: str, handles: list[Handle]) -> dict[Key, PollResult]:
+        if node in self._down:
+            return {_key(h): self._node_silent(node, h, "Ray reports it dead") for h in handles}
         try:
             answers = self.cluster.call(
                 node, "poll", timeout=POLL_TIMEOUT_S, handles=[_local(h) for h in handles]
@@ -198,14 +216,20 @@ class RayExecutor(Executor):
         """The node's agent does not answer: fenced until the bound has passed, then lost."""
         since = self._unanswered.setdefault(node, self.clock())
         last = self._last_seen(handle)
-        if self.clock() - since < self.node_lost_seconds:
+        if self.clock() - since < self.node_lost_seconds + NODE_STOP_SLACK_S:
             message = (
                 f"node {node} does not answer; its GPUs stay held until it has been silent for "
-                f"{self.node_lost_seconds:g} s (it stops its own work by then)"
+                f"{self.node_lost_seconds + NODE_STOP_SLACK_S:g} s (it stops its own work by then)"
             )
             return PollResult(Observed.ORPHANED, started_at=last.started_at, message=message)
+        if last.observed == Observed.LOST:  # as first seen lost: when, and why
+            return last
         message = f"node {node} was lost ({why.splitlines()[0] if why else 'no answer'})"
-        return PollResult(Observed.LOST, started_at=last.started_at, message=message)
+        lost = PollResult(
+            Observed.LOST, started_at=last.started_at, ended_at=self.clock(), message=message
+        )
+        self._seen[_key(handle)] = lost
+        return lost
 
     def _copy_log(self, handle: Handle, size: int) -> None:
         """Append what the node's log has beyond our copy. A gang's task has a copy of its
@@ -240,6 +264,8 @@ class RayExecutor(Executor):
             for task in _tasks(handle):
                 self.stop(task, grace_seconds)
             return
+        if handle.state["node"] in self._down:  # it stops its own work (cluster/lost.py)
+            return
         try:
             self.cluster.call(
                 handle.state["node"], "stop", handle=_local(handle), grace_seconds=grace_seconds
@@ -256,6 +282,8 @@ class RayExecutor(Executor):
                 self.release(task)
             return
         self._seen.pop(_key(handle), None)
+        if handle.state["node"] in self._down:
+            return
         try:
             self.cluster.call(handle.state["node"], "release", handle=_local(handle))
         except (ClusterUnavailable, AgentUnavailable, CallFailed) as error:
@@ -265,6 +293,8 @@ class RayExecutor(Executor):
         if "gang" in handle.state:
             times = [self.checkpoint_at(task) for task in _tasks(handle)]
             return max((t for t in times if t is not None), default=None)
+        if handle.state["node"] in self._down:
+            return None
         try:
             return self.cluster.call(handle.state["node"], "checkpoint_at", handle=_local(handle))
         except (ClusterUnavailable, AgentUnavailable, CallFailed):

@@ -95,7 +95,12 @@ class RunnerSpec:
         return self.workdir or self.code_dir or self.output_dir
 
     def cgroup_name(self) -> str:
-        return f"job-{self.job_id}-attempt-{self.attempt}"
+        """Unique on the machine: nodes of a pool (and servers) on one machine each number
+        their jobs from 1, so the name carries a digest of the job's own directory."""
+        import hashlib
+
+        where = hashlib.sha256(os.path.realpath(self.output_dir).encode()).hexdigest()[:10]
+        return f"job-{self.job_id}-attempt-{self.attempt}-{where}"
 
 
 def load_spec(attempt_dir: str) -> RunnerSpec:

@@ -231,6 +231,7 @@ class NodeWatch:
                 client.call(name, "inventory", timeout=INVENTORY_TIMEOUT_S)
             )
             status = client.call(name, "isolation_status")
+            fabric = client.call(name, "fabric", address=address)
         except (ClusterUnavailable, AgentUnavailable, CallFailed) as error:
             log.warning("cannot discover node %s: %s", name, error)
             return False
@@ -239,8 +240,11 @@ class NodeWatch:
             self.cluster.executor.isolation_status = best_status(self.statuses)
         joined = name not in self.up
         self.up[name] = time.monotonic()
+        self.cluster.executor.node_up(name)
         with self.db.session() as session:
-            nodes.register(session, inventory, self.clock.now(), address=address)
+            nodes.register(
+                session, inventory, self.clock.now(), address=address, fabric_group=fabric["name"]
+            )
         if joined:
             log.info("node %s is up: %d GPUs, %d CPUs", name, len(inventory.gpus), inventory.cpus)
         return True
@@ -248,6 +252,7 @@ class NodeWatch:
     def _down(self, name: str, why: str) -> bool:
         self.up.pop(name, None)
         self.statuses.pop(name, None)
+        self.cluster.executor.node_down(name)
         with self.db.session() as session:
             nodes.mark_down(session, name, self.clock.now(), why)
         log.warning("node %s is down: %s", name, why)

@@ -30,7 +30,8 @@ TORCH = Launcher(kind=LauncherKind.TORCH)
 TORCHRUN = Launcher(kind=LauncherKind.TORCH, mode=TorchMode.TORCHRUN)
 TF = Launcher(kind=LauncherKind.TENSORFLOW)
 MPI = Launcher(kind=LauncherKind.MPI)
-AGENT = MpiAgent(argv=("/opt/gpupool/bin/gpupool-rsh", "--attempt", "a-7"))
+SECRET = "0123456789abcdef0123456789abcdef"
+AGENT = MpiAgent(argv=("/opt/gpupool/bin/gpupool-rsh", "--attempt", "a-7"), secret=SECRET)
 TRAIN = ("python", "train.py", "--epochs", "3")
 
 
@@ -226,15 +227,13 @@ def test_mpi_task_0_runs_mpirun_over_a_hostfile_of_aliases() -> None:
         "5",
         "--mca",
         "plm_rsh_agent",
-        "/opt/gpupool/bin/gpupool-rsh --attempt a-7",
-        "--mca",
-        "plm_rsh_no_tree_spawn",
-        "1",
+        "/opt/gpupool/bin/gpupool-rsh --attempt a-7",  # tree spawn stays on: the default
         "./allreduce",
         "-n",
         "8",
     )
     assert head.decides_exit and head.processes[0].env["GPUPOOL_TASK_INDEX"] == "0"
+    assert "GPUPOOL_MPI_LISTEN" not in head.processes[0].env  # task 0 runs mpirun, no service
 
 
 def test_mpi_other_tasks_idle_and_do_not_decide_the_exit() -> None:
@@ -245,14 +244,52 @@ def test_mpi_other_tasks_idle_and_do_not_decide_the_exit() -> None:
         "GPUPOOL_NODE": "node-1",
         "GPUPOOL_TASK_INDEX": "1",
         "GPUPOOL_TASK_COUNT": "2",
+        "GPUPOOL_MPI_SECRET": SECRET,
+        "GPUPOOL_MPI_HOSTS": '{"gpupool-task-1": "10.0.0.2:29501"}',
+        "GPUPOOL_MPI_LISTEN": "10.0.0.2:29501",
     }
     assert (plan[1].decides_exit, plan[1].files) == (False, {})
     custom = MpiAgent(
-        argv=("gpupool-rsh",), wait_argv=("gpupool-rsh", "--wait"), hostfile="mpi/hosts"
+        argv=("gpupool-rsh",),
+        wait_argv=("gpupool-rsh", "--wait"),
+        hostfile="mpi/hosts",
+        secret=SECRET,
     )
     plan = plan_launch(gang(task(0, 1), task(1, 1)), MPI, ["./a.out"], mpi=custom)
     assert plan[1].processes[0].argv == ("gpupool-rsh", "--wait")
     assert list(plan[0].files) == ["mpi/hosts"]
+
+
+def test_mpi_tasks_serve_the_agent_on_their_own_ports_and_all_know_where() -> None:
+    three = gang(task(0, 1), task(1, 2, port=4101), task(2, 0, address="fe80::2", port=4102))
+    plan = plan_launch(three, MPI, ["./a.out"], mpi=AGENT)
+    hosts = {"gpupool-task-1": "10.0.0.2:4101", "gpupool-task-2": "[fe80::2]:4102"}
+    envs = [launch.processes[0].env for launch in plan]
+    assert all(json.loads(env["GPUPOOL_MPI_HOSTS"]) == hosts for env in envs)
+    assert all(env["GPUPOOL_MPI_SECRET"] == SECRET for env in envs)
+    assert [env.get("GPUPOOL_MPI_LISTEN") for env in envs] == [None, *hosts.values()]
+    assert plan[0].processes[0].env_defaults == {}  # not on loopback: Open MPI chooses
+    same = {"address": "127.0.0.1", "port": 4101}
+    clash = gang(task(0, 1), task(1, 1, **same), task(2, 1, **same))
+    with pytest.raises(ValueError, match="distinct addresses"):
+        plan_launch(clash, MPI, ["./a.out"], mpi=AGENT)
+
+
+def test_mpi_on_loopback_keeps_open_mpi_on_lo_unless_the_job_says_otherwise() -> None:
+    local = gang(task(0, 1, address="127.0.0.1"), task(1, 1, address="127.0.0.1"))
+    head = plan_launch(local, MPI, ["./a.out"], mpi=AGENT)[0].processes[0]
+    assert head.env_defaults == {
+        "OMPI_MCA_btl_tcp_if_include": "lo",
+        "OMPI_MCA_oob_tcp_if_include": "lo",
+    }
+    assert not any(word == "-x" for word in head.argv)  # ranks get their daemon's env
+
+
+def test_mpi_agent_needs_a_secret() -> None:
+    with pytest.raises(ValidationError, match="secret"):
+        MpiAgent(argv=("rsh",))
+    with pytest.raises(ValidationError, match="at least 16"):
+        MpiAgent(argv=("rsh",), secret="short")
 
 
 def test_mpi_aliases_map_back_to_tasks() -> None:
@@ -276,9 +313,9 @@ def test_mpi_needs_its_agent_and_an_agent_of_plain_words() -> None:
     with pytest.raises(ValueError, match="rsh agent"):
         plan_launch(gang(task(0, 1)), MPI, ["./a.out"])
     with pytest.raises(ValidationError, match="spaces"):
-        MpiAgent(argv=("/opt/my tools/rsh",))
+        MpiAgent(argv=("/opt/my tools/rsh",), secret=SECRET)
     with pytest.raises(ValidationError, match="working directory"):
-        MpiAgent(argv=("rsh",), hostfile="../hosts")
+        MpiAgent(argv=("rsh",), hostfile="../hosts", secret=SECRET)
 
 
 # -- validation ------------------------------------------------------------------------------

@@ -158,7 +158,9 @@ def test_it_runs_the_plan_the_executor_writes(tmp_path: Path, kind: LauncherKind
     tasks = (GangTask(index=0, node="n0", address="127.0.0.1", gpus=2, gpu_indices=(0, 1)),)
     gang = Gang(job_id="job-1", tasks=tasks, rendezvous_port=29500)
     show = [sys.executable, "-c", "import os; print(os.environ['GPUPOOL_NODE'], os.getenv('RANK'))"]
-    (plan,) = plan_launch(gang, Launcher(kind=kind), show, MpiAgent(argv=("true",)))
+    (plan,) = plan_launch(
+        gang, Launcher(kind=kind), show, MpiAgent(argv=("true",), secret="s" * 32)
+    )
     written = plan.model_dump(mode="json")
     if kind is LauncherKind.MPI:  # no mpirun here: run what it would start, in its env
         written["processes"] = [{**p, "argv": show} for p in written["processes"]]

@@ -69,7 +69,7 @@ class World:
 
 
 def watch(cluster: FakeCluster, world: World) -> HeadWatch:
-    return HeadWatch(cluster, clock=world.clock, probe=world.probe, start=world.start)  # type: ignore[arg-type]
+    return HeadWatch(cluster, clock=world.clock, probe=world.probe, start=world.start)
 
 
 def test_a_silent_port_makes_the_cluster_unreachable_after_two_looks() -> None:
