@@ -4,6 +4,7 @@ are real processes talking over TCP on 127.0.0.1, as mpirun and a serving task d
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -13,6 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
 import pytest
 from tests.support.server import free_port
 from tests.support.waiting import wait_for
@@ -66,6 +68,9 @@ def served(tmp_path: Path) -> Iterator[Served]:
     port = free_port()
     process = start_serve(tmp_path / "task1", port)
     yield Served(process, tmp_path / "task1", port, agent_env(port, GPUPOOL_TASK_INDEX="0"))
+    with contextlib.suppress(psutil.Error):  # and the commands it runs (groups of their own)
+        for child in psutil.Process(process.pid).children(recursive=True):
+            child.kill()
     process.kill()
     process.wait()
 
