@@ -73,17 +73,22 @@ class Pool:
     server: ServerProcess
     nodes: dict[str, JoinedNode] = field(default_factory=dict)
 
+    env: dict[str, str] = field(default_factory=dict)  # given to the server and every joiner
+
     @classmethod
-    def start(cls, root: Path, head_gpus: str = "2xA100-SXM4-80GB:80GiB") -> Pool:
+    def start(
+        cls, root: Path, head_gpus: str = "2xA100-SXM4-80GB:80GiB", env: dict | None = None
+    ) -> Pool:
         ray_port = free_port()
         env = {
             "GPUPOOL_NODE_NAME": "head",
             "GPUPOOL_RAY_PORT": str(ray_port),
             "GPUPOOL_NODE_LOST_SECONDS": "5",
+            **(env or {}),
         }
         server = ServerProcess(root / "server", gpus=head_gpus, env=env, args=["--ray"])
         server.start(timeout=120)
-        return cls(root, server)
+        return cls(root, server, env=env)
 
     @property
     def join_token(self) -> str:
@@ -97,7 +102,9 @@ class Pool:
         command += ["--token", self.join_token, "--name", name, "--data-dir", str(data_dir)]
         command += ["--declare-gpus", gpus, "--declare-cpus", "16", "--declare-memory", "64GiB"]
         with output.open("wb") as out:
-            process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+            env = os.environ | {k: v for k, v in self.env.items() if not k.startswith("GPUPOOL_R")}
+            env.pop("GPUPOOL_NODE_NAME", None)
+            process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
         node = self.nodes[name] = JoinedNode(name, data_dir, process, output)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
