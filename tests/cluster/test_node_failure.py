@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -42,6 +43,10 @@ def die(pool: Pool, name: str) -> None:
     kill_leftovers(node.data_dir / "jobs")
 
 
+def node_state(cli: Cli, name: str) -> str:
+    return next(n["state"] for n in cli.json("nodes") if n["name"] == name)
+
+
 def runners(data_dir: Path, job_id: int) -> list[int]:
     """Live processes of the job's runners on a node (from their records)."""
     import json
@@ -74,8 +79,12 @@ def test_a_dead_node_requeues_its_job_frees_both_nodes_and_the_job_completes(
     victim = "n2" if "n2" in first else "n1"
     survivor = next(node for node in first if node != victim)
 
+    died = time.monotonic()
     die(three_nodes, victim)
+    wait_for(lambda: node_state(cli, victim) == "down", 60, f"{victim} to be down")
+    print(f"node died -> down: {time.monotonic() - died:.1f} s")  # shown with -s, not asserted
     wait_for(lambda: cli.job(job_id)["attempts"] == 2, 180, "the job to be requeued")
+    print(f"node died -> job started again: {time.monotonic() - died:.1f} s")
     marker.touch()
     job = wait_status(cli, job_id, {"succeeded", "failed", "lost"}, timeout=180)
 

@@ -121,3 +121,31 @@ def test_code_sent_with_a_job_is_unpacked_on_its_node(pool_cli: Cli, tmp_path: P
     job = wait_status(pool_cli, int(result.stdout.strip()), {"succeeded", "failed"})
     assert job["status"] == "succeeded", job
     assert pool_cli.ok("logs", str(job["id"])).strip() == "trained on the node's copy"
+
+
+def test_a_server_killed_with_9_readopts_a_job_over_two_nodes(
+    pool: Pool, pool_cli: Cli, exchange: Path
+) -> None:
+    """Both tasks go on while the server is away; the restarted server takes them back, the
+    job finishes once, and its merged log has every line of both tasks, in order per task."""
+    marker = exchange / "go-gang"
+    script = (
+        'echo "before $GPUPOOL_TASK_INDEX"; '
+        f'while [ ! -e "{marker}" ]; do sleep 0.1; done; echo "after $GPUPOOL_TASK_INDEX"'
+    )
+    job_id = pool_cli.submit(
+        *("--workdir", str(exchange), "--nodes", "2", "--gpus-per-node", "1"),
+        *("--", "sh", "-c", script),
+    )
+    wait_status(pool_cli, job_id, {"running"})
+    wait_for(lambda: pool_cli.ok("logs", str(job_id)).count("before") == 2, what="both tasks")
+    pool.server.kill9()
+    marker.touch()  # the tasks end while no server watches them
+    pool.server.start(timeout=120)
+    job = wait_status(pool_cli, job_id, {"succeeded", "failed", "lost"})
+    assert job["status"] == "succeeded", job
+    assert job["attempts"] == 1
+    lines = pool_cli.ok("logs", str(job_id)).splitlines()
+    for task in ("0", "1"):
+        mine = [line for line in lines if line.startswith(f"[task {task}] ")]
+        assert mine == [f"[task {task}] before {task}", f"[task {task}] after {task}"], lines
