@@ -39,6 +39,7 @@ bench: $(VENV)/.dev
 	$(BIN)/python benchmarks/signin_timing.py
 	$(BIN)/python benchmarks/cli_startup.py
 	$(BIN)/python benchmarks/pool_start.py
+	$(BIN)/python benchmarks/pool_drain.py
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import statistics
 import sys
 import tempfile
@@ -11,12 +13,43 @@ from pathlib import Path
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
 from tests.support.server import ServerProcess  # noqa: E402
 
+from gpupool.cluster.rayenv import only_loopback  # noqa: E402
+
 FINAL = {"succeeded", "failed", "cancelled", "lost"}
 EIGHT_GPUS = "8xA100-SXM4-80GB:80GiB"
+
+
+def in_loopback_namespace() -> None:
+    """Run this script again inside a network namespace holding only loopback (as root, with
+    scripts/loopback-only) unless it runs in one: Ray's nodes on one machine keep to
+    127.0.0.1 only there. Returns only inside such a namespace."""
+    if only_loopback():
+        return
+    if os.geteuid() != 0:
+        sys.exit("run as root: the pool needs a network namespace holding only loopback")
+    if os.environ.get("GPUPOOL_LOOPBACK_ONLY") == "1":  # set by scripts/loopback-only: no loop
+        sys.exit("no network namespace holding only loopback could be made (unshare --net)")
+    script = str(ROOT / "scripts" / "loopback-only")
+    os.execv(script, [script, sys.executable, *sys.argv])
+
+
+def stop_on_sigterm() -> None:
+    """SIGTERM ends the benchmark through its ``finally`` blocks, so that the servers, Ray
+    nodes and jobs it started are stopped too."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+
+
+def shared_workdir() -> str:
+    """A working directory every job's account can read (jobs run under their owner's
+    account when the server is root)."""
+    path = Path(tempfile.mkdtemp(prefix="gpupool-bench-work-", dir="/tmp"))
+    path.chmod(0o755)
+    return str(path)
 
 
 def start_server(env: dict[str, str] | None = None) -> ServerProcess:

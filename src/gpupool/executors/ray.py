@@ -17,6 +17,7 @@ import base64
 import logging
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,7 @@ START_TIMEOUT_S = 60.0
 # grace of its own (cluster/lost.py): its GPUs are handed out only after that has passed too.
 NODE_STOP_SLACK_S = 10.0
 POLL_TIMEOUT_S = 10.0
+PARALLEL_POLLS = 16
 
 
 class RayExecutor(Executor):
@@ -149,8 +151,13 @@ class RayExecutor(Executor):
             for task in _tasks(handle):
                 by_node.setdefault(task.state["node"], []).append(task)
         results: dict[Key, PollResult] = {}
-        for node, group in by_node.items():
-            results.update(self._poll_node(node, group))
+        if len(by_node) > 1:  # the nodes answer side by side
+            with ThreadPoolExecutor(max_workers=min(len(by_node), PARALLEL_POLLS)) as pool:
+                for found in pool.map(lambda item: self._poll_node(*item), by_node.items()):
+                    results.update(found)
+        else:
+            for node, group in by_node.items():
+                results.update(self._poll_node(node, group))
         return [self._result(handle, results) for handle in handles]
 
     def _result(self, handle: Handle, results: dict[Key, PollResult]) -> PollResult:

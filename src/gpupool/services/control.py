@@ -17,6 +17,7 @@ import os
 import select as io_select
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 from sqlalchemy import bindparam, insert, select, update
@@ -65,6 +66,7 @@ MAX_REST = 0.25
 SUBMIT_REST_FACTOR = 5
 BATCH_WINDOW = 0.01
 FULL_DISK_LOG_SECONDS = 60.0
+PARALLEL_LAUNCHES = 16  # launches in flight at once on a pool (nodes' agents answer in parallel)
 # launches that failed through no fault of the job: it goes back to the queue
 REQUEUED_LAUNCHES = frozenset({"storage_full", "node_unreachable"})
 
@@ -516,17 +518,13 @@ class ControlLoop:
         """
         failed = []
         fabrics: list[tuple[int, str | None]] = []
-        for claimed in self._claim(placements):
+        for claimed, launched in self._launch_all(self._claim(placements)):
             task = claimed.task
-            try:
-                if claimed.gang:
-                    handle = self.executor.start_gang(claimed.tasks)
-                else:
-                    handle = self.executor.start(task)
-            except LaunchError as error:
-                log.warning("launch of job %s failed: %s", task.job_id, error)
-                failed.append((claimed.attempt_id, task, error))
+            if isinstance(launched, LaunchError):
+                log.warning("launch of job %s failed: %s", task.job_id, launched)
+                failed.append((claimed.attempt_id, task, launched))
                 continue
+            handle = launched
             self._active[claimed.attempt_id] = ActiveAttempt(
                 claimed.attempt_id,
                 task.job_id,
@@ -540,6 +538,23 @@ class ControlLoop:
             self._launch_failed(failed)
         if [said for _, said in fabrics if said]:
             self._record_fabrics(fabrics)
+
+    def _launch_all(self, claimed: list[Claimed]) -> list[tuple[Claimed, Handle | LaunchError]]:
+        """Launch each claimed attempt: one after the other on this machine (its fork server
+        takes one at a time), side by side on a pool, where each launch waits for a node's
+        agent to answer and nodes answer at once."""
+        if len(claimed) < 2 or not self.executor.capabilities.multi_node:
+            return [(one, self._launch(one)) for one in claimed]
+        with ThreadPoolExecutor(max_workers=PARALLEL_LAUNCHES) as pool:
+            return list(zip(claimed, pool.map(self._launch, claimed), strict=True))
+
+    def _launch(self, claimed: Claimed) -> Handle | LaunchError:
+        try:
+            if claimed.gang:
+                return self.executor.start_gang(claimed.tasks)
+            return self.executor.start(claimed.task)
+        except LaunchError as error:
+            return error
 
     def _record_fabrics(self, fabrics: list[tuple[int, str | None]]) -> None:
         """What each task of a job over several nodes talks over (RDMA devices, or TCP at
