@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import sys
 
 import torch
 import torch.distributed as dist
@@ -33,6 +34,13 @@ DATA_SEED = 1234  # the same data on every rank, sharded by rank
 MODEL_SEED = 0  # the same initial weights on every rank (DDP also broadcasts rank 0's)
 
 
+def say(line: str) -> None:
+    """One line in one write: ranks share a stdout (torchrun runs Python unbuffered, where
+    print writes the text and its newline apart, and two ranks' lines would interleave)."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
 def main() -> None:
     """Trains for --steps steps across the ranks torchrun's environment describes."""
     args = _parse_args()
@@ -42,9 +50,9 @@ def main() -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=world_size)
     try:
-        print(f"rank {rank} world_size {world_size} local_rank {local_rank}", flush=True)
+        say(f"rank {rank} world_size {world_size} local_rank {local_rank}")
         model = train(rank, world_size, args.steps, args.lr)
-        print(f"weights {weights_digest(model)}", flush=True)
+        say(f"weights {weights_digest(model)}")
     finally:
         dist.destroy_process_group()
 
@@ -101,7 +109,7 @@ def _report_loss(step: int, loss: torch.Tensor, rank: int, world_size: int) -> N
     # Every rank takes part in the reduction; only rank 0 prints the mean.
     dist.all_reduce(loss, op=dist.ReduceOp.SUM)
     if rank == 0:
-        print(f"loss {step} {loss.item() / world_size:.6f}", flush=True)
+        say(f"loss {step} {loss.item() / world_size:.6f}")
 
 
 if __name__ == "__main__":
