@@ -154,7 +154,41 @@ class Cluster:
         self.client.close()
 
 
-class NodeWatch:
+class Watch:
+    """A look every ``interval`` seconds in a daemon thread of its own, until stopped; a look
+    that fails is logged and the watch goes on. ``look_first``: the first look at start."""
+
+    def __init__(self, name: str, what: str, interval: float, look_first: bool = False) -> None:
+        self.name, self.what, self.interval, self.look_first = name, what, interval, look_first
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def tick(self) -> None:
+        raise NotImplementedError
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        if not self.look_first and self._stopping.wait(self.interval):
+            return
+        while True:
+            try:
+                self.tick()
+            except Exception:  # the watch must outlive any one bad look
+                log.exception("watching %s failed", self.what)
+            if self._stopping.wait(self.interval):
+                return
+
+
+class NodeWatch(Watch):
     """Every second: Ray's view of the nodes, turned into gpupool's (register, down, up)."""
 
     def __init__(
@@ -171,27 +205,11 @@ class NodeWatch:
         self.statuses: dict[str, IsolationStatus] = {}
         self.ray_ids: dict[str, str] = {}  # node -> the Ray node it was last seen as
         self.removed: set[str] = set()  # Ray node ids of removed nodes: not registered again
-        self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
+        super().__init__("gpupool-nodes", "the cluster's nodes", interval, look_first=True)
 
-    def start(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="gpupool-nodes", daemon=True)
-            self._thread.start()
-
-    def stop(self) -> None:
-        self._stopping.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-
-    def _run(self) -> None:
-        while not self._stopping.is_set():
-            try:
-                if self.look():
-                    self.on_change()
-            except Exception:  # the watch must outlive any one bad look
-                log.exception("watching the cluster's nodes failed")
-            self._stopping.wait(self.interval)
+    def tick(self) -> None:
+        if self.look():
+            self.on_change()
 
     def look(self) -> bool:
         """One look; True when what the scheduler may use changed."""
@@ -265,7 +283,7 @@ def best_status(statuses: dict[str, IsolationStatus]) -> IsolationStatus | None:
     return ranked[0] if ranked else None
 
 
-class HeadWatch:
+class HeadWatch(Watch):
     """Every second, in a thread of its own (a head restart takes seconds, and no request
     waits for it): tells the client as soon as the head's port stops answering, so that the
     server says the cluster is unreachable at once rather than when Ray gives up; and, when
@@ -287,25 +305,10 @@ class HeadWatch:
         self.start_head = start or (lambda abort: start_head(cluster.settings, None, abort))
         self.backoff = HEAD_RESTART_FIRST_S
         self.next_start: float | None = None  # when to start the ended head
-        self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
+        super().__init__("gpupool-head", "the Ray head", interval)
 
-    def start(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="gpupool-head", daemon=True)
-            self._thread.start()
-
-    def stop(self) -> None:
-        self._stopping.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-
-    def _run(self) -> None:
-        while not self._stopping.wait(self.interval):
-            try:
-                self.look()
-            except Exception:  # the watch must outlive any one bad look
-                log.exception("watching the Ray head failed")
+    def tick(self) -> None:
+        self.look()
 
     def look(self) -> None:
         """One look at the head: a lost head is told to the client; an ended one of ours

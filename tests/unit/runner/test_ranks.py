@@ -8,10 +8,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from tests.support import waiting
 
 from gpupool.domain.launchers import Gang, GangTask, Launcher, LauncherKind, MpiAgent, plan_launch
 from gpupool.runner.layout import CODE_NOT_FOUND, CODE_RUNNER_ERROR
@@ -76,10 +76,7 @@ def launch(cwd: Path, processes: list[dict[str, object]], **extra: object) -> tu
 
 
 def wait_for(path: Path) -> str:
-    deadline = time.monotonic() + WAIT  # a bound on waiting only: nothing asserts on time
-    while not path.exists():
-        assert time.monotonic() < deadline, f"{path.name} never appeared"
-        time.sleep(0.02)
+    waiting.wait_for(path.exists, WAIT, f"{path.name} to appear", every=0.02)
     return path.read_text()
 
 
