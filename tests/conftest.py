@@ -76,3 +76,15 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
         return f"sqlite:///{tmp_path / 'test.db'}"
     server: PostgresServer = request.getfixturevalue("postgres_server")
     return server.new_database()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (-n N --dist loadgroup), keep each test module on one worker, so its
+    module-scoped server starts once, and every test of a Ray pool on one worker, so the
+    session's pool starts once."""
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        path = item.nodeid.split("::", 1)[0]
+        group = "ray-pool" if path.startswith("tests/cluster/") else path
+        item.add_marker(pytest.mark.xdist_group(group))

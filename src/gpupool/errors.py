@@ -182,6 +182,27 @@ class CsrfFailed(ClientError):
     code = "csrf_failed"
 
 
+class UpstreamUnavailable(GpupoolError):
+    """The workload behind this address does not answer (it may be starting, stopping or
+    gone): check its state with 'gpupool ls' or on its page, then try again."""
+
+    status = 502
+    code = "upstream_unavailable"
+
+
+class UpstreamRefused(UpstreamUnavailable):
+    """The workload behind this address refused the connection (nothing was sent to it): it
+    may be starting, stopping or gone."""
+
+
+class UpstreamTimeout(GpupoolError):
+    """The workload behind this address took too long to answer: try again, or look at its
+    logs to see whether it is stuck."""
+
+    status = 504
+    code = "upstream_timeout"
+
+
 class HostNotAllowed(ClientError):
     """This server does not answer to that host name: open it at an allowed address (such as
     127.0.0.1 or its public URL), or add the name to GPUPOOL_ALLOWED_HOSTS."""
@@ -281,3 +302,108 @@ class NotAPool(ClientError):
 
     status = 409
     code = "not_a_pool"
+
+
+class NoHealthyReplica(GpupoolError):
+    """The deployment has no healthy replica to answer right now (it may be starting,
+    restarting or stopped): try again shortly, and see its replicas with 'gpupool deploy
+    show NAME'."""
+
+    status = 503
+    code = "no_healthy_replica"
+
+    def __init__(self, message: str | None = None, retry_after: int = 2) -> None:
+        super().__init__(message, retry_after_seconds=retry_after)
+        self.retry_after = retry_after
+
+
+class DeploymentExists(Conflict):
+    """A deployment of that name exists: deployment names are unique in the pool (they are
+    its address, /serve/NAME/...). Choose another with --name, or update that one."""
+
+    code = "deployment_exists"
+
+
+class DeploymentStopped(Conflict):
+    """The deployment is stopped: deploy it again to serve it."""
+
+    code = "deployment_stopped"
+
+
+class ModelNotUsable(NotFound):
+    """No such model version that this job's team may use: register it in that team
+    ('gpupool model register'), or deploy in the team that owns it."""
+
+    code = "model_not_usable"
+
+
+class AmbiguousModel(InvalidRequest):
+    """Models of several of your teams have this name: say which with --team."""
+
+    code = "ambiguous_model"
+
+
+class InvalidModelName(InvalidRequest):
+    """A model's name is 1 to 100 letters, digits, '.', '_' or '-', starting with a letter or
+    a digit."""
+
+    code = "invalid_model_name"
+
+
+class BadModelPath(InvalidRequest):
+    """A model version is made of regular files inside the job's outputs: give a relative
+    path there (no '..', no absolute path), and leave out links that lead outside the outputs
+    and special files (FIFOs, sockets, devices)."""
+
+    code = "bad_model_path"
+
+
+class SourceJobNotEnded(Conflict):
+    """The job has not ended, so its outputs may be half written: register once it has
+    ended."""
+
+    code = "job_not_ended"
+
+
+class SourceJobNotSucceeded(Conflict):
+    """The job did not succeed: register from a job that succeeded, or add --allow-failed
+    (allow_failed) to take what an ended job left all the same."""
+
+    code = "job_not_succeeded"
+
+
+class NoModelFiles(Conflict):
+    """The job left no files there: a job writes what it makes into $GPUPOOL_OUTPUT_DIR."""
+
+    code = "no_model_files"
+
+
+class ModelTooLarge(ClientError):
+    """The files are more than this server keeps in one model version
+    (GPUPOOL_MAX_MODEL_BYTES, GPUPOOL_MAX_MODEL_FILES): register a sub directory with
+    --path, or ask an admin to raise the limit."""
+
+    status = 413
+    code = "model_too_large"
+
+
+class OutputsUnreachable(ClientError):
+    """The node that holds the job's outputs cannot be reached now: try again once it is
+    back (gpupool nodes)."""
+
+    status = 503
+    code = "outputs_unreachable"
+
+
+class NotebookNotRunning(ClientError):
+    """The notebook is not running: resume it (gpupool notebook resume ID), or wait while it
+    starts (gpupool notebook show ID says where it stands)."""
+
+    status = 503
+    code = "notebook_not_running"
+
+
+class NotebookActive(Conflict):
+    """The notebook runs, or is still stopping: stop it first, or wait until it has stopped."""
+
+    code = "notebook_active"

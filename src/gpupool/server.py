@@ -107,7 +107,12 @@ def serve(
     app = create_app(platform)
     try:
         uvicorn.run(
-            app, host=settings.host, port=settings.port, log_level=log_level, access_log=False
+            app,
+            host=settings.host,
+            port=settings.port,
+            log_level=log_level,
+            access_log=False,
+            ws="websockets-sansio",  # the proxy's WebSockets (notebooks' kernels)
         )
     finally:
         platform.close()

@@ -75,11 +75,24 @@ class Settings(BaseSettings):
     max_code_bytes: int = Field(default=100 * 1024**2, ge=1)
     max_code_unpacked_bytes: int = Field(default=1024**3, ge=1)
     max_code_entries: int = Field(default=100_000, ge=1)
+    # -- the model registry (docs/models.md): the most one model version may hold ----------
+    max_model_bytes: int = Field(default=10 * 1024**3, ge=1)  # its files' bytes
+    max_model_files: int = Field(default=100_000, ge=1)  # its files and directories
     # The most tasks one job array may have (sbatch's MaxArraySize); every task is a job.
     max_array_tasks: int = Field(default=10_000, ge=1, le=MAX_ARRAY_TASKS)
+    # -- notebooks (docs/notebooks.md) -----------------------------------------------------
+    # A running notebook with GPUs whose kernels were idle and whose GPUs were unused for this
+    # long is stopped, to give its GPUs back (its files stay; resume starts it again).
+    notebook_idle_seconds: float = Field(default=1800.0, gt=0)
     schedule_interval_seconds: float = 0.5  # the loop also wakes at once on every change
     discovery_interval_seconds: float = 30.0  # re-discovery of this node; 0: only at start
     session_hours: float = 12.0
+    # -- deployments (docs/deployments.md): health checks and replacements of replicas ---
+    deploy_health_interval_seconds: float = Field(default=2.0, gt=0, le=3600)
+    deploy_unhealthy_after: int = Field(default=3, ge=1)  # failed checks in a row: replaced
+    deploy_startup_seconds: float = Field(default=600.0, gt=0)  # to pass a first check
+    deploy_drain_seconds: float = Field(default=1.0, ge=0)  # routed no more, then stopped
+    deploy_max_backoff_seconds: float = Field(default=60.0, gt=0)  # between restarts
     # -- sign-in and network exposure (docs/security.md) -----------------------------------
     # The address users reach the server at, e.g. https://gpu.example.com: its host is allowed
     # in the Host header, and an https URL makes the session cookie Secure.
@@ -173,6 +186,19 @@ class Settings(BaseSettings):
 
     def code_limits(self) -> CodeLimits:
         return CodeLimits(self.max_code_bytes, self.max_code_unpacked_bytes, self.max_code_entries)
+
+    @property
+    def models_dir(self) -> Path:
+        """The model store: each version's files as one archive, ``sha256/<hex>.tar.gz``."""
+        return self.data_dir / "models"
+
+    def model_limits(self) -> CodeLimits:
+        """What one model version may hold, as the archive limits its nodes unpack it with."""
+        # tar headers and gzip's own overhead on incompressible files, beyond the files' bytes
+        allowance = 1024 * (self.max_model_files + 2) + self.max_model_bytes // 100
+        return CodeLimits(
+            self.max_model_bytes + allowance, self.max_model_bytes, self.max_model_files
+        )
 
     @property
     def cluster_dir(self) -> Path:

@@ -37,6 +37,24 @@ def test_a_job_runs_on_the_node_of_its_gpus_and_its_log_reaches_the_server(
     ]
 
 
+def test_a_jobs_metrics_on_a_joined_node_reach_the_server(pool_cli: Cli) -> None:
+    """The records its runner keeps on the node are copied with its log, and ingested."""
+    code = "from gpupool import metrics\nfor step in range(5): metrics.log(step=step, loss=step)"
+    command = ["--gpus", "1", "--gpu-type", "L40S", "--", sys.executable, "-c", code]
+    job_id = pool_cli.submit(*command)
+    assert wait_status(pool_cli, job_id, {"succeeded", "failed"})["status"] == "succeeded"
+
+    def kept() -> list[dict] | None:
+        return pool_cli.json("metrics", str(job_id))["series"] or None
+
+    [loss] = wait_for(kept, what="the job's points on the server")
+    assert (loss["name"], loss["steps"], loss["values"]) == (
+        "loss",
+        [0, 1, 2, 3, 4],
+        [0, 1, 2, 3, 4],
+    )
+
+
 def test_a_cancelled_job_on_a_joined_node_stops(pool_cli: Cli) -> None:
     job_id = pool_cli.submit("--gpus", "1", "--gpu-type", "H100", "--", "sleep", "600")
     wait_status(pool_cli, job_id, {"running"})

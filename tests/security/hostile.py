@@ -97,8 +97,21 @@ ACTIONS: tuple[Action, ...] = (
         "raise PermissionError('listed as another team\\'s job')",
     ),
     Action(
+        "read another user's workspace",
+        "return os.listdir(os.path.join(T['data_dir'], 'workspaces', T.get('victim_user', 'x')))",
+    ),
+    Action(
+        "list other users' workspaces",
+        "own = os.path.basename(os.environ.get('GPUPOOL_WORKSPACE', ''))\n"
+        "where = os.path.join(T['data_dir'], 'workspaces')\n"
+        "others = [n for n in os.listdir(where) if n != own] if os.path.isdir(where) else []\n"
+        "if others:\n"
+        "    return others\n"
+        "raise PermissionError('only its own')",
+    ),
+    Action(
         "list the data directory",
-        "names = [n for n in os.listdir(T['data_dir']) if n != 'jobs']\n"
+        "names = [n for n in os.listdir(T['data_dir']) if n not in ('jobs', 'workspaces')]\n"
         "if names:\n"
         "    return names\n"
         "raise PermissionError('only the way to its own directories')",

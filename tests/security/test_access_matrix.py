@@ -26,6 +26,7 @@ from gpupool.api.access import Rule
 from tests.support.access_matrix import (
     ADMIN,
     ANONYMOUS,
+    DEPLOYMENT,
     DISABLED,
     IDENTITIES,
     MEMBER,
@@ -80,6 +81,14 @@ EXPECTED: dict[Rule, dict[str, Outcome]] = {
     Rule.TEAM_ADMIN: _outcomes(
         owning_member=NO, owning_viewer=NO, other_team_member=GONE, admin=OK, owning_team_admin=OK
     ),
+    # a user's own resource that acts as them (a notebook): the owning member is its owner
+    Rule.OWNER: _outcomes(
+        owning_member=OK,
+        owning_viewer=GONE,
+        other_team_member=GONE,
+        admin=GONE,
+        owning_team_admin=GONE,
+    ),
     Rule.ADMIN: _outcomes(
         owning_member=NO, owning_viewer=NO, other_team_member=NO, admin=OK, owning_team_admin=NO
     ),
@@ -131,6 +140,50 @@ def _fresh_node(world: World, _who: Identity) -> Target:
     return Target({"name": world.fresh_node()})
 
 
+def _model(world: World, _who: Identity) -> Target:
+    return Target({"name": world.model(), "version": 1}, team_owned=True)
+
+
+def _model_page(world: World, _who: Identity) -> Target:
+    return Target({"team": OWNERS, "name": world.model()}, team_owned=True)
+
+
+def _deployment(world: World, _who: Identity) -> Target:
+    return Target({"name": world.deployment()}, team_owned=True)
+
+
+def _served_model(world: World, _who: Identity) -> Target:
+    return Target({"name": world.served_model()}, team_owned=True)
+
+
+def _fresh_deployment(world: World, _who: Identity) -> Target:
+    return Target({"name": world.fresh_deployment()}, team_owned=True)
+
+
+def _fresh_key(world: World, _who: Identity) -> Target:
+    return Target({"name": world.deployment(), "key_id": world.fresh_key()}, team_owned=True)
+
+
+def _serve(world: World, _who: Identity) -> Target:
+    return Target({"name": world.deployment(), "path": "predict"}, team_owned=True)
+
+
+def _notebook(world: World, _who: Identity) -> Target:
+    return Target({"notebook_id": world.notebook()}, team_owned=True)
+
+
+def _fresh_notebook(world: World, _who: Identity) -> Target:
+    return Target({"notebook_id": world.fresh_notebook()}, team_owned=True)
+
+
+def _stopped_notebook(world: World, _who: Identity) -> Target:
+    return Target({"notebook_id": world.stopped_notebook()}, team_owned=True)
+
+
+def _lab(world: World, _who: Identity) -> Target:
+    return Target({"notebook_id": world.notebook(), "path": "api/status"}, team_owned=True)
+
+
 def _spare_team(_world: World, _who: Identity) -> Target:
     return Target({"name": SPARE})
 
@@ -169,6 +222,8 @@ PARAMS: dict[str, Factory] = {
     "/api/v1/jobs/{job_id}/events": _job,
     "/api/v1/jobs/{job_id}/logs": _job,
     "/api/v1/jobs/{job_id}/logs/stream": _ended_job,
+    "/api/v1/jobs/{job_id}/metrics": _job,
+    "/api/v1/jobs/{job_id}/metrics/summary": _job,
     "/api/v1/jobs/{job_id}/cancel": _fresh_job,
     "/api/v1/jobs/arrays/{array_id}": _array,
     "/api/v1/jobs/arrays/{array_id}/tasks/{index}": _array,
@@ -182,6 +237,23 @@ PARAMS: dict[str, Factory] = {
     "/api/v1/users/{name}": _fresh_user,
     "/api/v1/tokens/{token_id}": _own_fresh_token,
     "/api/v1/code/{ref}": _code,
+    "/api/v1/models/{name}": _model,
+    "/api/v1/models/{name}/versions": _model,
+    "/api/v1/models/{name}/versions/{version}": _model,
+    "/models/{team}/{name}": _model_page,
+    "/api/v1/deployments/{name}": _deployment,
+    "/api/v1/deployments/{name}/scale": _deployment,
+    "/api/v1/deployments/{name}/update": _served_model,
+    "/api/v1/deployments/{name}/stop": _fresh_deployment,
+    "/api/v1/deployments/{name}/keys": _deployment,
+    "/api/v1/deployments/{name}/keys/{key_id}": _fresh_key,
+    "/deployments/{name}": _deployment,
+    "/serve/{name}/{path}": _serve,
+    "/api/v1/notebooks/{notebook_id}": _notebook,
+    "/api/v1/notebooks/{notebook_id}/stop": _fresh_notebook,
+    "/api/v1/notebooks/{notebook_id}/resume": _stopped_notebook,
+    "/notebooks/{notebook_id}": _notebook,
+    "/notebooks/{notebook_id}/{path}": _lab,
     "/jobs/{job_id}": _job,
 }
 
@@ -212,6 +284,15 @@ BODIES: dict[str, Factory] = {
     "PUT /api/v1/code/{ref}": lambda world, _who: world.code(),
     "POST /api/v1/code": lambda world, _who: world.code(),
     "POST /api/v1/nodes/{name}/drain": lambda _world, _who: {"reason": "matrix"},
+    "POST /api/v1/models/{name}/versions": lambda world, _who: {"job_id": world.succeeded_job()},
+    "POST /api/v1/deployments": lambda world, _who: {
+        "name": world.unique("new-deployment"),
+        "command": ["sleep", "300"],
+    },
+    "POST /api/v1/deployments/{name}/scale": lambda _world, _who: {"replicas": 1},
+    "POST /api/v1/deployments/{name}/update": lambda _world, _who: {},
+    "POST /api/v1/deployments/{name}/keys": lambda _world, _who: {"name": "matrix"},
+    "POST /api/v1/notebooks": lambda _world, _who: {},
     # the matrix's server runs one machine: a join is answered not_a_pool (409)
     "POST /api/v1/cluster/join": lambda _world, _who: {"token": "gpj_not-the-pools"},
 }
@@ -220,12 +301,26 @@ BODIES: dict[str, Factory] = {
 # identity gets from the matrix's server (the join token: a one-machine server has no pool).
 OWN_SECRET: dict[str, int] = {"POST /api/v1/cluster/join": 409}
 
+# A deployment's address, for whom the rule lets in: the matrix's replicas never start, so the
+# answer is 503 no_healthy_replica where a served deployment would answer 2xx.
+NOT_SERVED: dict[str, tuple[int, str]] = {
+    "/serve/{name}/{path}": (503, "no_healthy_replica"),
+    "/notebooks/{notebook_id}/{path}": (503, "notebook_not_running"),  # never started here
+}
+
 # Routes the framework adds (not APIRoutes: no dependency can carry their rule), each with
 # a path to call and its rule.
-FRAMEWORK: dict[str, tuple[str, Rule]] = {
+FRAMEWORK: dict[str, tuple[str | Callable[[World], str], Rule]] = {
     "/api/v1/openapi.json": ("/api/v1/openapi.json", Rule.PUBLIC),
     "/static": ("/static/gpupool.css", Rule.PUBLIC),
     "/api/v1/docs/assets": ("/api/v1/docs/assets/swagger-ui.css", Rule.PUBLIC),
+    # a deployment's WebSocket (its HTTP route answers a plain GET of the same path)
+    "/serve/{name}/{path:path}": (f"/serve/{DEPLOYMENT}/x", Rule.TEAM_WRITE),
+    # a notebook's WebSocket (a kernel's channels): as for its HTTP route
+    "/notebooks/{notebook_id}/{path:path}": (
+        lambda world: f"/notebooks/{world.notebook()}/api/status",
+        Rule.OWNER,
+    ),
 }
 
 
@@ -258,6 +353,11 @@ def test_each_identity_gets_what_the_routes_rule_promises(
     expected = _expected(rule, identity, target)
     if str(route) in OWN_SECRET:  # it checks a secret of its own, the same for everyone
         assert answer.status_code == OWN_SECRET[str(route)], answer.text[:300]
+        return
+    served = NOT_SERVED.get(route.path) or NOT_SERVED.get(_template(route.path))
+    if served is not None and expected == Outcome.OK:
+        assert answer.status_code == served[0], answer.text[:300]
+        assert _code(answer) in (served[1], None), answer.text[:300]  # None: a HEAD's
         return
     assert _meets(expected, answer), (
         f"{route} as {identity} (rule {rule.value}): expected {expected.value}, "
@@ -307,7 +407,8 @@ def _rule(world: World, route: RouteKey) -> Rule:
 
 def _path(world: World, route: RouteKey, who: Identity) -> tuple[str, Target]:
     if route.path in FRAMEWORK:
-        return FRAMEWORK[route.path][0], Target({})
+        where = FRAMEWORK[route.path][0]
+        return (where(world) if callable(where) else where), Target({})
     if "{" not in route.path:
         return route.path, Target({})
     if route.path not in PARAMS:
@@ -341,7 +442,17 @@ def _meets(expected: Outcome, answer: httpx.Response) -> bool:
     if status != expected.value:
         return False
     is_json = answer.headers.get("content-type", "").startswith("application/json")
-    return not is_json or answer.json()["error"]["code"] == ERROR_CODES[status]
+    # a HEAD is answered without a body
+    return not is_json or not answer.content or _code(answer) == ERROR_CODES[status]
+
+
+def _template(path: str) -> str:
+    """A route the framework adds, by the template of the route of the same path."""
+    return path.replace("{path:path}", "{path}")
+
+
+def _code(answer: httpx.Response) -> str | None:
+    return answer.json()["error"]["code"] if answer.content else None
 
 
 def _to_sign_in(answer: httpx.Response) -> bool:

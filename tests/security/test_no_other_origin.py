@@ -28,6 +28,7 @@ PAGES = {
     "/jobs/{job}": "/api/v1/jobs/{job}",
     "/queue": "/api/v1/jobs/queue",
     "/teams": None,
+    "/notebooks": None,
     "/api/v1/docs": "/api/v1/openapi.json",
 }
 # The one refusal a page asks for on purpose: the sign-in page asks whether its visitor is

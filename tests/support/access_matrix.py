@@ -21,6 +21,7 @@ import httpx
 from fastapi import FastAPI
 from fastapi.routing import APIRoute, iter_route_contexts
 from fastapi.testclient import TestClient
+from sqlalchemy import select
 
 from gpupool.api.access import Rule, rule_of
 from gpupool.api.app import create_app
@@ -29,6 +30,7 @@ from gpupool.domain.inventory import NodeInventory
 from gpupool.executors.fake import NeverStartsExecutor
 from gpupool.services import nodes
 from gpupool.services.platform import Platform, open_platform
+from gpupool.store.models import JobModel, TeamModel, UserModel
 from tests.support.code import archive, ref, regular
 from tests.support.platform import FINAL, admin_token, make_settings, running_app
 from tests.support.waiting import wait_for
@@ -45,6 +47,7 @@ IDENTITIES = (ANONYMOUS, MEMBER, VIEWER, OTHER, ADMIN, TEAM_ADMIN, REVOKED, DISA
 
 OWNERS, OTHERS, SPARE = "owners", "others", "spare"  # SPARE: a team admins change
 PASSWORD = "matrix-password-1"
+DEPLOYMENT = "matrix-deployment"
 
 
 @dataclass(frozen=True, order=True)
@@ -59,8 +62,11 @@ class RouteKey:
 
     @property
     def is_page(self) -> bool:
-        """Web pages (outside /api) are called as a browser calls them: with a session."""
-        return not self.path.startswith("/api/")
+        """Web pages (outside /api) are called as a browser calls them: with a session.
+        /serve (a deployment's address) and a notebook's JupyterLab (/notebooks/ID/...) are
+        APIs of their own: called with the token."""
+        own_api = ("/api/", "/serve/", "/notebooks/{notebook_id}/")
+        return not self.path.startswith(own_api)
 
 
 @dataclass(frozen=True)
@@ -204,6 +210,55 @@ class World:
         reads a response whole, so a stream that follows a live job would never return)."""
         return self.shared("ended_job", self._cancelled_job)
 
+    def succeeded_job(self) -> int:
+        """A job of the owning team that succeeded and left a file in its outputs (the
+        matrix's jobs never run: it is recorded as ended, its outputs written here)."""
+        return self.shared("succeeded_job", self._succeeded_job)
+
+    def model(self) -> str:
+        """A model of the owning team, with one version (from ``succeeded_job``)."""
+
+        def register() -> str:
+            body = {"job_id": self.succeeded_job()}
+            return self.api("POST", "/models/matrix-model/versions", MEMBER, body)["name"]
+
+        return self.shared("model", register)
+
+    def deployment(self) -> str:
+        """A deployment of the owning team, of a command (its replicas never start here)."""
+        return self.shared("deployment", lambda: self._deploy({"name": DEPLOYMENT}))
+
+    def served_model(self) -> str:
+        """A deployment of the owning team's model (an update rolls to its latest version)."""
+        return self.shared(
+            "served", lambda: self._deploy({"name": "matrix-served", "model": self.model()})
+        )
+
+    def fresh_deployment(self) -> str:
+        return self._deploy({"name": self.unique("deployment")})
+
+    def fresh_key(self) -> int:
+        """A new key of ``deployment``, for a call that revokes it."""
+        body = {"name": "matrix"}
+        return self.api("POST", f"/deployments/{self.deployment()}/keys", MEMBER, body)["id"]
+
+    def _deploy(self, body: dict[str, Any]) -> str:
+        body = {"command": ["sleep", "300"]} | body
+        return self.api("POST", "/deployments", MEMBER, body)["name"]
+
+    def notebook(self) -> int:
+        """A notebook of the owning team's member (its job never starts here)."""
+        return self.shared("notebook", self.fresh_notebook)
+
+    def fresh_notebook(self) -> int:
+        return self.api("POST", "/notebooks", MEMBER, {})["id"]
+
+    def stopped_notebook(self) -> int:
+        """A new notebook of the owning member, stopped: its owner may resume it."""
+        notebook = self.fresh_notebook()
+        self.api("POST", f"/notebooks/{notebook}/stop", MEMBER)
+        return notebook
+
     def array(self) -> int:
         return self.shared("array", self.fresh_array)
 
@@ -253,6 +308,30 @@ class World:
         wait_for(ended, 30, f"job {job_id} to end", 0.05)
         return job_id
 
+    def _succeeded_job(self) -> int:
+        assert self.platform is not None
+        now = self.platform.clock.now()
+        with self.platform.db.session() as session:
+            member = session.scalars(select(UserModel).where(UserModel.name == MEMBER)).one()
+            team = session.scalars(select(TeamModel).where(TeamModel.name == OWNERS)).one()
+            job = JobModel(
+                user_id=member.id,
+                team_id=team.id,
+                spec={"command": ["python", "train.py"]},
+                status="succeeded",
+                submitted_at=now,
+                ended_at=now,
+            )
+            session.add(job)
+            session.flush()
+            job_id = job.id
+        executor = self.platform.executor
+        assert isinstance(executor, NeverStartsExecutor)
+        outputs = executor.root / str(job_id) / "outputs"
+        outputs.mkdir(parents=True)
+        (outputs / "model.bin").write_bytes(b"matrix weights")
+        return job_id
+
 
 @contextmanager
 def running_world(data_dir: Path) -> Iterator[World]:
@@ -284,6 +363,7 @@ def _populate(world: World) -> None:
     world.api("PUT", f"/teams/{OWNERS}/members/{TEAM_ADMIN}", ADMIN, {"admin": True})
     world.identities[REVOKED] = _ended(world, REVOKED, revoke=True)
     world.identities[DISABLED] = _ended(world, DISABLED, revoke=False)
+    world.deployment()  # named in a route the framework adds (/serve's WebSocket)
 
 
 def _identity(world: World, name: str, team: str, role: str) -> Identity:

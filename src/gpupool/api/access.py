@@ -28,6 +28,9 @@ class Rule(StrEnum):
     # a team's admins and pool admins; other callers 403, or 404 when they cannot see the team
     TEAM_ADMIN = "team_admin"
     ADMIN = "admin"  # admins of the pool only
+    # a user's own resource that acts as them (a notebook: opening it runs code as its
+    # owner): its owner only; anyone else 404, admins included
+    OWNER = "owner"
     PAGE = "page"  # a web page: signed-in users, scoped to them; anonymous callers go to /login
 
 

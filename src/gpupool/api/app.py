@@ -8,9 +8,33 @@ from contextlib import asynccontextmanager
 from fastapi import APIRouter, Depends, FastAPI
 
 import gpupool
-from gpupool.api import docs, errors, params, ui
+from gpupool.api import (
+    deployment_pages,
+    docs,
+    errors,
+    model_pages,
+    notebook_pages,
+    params,
+    prometheus,
+    serve,
+    ui,
+)
 from gpupool.api.limits import AllowedHosts, BodyLimit
-from gpupool.api.routers import admin, cluster, code, isolation, jobs, nodes, pool, session
+from gpupool.api.proxy import Proxy
+from gpupool.api.routers import (
+    admin,
+    cluster,
+    code,
+    isolation,
+    jobs,
+    nodes,
+    notebooks,
+    pool,
+    session,
+)
+from gpupool.api.routers import deployments as deployment_api
+from gpupool.api.routers import metrics as job_metrics
+from gpupool.api.routers import models as model_registry
 from gpupool.services.platform import Platform
 
 API_PREFIX = "/api/v1"
@@ -23,9 +47,11 @@ def create_app(platform: Platform, start_loop: bool = True) -> FastAPI:
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         if start_loop:
             platform.start()
+        _app.state.proxy = Proxy()  # made on the server's event loop, which its client uses
         try:
             yield
         finally:
+            await _app.state.proxy.aclose()
             platform.stop()
 
     app = FastAPI(
@@ -39,14 +65,26 @@ def create_app(platform: Platform, start_loop: bool = True) -> FastAPI:
     )
     app.state.platform = platform
     errors.install(app)
+    # /serve/NAME/... first: routes are matched in order, and it is the one called most
+    app.include_router(serve.router)
     api = APIRouter(prefix=API_PREFIX)
-    for module in (session, jobs, nodes, pool, isolation, admin, cluster, code):
+    for module in (session, jobs, nodes, pool, isolation, admin, cluster, code, model_registry):
         api.include_router(module.router)
+    api.include_router(job_metrics.router)
+    api.include_router(deployment_api.router)
+    api.include_router(notebooks.router)
     app.include_router(api)
     ui.mount(app)
+    app.include_router(model_pages.router)
+    app.include_router(deployment_pages.router)
+    app.include_router(notebook_pages.router)  # /notebooks, /notebooks/ID: pages
+    app.include_router(notebooks.proxy_router)  # /notebooks/ID/...: JupyterLab behind the proxy
+    prometheus.mount(app, platform)  # /metrics, with a registry of this app's own
     docs.mount(app, f"{API_PREFIX}/docs", app.openapi_url)
     # code uploads count their own bodies, against max_code_bytes (services/code.py)
-    own_limits = (f"{API_PREFIX}/code",)
+    # and notebooks' bodies (a saved notebook, an upload) are streamed by the proxy under its
+    # own limit (api/proxy.py ProxyLimits); /serve reads its bodies whole, so the limit holds
+    own_limits = (f"{API_PREFIX}/code", "/notebooks")
     app.add_middleware(BodyLimit, max_bytes=platform.settings.max_body_bytes, own_limits=own_limits)
     # Added last, so it runs first: a request for an unknown host gets no further.
     app.add_middleware(AllowedHosts, hosts=platform.settings.host_names())

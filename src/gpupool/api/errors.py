@@ -18,6 +18,7 @@ from gpupool.errors import (
     InvalidArray,
     InvalidLauncher,
     InvalidRequest,
+    NoHealthyReplica,
     TooManyAttempts,
 )
 
@@ -68,7 +69,7 @@ async def _gpupool_error(request: Request, error: GpupoolError) -> JSONResponse:
 def _headers(error: GpupoolError) -> dict[str, str] | None:
     if error.status == 401:
         return {"WWW-Authenticate": "Bearer"}
-    if isinstance(error, TooManyAttempts):
+    if isinstance(error, TooManyAttempts | NoHealthyReplica):
         return {"Retry-After": str(error.retry_after)}
     return None
 

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-from fastapi import Request
+from starlette.requests import HTTPConnection
 
 from gpupool.domain.text import UNSTORABLE, escape_unstorable, unstorable_problem
 from gpupool.errors import InvalidRequest
 
 
-async def plain_parameters(request: Request) -> None:
+async def plain_parameters(request: HTTPConnection) -> None:
     """Refuse a path or query parameter holding NUL (or a lone surrogate) with a 422 that
     names it: PostgreSQL refuses NUL even in a lookup, which would otherwise be a 500.
 
-    One dependency of the whole app, so that no route, today's or a later one, can forget it.
+    One dependency of the whole app, so that no route, today's or a later one, can forget it
+    (a WebSocket's too: hence the connection, not a request).
     """
     path = (("path", name, value) for name, value in request.path_params.items())
     query = (("query", name, value) for name, value in request.query_params.multi_items())

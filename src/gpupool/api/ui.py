@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import quote, urlencode
 
-from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
@@ -27,8 +27,8 @@ from gpupool.api.deps import PlatformDep, optional_session
 from gpupool.domain.jobs import FINAL_STATUSES, JobStatus, Role
 from gpupool.domain.units import format_bytes, format_duration
 from gpupool.domain.views import SubmitOptionsView
-from gpupool.errors import NotFound
-from gpupool.services import code, jobs, pool, teams, why
+from gpupool.errors import InvalidRequest, NotFound
+from gpupool.services import code, jobs, metrics, pool, teams, why
 from gpupool.services.access import Principal
 from gpupool.services.context import Context
 
@@ -350,6 +350,28 @@ def submit_page(
         max_code_bytes=code.limits(ctx).max_bytes,
         **_submit_choices(options),
     )
+
+
+@router.get("/jobs/compare", response_class=HTMLResponse)
+@declare(Rule.PAGE)
+def compare_page(
+    request: Request,
+    ctx: PlatformDep,
+    signed_in: SignedIn,
+    ids: Annotated[list[str] | None, Query()] = None,
+) -> Response:
+    """Several jobs' metrics overlaid (one chart per metric, a line per job), their specs side
+    by side: /jobs/compare?ids=3,4 (the jobs list's "Compare" action)."""
+    if not signed_in:
+        return _to_login(request)
+    who, csrf = signed_in
+    parts = [part.strip() for text in ids or [] for part in text.split(",")]  # 3,4 or 3&ids=4
+    wanted = [number for part in parts if (number := _job_number(part))]
+    try:
+        found = metrics.compare(ctx, who, wanted).model_dump(mode="json") | {"problem": None}
+    except InvalidRequest as error:
+        found = {"jobs": [], "missing": [], "problem": error.message}
+    return _render("compare.html", who, csrf, page="jobs", compared=found, asked=wanted)
 
 
 @router.get("/jobs/{job_id}", response_class=HTMLResponse)

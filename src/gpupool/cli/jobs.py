@@ -618,7 +618,7 @@ def job_row(job: dict[str, Any]) -> list[str]:
     placement = job.get("placement") or {}
     return [
         arrays.task_id_text(job),
-        escape(job.get("name") or "-"),
+        escape(name_text(job)),
         escape(job["user"]),
         escape(job["team"]),
         status_text(job["status"]),
@@ -627,6 +627,12 @@ def job_row(job: dict[str, Any]) -> list[str]:
         age_text(job),
         escape(reason_text(job)),
     ]
+
+
+def name_text(job: dict[str, Any]) -> str:
+    """The job's name, and its kind when it is not a batch job: 'lab (notebook)'."""
+    name, kind = job.get("name") or "-", job.get("kind") or "job"
+    return name if kind == "job" else f"{name} ({kind})"
 
 
 # -- show ------------------------------------------------------------------------------------

@@ -91,6 +91,12 @@ COMMANDS: Mapping[str, Lazy] = MappingProxyType(
             "gpupool.cli.jobs:cancel",
             "Cancel jobs: pending ones at once, running ones are stopped.",
         ),
+        "metrics": Lazy(
+            "gpupool.cli.metrics:metrics",
+            "Show a job's metrics: each one's last value, min, max and points; -o json or csv "
+            "for every point, per attempt (gpu.N.utilization and gpu.N.memory_used: its GPUs' "
+            "samples).",
+        ),
         "why": Lazy(
             "gpupool.cli.jobs:why",
             "Why a job waits: reason, place in its team's queue, what blocks it, estimated start.",
@@ -120,6 +126,21 @@ COMMANDS: Mapping[str, Lazy] = MappingProxyType(
         ),
         "tokens": Lazy(
             "gpupool.cli.admin:tokens_app", "API tokens (yours; an admin's: everyone's)."
+        ),
+        "notebook": Lazy(
+            "gpupool.cli.notebooks:notebook_app",
+            "Notebooks: a JupyterLab of yours in your workspace, behind the server's sign-in; "
+            "start, list, show, open, stop and resume them.",
+        ),
+        "model": Lazy(
+            "gpupool.cli.models:model_app",
+            "The model registry: versions of your teams' models, registered from jobs' outputs.",
+        ),
+        "deploy": Lazy(
+            "gpupool.cli.deployments:deploy_app",
+            "Serve a registered model with replicas at /serve/NAME/: gpupool deploy "
+            "NAME[:VERSION] --replicas 2; list, show, scale, update and stop deployments; "
+            "their keys.",
         ),
     }
 )

@@ -181,6 +181,32 @@ class Client:
             else:
                 time.sleep(poll)
 
+    def metrics(
+        self, job_id: int, names: list[str] | None = None, after: int = 0, **filters: Any
+    ) -> dict[str, Any]:
+        """The job's metric series kept after the cursor ``after`` (``attempt``, ``limit``)."""
+        params = {"after": after, "names": names or None} | filters
+        return self._call("GET", f"/jobs/{job_id}/metrics", params=params)
+
+    def all_metrics(self, job_id: int, names: list[str] | None = None) -> list[dict[str, Any]]:
+        """Every series of the job, in as many answers as it takes (parts joined)."""
+        series: dict[tuple[int, str], dict[str, Any]] = {}
+        after, more = 0, True
+        while more:
+            answer = self.metrics(job_id, names, after)
+            for part in answer["series"]:
+                key = (part["attempt"], part["name"])
+                whole = series.setdefault(key, {**part, "steps": [], "times": [], "values": []})
+                for column in ("steps", "times", "values"):
+                    whole[column] += part[column]
+            after, more = answer["cursor"], answer["more"]
+        return [series[key] for key in sorted(series)]
+
+    def metrics_summary(self, job_id: int, names: list[str] | None = None) -> list[dict[str, Any]]:
+        """Each metric of the job: its last value, min, max and points."""
+        params = {"names": names or None}
+        return self._call("GET", f"/jobs/{job_id}/metrics/summary", params=params)
+
     def wait(self, job_id: int, poll: float = 0.25, timeout: float | None = None) -> dict[str, Any]:
         """Poll until the job has ended; return it."""
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -339,6 +365,80 @@ class Client:
     def revoke_token(self, token_id: int) -> dict[str, Any]:
         return self._call("DELETE", f"/tokens/{token_id}")
 
+    # -- models ------------------------------------------------------------------------------
+
+    def models(self, team: str | None = None) -> list[dict[str, Any]]:
+        return self._call("GET", "/models", params={"team": team})
+
+    def model(self, name: str, team: str | None = None) -> dict[str, Any]:
+        """The model with its versions, newest first."""
+        return self._call("GET", _model_path(name), params={"team": team})
+
+    def model_version(self, name: str, version: int, team: str | None = None) -> dict[str, Any]:
+        return self._call("GET", _model_path(name, version), params={"team": team})
+
+    def register_model(self, name: str, job_id: int, **fields: Any) -> dict[str, Any]:
+        """A new version of ``name`` from the job's outputs; ``fields``: path, team,
+        description, allow_failed."""
+        body = {"job_id": job_id} | {k: v for k, v in fields.items() if v is not None}
+        return self._call("POST", f"{_model_path(name)}/versions", json=body)
+
+    # -- deployments -------------------------------------------------------------------------
+
+    def deploy(self, spec: dict[str, Any]) -> dict[str, Any]:
+        """A new deployment (fields of POST /deployments: name, model, version, replicas,
+        command, resources, health_path, team)."""
+        return self._call("POST", "/deployments", json=spec)
+
+    def deployments(self, team: str | None = None, stopped: bool = False) -> list[dict[str, Any]]:
+        return self._call("GET", "/deployments", params={"team": team, "stopped": stopped})
+
+    def deployment(self, name: str) -> dict[str, Any]:
+        """The deployment with its replicas, events and traffic."""
+        return self._call("GET", _deployment_path(name))
+
+    def scale_deployment(self, name: str, replicas: int) -> dict[str, Any]:
+        return self._call("POST", _deployment_path(name, "scale"), json={"replicas": replicas})
+
+    def update_deployment(self, name: str, version: int | None = None) -> dict[str, Any]:
+        """Roll to ``version`` of its model (None: the latest), replica by replica."""
+        return self._call("POST", _deployment_path(name, "update"), json={"version": version})
+
+    def stop_deployment(self, name: str) -> dict[str, Any]:
+        return self._call("POST", _deployment_path(name, "stop"))
+
+    def deployment_keys(self, name: str) -> list[dict[str, Any]]:
+        return self._call("GET", _deployment_path(name, "keys"))
+
+    def create_deployment_key(self, name: str, key_name: str = "key") -> dict[str, Any]:
+        """A key that may call the deployment (its secret is in this answer only)."""
+        return self._call("POST", _deployment_path(name, "keys"), json={"name": key_name})
+
+    def revoke_deployment_key(self, name: str, key_id: int) -> dict[str, Any]:
+        return self._call("DELETE", _deployment_path(name, f"keys/{key_id}"))
+
+    # -- notebooks ---------------------------------------------------------------------------
+
+    def start_notebook(self, request: dict[str, Any]) -> dict[str, Any]:
+        """A new notebook of yours (fields of POST /notebooks: name, team, resources)."""
+        return self._call("POST", "/notebooks", json=request)
+
+    def notebooks(self, mine: bool = False) -> list[dict[str, Any]]:
+        return self._call("GET", "/notebooks", params={"mine": mine})
+
+    def notebook(self, notebook_id: int) -> dict[str, Any]:
+        return self._call("GET", f"/notebooks/{notebook_id}")
+
+    def stop_notebook(self, notebook_id: int) -> dict[str, Any]:
+        return self._call("POST", f"/notebooks/{notebook_id}/stop")
+
+    def resume_notebook(self, notebook_id: int) -> dict[str, Any]:
+        return self._call("POST", f"/notebooks/{notebook_id}/resume")
+
+    def idle_notebook_gpus(self, longer_than: float = 60) -> list[dict[str, Any]]:
+        """Admins: notebooks holding GPUs idle for more than ``longer_than`` seconds."""
+        return self._call("GET", "/notebooks/idle-gpus", params={"longer_than": longer_than})
+
     # -- transport ---------------------------------------------------------------------------
 
     def _call(self, method: str, path: str, **kwargs: Any) -> Any:
@@ -359,6 +459,15 @@ class Client:
 
 def _node_path(name: str, action: str | None = None) -> str:
     return f"/nodes/{quote(name, safe='')}" + (f"/{action}" if action else "")
+
+
+def _model_path(name: str, version: int | None = None) -> str:
+    return f"/models/{quote(name, safe='')}" + (f"/versions/{version}" if version else "")
+
+
+def _deployment_path(name: str, action: str | None = None) -> str:
+    path = f"/deployments/{quote(name, safe='')}"
+    return f"{path}/{action}" if action else path
 
 
 def _member_path(team: str, user: str) -> str:

@@ -18,12 +18,16 @@ import base64
 import contextlib
 import logging
 import os
+import secrets
 import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from gpupool.discovery import discover_node
+from gpupool.domain.code import CodeLimits
+from gpupool.errors import GpupoolError
+from gpupool.executors import outputs
 from gpupool.executors.base import GpuGrant, Handle, LaunchError, PollResult, TaskSpec
 from gpupool.executors.isolation import Isolation
 from gpupool.executors.local import LocalExecutor, default_base_env
@@ -32,6 +36,8 @@ from gpupool.settings import Settings
 log = logging.getLogger(__name__)
 
 LOG_CHUNK = 1024**2  # the most log bytes one call returns
+PACK_CHUNK = 8 * 1024**2  # the most bytes of a packed model version one call returns
+STALE_PACK_SECONDS = 86400.0  # a pack this old was never fetched: its server died
 
 
 class NodeAgent:
@@ -43,7 +49,11 @@ class NodeAgent:
         self.settings = Settings()
         self.isolation = Isolation(self.settings)
         self.executor = LocalExecutor(
-            self.settings.jobs_dir, base_env=_job_base_env(), isolation=self.isolation
+            self.settings.jobs_dir,
+            base_env=_job_base_env(),
+            isolation=self.isolation,
+            model_limits=self.settings.model_limits(),
+            listen_host=None,  # a task that listens binds its node's address, as the pool has it
         )
         self.started_at = time.time()
         self.inventory_data: dict[str, Any] | None = None
@@ -95,6 +105,9 @@ class NodeAgent:
         data = task.pop("code_archive_data", None)
         if data is not None:  # the job's code, sent along: kept on this node by its hash
             task["code_archive"] = str(self._keep_archive(task["code"], data))
+        model = task.pop("model_archive_data", None)
+        if model is not None:  # a model version's files, sent along the same way
+            task["model_archive"] = str(self._keep_archive(task["model"], model, "models"))
         fabric = self._nccl(task) if task.get("launch") and task.get("task_count", 1) > 1 else None
         try:
             handle = self.executor.start(task_from_json(task))
@@ -132,7 +145,8 @@ class NodeAgent:
         for raw in handles:
             handle = _handle(raw)
             result = self.executor.poll(handle)
-            answers.append({**poll_to_json(result), "log_size": self._log_size(handle)})
+            sizes = {"log_size": self._log_size(handle), "metrics_size": self._metrics_size(handle)}
+            answers.append({**poll_to_json(result), **sizes})
         return answers
 
     def stop(self, handle: dict[str, Any], grace_seconds: float) -> None:
@@ -148,20 +162,67 @@ class NodeAgent:
     def checkpoint_at(self, handle: dict[str, Any]) -> float | None:
         return self.executor.checkpoint_at(_handle(handle))
 
-    def read_log(self, handle: dict[str, Any], offset: int) -> dict[str, Any]:
-        """Up to ``LOG_CHUNK`` bytes of the attempt's log from ``offset`` (base64)."""
+    def read_log(
+        self, handle: dict[str, Any], offset: int, metrics: bool = False
+    ) -> dict[str, Any]:
+        """Up to ``LOG_CHUNK`` bytes of the attempt's log (with ``metrics``: its metric
+        records) from ``offset`` (base64)."""
         data = b""
-        with (
-            contextlib.suppress(FileNotFoundError),
-            open(self.executor.log_path(_handle(handle)), "rb") as log_file,
-        ):
+        local = _handle(handle)
+        path = self.executor.metrics_path(local) if metrics else self.executor.log_path(local)
+        with contextlib.suppress(FileNotFoundError), open(path, "rb") as log_file:
             log_file.seek(offset)
             data = log_file.read(LOG_CHUNK)
         return {"data": base64.b64encode(data).decode("ascii"), "offset": offset}
 
-    def _keep_archive(self, ref: str, data: str) -> Path:
+    # -- model versions: a job's outputs, packed here and fetched by the server -------------
+
+    def pack_outputs(self, job_id: int, path: str, limits: dict[str, int]) -> dict[str, Any]:
+        """Pack the job's outputs below ``path`` into a file of this node's data directory,
+        for the server to read (``read_pack``) and remove (``drop_pack``): ``{"pack", "size"}``,
+        or ``{"error": {...}}`` when the files are refused (a link leading outside, ...)."""
+        name = secrets.token_hex(16)
+        target = self._packs() / f"{name}.tar.gz"
+        try:
+            with open(target, "xb") as file:
+                self.executor.pack_outputs(job_id, None, path, CodeLimits(**limits), file)
+        except GpupoolError as error:
+            target.unlink(missing_ok=True)
+            return {"error": outputs.error_to_json(error)}
+        except BaseException:
+            target.unlink(missing_ok=True)
+            raise
+        return {"pack": name, "size": target.stat().st_size}
+
+    def read_pack(self, pack: str, offset: int) -> dict[str, Any]:
+        """Up to ``PACK_CHUNK`` bytes of a pack from ``offset`` (base64)."""
+        with open(self._pack_path(pack), "rb") as file:
+            file.seek(offset)
+            data = file.read(PACK_CHUNK)
+        return {"data": base64.b64encode(data).decode("ascii")}
+
+    def drop_pack(self, pack: str) -> None:
+        self._pack_path(pack).unlink(missing_ok=True)
+
+    def _packs(self) -> Path:
+        """Where packs wait to be fetched; one left by a server that died is removed later."""
+        directory = self.settings.data_dir / "models" / "outgoing"
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        cutoff = time.time() - STALE_PACK_SECONDS
+        for stale in directory.glob("*.tar.gz"):
+            with contextlib.suppress(OSError):
+                if stale.stat().st_mtime < cutoff:
+                    stale.unlink()
+        return directory
+
+    def _pack_path(self, pack: str) -> Path:
+        if len(pack) != 32 or any(c not in "0123456789abcdef" for c in pack):
+            raise ValueError(f"not a pack's name: {pack!r}")
+        return self.settings.data_dir / "models" / "outgoing" / f"{pack}.tar.gz"
+
+    def _keep_archive(self, ref: str, data: str, kind: str = "code") -> Path:
         """The archive of ``ref`` in this node's data directory, written once (atomically)."""
-        path = self.settings.data_dir / "code" / "sha256" / f"{ref.removeprefix('sha256:')}.tar.gz"
+        path = self.settings.data_dir / kind / "sha256" / f"{ref.removeprefix('sha256:')}.tar.gz"
         if not path.exists():
             path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             tmp = path.with_suffix(f".{os.getpid()}.tmp")
@@ -172,6 +233,12 @@ class NodeAgent:
     def _log_size(self, handle: Handle) -> int:
         try:
             return os.stat(self.executor.log_path(handle)).st_size
+        except OSError:
+            return 0
+
+    def _metrics_size(self, handle: Handle) -> int:
+        try:
+            return os.stat(self.executor.metrics_path(handle)).st_size
         except OSError:
             return 0
 

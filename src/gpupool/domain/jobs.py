@@ -55,6 +55,15 @@ FINAL_STATUSES = frozenset(
 )
 
 
+class JobKind(StrEnum):
+    """What a job is to the platform: a batch job, or the workload of a notebook or of a
+    deployment's replica (started by those services through the same submit path)."""
+
+    JOB = "job"
+    NOTEBOOK = "notebook"
+    REPLICA = "replica"
+
+
 class StopReason(StrEnum):
     """Why gpupool stopped a running attempt (recorded on the attempt when it asks)."""
 
@@ -205,6 +214,25 @@ class JobSpec(BaseModel):
     )
     # a task lost with its node (or a node's failure) requeues the job this many times
     retries: int = Field(default=0, ge=0, le=100)
+    listen: bool = Field(
+        default=False,
+        description="the job serves on a port: its executor gives it a free TCP port on its "
+        "node in PORT (and GPUPOOL_LISTEN_HOST, the address to bind: the node's address), and "
+        "the platform's proxy reaches it there",
+    )
+    workspace: bool = Field(
+        default=False,
+        description="run in the submitter's workspace: a directory of their own on the node "
+        "(the one their notebooks use), kept across jobs, shown read-write in the sandbox; "
+        "the working directory unless workdir or code is given",
+    )
+    model: str | None = Field(
+        default=None,
+        description="a registered model version's files (its archive, as 'gpupool model show' "
+        "lists it), shown to the job read-only in GPUPOOL_MODEL_DIR; the version must be of "
+        "the job's team",
+        examples=[REF_EXAMPLE],
+    )
 
     @field_validator("version")
     @classmethod
@@ -227,6 +255,16 @@ class JobSpec(BaseModel):
             raise ValueError(
                 "a code snapshot is named sha256: and the 64 lower-case hex digits of its "
                 "archive's SHA-256, as PUT /api/v1/code/{ref} stored it"
+            )
+        return value
+
+    @field_validator("model")
+    @classmethod
+    def _model_ref(cls, value: str | None) -> str | None:
+        if value is not None and not is_ref(value):
+            raise ValueError(
+                "a model version's files are named sha256: and the 64 lower-case hex digits "
+                "of their archive's SHA-256, as 'gpupool model show NAME:VERSION' lists them"
             )
         return value
 
@@ -347,6 +385,7 @@ class Reason(StrEnum):
     CHECKPOINTED = "Checkpointed"
     PLACED = "Placed"
     STARTED = "Started"
+    NOTEBOOK_STOPPED = "NotebookStopped"  # its notebook was stopped (idle, or by a user)
     LAUNCH_FAILED = "LaunchFailed"
     EXITED = "Exited"
     CANCEL_REQUESTED = "CancelRequested"

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from gpupool.domain.inventory import NodeInventory
-from gpupool.domain.jobs import JobSpec, JobStatus, Role
+from gpupool.domain.jobs import JobKind, JobSpec, JobStatus, Role
 from gpupool.domain.nodes import NodeState
 from gpupool.domain.text import ShownText, readable
 
@@ -92,6 +92,9 @@ class JobView(View):
     preemptions: int
     array_id: int | None = Field(None, description="the job array it is a task of")
     array_index: int | None = Field(None, description="its index in that array (ID_INDEX)")
+    kind: JobKind = Field(
+        JobKind.JOB, description="job, or the workload of a notebook or a deployment's replica"
+    )
 
 
 class EventView(View):

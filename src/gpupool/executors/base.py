@@ -13,7 +13,11 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from gpupool.domain.code import CodeLimits
 from gpupool.domain.isolation import IsolationStatus
+from gpupool.errors import NoModelFiles
+from gpupool.executors.outputs import Writable
+from gpupool.runner.layout import METRICS_FILE
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,10 @@ class TaskSpec:
     gpu_grants: tuple[GpuGrant, ...] = ()
     code: str | None = None
     code_archive: str | None = None
+    # a model version's files (``JobSpec.model``), unpacked like ``code`` but shown to the
+    # job read-only (GPUPOOL_MODEL_DIR); ``model_archive``: the archive's path on the server
+    model: str | None = None
+    model_archive: str | None = None
     # -- one task of a job over several nodes (a gang), or of a launcher ------------------
     task_index: int = 0
     task_count: int = 1
@@ -64,6 +72,13 @@ class TaskSpec:
     # what the task starts (a domain.launchers.TaskLaunch as JSON), filled in by the
     # executor that launches the gang: run by gpupool.runner.ranks inside the sandbox
     launch: dict[str, Any] | None = None
+    # the task serves on a port (JobSpec.listen): its executor picks one free on the node at
+    # start, gives it as PORT (and the address to bind as GPUPOOL_LISTEN_HOST) and keeps
+    # both in the handle's state ("port", "host") for the proxy (services.endpoints)
+    listen: bool = False
+    # the task runs in its user's workspace (JobSpec.workspace): a directory of that user's
+    # on the node, kept across jobs, that the executor resolves and the sandbox shows
+    workspace: bool = False
 
     @property
     def in_gang(self) -> bool:
@@ -159,6 +174,11 @@ class Executor(ABC):
     def log_path(self, handle: Handle) -> Path:
         """The file that holds the attempt's combined stdout and stderr."""
 
+    def metrics_path(self, handle: Handle) -> Path:
+        """The attempt's metric records as its runner keeps them (``[name, step, time,
+        value]`` per line), beside its log: on the server's disk, or its copy there."""
+        return self.log_path(handle).with_name(METRICS_FILE)
+
     def isolation(self) -> IsolationStatus | None:
         """How this executor keeps jobs apart, and whether it may run them now; None for an
         executor without a sandbox of its own (the fakes of the tests)."""
@@ -169,6 +189,14 @@ class Executor(ABC):
         modification time of an entry there), or None when it holds nothing (or this
         executor cannot tell). The directory is the job's, shared by all its attempts."""
         return None
+
+    def pack_outputs(
+        self, job_id: int, node: str | None, path: str, limits: CodeLimits, into: Writable
+    ) -> None:
+        """Write the job's outputs below ``path`` (on ``node``, where it ran) into ``into`` as
+        a model version's archive (``gpupool.executors.outputs.pack``). NoModelFiles when this
+        executor keeps no outputs."""
+        raise NoModelFiles("this server keeps no outputs of its jobs")
 
     def get_state(self, handle: Handle) -> dict[str, Any]:
         return {"job_id": handle.job_id, "attempt": handle.attempt, "state": handle.state}
@@ -197,10 +225,12 @@ class Executor(ABC):
         """Forget an ended attempt (reap processes, close files)."""
 
 
-def free_local_port() -> int:
-    """A TCP port free on this machine now (for a rendezvous on it)."""
+def free_local_port(host: str = "127.0.0.1") -> int:
+    """A TCP port free on ``host`` (an address of this machine) now: a rendezvous, or where a
+    task that listens serves."""
     import socket
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family) as sock:
+        sock.bind((host, 0))
         return sock.getsockname()[1]

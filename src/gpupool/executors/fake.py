@@ -14,8 +14,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from gpupool.domain.code import CodeLimits
+from gpupool.executors import outputs
 from gpupool.executors.base import Executor, Handle, LaunchError, Observed, PollResult, TaskSpec
 from gpupool.executors.local import LocalExecutor
+from gpupool.executors.outputs import Writable
 from gpupool.runner import layout
 
 STOPPED_CODE = 128 + signal.SIGTERM
@@ -55,6 +58,12 @@ class NeverStartsExecutor(Executor):
 
     def log_path(self, handle: Handle) -> Path:
         return self.root / str(handle.job_id) / str(handle.attempt) / layout.LOG_FILE
+
+    def pack_outputs(
+        self, job_id: int, node: str | None, path: str, limits: CodeLimits, into: Writable
+    ) -> None:
+        """What a test put in ``root/<job_id>/outputs`` (its jobs never write any)."""
+        outputs.pack(self.root / str(job_id) / "outputs", path, limits, into)
 
 
 class FailingExecutor(Executor):

@@ -179,6 +179,7 @@ class Isolation:
             "limits": {"cpus": task.cpus, "memory_bytes": task.memory_bytes},
             "gpu_shares": {g.uuid: g.share for g in task.gpu_grants},
             "mps_pipe_dir": str(self.settings.mps_pipe_directory),
+            "gpu_sampler": self.settings.gpu_memory_sampler,  # the job's GPU metrics too
         }
         account = self._account(task)
         if account is not None:

@@ -18,6 +18,7 @@ import contextlib
 import errno
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -31,8 +32,11 @@ from gpupool.domain.code import CodeLimits
 from gpupool.domain.isolation import IsolationStatus
 from gpupool.errors import GpupoolError
 from gpupool.executors import code as archives
+from gpupool.executors import outputs
 from gpupool.executors.base import Executor, Handle, LaunchError, Observed, PollResult, TaskSpec
 from gpupool.executors.isolation import Isolation
+from gpupool.executors.listening import listen, recorded
+from gpupool.executors.outputs import Writable
 from gpupool.executors.remains import Remains, find_process
 from gpupool.runner import layout
 
@@ -40,6 +44,9 @@ NOTIFY_FIFO = ".notify"
 LAUNCH_DIR = ".gpupool"  # in the job's outputs: what its tasks start (launch plans)
 CHECKPOINTS = "checkpoints"
 CODE = "code"
+MODEL = "model"
+WORKSPACES = "workspaces"  # beside jobs_dir: one directory per user (the runner owns it to them)
+WORKSPACE_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")  # a gpupool user name
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +74,8 @@ class LocalExecutor(Executor):
     ``isolation``: the node's tenancy (sandbox, accounts, limits), as the server's settings
     make it; None runs attempts unsandboxed under the server's own account (the executor's
     own tests; the server always passes one). ``code_limits``: what a code snapshot may
-    unpack to (the server's ``max_code_*``).
+    unpack to (the server's ``max_code_*``). ``listen_host``: the address a task that listens
+    binds (None: the task's ``node_address``, as a pool's node agent has it).
     """
 
     def __init__(
@@ -79,9 +87,13 @@ class LocalExecutor(Executor):
         isolation: Isolation | None = None,
         remains: Remains | None = None,
         code_limits: CodeLimits | None = None,
+        model_limits: CodeLimits | None = None,
+        listen_host: str | None = "127.0.0.1",
     ) -> None:
         self.jobs_dir = Path(jobs_dir)
+        self.listen_host = listen_host
         self.code_limits = code_limits or CodeLimits()
+        self.model_limits = model_limits or CodeLimits()
         self._isolation = isolation
         self.remains = remains or Remains()
         self.base_env = dict(base_env) if base_env is not None else default_base_env()
@@ -110,6 +122,12 @@ class LocalExecutor(Executor):
     def isolation(self) -> IsolationStatus | None:
         return self._isolation.status() if self._isolation is not None else None
 
+    def pack_outputs(
+        self, job_id: int, node: str | None, path: str, limits: CodeLimits, into: Writable
+    ) -> None:
+        """The job's outputs (its launch plans left out: they are the platform's)."""
+        outputs.pack(self.job_dir(job_id) / "outputs", path, limits, into, frozenset({LAUNCH_DIR}))
+
     def checkpoint_at(self, handle: Handle) -> float | None:
         """The newest mtime of the entries at the top of the checkpoint directory.
 
@@ -134,6 +152,8 @@ class LocalExecutor(Executor):
         _validate(task)
         attempt_dir = self.attempt_dir(task.job_id, task.attempt)
         spec = self._spec(task)
+        host = self.listen_host or task.node_address
+        listening = listen(task, host, spec["env"]) if task.listen else {}
         if self._isolation is not None:
             job_dirs = [spec["output_dir"], spec["checkpoint_dir"]]
             spec.update(self._isolation.runner_spec(task, job_dirs))
@@ -148,21 +168,36 @@ class LocalExecutor(Executor):
             raise _io_error(e, f"cannot create the directories of {attempt_dir}: {e}") from e
         if task.code is not None:
             spec["code_dir"] = str(self._unpack_code(task))
+        if task.model is not None:
+            spec["model_dir"] = str(self._unpack_model(task))
         _write_spec_once(attempt_dir, spec)
         pid = self._spawn(attempt_dir)
         state = {
             "attempt_dir": str(attempt_dir),
             "runner_pid": pid,
             "runner_create_time": _create_time(pid),
+            **listening,
         }
         return Handle(job_id=task.job_id, attempt=task.attempt, state=state)
+
+    def workspace_dir(self, user: str) -> Path:
+        """A user's workspace on this node (its notebooks' files), kept across jobs."""
+        if not WORKSPACE_NAME.fullmatch(user):
+            raise LaunchError(
+                f"no workspace for the user name {user!r}",
+                user_message="this user's name cannot name a workspace directory",
+                reason="invalid_task",
+            )
+        return self.jobs_dir.parent / WORKSPACES / user
 
     def _spec(self, task: TaskSpec) -> dict[str, Any]:
         """The runner's spec; the checkpoint and output directories are the job's, so every
         attempt of a job (a requeue after preemption) finds what the earlier ones left."""
         job_dir = self.job_dir(task.job_id)
         command = list(task.command) if task.launch is None else self._launcher(task)
+        workspace = str(self.workspace_dir(task.user)) if task.workspace else None
         return {
+            "workspace": workspace,
             "version": layout.SPEC_VERSION,
             "job_id": task.job_id,
             "attempt": task.attempt,
@@ -193,6 +228,23 @@ class LocalExecutor(Executor):
             message = f"the job's code snapshot {task.code} could not be unpacked: {e.message}"
             raise LaunchError(message, user_message=message, reason="code_unpack_failed") from e
         return code_dir
+
+    def _unpack_model(self, task: TaskSpec) -> Path:
+        """The job's model version's files, unpacked once under its directory, where the
+        runner shows them read-only in the sandbox (GPUPOOL_MODEL_DIR)."""
+        model_dir = self.job_dir(task.job_id) / MODEL
+        try:
+            archives.unpack_once(Path(task.model_archive or ""), model_dir, self.model_limits)
+        except FileNotFoundError as e:
+            message = f"the model files {task.model} are missing from the server's storage"
+            log_message = f"{message}: {e}"
+            raise LaunchError(log_message, user_message=message, reason="model_missing") from e
+        except OSError as e:
+            raise _io_error(e, f"cannot unpack {task.model_archive} into {model_dir}: {e}") from e
+        except GpupoolError as e:
+            message = f"the model files {task.model} could not be unpacked: {e.message}"
+            raise LaunchError(message, user_message=message, reason="model_unpack_failed") from e
+        return model_dir
 
     def _launcher(self, task: TaskSpec) -> list[str]:
         """The command of a task that starts what its launch plan says: the plan is written
@@ -370,6 +422,7 @@ class LocalExecutor(Executor):
             "attempt_dir": str(attempt_dir),
             "runner_pid": pid,
             "runner_create_time": proc.create_time() if proc else 0.0,
+            **recorded(attempt_dir),
         }
         return Handle(job_id=job_id, attempt=attempt, state=state)
 

@@ -14,16 +14,21 @@ them: it stops its own work after that bound); after it, LOST.
 from __future__ import annotations
 
 import base64
+import contextlib
 import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from gpupool.cluster.agent import task_to_json
 from gpupool.cluster.client import AgentUnavailable, CallFailed, ClusterClient, ClusterUnavailable
+from gpupool.domain.code import CodeLimits
 from gpupool.domain.isolation import IsolationStatus
+from gpupool.errors import NoModelFiles, OutputsUnreachable
+from gpupool.executors import outputs
 from gpupool.executors.base import (
     Capabilities,
     Executor,
@@ -34,6 +39,7 @@ from gpupool.executors.base import (
     TaskSpec,
 )
 from gpupool.executors.gang import GangLog, combined, deciding, label, planned
+from gpupool.executors.outputs import Writable
 from gpupool.runner import layout
 
 log = logging.getLogger(__name__)
@@ -43,6 +49,7 @@ START_TIMEOUT_S = 60.0
 # grace of its own (cluster/lost.py): its GPUs are handed out only after that has passed too.
 NODE_STOP_SLACK_S = 10.0
 POLL_TIMEOUT_S = 10.0
+PACK_TIMEOUT_S = 600.0  # packing a model version's files on their node
 PARALLEL_POLLS = 16
 
 
@@ -84,6 +91,8 @@ class RayExecutor(Executor):
         sent = task_to_json(task)
         if task.code and task.code_archive:  # the node has no access to the server's disk
             sent["code_archive_data"] = _archive_data(task)
+        if task.model and task.model_archive:
+            sent["model_archive_data"] = _model_data(task)
         try:
             answer = self.cluster.call(task.node, "start", timeout=START_TIMEOUT_S, task=sent)
         except (ClusterUnavailable, AgentUnavailable) as error:
@@ -100,7 +109,7 @@ class RayExecutor(Executor):
                 error["log"], user_message=error["user_message"], reason=error["reason"]
             )
         self.log_path(Handle(task.job_id, task.attempt)).parent.mkdir(parents=True, exist_ok=True)
-        state = {"node": task.node, "local": answer["state"]}
+        state = {"node": task.node, "local": answer["state"], **_listening(answer["state"])}
         if answer.get("fabric"):
             state["fabric"] = answer["fabric"]
         return Handle(task.job_id, task.attempt, state)
@@ -137,7 +146,9 @@ class RayExecutor(Executor):
         if node is None:
             return None
         state = self.cluster.call(node, "recover", job_id=job_id, attempt=attempt)
-        return None if state is None else Handle(job_id, attempt, {"node": node, "local": state})
+        if state is None:
+            return None
+        return Handle(job_id, attempt, {"node": node, "local": state, **_listening(state)})
 
     # -- poll ---------------------------------------------------------------------------------
 
@@ -213,6 +224,7 @@ class RayExecutor(Executor):
         for handle, answer in zip(handles, answers, strict=True):
             result = _poll_from_json(answer)
             self._copy_log(handle, answer["log_size"])
+            self._copy_metrics(handle, answer.get("metrics_size", 0))
             results[_key(handle)] = self._seen[_key(handle)] = result
         return results
 
@@ -264,6 +276,34 @@ class RayExecutor(Executor):
                 if task is not None:
                     self._fresh[_key(handle)] = self._fresh.get(_key(handle), b"") + data
 
+    def _copy_metrics(self, handle: Handle, size: int) -> None:
+        """Append what the node's metric records have beyond our copy, as the log is copied
+        (the server's ingester reads whole lines of it). Of a job over several nodes, the
+        first task's (the node of rank 0, where training scripts report)."""
+        if handle.state.get("task") not in (None, 0):
+            return
+        path = self.metrics_path(handle)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "ab") as copy:
+            offset = copy.tell()
+            while offset < size:
+                try:
+                    chunk = self.cluster.call(
+                        handle.state["node"],
+                        "read_log",
+                        handle=_local(handle),
+                        offset=offset,
+                        metrics=True,
+                    )
+                except (ClusterUnavailable, AgentUnavailable, CallFailed) as error:
+                    log.warning("cannot copy the metrics of job %s: %s", handle.job_id, error)
+                    return
+                data = base64.b64decode(chunk["data"])
+                if not data:
+                    return
+                copy.write(data)
+                offset += len(data)
+
     # -- stop, release ------------------------------------------------------------------------
 
     def stop(self, handle: Handle, grace_seconds: float) -> None:
@@ -296,6 +336,41 @@ class RayExecutor(Executor):
         except (ClusterUnavailable, AgentUnavailable, CallFailed) as error:
             log.info("cannot release job %s on its node: %s", handle.job_id, error)
 
+    def pack_outputs(
+        self, job_id: int, node: str | None, path: str, limits: CodeLimits, into: Writable
+    ) -> None:
+        """Packed on the node that ran the job (its outputs stay there), fetched in chunks."""
+        if node is None:
+            raise NoModelFiles("the job never ran on a node, so it left no outputs")
+        try:
+            if node in self._down:
+                raise AgentUnavailable("Ray reports the node dead")
+            wanted = {"job_id": job_id, "path": path, "limits": asdict(limits)}
+            answer = self.cluster.call(node, "pack_outputs", PACK_TIMEOUT_S, **wanted)
+            if "error" in answer:
+                raise outputs.error_from_json(answer["error"])
+            self._fetch_pack(node, answer["pack"], answer["size"], into)
+        except (ClusterUnavailable, AgentUnavailable, CallFailed) as error:
+            raise OutputsUnreachable(
+                f"node {node}, which holds the outputs of job {job_id}, cannot be reached now "
+                f"({error}): try again once it is back (gpupool nodes)",
+                node=node,
+            ) from error
+
+    def _fetch_pack(self, node: str, pack: str, size: int, into: Writable) -> None:
+        try:
+            offset = 0
+            while offset < size:
+                chunk = self.cluster.call(node, "read_pack", pack=pack, offset=offset)
+                data = base64.b64decode(chunk["data"])
+                if not data:
+                    raise CallFailed(f"the pack ended at {offset} of {size} bytes")
+                into.write(data)
+                offset += len(data)
+        finally:
+            with contextlib.suppress(ClusterUnavailable, AgentUnavailable, CallFailed):
+                self.cluster.call(node, "drop_pack", pack=pack)
+
     def checkpoint_at(self, handle: Handle) -> float | None:
         if "gang" in handle.state:
             times = [self.checkpoint_at(task) for task in _tasks(handle)]
@@ -322,6 +397,17 @@ def _archive_data(task: TaskSpec) -> str:
         ) from error
 
 
+def _model_data(task: TaskSpec) -> str:
+    """The job's model version's archive for its node (base64), as its code's."""
+    try:
+        return base64.b64encode(Path(task.model_archive).read_bytes()).decode("ascii")
+    except OSError as error:
+        message = f"the model files {task.model} are missing from the server's storage"
+        raise LaunchError(
+            f"{message}: {error}", user_message=message, reason="model_missing"
+        ) from error
+
+
 Key = tuple[int, int, str]
 
 
@@ -338,6 +424,12 @@ def _tasks(handle: Handle) -> list[Handle]:
         Handle(handle.job_id, handle.attempt, {**state, "task": index})
         for index, state in enumerate(handle.state["gang"])
     ]
+
+
+def _listening(local: dict[str, Any]) -> dict[str, Any]:
+    """Where a task that listens serves on its node (what its agent's executor chose), kept
+    at the top of the handle's state, as the local executor's (services.endpoints reads it)."""
+    return {key: local[key] for key in ("host", "port") if key in local}
 
 
 def _unreachable(node: str, error: Exception) -> LaunchError:

@@ -8,6 +8,11 @@ ATTEMPT_DIR/
     stop.json    written by the executor to ask for a stop: {"grace_seconds": x}
     output.log   the workload's stdout and stderr, capped
     runner.log   the runner's own stderr (tracebacks only; normally empty)
+    metrics.jsonl  the job's metric points the runner kept, and its GPU samples, one JSON
+                 array [name, step, time, value] per line (see gpupool.runner.metricsink)
+
+The job itself writes its metrics to OUTPUT_DIR/.gpupool/metrics-<attempt>.jsonl
+($GPUPOOL_METRICS_FILE), which the runner follows.
 """
 
 from __future__ import annotations
@@ -24,12 +29,19 @@ STATE_FILE = "state.json"
 STOP_FILE = "stop.json"
 LOG_FILE = "output.log"
 RUNNER_LOG_FILE = "runner.log"
+METRICS_FILE = "metrics.jsonl"
+JOB_METRICS_DIR = ".gpupool"  # in the job's outputs
 
 EXIT_REFUSED = 3  # the runner's own exit code when the attempt was already started
 EXIT_USAGE = 2
 CODE_RUNNER_ERROR = 125  # recorded exit code: the runner could not set the workload up
 CODE_NOT_EXECUTABLE = 126
 CODE_NOT_FOUND = 127
+
+
+def job_metrics_file(output_dir: str, attempt: int) -> str:
+    """Where an attempt's job writes its metrics (``$GPUPOOL_METRICS_FILE``)."""
+    return os.path.join(output_dir, JOB_METRICS_DIR, f"metrics-{attempt}.jsonl")
 
 
 def atomic_write_json(path: str | os.PathLike[str], data: dict[str, object]) -> None:

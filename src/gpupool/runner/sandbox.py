@@ -65,12 +65,15 @@ def bwrap_argv(
     env_fd: int,
     status_fd: int,
     block_fd: int | None = None,
+    readonly_dirs: list[str] | None = None,
 ) -> list[str]:
     """The whole command line: bwrap, its mounts, the account switch, the shim, the command.
     With ``block_fd``, bwrap makes the sandbox, reports it, and waits for a byte there
-    before it starts the job (so that the runner can record it and limit it first)."""
+    before it starts the job (so that the runner can record it and limit it first).
+    ``readonly_dirs``: directories of the job's own that it may read, not change (its model
+    version's files), shown like its own directories even inside a hidden path."""
     argv = [policy.bwrap, *_namespaces(account), "--die-with-parent", "--new-session"]
-    argv += _filesystem(policy, job_dirs)
+    argv += _filesystem(policy, job_dirs, readonly_dirs or [])
     argv += ["--perms", "0444", "--ro-bind-data", str(env_fd), SANDBOX_ENV_FILE]
     argv += ["--chdir", cwd, "--clearenv", "--json-status-fd", str(status_fd)]
     argv += ["--block-fd", str(block_fd), "--"] if block_fd is not None else ["--"]
@@ -115,7 +118,7 @@ def _namespaces(account: dict[str, object] | None) -> list[str]:
     return shared
 
 
-def _filesystem(policy: SandboxPolicy, job_dirs: list[str]) -> list[str]:
+def _filesystem(policy: SandboxPolicy, job_dirs: list[str], readonly: list[str]) -> list[str]:
     tree = _Tree()
     # the sandbox's own file systems first: a path shown below /tmp (a checkout there, with
     # the server's Python) must be mounted onto the private /tmp, not covered by it
@@ -133,6 +136,8 @@ def _filesystem(policy: SandboxPolicy, job_dirs: list[str]) -> list[str]:
         argv += tree.mask(secret)
     for path in inside:  # the job's own directories, inside the data directory
         argv += tree.show(path, "--bind")
+    for path in readonly:
+        argv += tree.show(path, "--ro-bind")
     for host, inside in policy.devices:
         argv += [*tree.parents(inside), "--dev-bind", host, inside]
     return argv

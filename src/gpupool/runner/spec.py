@@ -6,7 +6,7 @@ import json
 import os
 from collections.abc import Iterable
 
-from gpupool.runner.layout import SPEC_FILE, SPEC_VERSION
+from gpupool.runner.layout import SPEC_FILE, SPEC_VERSION, job_metrics_file
 
 # No dataclasses, pathlib or typing here: importing them costs the runner's start time.
 
@@ -25,6 +25,8 @@ class RunnerSpec:
         "env",
         "workdir",
         "code_dir",
+        "model_dir",
+        "workspace",
         "gpu_uuids",
         "log_limit_bytes",
         "stop_grace_seconds",
@@ -39,6 +41,7 @@ class RunnerSpec:
         "gpu_shares",
         "gpu_memory",
         "mps_pipe_dir",
+        "gpu_sampler",
     )
 
     def __init__(self, raw: dict[str, object]) -> None:
@@ -55,6 +58,11 @@ class RunnerSpec:
         self.code_dir: str | None = _optional_str(raw, "code_dir")
         if self.code_dir is not None and self.workdir is not None:
             raise SpecError("workdir and code_dir exclude each other")
+        # a model version's files, unpacked by the executor: shown read-only (GPUPOOL_MODEL_DIR)
+        self.model_dir: str | None = _optional_str(raw, "model_dir")
+        # its user's workspace on the node (JobSpec.workspace): given to its account like its
+        # outputs, kept across jobs; its working directory unless it has a workdir or code
+        self.workspace: str | None = _optional_str(raw, "workspace")
         self.gpu_uuids: list[str] = _str_list(raw, "gpu_uuids")
         self.log_limit_bytes: int = int(_non_negative(raw, "log_limit_bytes"))
         self.stop_grace_seconds: float = float(_non_negative(raw, "stop_grace_seconds"))
@@ -71,6 +79,8 @@ class RunnerSpec:
         self.gpu_shares: dict[str, float] = _number_map(raw.get("gpu_shares"), "gpu_shares")
         self.gpu_memory: dict[str, object] | None = _gpu_memory(raw.get("gpu_memory"))
         self.mps_pipe_dir: str | None = _optional_str(raw, "mps_pipe_dir")
+        # where the job's GPU samples come from (nvml, file:PATH); None: no samples
+        self.gpu_sampler: str | None = _optional_str(raw, "gpu_sampler")
 
     def workload_env(self) -> dict[str, str]:
         """The base env from the spec plus the variables gpupool owns (these always win)."""
@@ -82,17 +92,27 @@ class RunnerSpec:
         env["GPUPOOL_ATTEMPT"] = str(self.attempt)
         env["GPUPOOL_CHECKPOINT_DIR"] = self.checkpoint_dir
         env["GPUPOOL_OUTPUT_DIR"] = self.output_dir
+        if self.workspace:
+            env["GPUPOOL_WORKSPACE"] = self.workspace
+        if self.model_dir:
+            env["GPUPOOL_MODEL_DIR"] = self.model_dir
+        env["GPUPOOL_METRICS_FILE"] = self.metrics_file()
         return env
+
+    def metrics_file(self) -> str:
+        """The file the job appends its metrics to (the runner follows it)."""
+        return job_metrics_file(self.output_dir, self.attempt)
 
     def job_dirs(self) -> list[str]:
         """The directories a job may write: its outputs, its checkpoints, its workdir (or its
-        unpacked code)."""
+        unpacked code), its user's workspace."""
         dirs = [self.output_dir, self.checkpoint_dir]
-        return dirs + [d for d in (self.workdir, self.code_dir) if d]
+        return dirs + [d for d in (self.workdir, self.code_dir, self.workspace) if d]
 
     def cwd(self) -> str:
-        """Where the job starts: its workdir, else its code, else its output directory."""
-        return self.workdir or self.code_dir or self.output_dir
+        """Where the job starts: its workdir, else its code, else its workspace, else its
+        output directory."""
+        return self.workdir or self.code_dir or self.workspace or self.output_dir
 
     def cgroup_name(self) -> str:
         """Unique on the machine: nodes of a pool (and servers) on one machine each number

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 
-from gpupool.runner import cgroups, sandbox, tenancy
+from gpupool.runner import cgroups, gpusamples, metricsink, sandbox, tenancy
 from gpupool.runner.layout import (
     CODE_NOT_EXECUTABLE,
     CODE_NOT_FOUND,
@@ -26,6 +26,7 @@ from gpupool.runner.layout import (
     EXIT_REFUSED,
     EXIT_USAGE,
     LOG_FILE,
+    METRICS_FILE,
     STARTED_FILE,
     STATE_FILE,
     STOP_FILE,
@@ -106,6 +107,7 @@ class Runner:
         self.gpu_watch = None  # gpumemory.GpuMemoryWatch for fractional jobs
         self.next_gpu_sample = 0.0
         self.exceeded: dict[str, object] | None = None
+        self.metrics: metricsink.MetricSink | None = None
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
@@ -149,6 +151,7 @@ class Runner:
                 return 0
             workload, pipe_r, status_r = launched
             self._supervise(workload, pipe_r, status_r, spec)
+            self._close_metrics()
             return 0 if self._record_exit(workload.reap(), spec.memory_bytes) else 1
         except Exception:
             import traceback  # only on this path: it is slow to import
@@ -159,6 +162,7 @@ class Runner:
             self._fail(CODE_RUNNER_ERROR, "internal runner error; see runner.log")
             return 1
         finally:
+            self._close_metrics()
             if self.cgroup is not None:
                 self.cgroup.remove()
             if self.log is not None:
@@ -191,6 +195,7 @@ class Runner:
             self._fail(*missing)
             return None
         self._limit(spec)
+        self._open_metrics(spec)
         pipe_r, pipe_w = os.pipe()
         with contextlib.suppress(OSError, AttributeError):
             fcntl.fcntl(pipe_w, fcntl.F_SETPIPE_SZ, PIPE_SIZE)
@@ -315,6 +320,8 @@ class Runner:
             if drain_until is None:
                 self._act_on_stop(workload, spec)
                 self._watch_gpu_memory(workload)
+                if self.metrics is not None:
+                    self.metrics.poll(time.monotonic(), time.time())
                 if workload.has_exited():
                     drain_until = time.monotonic() + DRAIN_SECONDS
             if drain_until is not None and (not pipe_open or time.monotonic() >= drain_until):
@@ -352,6 +359,8 @@ class Runner:
             timeout = min(timeout, self.kill_deadline - now)
         if self.gpu_watch is not None:
             timeout = min(timeout, self.next_gpu_sample - now)
+        if self.metrics is not None:
+            timeout = min(timeout, self.metrics.due(now))
         if drain_until is not None:
             timeout = min(timeout, drain_until - now)
         return max(timeout, 0.0)
@@ -386,6 +395,26 @@ class Runner:
             assert self.log is not None
             self.log.note(str(excess["message"]))
             workload.kill()
+
+    def _open_metrics(self, spec: RunnerSpec) -> None:
+        """Create the file the job writes its metrics to, and follow it (GPU samples too)."""
+        assert self.log is not None
+        problem = metricsink.prepare(spec.metrics_file(), spec.account)
+        if problem is not None:
+            self.log.note(f"metrics are not forwarded: {problem}")
+            return
+        devices = gpusamples.devices(spec.gpu_sampler)
+        records = self._path(METRICS_FILE)
+        self.metrics = metricsink.MetricSink(
+            spec.metrics_file(), records, self.log.note, spec.gpu_uuids, devices
+        )
+
+    def _close_metrics(self) -> None:
+        """Take in the job's last lines before its exit is recorded (the server reads the
+        records to their end once it sees the exit)."""
+        if self.metrics is not None:
+            metrics, self.metrics = self.metrics, None
+            metrics.close(time.time())
 
     def _stop_grace(self, spec: RunnerSpec) -> float:
         """stop.json's grace_seconds when present and valid, else the spec's."""

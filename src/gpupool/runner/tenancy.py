@@ -22,7 +22,8 @@ MPS_CONTROL = "control"
 def prepare_dirs(spec: RunnerSpec) -> Problem | None:
     """Create the job's output and checkpoint directories, owned by its account; give it
     its unpacked code too (the executor made it, as the server's account)."""
-    own = [spec.checkpoint_dir, spec.output_dir] + ([spec.code_dir] if spec.code_dir else [])
+    own = [spec.checkpoint_dir, spec.output_dir]
+    own += [d for d in (spec.code_dir, spec.workspace) if d]
     for directory in own:
         try:
             os.makedirs(directory, exist_ok=True)
@@ -124,8 +125,9 @@ def sandbox_argv(spec: RunnerSpec, env_fd: int, status_fd: int, block_fd: int) -
     cwd = spec.cwd()
     shared = mps_dir(spec)
     dirs = spec.job_dirs() + ([shared] if shared else [])
+    shown = [spec.model_dir] if spec.model_dir else []  # read-only
     return sandbox.bwrap_argv(
-        spec.sandbox, spec.command, cwd, dirs, spec.account, env_fd, status_fd, block_fd
+        spec.sandbox, spec.command, cwd, dirs, spec.account, env_fd, status_fd, block_fd, shown
     )
 
 

@@ -4,15 +4,16 @@ The services the API calls open their own transactions and tell the control loop
 changed, so they need the database, the clock, the settings and a side of the control loop.
 They see them through these protocols, which ``services.platform.Platform`` (and its
 ``ControlLoop``, ``auth.TokenCache``, ``throttle.SignInThrottle``) satisfy. Of the services,
-this module imports only two that import none (``access``, ``estimates``), so every service
-may import it without a cycle (tests/unit/test_import_rules.py checks there is none).
+this module imports only three that import none (``access``, ``estimates``, ``loop_stats``),
+so every service may import it without a cycle (tests/unit/test_import_rules.py checks
+there is none).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gpupool.domain.isolation import IsolationStatus
 from gpupool.domain.waiting import PendingReason
@@ -20,8 +21,12 @@ from gpupool.executors.base import Executor
 from gpupool.scheduler.types import Clock, NodeCapacity
 from gpupool.services.access import Principal
 from gpupool.services.estimates import Forecast
+from gpupool.services.loop_stats import LoopStats
 from gpupool.settings import Settings
 from gpupool.store.db import Database
+
+if TYPE_CHECKING:
+    from gpupool.services.routing import RoutingTable, Traffic
 
 # what the cluster side is told when an admin removes a node: its name, after the commit
 NodeRemoved = Callable[[str], None]
@@ -53,6 +58,11 @@ class LoopSide(Protocol):
 
     def weights_changed(self) -> None:
         """Users' fair-share weights changed: read them again, and schedule."""
+        ...
+
+    @property
+    def stats(self) -> LoopStats:
+        """Job starts and ends and cycle times, counted since the server started."""
         ...
 
 
@@ -94,6 +104,25 @@ class ClusterSide(Protocol):
     def removed(self, name: str) -> None: ...
 
 
+class DeploymentSide(Protocol):
+    """The deployments' loop as services see it (``services.rollouts.DeploymentLoop``)."""
+
+    @property
+    def routes(self) -> RoutingTable:
+        """Live deployments and their ready replicas, as the /serve route reaches them."""
+        ...
+
+    @property
+    def traffic(self) -> Traffic:
+        """Requests and latency per deployment and replica (in memory)."""
+        ...
+
+    def changed(self, name: str) -> None:
+        """A user changed deployment ``name`` (made, scaled, updated, stopped it, or its
+        keys): publish its route now, and reconcile it at once."""
+        ...
+
+
 class Context(Protocol):
     """The running server as a service call sees it."""
 
@@ -131,6 +160,11 @@ class Context(Protocol):
     @property
     def own_node(self) -> str | None:
         """The name of the server's own node (None until it is discovered)."""
+        ...
+
+    @property
+    def deployments(self) -> DeploymentSide:
+        """The deployments' loop: its routing table and traffic counts."""
         ...
 
     @property

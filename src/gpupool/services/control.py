@@ -24,6 +24,7 @@ from sqlalchemy import bindparam, insert, select, update
 
 from gpupool.domain.isolation import IsolationStatus
 from gpupool.domain.jobs import JobSpec, JobStatus, Reason, StopReason
+from gpupool.domain.notebooks import token_env as notebook_token_env
 from gpupool.domain.waiting import PendingReason
 from gpupool.errors import StorageFull
 from gpupool.executors.base import Executor, GpuGrant, Handle, LaunchError, Observed, TaskSpec
@@ -44,6 +45,8 @@ from gpupool.services.checkpoints import CheckpointWatcher, Watched
 from gpupool.services.code import archive_path
 from gpupool.services.estimates import Forecast
 from gpupool.services.eta import EtaPredictor
+from gpupool.services.loop_stats import LoopStats
+from gpupool.services.models import archive_path as model_archive
 from gpupool.services.snapshots import SnapshotBuilder, gang_json
 from gpupool.settings import Settings
 from gpupool.store.db import Database
@@ -53,6 +56,7 @@ from gpupool.store.models import (
     JobArrayModel,
     JobModel,
     NodeModel,
+    NotebookModel,
     UserModel,
 )
 
@@ -130,6 +134,7 @@ class ControlLoop:
         self.db, self.executor, self.settings, self.clock = db, executor, settings, clock
         self.decide = decide
         self.pending_reasons: dict[int, PendingReason] = {}
+        self.stats = LoopStats()  # job starts and ends, cycle times: read by /metrics
         # the GPUs each preempting job's victims are freeing for it, from the last cycle to the
         # next (the scheduler keeps them for it and drops them when it starts or cannot use
         # them). Kept in memory only: a restart loses them, which is acceptable — the victims
@@ -261,6 +266,7 @@ class ControlLoop:
         if changed or force_schedule or overdue:
             self._last_schedule = time.monotonic()
             self.schedule_and_dispatch()
+            self.stats.cycle(time.monotonic() - self._last_schedule)
         return changed
 
     def readopt(self) -> None:
@@ -320,6 +326,7 @@ class ControlLoop:
             return False
         now = self.clock.now()
         started: dict[int, float | None] = {}
+        outcomes: dict[int, str] = {}  # the job's status once the attempt's change is recorded
         with self.db.session() as session:
             attempts, jobs = self._rows(session, [active for active, _ in changed])
             for active, result in changed:
@@ -328,10 +335,12 @@ class ControlLoop:
                     attempt.executor_state = self.executor.get_state(active.handle)
                 transitions.apply(session, attempt, jobs[active.job_id], result, now)
                 started[active.attempt_id] = attempt.started_at
+                outcomes[active.attempt_id] = jobs[active.job_id].status
         for active, result in changed:  # committed: only now is it observed
             active.observed, active.started_at = result.observed, started[active.attempt_id]
             if result.observed in (Observed.EXITED, Observed.LOST):
                 self._forget(active)
+                self.stats.ended(_outcome(outcomes[active.attempt_id]))
         return True
 
     def _rows(
@@ -518,7 +527,8 @@ class ControlLoop:
         """
         failed = []
         fabrics: list[tuple[int, str | None]] = []
-        for claimed, launched in self._launch_all(self._claim(placements)):
+        claimed_all = self._claim(placements)
+        for claimed, launched in self._launch_all(claimed_all):
             task = claimed.task
             if isinstance(launched, LaunchError):
                 log.warning("launch of job %s failed: %s", task.job_id, launched)
@@ -534,6 +544,8 @@ class ControlLoop:
                 max_runtime=claimed.max_runtime,
             )
             fabrics += [(task.job_id, t.get("fabric")) for t in handle.state.get("gang", [])]
+        self.stats.started("launched", len(claimed_all) - len(failed))
+        self.stats.started("launch_failed", len(failed))
         if failed:
             self._launch_failed(failed)
         if [said for _, said in fabrics if said]:
@@ -620,12 +632,15 @@ class ControlLoop:
         user, unix_user = session.execute(
             select(UserModel.name, UserModel.unix_user).where(UserModel.id == user_id)
         ).one()
-        addresses = node_addresses(session, [p.node for p in group]) if spec.is_gang else {}
+        wanted = spec.is_gang or spec.listen
+        addresses = node_addresses(session, [p.node for p in group]) if wanted else {}
         tasks = []
         for index, part in enumerate(group):
             task = replace(
                 self._task(part.job_id, number, spec, part), user=user, unix_user=unix_user
             )
+            if spec.listen:  # where it serves: the address its node is reached at
+                task = replace(task, node_address=addresses.get(part.node) or "127.0.0.1")
             if spec.is_gang:
                 task = replace(
                     task,
@@ -640,6 +655,8 @@ class ControlLoop:
                 size = session.get(JobArrayModel, array_id).size
                 env = {**task.env, **arrays.array_env(array_id, array_index, size)}
                 task = replace(task, env=env)
+            if spec.listen:  # a notebook's token: told to its workload, never in its spec
+                task = replace(task, env={**task.env, **secret_env(session, part.job_id)})
             tasks.append(task)
         return Claimed(attempt.id, tasks, spec.max_runtime_seconds)
 
@@ -659,6 +676,12 @@ class ControlLoop:
             gpu_grants=tuple(GpuGrant(g.uuid, g.share, g.memory_bytes) for g in placement.gpus),
             code=spec.code,
             code_archive=str(archive_path(self.settings, spec.code)) if spec.code else None,
+            listen=spec.listen,
+            workspace=spec.workspace,
+            model=spec.model,
+            model_archive=str(model_archive(self.settings.models_dir, spec.model))
+            if spec.model
+            else None,
         )
 
     def _grace(self, spec: JobSpec) -> float:
@@ -688,6 +711,19 @@ class ControlLoop:
                     session, job, JobStatus.FAILED, now, Reason.LAUNCH_FAILED, error.user_message
                 )
         self._failed_launches = []
+
+
+def _outcome(job_status: str) -> str:
+    """How an attempt ended, for /metrics: its job's status, or ``requeued``."""
+    final = JobStatus(job_status).is_final
+    return job_status if final else "requeued"
+
+
+def secret_env(session, job_id: int) -> dict[str, str]:  # noqa: ANN001
+    """What a workload is told that its job's spec never holds (the spec is shown to the
+    job's team): the token a notebook's JupyterLab is started with."""
+    token = session.scalar(select(NotebookModel.token).where(NotebookModel.job_id == job_id))
+    return notebook_token_env(token) if token else {}
 
 
 def node_addresses(session, names: list[str]) -> dict[str, str | None]:  # noqa: ANN001

@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import Select, select, update
 from sqlalchemy.orm import Session
 
-from gpupool.domain.jobs import MAX_PRIORITY, JobSpec, JobStatus, Reason, Role
+from gpupool.domain.jobs import MAX_PRIORITY, JobKind, JobSpec, JobStatus, Reason, Role
 from gpupool.domain.views import (
     EventView,
     JobDetailView,
@@ -34,7 +34,7 @@ from gpupool.errors import (
 from gpupool.executors.isolation import protected_paths, within, workdir_conflict
 from gpupool.scheduler import infeasible_reason
 from gpupool.scheduler.types import NodeCapacity
-from gpupool.services import code, users
+from gpupool.services import code, model_files, users
 from gpupool.services.access import Principal
 from gpupool.services.context import Context
 from gpupool.services.views import attempt_view, event_view, job_view
@@ -78,11 +78,15 @@ class JobFilter:
 # -- what the API calls ------------------------------------------------------------------------
 
 
-def submit_job(ctx: Context, who: Principal, spec: JobSpec) -> JobView:
-    """Queue a job (see ``submit``) and wake the control loop to place it."""
+def submit_job(
+    ctx: Context, who: Principal, spec: JobSpec, *, kind: JobKind = JobKind.JOB
+) -> JobView:
+    """Queue a job (see ``submit``) and wake the control loop to place it. ``kind``: what
+    the job is (notebooks and deployments submit their workloads' jobs through here)."""
     capacities, now, limits = ctx.loop.recent_nodes(), ctx.clock.now(), JobLimits.of(ctx.settings)
     with ctx.db.session() as session:
-        shown = job_view(submit(session, who, spec, capacities, now, limits), now, user=who.name)
+        job = submit(session, who, spec, capacities, now, limits, kind=kind)
+        shown = job_view(job, now, user=who.name)
     ctx.loop.wake()
     return shown
 
@@ -165,10 +169,12 @@ def submit(
     nodes: Sequence[NodeCapacity],
     now: float,
     limits: JobLimits = JobLimits(),
+    *,
+    kind: JobKind = JobKind.JOB,
 ) -> JobModel:
-    """Queue a job, or refuse it at once if no node could ever run it."""
+    """Queue a job of ``kind``, or refuse it at once if no node could ever run it."""
     team = admit(session, principal, spec, nodes, limits)
-    job = new_job(principal, team, spec, now)
+    job = new_job(principal, team, spec, now, kind)
     session.add(job)
     session.flush()
     record(session, job.id, now, Reason.SUBMITTED, submitted_message(principal, team))
@@ -190,12 +196,16 @@ def admit(
     team = _team_for(session, principal, spec.team)
     if spec.code is not None:
         code.require_usable(session, principal, spec.code, team.id, team.name)
+    if spec.model is not None:
+        model_files.require_usable(session, spec.model, team.id, team.name)
     check_feasible(spec, nodes)
     return team
 
 
-def new_job(principal: Principal, team: TeamModel, spec: JobSpec, now: float) -> JobModel:
-    job = JobModel(**job_values(principal, team, spec.model_dump(mode="json"), now))
+def new_job(
+    principal: Principal, team: TeamModel, spec: JobSpec, now: float, kind: JobKind = JobKind.JOB
+) -> JobModel:
+    job = JobModel(**job_values(principal, team, spec.model_dump(mode="json"), now), kind=kind)
     job.team = team
     return job
 

@@ -21,6 +21,9 @@ from gpupool.services import auth, nodes
 from gpupool.services.clock import SystemClock
 from gpupool.services.context import NodeRemoved
 from gpupool.services.control import ControlLoop
+from gpupool.services.metric_ingest import Ingester
+from gpupool.services.notebook_watch import IdleWatch
+from gpupool.services.rollouts import DeploymentLoop
 from gpupool.services.throttle import SignInThrottle
 from gpupool.settings import Settings
 from gpupool.store.db import Database, prepare
@@ -99,15 +102,24 @@ class Platform:
     cluster: Cluster | None = None  # the Ray pool, when the server runs one (--ray)
     tokens: auth.TokenCache = field(default_factory=auth.TokenCache)
     throttle: SignInThrottle = field(init=False)  # failed sign-ins, counted since start
+    ingester: Ingester = field(init=False)  # jobs' metrics, into the database, off the loop
+    deployments: DeploymentLoop = field(init=False)  # replicas, health checks, /serve routes
+    idle_watch: IdleWatch = field(init=False)  # stops notebooks that hold GPUs and idle
     # told a removed node's name after the commit; the cluster side sets it to stop the node
     on_node_removed: NodeRemoved = field(default=nodes.nothing_to_stop)
 
     def __post_init__(self) -> None:
         self.throttle = SignInThrottle.from_settings(self.settings)
+        self.ingester = Ingester(self.db, self.executor, self.clock)
+        self.deployments = DeploymentLoop(self.db, self.settings, self.clock, self.loop)
+        self.idle_watch = IdleWatch(self)
 
     def start(self) -> None:
         """Start the background work: the control loop and the node watcher."""
         self.loop.start()
+        self.ingester.start()
+        self.deployments.start()
+        self.idle_watch.start()
         if self.watcher is not None:
             self.watcher.start()
         if self.cluster is not None:
@@ -119,7 +131,10 @@ class Platform:
             self.watcher.stop()
         if self.cluster is not None:
             self.cluster.stop()
+        self.deployments.stop()
+        self.idle_watch.stop()
         self.loop.stop()
+        self.ingester.stop()
         self.executor.close()
 
     def close(self) -> None:
@@ -165,6 +180,7 @@ def open_platform(
         base_env=_base_env(),
         isolation=isolation,
         code_limits=settings.code_limits(),
+        model_limits=settings.model_limits(),
     )
     loop = ControlLoop(db, executor, settings, clock, decide)
     watcher = NodeWatcher(

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from gpupool.domain.fabric import natural_key
 from gpupool.domain.inventory import GpuLink, LinkKind, NodeInventory
-from gpupool.domain.jobs import JobStatus, Role
+from gpupool.domain.jobs import JobKind, JobStatus, Role
 from gpupool.domain.nodes import NodeState
 from gpupool.domain.topology import gpu_domains
 from gpupool.domain.views import (
@@ -78,6 +78,7 @@ def job_view(
         preemptions=job.preemptions or 0,
         array_id=job.array_id,
         array_index=job.array_index,
+        kind=job.kind or JobKind.JOB,
     )
 
 

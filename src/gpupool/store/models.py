@@ -242,6 +242,8 @@ class JobModel(Base):
     # a task of a job array: the array (its first task's job id) and this task's index
     array_id: Mapped[int | None] = mapped_column(ForeignKey("job_arrays.id"))
     array_index: Mapped[int | None] = mapped_column(Integer)
+    # JobKind: a batch job, or the workload of a notebook or of a deployment's replica
+    kind: Mapped[str] = mapped_column(String(20), default="job", server_default="job")
 
     user: Mapped[UserModel] = relationship(lazy="joined")
     team: Mapped[TeamModel] = relationship(lazy="joined")
@@ -292,3 +294,214 @@ class CodeUploadModel(Base):
     size_bytes: Mapped[int] = mapped_column(BigInteger)  # the archive's
     files: Mapped[int] = mapped_column(Integer)
     unpacked_bytes: Mapped[int] = mapped_column(BigInteger)  # its files'
+
+
+class NotebookModel(Base):
+    """A user's JupyterLab (``domain.notebooks``). While it runs, ``job_id`` is its job (of
+    kind notebook) and ``token`` the secret its JupyterLab was started with: the proxy adds
+    it to what it forwards; it is never shown. ``stopped_at`` set: stopped, ``stop_reason``
+    (StopCause) and ``stop_message`` say why. ``active_at``: its last kernel or GPU
+    activity, as the idle watch saw it."""
+
+    __tablename__ = "notebooks"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str | None] = mapped_column(String(100))
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    team_id: Mapped[int] = mapped_column(ForeignKey("teams.id"), index=True)
+    resources: Mapped[dict[str, Any]] = mapped_column(JSON)  # a ResourceRequest as JSON
+    gpu_types: Mapped[list[Any]] = mapped_column(JSON, default=list)  # JobSpec's gpu_types
+    job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id", ondelete="SET NULL"))
+    token: Mapped[str | None] = mapped_column(String(64))
+    created_at: Mapped[float] = mapped_column(Time)
+    started_at: Mapped[float | None] = mapped_column(Time)  # its current job's submit
+    active_at: Mapped[float | None] = mapped_column(Time)
+    stopped_at: Mapped[float | None] = mapped_column(Time, index=True)
+    stop_reason: Mapped[str | None] = mapped_column(String(50))
+    stop_message: Mapped[str | None] = mapped_column(Text)
+
+    user: Mapped[UserModel] = relationship(lazy="joined")
+    team: Mapped[TeamModel] = relationship(lazy="joined")
+
+
+class JobMetricModel(Base):
+    """One point of a job's metric series: what the job reported (``loss`` at ``step``) or
+    what its runner sampled (``gpu.0.utilization``), per attempt. ``at``: when it was taken."""
+
+    __tablename__ = "job_metrics"
+    __table_args__ = (Index("ix_job_metrics_job_name", "job_id", "name", "attempt", "id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    attempt: Mapped[int] = mapped_column(Integer)
+    name: Mapped[str] = mapped_column(String(100))
+    step: Mapped[int | None] = mapped_column(BigInteger)
+    at: Mapped[float] = mapped_column(Time)
+    value: Mapped[float] = mapped_column(Float(precision=53))
+
+
+class MetricCursorModel(Base):
+    """How far the server has read one attempt's metric records (bytes), and whether it has
+    read them to their end once the attempt ended. Moved in the same transaction as the
+    points it covers, so a crash neither loses nor repeats a point."""
+
+    __tablename__ = "metric_cursors"
+
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    attempt: Mapped[int] = mapped_column(Integer, primary_key=True)
+    position: Mapped[int] = mapped_column(BigInteger, default=0)
+    done: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false(), index=True)
+
+
+class RegisteredModelModel(Base):
+    """A named model of a team (the model registry); its versions are ``ModelVersionModel``.
+    Names are unique per team."""
+
+    __tablename__ = "models"
+    __table_args__ = (UniqueConstraint("team_id", "name", name="uq_models_team_name"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    team_id: Mapped[int] = mapped_column(ForeignKey("teams.id"), index=True)
+    name: Mapped[str] = mapped_column(String(100))
+    created_at: Mapped[float] = mapped_column(Time)
+
+    team: Mapped[TeamModel] = relationship(lazy="joined")
+
+
+class ModelVersionModel(Base):
+    """A version of a model: its files, kept as one archive by content (``archive`` =
+    sha256:<hex>, stored once under the data directory's ``models``), and what made it."""
+
+    __tablename__ = "model_versions"
+    __table_args__ = (
+        UniqueConstraint("model_id", "number", name="uq_model_versions_model_number"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    model_id: Mapped[int] = mapped_column(ForeignKey("models.id", ondelete="CASCADE"))
+    number: Mapped[int] = mapped_column(Integer)
+    description: Mapped[str | None] = mapped_column(Text)
+    archive: Mapped[str] = mapped_column(String(80), index=True)
+    archive_path: Mapped[str] = mapped_column(Text)  # where the server stored it
+    archive_bytes: Mapped[int] = mapped_column(BigInteger)
+    size_bytes: Mapped[int] = mapped_column(BigInteger)  # its files'
+    file_count: Mapped[int] = mapped_column(Integer)
+    # the job it came from; kept as a plain id (no foreign key): a version outlives its job
+    source_job_id: Mapped[int | None] = mapped_column(Integer, index=True)
+    source_path: Mapped[str] = mapped_column(Text, default="", server_default="")
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)  # the source job's, as submitted
+    metrics: Mapped[dict[str, Any]] = mapped_column(JSON)  # its final metrics: name -> value
+    created_at: Mapped[float] = mapped_column(Time)
+    created_by: Mapped[int] = mapped_column(ForeignKey("users.id"))
+
+    model: Mapped[RegisteredModelModel] = relationship(lazy="joined")
+    creator: Mapped[UserModel] = relationship(lazy="joined")
+
+
+class ModelFileModel(Base):
+    """A file of a model version: its path in the version, size and SHA-256 (hex)."""
+
+    __tablename__ = "model_files"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    version_id: Mapped[int] = mapped_column(
+        ForeignKey("model_versions.id", ondelete="CASCADE"), index=True
+    )
+    path: Mapped[str] = mapped_column(Text)  # unique in its version (the archive's check)
+    size: Mapped[int] = mapped_column(BigInteger)
+    sha256: Mapped[str] = mapped_column(String(64))
+
+
+class DeploymentModel(Base):
+    """A deployment: the desired state of a served model (its version, replicas, resources,
+    command or the built-in server), reconciled by ``services.rollouts``. Its name is unique
+    in the pool among deployments not stopped (it is the address: /serve/NAME/...).
+    ``generation`` counts the versions it was asked to serve: replicas of an older one are
+    replaced, one by one, during a rolling update."""
+
+    __tablename__ = "deployments"
+    __table_args__ = (
+        Index(
+            "uq_deployments_live_name",
+            "name",
+            unique=True,
+            sqlite_where=text("stopped_at IS NULL"),
+            postgresql_where=text("stopped_at IS NULL"),
+        ),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(100))
+    team_id: Mapped[int] = mapped_column(ForeignKey("teams.id"), index=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id"))  # replicas run as this user
+    created_at: Mapped[float] = mapped_column(Time)
+    updated_at: Mapped[float] = mapped_column(Time)
+    stopped_at: Mapped[float | None] = mapped_column(Time)
+    replicas: Mapped[int] = mapped_column(Integer)
+    # what each replica is: a JSON of domain.deployments.ReplicaTemplate
+    template: Mapped[dict[str, Any]] = mapped_column(JSON)
+    model_version_id: Mapped[int | None] = mapped_column(ForeignKey("model_versions.id"))
+    generation: Mapped[int] = mapped_column(Integer, default=1)
+    last_generation: Mapped[int] = mapped_column(Integer, default=1)  # the highest given out
+    # a rolling update in progress: the generation it rolls away from (None: none)
+    rolling_from: Mapped[int | None] = mapped_column(Integer)
+    rolling_from_version_id: Mapped[int | None] = mapped_column(ForeignKey("model_versions.id"))
+    reason: Mapped[str | None] = mapped_column(String(50))
+    message: Mapped[str | None] = mapped_column(Text)
+
+    team: Mapped[TeamModel] = relationship(lazy="joined")
+    user: Mapped[UserModel] = relationship(lazy="joined")
+
+
+class DeploymentReplicaModel(Base):
+    """One replica of a deployment: a slot that runs one job at a time (a replica job of
+    ``JobKind.REPLICA``); a job that ends is replaced by a new one in the same slot
+    (``restarts``). ``state``: domain.deployments.ReplicaState."""
+
+    __tablename__ = "deployment_replicas"
+    __table_args__ = (Index("ix_deployment_replicas_live", "deployment_id", "retired_at"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    deployment_id: Mapped[int] = mapped_column(ForeignKey("deployments.id", ondelete="CASCADE"))
+    generation: Mapped[int] = mapped_column(Integer)
+    model_version_id: Mapped[int | None] = mapped_column(ForeignKey("model_versions.id"))
+    job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id"), index=True)
+    state: Mapped[str] = mapped_column(String(20))
+    created_at: Mapped[float] = mapped_column(Time)
+    ready_at: Mapped[float | None] = mapped_column(Time)
+    failures: Mapped[int] = mapped_column(Integer, default=0)  # health checks failed in a row
+    restarts: Mapped[int] = mapped_column(Integer, default=0)
+    next_start_at: Mapped[float | None] = mapped_column(Time)  # a restart waits (back-off)
+    retired_at: Mapped[float | None] = mapped_column(Time)  # drained: routed no more
+    message: Mapped[str | None] = mapped_column(Text)
+
+
+class DeploymentKeyModel(Base):
+    """A key that may call one deployment's /serve address (stored as its hash)."""
+
+    __tablename__ = "deployment_keys"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    deployment_id: Mapped[int] = mapped_column(
+        ForeignKey("deployments.id", ondelete="CASCADE"), index=True
+    )
+    name: Mapped[str] = mapped_column(String(100))
+    key_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    prefix: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[float] = mapped_column(Time)
+    created_by: Mapped[int] = mapped_column(ForeignKey("users.id"))
+    revoked_at: Mapped[float | None] = mapped_column(Time)
+
+
+class DeploymentEventModel(Base):
+    """What happened to a deployment (a replica restarted, a roll stopped) and why."""
+
+    __tablename__ = "deployment_events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    deployment_id: Mapped[int] = mapped_column(
+        ForeignKey("deployments.id", ondelete="CASCADE"), index=True
+    )
+    at: Mapped[float] = mapped_column(Time)
+    reason: Mapped[str] = mapped_column(String(50))
+    message: Mapped[str] = mapped_column(Text)

@@ -17,7 +17,8 @@ PACKAGE_ROOT = str(Path(gpupool.__file__).resolve().parents[1])
 RANK = """
 import os, signal, sys, time
 def on_term(signum, frame):
-    print("got SIGTERM", flush=True)
+    # os.write, not print: the signal may land while the main thread prints "ready"
+    os.write(1, b"got SIGTERM\\n")
     time.sleep(0.2)  # a second SIGTERM meanwhile would print again
     sys.exit(7 if os.environ["RANK"] == "1" else 0)
 signal.signal(signal.SIGTERM, on_term)

@@ -19,6 +19,14 @@
     return params;
   }
 
+  // a redrawn row keeps its tick for the "Compare" action (the form sends ids=3&ids=4)
+  function comparePick(id) {
+    const ticked = document.querySelector(`input.compare-pick[value="${Number(id)}"]`);
+    const attrs = { type: "checkbox", class: "compare-pick", name: "ids", value: Number(id) };
+    const label = { form: "compare-form", "aria-label": `Compare job #${id}` };
+    return el("input", { ...attrs, ...label, checked: Boolean(ticked && ticked.checked) });
+  }
+
   function row(job) {
     const reason = el("td", { class: "reason" });
     if (job.position) reason.append(el("span", { class: "position" }, `#${job.position} in queue`), " ");
@@ -27,7 +35,7 @@
     return el(
       "tr",
       { "data-id": job.id },
-      el("td", {}, el("a", { href: `/jobs/${Number(job.id)}` }, `#${job.id}`)),
+      el("td", {}, comparePick(job.id), el("a", { href: `/jobs/${Number(job.id)}` }, `#${job.id}`)),
       el("td", {}, job.name || ""),
       el("td", {}, job.user),
       el("td", {}, job.team),

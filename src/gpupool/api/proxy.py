@@ -1,0 +1,337 @@
+"""The platform's proxy to workloads that listen on a port (notebooks, deployment replicas).
+
+One ``Proxy`` per app (made in its lifespan, on ``app.state.proxy``, closed at shutdown),
+holding one pooled HTTP client. It forwards HTTP requests with their bodies streamed both
+ways, and WebSockets frame by frame, to a target URL its caller chose; what it passes on is
+decided by ``api.forwarding``. It decides nothing about who may call: the routers of
+/notebooks and /serve let a caller in (``api.proxied``) before they call it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+import httpx
+from fastapi import Request, WebSocket
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.background import BackgroundTask
+from starlette.requests import ClientDisconnect, HTTPConnection
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
+from websockets.typing import Origin, Subprotocol
+
+from gpupool.api.errors import error_body
+from gpupool.api.forwarding import Caller, request_headers, response_headers
+from gpupool.errors import (
+    GpupoolError,
+    PayloadTooLarge,
+    UpstreamRefused,
+    UpstreamTimeout,
+    UpstreamUnavailable,
+)
+
+log = logging.getLogger(__name__)
+
+# the methods the proxied routes take (every one a workload may serve)
+PROXIED_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+# close codes that are never sent in a close frame (RFC 6455 7.4.1), and what is sent instead
+UNSENDABLE_CLOSE = {1005: 1000, 1006: 1011, 1015: 1011}
+
+
+@dataclass(frozen=True)
+class ProxyLimits:
+    """How long the proxy waits on a workload (seconds), and how much it keeps open.
+
+    ``read_seconds``: the longest silence while an answer comes (a slow model or a long
+    poll), after which the client gets a 504 (or, once the answer has begun, a cut one).
+    """
+
+    connect_seconds: float = 10.0
+    read_seconds: float = 300.0
+    write_seconds: float = 60.0
+    pool_seconds: float = 30.0
+    max_connections: int = 1024
+    max_keepalive: int = 256
+    max_message_bytes: int = 64 * 1024**2  # one WebSocket message from a workload
+    # a request's body, streamed (never held whole): a notebook saved, a file uploaded, a
+    # model's input. The app's own 1 MiB limit leaves the proxied prefixes to this one.
+    max_body_bytes: int = 512 * 1024**2
+
+
+class Proxy:
+    """Forwards requests and WebSockets to workloads; see the module's docstring."""
+
+    def __init__(self, limits: ProxyLimits = ProxyLimits()) -> None:
+        self.limits = limits
+        self.client = httpx.AsyncClient(
+            timeout=httpx.Timeout(
+                connect=limits.connect_seconds,
+                read=limits.read_seconds,
+                write=limits.write_seconds,
+                pool=limits.pool_seconds,
+            ),
+            limits=httpx.Limits(
+                max_connections=limits.max_connections,
+                max_keepalive_connections=limits.max_keepalive,
+            ),
+            trust_env=False,  # never through an HTTP(S)_PROXY of the server's environment
+            follow_redirects=False,  # the client follows them, through this proxy
+        )
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+    # -- HTTP ---------------------------------------------------------------------------------
+
+    async def http(
+        self,
+        request: Request,
+        target: str,
+        headers: Mapping[str, str] | None = None,
+        *,
+        raise_refused: bool = False,
+    ) -> Response:
+        """Forward ``request`` to ``target`` (the full upstream URL, path and query), its
+        body streamed; the workload's answer streamed back with its status and headers. A
+        workload that cannot be reached: 502 upstream_unavailable; too slow: 504.
+        ``raise_refused``: raise UpstreamRefused when the workload refused the connection
+        (nothing of the request was sent), so that the caller may send it elsewhere."""
+        upstream = _origin(target)
+        sent = request_headers(request.headers.items(), caller_of(request), upstream, headers)
+        try:
+            content = _body(request, self.limits.max_body_bytes)
+            outgoing = self.client.build_request(
+                request.method, target, headers=sent, content=content
+            )
+            answer = await self.client.send(outgoing, stream=True)
+        except _BodyTooLarge:
+            return _failed(_too_large(self.limits.max_body_bytes), target, None)
+        except ClientDisconnect:  # nobody is left to answer
+            return Response(status_code=400)
+        except httpx.TimeoutException as error:
+            return _failed(UpstreamTimeout(), target, error)
+        except httpx.ConnectError as error:
+            if raise_refused:
+                raise _logged(UpstreamRefused(), target, error) from error
+            return _failed(UpstreamUnavailable(), target, error)
+        except httpx.HTTPError as error:
+            return _failed(UpstreamUnavailable(), target, error)
+        response = StreamingResponse(
+            _relay(answer, target),
+            status_code=answer.status_code,
+            background=BackgroundTask(answer.aclose),
+        )
+        response.raw_headers = _raw(response_headers(answer.headers.multi_items(), upstream))
+        return response
+
+    # -- WebSockets ---------------------------------------------------------------------------
+
+    async def websocket(
+        self,
+        websocket: WebSocket,
+        target: str,
+        headers: Mapping[str, str] | None = None,
+        subprotocols: Sequence[str] | None = None,
+    ) -> None:
+        """Connect to ``target`` (``ws://host:port/path?query``), then accept the client
+        with the subprotocol the workload chose, and pass text and binary messages both ways
+        until one side closes, its close code passed to the other. ``subprotocols``: what
+        to offer the workload (default: what the client offered). A workload that cannot be
+        reached refuses the client's handshake (502 or 504 where the server can say so)."""
+        try:
+            upstream = await self._connect(websocket, target, headers, subprotocols)
+        except GpupoolError as error:
+            await refuse_websocket(websocket, error)
+            return
+        except InvalidStatus as error:  # the workload's own refusal, passed on as it is
+            await _deny(websocket, _refusal(error, target))
+            return
+        async with upstream:
+            await websocket.accept(subprotocol=upstream.subprotocol)
+            await _pump(websocket, upstream)
+
+    async def _connect(
+        self,
+        websocket: WebSocket,
+        target: str,
+        headers: Mapping[str, str] | None,
+        subprotocols: Sequence[str] | None,
+    ) -> ClientConnection:
+        upstream = _origin(target)
+        caller = caller_of(websocket)
+        sent = request_headers(websocket.headers.items(), caller, upstream, headers, websocket=True)
+        offered = list(
+            subprotocols if subprotocols is not None else websocket.scope.get("subprotocols", ())
+        )
+        origin = Origin(upstream) if "origin" in websocket.headers else None
+        try:
+            return await connect(
+                target,
+                additional_headers=sent,
+                subprotocols=[Subprotocol(p) for p in offered] or None,
+                origin=origin,
+                proxy=None,  # never through a proxy of the server's environment
+                compression=None,  # a hop on the node's network: not worth the CPU
+                open_timeout=self.limits.connect_seconds,
+                max_size=self.limits.max_message_bytes,
+                user_agent_header=None,
+            )
+        except TimeoutError as error:
+            raise _logged(UpstreamTimeout(), target, error) from error
+        except InvalidStatus:
+            raise
+        except (OSError, InvalidHandshake) as error:
+            raise _logged(UpstreamUnavailable(), target, error) from error
+
+
+def proxy_of(connection: HTTPConnection) -> Proxy:
+    """The app's proxy (made by its lifespan)."""
+    return connection.app.state.proxy
+
+
+def caller_of(connection: HTTPConnection) -> Caller:
+    """Who asked, as this server saw the connection (no header the client wrote)."""
+    scheme = {"ws": "http", "wss": "https"}.get(connection.url.scheme, connection.url.scheme)
+    address = connection.client.host if connection.client else "unknown"
+    return Caller(address=address, scheme=scheme, host=connection.headers.get("host", ""))
+
+
+async def refuse_websocket(websocket: WebSocket, error: GpupoolError) -> None:
+    """Refuse a WebSocket before accepting it: its HTTP status and JSON error where the
+    server can send a response to a handshake, else a close (the client sees a 403)."""
+    body = error_body(error.code, error.message, error.details)
+    await _deny(websocket, JSONResponse(body, status_code=error.status))
+
+
+async def _deny(websocket: WebSocket, response: Response) -> None:
+    if "websocket.http.response" in websocket.scope.get("extensions", {}):
+        await websocket.send_denial_response(response)
+    else:
+        await websocket.close(code=1008)
+
+
+def _refusal(error: InvalidStatus, target: str) -> Response:
+    """The workload's answer to a handshake it refused (its status, headers and body)."""
+    answer = error.response
+    log.info("proxy to %s: the workload refused the WebSocket (%s)", target, answer.status_code)
+    refused = Response(content=answer.body or b"", status_code=answer.status_code)
+    kept = response_headers(answer.headers.raw_items(), _origin(target))
+    refused.raw_headers = _raw([(n, v) for n, v in kept if n.lower() != "content-length"])
+    refused.raw_headers.append((b"content-length", str(len(answer.body or b"")).encode()))
+    return refused
+
+
+class _BodyTooLarge(Exception):
+    """The request's body is over the proxy's limit."""
+
+
+def _body(request: Request, limit: int) -> AsyncIterator[bytes] | None:
+    """The request's body as a stream held to ``limit`` bytes (_BodyTooLarge), or None when
+    it has none (a GET is sent without)."""
+    declared = request.headers.get("content-length")
+    if declared is None and "transfer-encoding" not in request.headers:
+        return None
+    if declared == "0":
+        return None
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise _BodyTooLarge()
+    return _limited(request.stream(), limit)
+
+
+async def _limited(stream: AsyncIterator[bytes], limit: int) -> AsyncIterator[bytes]:
+    seen = 0
+    async for chunk in stream:
+        seen += len(chunk)
+        if seen > limit:
+            raise _BodyTooLarge()
+        yield chunk
+
+
+def _too_large(limit: int) -> PayloadTooLarge:
+    return PayloadTooLarge(f"the request body is larger than the {limit} bytes the proxy takes")
+
+
+async def _relay(answer: httpx.Response, target: str) -> AsyncIterator[bytes]:
+    """The workload's body as it comes, undecoded (its Content-Encoding is passed on)."""
+    try:
+        async for chunk in answer.aiter_raw():
+            yield chunk
+    except httpx.HTTPError as error:  # headers are sent: the client sees a cut answer
+        log.info("the answer of %s was cut: %s", target, error)
+        raise
+    finally:
+        await answer.aclose()
+
+
+async def _pump(websocket: WebSocket, upstream: ClientConnection) -> None:
+    """Messages both ways until one side closes; then the other side is closed too."""
+    tasks = [
+        asyncio.create_task(_to_upstream(websocket, upstream)),
+        asyncio.create_task(_to_client(upstream, websocket)),
+    ]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _to_upstream(websocket: WebSocket, upstream: ClientConnection) -> None:
+    while True:
+        message = await websocket.receive()
+        if message["type"] == "websocket.disconnect":
+            code = _sendable(message.get("code") or 1000)
+            await upstream.close(code, message.get("reason") or "")
+            return
+        data = message.get("text")
+        if data is None:
+            data = message.get("bytes") or b""
+        try:
+            await upstream.send(data)
+        except ConnectionClosed:
+            return
+
+
+async def _to_client(upstream: ClientConnection, websocket: WebSocket) -> None:
+    try:
+        async for data in upstream:
+            if isinstance(data, str):
+                await websocket.send_text(data)
+            else:
+                await websocket.send_bytes(data)
+    except ConnectionClosed:
+        pass
+    code = _sendable(upstream.close_code or 1000)
+    with contextlib.suppress(RuntimeError, OSError):  # the client may have gone already
+        await websocket.close(code, upstream.close_reason or None)
+
+
+def _sendable(code: int) -> int:
+    return UNSENDABLE_CLOSE.get(code, code)
+
+
+def _origin(target: str) -> str:
+    """``http://host:port`` of a target URL (``ws://`` is reached as ``http://``)."""
+    parts = urlsplit(target)
+    scheme = {"ws": "http", "wss": "https"}.get(parts.scheme, parts.scheme)
+    return f"{scheme}://{parts.netloc}"
+
+
+def _raw(headers: list[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
+    return [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in headers]
+
+
+def _failed(error: GpupoolError, target: str, cause: Exception | None) -> JSONResponse:
+    _logged(error, target, cause)
+    return JSONResponse(error_body(error.code, error.message), status_code=error.status)
+
+
+def _logged(error: GpupoolError, target: str, cause: Exception | None) -> GpupoolError:
+    log.info("proxy to %s: %s (%s)", target, error.code, cause)
+    return error

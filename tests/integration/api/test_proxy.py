@@ -1,0 +1,123 @@
+"""A job that listens (``listen``) gets a port, ``endpoint_of`` finds it, and the platform's
+Proxy reaches it: HTTP bodies both ways, an answer streamed as it comes, WebSockets (text,
+binary, subprotocol, close code), and a 502 once the workload is gone. One platform and echo
+job for the module (tests/support/proxying.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+from websockets.sync.client import connect
+
+from gpupool.domain.jobs import JobKind, JobSpec, JobStatus
+from gpupool.services import identity, jobs
+from gpupool.services.endpoints import endpoints_of
+from gpupool.store.models import AttemptModel
+from tests.support.platform import refused, wait_job
+from tests.support.proxying import MAX_BODY_BYTES, Proxied, proxied_echo
+from tests.support.server import free_port
+
+
+@pytest.fixture(scope="module")
+def proxied(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proxied]:
+    with proxied_echo(tmp_path_factory.mktemp("proxy") / "data") as found:
+        yield found
+
+
+@pytest.fixture
+def web(proxied: Proxied) -> Iterator[httpx.Client]:
+    """A client of the tiny app, with the admin's API token."""
+    bearer = {"Authorization": f"Bearer {proxied.token}"}
+    with httpx.Client(base_url=f"{proxied.url}/w/{proxied.job_id}", headers=bearer) as client:
+        yield client
+
+
+def test_a_listening_job_is_told_its_port_and_endpoint_of_finds_it(proxied: Proxied) -> None:
+    found = proxied.endpoint()
+    assert found is not None and found.host == "127.0.0.1"
+    said = httpx.get(f"{found.url}/hello").json()  # the workload itself, without the proxy
+    assert said["port"] == str(found.port) and said["listen_host"] == "127.0.0.1"
+    with proxied.platform.db.reader() as session:
+        state = session.query(AttemptModel).filter_by(job_id=proxied.job_id).one().executor_state
+        assert state["state"]["port"] == found.port  # kept for a restarted server
+        assert endpoints_of(session, [proxied.job_id, 999]) == {proxied.job_id: found}
+    job = proxied.client.get(f"/api/v1/jobs/{proxied.job_id}").json()
+    assert job["spec"]["listen"] is True and job["kind"] == "job"
+
+
+def test_a_job_submitted_for_a_notebook_shows_its_kind(proxied: Proxied) -> None:
+    """Notebooks and deployments submit their workloads through the jobs' own submit."""
+    who = identity.by_token(proxied.platform, proxied.token, "127.0.0.1")
+    spec = JobSpec(command=["true"], name="lab")
+    job_id = jobs.submit_job(proxied.platform, who, spec, kind=JobKind.NOTEBOOK).id
+    assert proxied.client.get(f"/api/v1/jobs/{job_id}").json()["kind"] == "notebook"
+    every = {"status": [status.value for status in JobStatus]}
+    listed = proxied.client.get("/api/v1/jobs", params=every).json()
+    kinds = {job["id"]: job["kind"] for job in listed}
+    assert (kinds[job_id], kinds[proxied.job_id]) == ("notebook", "job")
+
+
+def test_requests_reach_the_workload_with_their_path_query_and_body(web: httpx.Client) -> None:
+    said = web.get("/some/path", params={"q": "1"}).json()
+    assert (said["method"], said["path"], said["query"]) == ("GET", "/some/path", "q=1")
+    body = "x" * MAX_BODY_BYTES
+    said = web.post("/upload", content=body, headers={"content-type": "text/plain"}).json()
+    assert said["method"] == "POST" and said["body"] == body
+    streamed = web.put("/chunks", content=iter([b"one,", b"two,", b"three"])).json()
+    assert streamed["body"] == "one,two,three"  # a chunked body, passed on as it came
+
+
+def test_a_body_over_the_proxys_limit_is_refused(web: httpx.Client) -> None:
+    over = b"x" * (MAX_BODY_BYTES + 1)
+    refused(web.post("/upload", content=over), 413, "payload_too_large")
+    chunks = iter([over[:1024], over[1024:]])  # no length said: counted as it comes
+    refused(web.put("/upload", content=chunks), 413, "payload_too_large")
+
+
+def test_an_answer_is_passed_on_as_it_comes(web: httpx.Client) -> None:
+    """The workload sends its last line only after /release: the first must arrive before."""
+    with web.stream("GET", "/stream") as answer:
+        lines = answer.iter_lines()
+        assert next(lines) == "first"
+        assert web.get("/release").text == "released"
+        assert list(lines) == ["last"]
+
+
+def test_a_redirect_to_the_workloads_own_address_becomes_a_path(web: httpx.Client) -> None:
+    answer = web.get("/redirect")
+    assert answer.status_code == 302
+    assert answer.headers["location"] == "/landed?x=1"
+
+
+def test_a_websocket_passes_text_binary_its_subprotocol_and_close_code(proxied: Proxied) -> None:
+    url = f"{proxied.url.replace('http', 'ws')}/w/{proxied.job_id}/kernel?session=7"
+    bearer = {"Authorization": f"Bearer {proxied.token}"}
+    with connect(url, additional_headers=bearer, subprotocols=["v1.echo", "v0"]) as ws:
+        assert ws.subprotocol == "v1.echo"
+        hello = httpx.Response(200, content=ws.recv()).json()
+        assert (hello["path"], hello["query"]) == ("/kernel", "session=7")
+        ws.send("text message")
+        assert ws.recv() == "text message"
+        ws.send(b"\x00\x01binary\xff")
+        assert ws.recv() == b"\x00\x01binary\xff"
+        ws.send("close:4001")
+        with pytest.raises(ConnectionClosed) as closed:
+            ws.recv()
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 4001
+
+
+def test_a_workload_that_is_gone_answers_502(proxied: Proxied) -> None:
+    job_id = proxied.start_echo()
+    port = proxied.endpoint(job_id).port
+    assert proxied.client.post(f"/api/v1/jobs/{job_id}/cancel").status_code == 200
+    wait_job(proxied.client, job_id, {"cancelled"})
+    assert proxied.endpoint(job_id) is None
+    bearer = {"Authorization": f"Bearer {proxied.token}"}
+    refused(httpx.get(f"{proxied.url}/w/{job_id}/x", headers=bearer), 404, "not_found")
+    refused(httpx.get(f"{proxied.url}/port/{port}/x"), 502, "upstream_unavailable")
+    with pytest.raises(InvalidStatus) as denied:
+        connect(f"{proxied.url.replace('http', 'ws')}/port/{free_port()}/ws")
+    assert denied.value.response.status_code == 502

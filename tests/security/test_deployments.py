@@ -1,0 +1,240 @@
+"""Deployments, attacked: who may call /serve/NAME/ (HTTP and WebSocket) and the management
+API (another team's member, a viewer, a revoked key, another deployment's key, no
+credentials), what reaches a replica (never the platform's cookie, the caller's token or a
+key), and what a replica can reach (not another deployment's model files, not the server's
+database of keys, not a write into its own read-only model)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+from websockets.exceptions import InvalidStatus
+from websockets.sync.client import connect
+
+from tests.support import replica_probe
+from tests.support.proxying import echo_command
+from tests.support.server import ServerProcess
+from tests.support.waiting import wait_for
+
+FINAL = {"succeeded", "failed", "cancelled", "lost"}
+PROBE = [sys.executable, "-c", replica_probe.source()]
+
+
+@dataclass
+class World:
+    server: ServerProcess
+    admin: httpx.Client
+    clients: dict[str, httpx.Client] = field(default_factory=dict)
+    tokens: dict[str, str] = field(default_factory=dict)
+    keys: dict[str, str] = field(default_factory=dict)
+    jobs: dict[str, int] = field(default_factory=dict)  # deployment -> its replica's job
+
+    def serve(
+        self, name: str, path: str = "/echo", secret: str | None = None, **kw
+    ) -> httpx.Response:  # noqa: ANN003, E501
+        headers = {"Authorization": f"Bearer {secret}"} if secret else {}
+        headers |= kw.pop("headers", {})
+        return httpx.request(
+            kw.pop("method", "GET"), f"{self.server.url}/serve/{name}{path}", headers=headers, **kw
+        )
+
+    def model_dir(self, deployment: str) -> Path:
+        return self.server.data_dir / "jobs" / str(self.jobs[deployment]) / "model"
+
+
+@pytest.fixture(scope="module")
+def world() -> Iterator[World]:
+    if shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap (bwrap) is not installed: make test installs it as root")
+    base = Path(tempfile.mkdtemp(prefix="gpupool-deploy-sec-", dir="/tmp"))
+    base.chmod(0o755)
+    env = {"GPUPOOL_DEPLOY_HEALTH_INTERVAL_SECONDS": "0.5"}
+    server = ServerProcess(base / "data", env=env).start()
+    admin = httpx.Client(
+        base_url=f"{server.url}/api/v1", headers={"Authorization": f"Bearer {server.token}"}
+    )
+    found = World(server, admin)
+    try:
+        _populate(found)
+        yield found
+    finally:
+        server.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _populate(world: World) -> None:
+    for team in ("owners", "others"):
+        assert world.admin.post("/teams", json={"name": team}).status_code == 201
+    for name, team, role in (
+        ("member", "owners", "member"),
+        ("viewer", "owners", "viewer"),
+        ("outsider", "others", "member"),
+    ):
+        body = {"name": name, "teams": [team], "role": role}
+        assert world.admin.post("/users", json=body).status_code == 201
+        token = world.admin.post("/tokens", json={"user": name, "name": "t"}).json()["token"]
+        world.tokens[name] = token
+        world.clients[name] = httpx.Client(
+            base_url=f"{world.server.url}/api/v1", headers={"Authorization": f"Bearer {token}"}
+        )
+    _deploy(world, "member", "probe-a", b"weights-of-a")
+    _deploy(world, "outsider", "probe-b", b"weights-of-b")
+    echo = {"name": "echo-a", "command": echo_command(), "replicas": 1}  # WebSockets too
+    assert world.clients["member"].post("/deployments", json=echo).status_code == 201
+    for name in ("probe-a", "probe-b", "echo-a"):
+        wait_for(lambda n=name: _ready(world, n), 90, f"{name} to be ready", 0.2)
+    world.keys["a"] = _key(world, "member", "probe-a")
+    world.keys["b"] = _key(world, "outsider", "probe-b")
+    revoked = world.clients["member"].post("/deployments/probe-a/keys", json={"name": "old"})
+    world.keys["revoked"] = revoked.json()["key"]
+    gone = world.clients["member"].delete(f"/deployments/probe-a/keys/{revoked.json()['id']}")
+    assert gone.status_code == 200 and gone.json()["revoked"]
+
+
+def _deploy(world: World, user: str, name: str, weights: bytes) -> None:
+    """A model of ``user``'s team holding ``weights``, deployed with the probe as command."""
+    api = world.clients[user]
+    write = f'printf {weights.decode()} > "$GPUPOOL_OUTPUT_DIR/weights.bin"'
+    job = api.post("/jobs", json={"command": ["sh", "-c", write]}).json()["id"]
+    wait_for(lambda: api.get(f"/jobs/{job}").json()["status"] in FINAL, 60, f"job {job}", 0.1)
+    assert api.post(f"/models/{name}/versions", json={"job_id": job}).status_code == 201
+    body = {"model": name, "replicas": 1, "command": PROBE}
+    answer = api.post("/deployments", json=body)
+    assert answer.status_code == 201, answer.text
+
+
+def _ready(world: World, name: str) -> bool:
+    found = world.admin.get(f"/deployments/{name}").json()
+    if found["ready"] < 1:
+        return False
+    world.jobs[name] = found["replica_list"][0]["job_id"]
+    return True
+
+
+def _key(world: World, user: str, name: str) -> str:
+    made = world.clients[user].post(f"/deployments/{name}/keys", json={"name": "k"})
+    assert made.status_code == 201, made.text
+    return made.json()["key"]
+
+
+def test_serve_answers_its_team_and_its_keys_and_nobody_else(world: World) -> None:
+    assert world.serve("probe-a", secret=world.tokens["member"]).status_code == 200
+    assert world.serve("probe-a", secret=world.keys["a"]).status_code == 200
+    assert world.serve("probe-a", secret=world.server.token).status_code == 200  # an admin
+    refusals = {
+        "another team's member": (world.tokens["outsider"], 404),
+        "a viewer of its team": (world.tokens["viewer"], 403),
+        "a revoked key": (world.keys["revoked"], 404),
+        "another deployment's key": (world.keys["b"], 404),
+        "a made-up key": ("gpd_" + "x" * 43, 404),
+        "nobody": (None, 401),
+    }
+    got = {
+        who: world.serve("probe-a", secret=secret).status_code
+        for who, (secret, _) in refusals.items()
+    }
+    assert got == {who: status for who, (_, status) in refusals.items()}
+    key_b_on_b = world.serve("probe-b", secret=world.keys["b"])
+    assert key_b_on_b.status_code == 200  # the key is good, only not for probe-a
+    posted = world.serve("probe-a", "/probe", world.keys["b"], method="POST", json={})
+    assert posted.status_code == 404
+
+
+def test_the_management_api_shows_nothing_to_another_team(world: World) -> None:
+    outsider, viewer = world.clients["outsider"], world.clients["viewer"]
+    assert "probe-a" not in [d["name"] for d in outsider.get("/deployments").json()]
+    for method, path, body in (
+        ("GET", "/deployments/probe-a", None),
+        ("POST", "/deployments/probe-a/scale", {"replicas": 3}),
+        ("POST", "/deployments/probe-a/update", {}),
+        ("POST", "/deployments/probe-a/stop", None),
+        ("GET", "/deployments/probe-a/keys", None),
+        ("POST", "/deployments/probe-a/keys", {"name": "mine"}),
+        ("DELETE", "/deployments/probe-a/keys/1", None),
+    ):
+        answer = outsider.request(method, path, json=body)
+        assert answer.status_code == 404, (method, path, answer.text)
+        if method != "GET" or path.endswith("keys"):
+            assert viewer.request(method, path, json=body).status_code == 403, (method, path)
+    assert viewer.get("/deployments/probe-a").status_code == 200
+    assert world.admin.get("/deployments/probe-a").json()["replicas"] == 1  # nothing changed
+
+
+def test_the_proxy_never_forwards_the_cookie_the_token_or_the_key(world: World) -> None:
+    signed = httpx.post(
+        f"{world.server.url}/api/v1/session",
+        json={"user": "member", "password": world.tokens["member"]},
+    )
+    cookie = signed.cookies["gpupool_session"]
+    secrets = (world.tokens["member"], world.keys["a"], cookie)
+    for credential in (
+        {"secret": world.tokens["member"]},
+        {"secret": world.keys["a"]},
+        {"headers": {"Cookie": f"gpupool_session={cookie}; theirs=kept"}},
+    ):
+        answer = world.serve("probe-a", "/echo?q=1", **credential)
+        assert answer.status_code == 200, answer.text
+        seen = answer.json()
+        text = str(seen["headers"])
+        assert not any(secret in text for secret in secrets), seen["headers"]
+        assert "authorization" not in text.lower() and "gpupool_session" not in text
+        assert seen["path"] == "/echo?q=1"
+    kept = world.serve("probe-a", headers={"Cookie": f"gpupool_session={cookie}; theirs=kept"})
+    assert "theirs=kept" in str(kept.json()["headers"])
+
+
+def test_what_a_replica_answers_never_runs_as_a_page_of_the_platform(world: World) -> None:
+    """A replica's HTML, opened by a signed-in user, would run on the platform's origin with
+    that user's cookie: every answer of /serve is sandboxed (no script, an opaque origin)."""
+    for answer in (
+        world.serve("probe-a", secret=world.keys["a"]),
+        world.serve("probe-a", secret=world.tokens["outsider"]),  # a refusal too
+        world.serve("probe-a"),
+    ):
+        assert answer.headers["content-security-policy"] == "sandbox", answer.status_code
+        assert answer.headers["x-content-type-options"] == "nosniff"
+
+
+def test_a_replica_reaches_neither_another_deployments_model_nor_the_keys(world: World) -> None:
+    own, other = world.model_dir("probe-a"), world.model_dir("probe-b")
+    data = world.server.data_dir
+    database = data / "gpupool.db"
+    asked = {
+        "read": [str(other / "weights.bin"), str(database), str(own / "weights.bin")],
+        "list": [str(other), str(data), str(data / "jobs"), str(data / "models")],
+        "write": [str(own / "weights.bin"), str(own / "evil")],
+    }
+    answer = world.serve("probe-a", "/probe", world.keys["a"], method="POST", json=asked)
+    assert answer.status_code == 200, answer.text
+    found = answer.json()
+    assert found.pop(f"read {own / 'weights.bin'}") == "read"  # its own model: read-only
+    # of the data directory, only the way to its own directories
+    assert found.pop(f"list {data}") == "listed: ['jobs']"
+    assert found.pop(f"list {data / 'jobs'}") == f"listed: ['{world.jobs['probe-a']}']"
+    assert {k: v for k, v in found.items() if not v.startswith("blocked")} == {}, found
+    echo = world.serve("probe-a", secret=world.keys["a"]).json()
+    assert echo["model_dir"] == str(own) and echo["files"] == ["weights.bin"]
+    assert (own / "weights.bin").read_bytes() == b"weights-of-a"
+
+
+def test_a_websocket_reaches_the_replica_for_its_team_only(world: World) -> None:
+    url = world.server.url.replace("http://", "ws://") + "/serve/echo-a/ws"
+    member = {"Authorization": f"Bearer {world.tokens['member']}"}
+    with connect(url, additional_headers=member) as ws:
+        said = json.loads(ws.recv())
+        ws.send("hello")
+        assert ws.recv() == "hello"
+    assert said["path"] == "/ws" and world.tokens["member"] not in str(said["headers"])
+    for secret, status in ((world.tokens["outsider"], 404), (world.keys["b"], 404), (None, 401)):
+        headers = {"Authorization": f"Bearer {secret}"} if secret else {}
+        with pytest.raises(InvalidStatus) as refused:
+            connect(url, additional_headers=headers)
+        assert refused.value.response.status_code == status

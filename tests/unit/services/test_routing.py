@@ -1,0 +1,52 @@
+"""The /serve route's table and counts: round-robin over ready replicas, each tried at most
+once per request; latency quantiles over the latest requests."""
+
+from __future__ import annotations
+
+from gpupool.services.endpoints import Endpoint
+from gpupool.services.routing import Route, RoutingTable, Traffic
+
+
+def route(*replica_ids: int) -> Route:
+    replicas = tuple((i, Endpoint("127.0.0.1", 9000 + i)) for i in replica_ids)
+    return Route(deployment_id=1, name="m", team_id=1, replicas=replicas)
+
+
+def test_requests_take_the_ready_replicas_in_turn() -> None:
+    table = RoutingTable()
+    table.publish({"m": route(1, 2, 3)})
+    found = table.route("m")
+    picked = [table.pick(found, set())[0] for _ in range(6)]
+    assert sorted(picked[:3]) == [1, 2, 3] and picked[:3] == picked[3:]
+
+
+def test_a_request_tries_each_replica_once_then_none() -> None:
+    table = RoutingTable()
+    found = route(1, 2)
+    tried = {table.pick(found, set())[0]}
+    second = table.pick(found, tried)[0]
+    assert second not in tried
+    assert table.pick(found, tried | {second}) is None
+    assert table.pick(route(), set()) is None
+
+
+def test_one_route_is_replaced_or_removed_alone() -> None:
+    table = RoutingTable()
+    table.publish({"a": route(1), "b": route(2)})
+    table.put(Route(1, "a", 1, key_hashes=frozenset({"h"})))
+    table.remove("b")
+    assert table.route("a").key_hashes == {"h"} and table.route("a").replicas == ()
+    assert table.route("b") is None
+
+
+def test_traffic_counts_requests_errors_and_latency_per_deployment_and_replica() -> None:
+    traffic = Traffic()
+    for ms in range(1, 101):
+        traffic.record(1, 7, ms / 1000, failed=ms == 100)
+    traffic.record(1, None, 0.5, failed=True)  # no replica reached
+    seen = traffic.of_deployment(1)
+    assert (seen.requests, seen.errors) == (101, 2)
+    assert seen.p50_ms == 51.0 and seen.p99_ms == 100.0
+    replica = traffic.of_replica(7)
+    assert (replica.requests, replica.errors, replica.p50_ms) == (100, 1, 51.0)
+    assert traffic.of_replica(8).requests == 0 and traffic.of_deployment(2).p50_ms is None
