@@ -113,6 +113,9 @@ def serve(
             log_level=log_level,
             access_log=False,
             ws="websockets-sansio",  # the proxy's WebSockets (notebooks' kernels)
+            # every local client connects from 127.0.0.1: none may choose, with
+            # X-Forwarded-For, the address that throttles and workloads see
+            proxy_headers=False,
         )
     finally:
         platform.close()

@@ -24,7 +24,11 @@ PUBLIC = "https://gpu.example.com"
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     """A real server (no 'testserver' here: the product's own defaults) with a public URL
     and one extra allowed name."""
-    env = {"GPUPOOL_PUBLIC_URL": PUBLIC, "GPUPOOL_ALLOWED_HOSTS": "pool.internal, Other.Lan"}
+    env = {
+        "GPUPOOL_PUBLIC_URL": PUBLIC,
+        "GPUPOOL_ALLOWED_HOSTS": "pool.internal, Other.Lan",
+        "GPUPOOL_SIGNIN_MAX_PER_ADDRESS": "2",  # (the forged X-Forwarded-For test)
+    }
     process = ServerProcess(tmp_path_factory.mktemp("hosts") / "data", env=env).start()
     yield process
     process.stop()
@@ -65,6 +69,23 @@ def test_pages_and_sign_in_are_refused_too(server: ServerProcess) -> None:
         refused(evil.get("/login"), 400, "host_not_allowed")
         body = {"user": "admin", "password": server.token}
         refused(evil.post("/api/v1/session", json=body), 400, "host_not_allowed")
+
+
+def test_x_forwarded_for_does_not_choose_the_address_that_is_throttled(
+    server: ServerProcess,
+) -> None:
+    """Every local client connects from 127.0.0.1: the server behind uvicorn must not take the
+    address a request names in X-Forwarded-For (uvicorn's default trusts it from there)."""
+    answers = [
+        httpx.post(
+            f"{server.url}/api/v1/session",
+            json={"user": f"nobody{n}", "password": "guess"},
+            headers={"X-Forwarded-For": f"192.0.2.{n}"},
+            timeout=30,
+        )
+        for n in range(3)
+    ]
+    assert [a.status_code for a in answers] == [401, 401, 429], [a.text for a in answers]
 
 
 def test_the_bound_address_is_allowed_and_any_address_is_not(tmp_path: Path) -> None:

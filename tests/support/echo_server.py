@@ -4,7 +4,9 @@ shows it no file of the repository), with uvicorn and a bare ASGI app.
 
 HTTP: ``GET /stream`` sends a first line, then the rest once ``/release`` was asked; ``/redirect``
 redirects to its own address; ``/set-cookies`` sets the platform's cookie and one of its own;
-any other path answers JSON: method, path, query, headers, cookies, body and its PORT.
+``/gzip`` answers a gzipped text; ``/own-502`` answers a 502 of its own; ``/sized`` answers as
+any other path, with its Content-Length (the others' answers are chunked); any other path
+answers JSON: method, path, query, headers, cookies, body and its PORT.
 WebSocket: picks the first subprotocol offered, sends the handshake's headers as JSON, then
 echoes text and binary messages; ``close:CODE`` closes with that code.
 """
@@ -12,12 +14,18 @@ echoes text and binary messages; ``close:CODE`` closes with that code.
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import os
 from http.cookies import SimpleCookie
 from pathlib import Path
 
 RELEASED = asyncio.Event()
+# answers with a Content-Length: status, headers, body
+SIZED = {
+    "/gzip": (200, [(b"content-encoding", b"gzip")], gzip.compress(b"zipped " * 100)),
+    "/own-502": (502, [(b"content-type", b"text/plain")], b"the workload's own 502"),
+}
 
 
 def source() -> str:
@@ -61,6 +69,12 @@ async def http(scope, receive, send):  # noqa: ANN001, ANN201
         cookies = [(b"set-cookie", b"gpupool_session=forged; Path=/")]
         cookies.append((b"set-cookie", b"theirs=kept; Path=/"))
         await _reply(send, 200, cookies, b"cookies")
+        return
+    if path == "/sized":
+        await _sized(send, 200, [(b"content-type", b"application/json")], _said(scope, body))
+        return
+    if path in SIZED:
+        await _sized(send, *SIZED[path])
         return
     await _reply(send, 200, [(b"content-type", b"application/json")], _said(scope, body))
 
@@ -109,6 +123,10 @@ def _said(scope, body: bytes) -> bytes:  # noqa: ANN001
 
 async def _start(send, status: int, headers: list) -> None:  # noqa: ANN001
     await send({"type": "http.response.start", "status": status, "headers": headers})
+
+
+async def _sized(send, status: int, headers: list, body: bytes) -> None:  # noqa: ANN001
+    await _reply(send, status, [*headers, (b"content-length", str(len(body)).encode())], body)
 
 
 async def _reply(send, status: int, headers: list, body: bytes) -> None:  # noqa: ANN001

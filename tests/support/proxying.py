@@ -7,7 +7,10 @@ job with ``endpoint_of`` and the app's ``Proxy``, as the routers of notebooks an
 do (no test route is part of the product):
 
     /w/{job_id}/{path}     HTTP and WebSocket to the job, for a signed-in caller
+    /whole/{job_id}/{path} HTTP to the job as /serve reaches a replica (small answers whole)
     /port/{port}/{path}    HTTP and WebSocket to 127.0.0.1:port, no sign-in (a workload gone)
+
+The HTTP answers of /whole and /port that the proxy made itself carry ``X-Proxy-Made``.
 """
 
 from __future__ import annotations
@@ -27,7 +30,14 @@ from fastapi.testclient import TestClient
 from starlette.concurrency import run_in_threadpool
 
 from gpupool.api.proxied import proxy_caller, refusal
-from gpupool.api.proxy import PROXIED_METHODS, Proxy, ProxyLimits, proxy_of, refuse_websocket
+from gpupool.api.proxy import (
+    PROXIED_METHODS,
+    Proxy,
+    ProxyAnswer,
+    ProxyLimits,
+    proxy_of,
+    refuse_websocket,
+)
 from gpupool.errors import GpupoolError, NotFound
 from gpupool.services.endpoints import Endpoint, endpoint_of
 from gpupool.services.platform import Platform
@@ -108,6 +118,12 @@ def proxy_app(platform: Platform) -> FastAPI:
         target = _target(found.url, path, request.url.query)
         return await proxy_of(request).http(request, target, WORKLOAD_HEADERS)
 
+    @app.api_route("/whole/{job_id}/{path:path}", methods=PROXIED_METHODS)
+    async def whole_to_job(request: Request, job_id: int, path: str) -> Response:
+        found = await _endpoint(platform, job_id)
+        target = _target(found.url, path, request.url.query)
+        return _marked(await proxy_of(request).http(request, target, whole=True))
+
     @app.websocket("/w/{job_id}/{path:path}")
     async def ws_to_job(websocket: WebSocket, job_id: int, path: str) -> None:
         try:
@@ -121,7 +137,8 @@ def proxy_app(platform: Platform) -> FastAPI:
 
     @app.api_route("/port/{port}/{path:path}", methods=PROXIED_METHODS)
     async def to_port(request: Request, port: int, path: str) -> Response:
-        return await proxy_of(request).http(request, f"http://127.0.0.1:{port}/{path}")
+        target = f"http://127.0.0.1:{port}/{path}"
+        return _marked(await proxy_of(request).http(request, target, whole=True))
 
     @app.websocket("/port/{port}/{path:path}")
     async def ws_to_port(websocket: WebSocket, port: int, path: str) -> None:
@@ -151,6 +168,13 @@ def served(app: FastAPI) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(30)
+
+
+def _marked(answer: Response) -> Response:
+    """An answer the proxy made itself, marked so (as /serve tells them apart)."""
+    if isinstance(answer, ProxyAnswer):
+        answer.headers["X-Proxy-Made"] = "1"
+    return answer
 
 
 async def _endpoint(platform: Platform, job_id: int) -> Endpoint:

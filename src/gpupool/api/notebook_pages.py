@@ -5,19 +5,17 @@ notebook is a 404 page, as if it did not exist."""
 
 from __future__ import annotations
 
-from urllib.parse import quote
-
 from fastapi import APIRouter, Request
-from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.responses import HTMLResponse, Response
 
 from gpupool.api.access import Rule, declare
 from gpupool.api.deps import PlatformDep
-from gpupool.api.ui import ENV, PAGE_HEADERS, SignedIn
+from gpupool.api.ui import SignedIn, render, to_login
 from gpupool.errors import NotFound
 from gpupool.services import jobs, notebooks
-from gpupool.services.access import Principal
 
 router = APIRouter(include_in_schema=False)
+PAGE = "notebooks"  # the part of the menu these pages are under
 IDLE_SHOWN_AFTER = 60.0  # seconds (or a quarter of the idle time): not those idle a moment
 
 
@@ -25,16 +23,17 @@ IDLE_SHOWN_AFTER = 60.0  # seconds (or a quarter of the idle time): not those id
 @declare(Rule.PAGE)
 def notebooks_page(request: Request, ctx: PlatformDep, signed_in: SignedIn) -> Response:
     if not signed_in:
-        return _to_login(request)
+        return to_login(request)
     who, csrf = signed_in
     found = [n.model_dump(mode="json") for n in notebooks.list_notebooks(ctx, who)]
     shown_after = min(IDLE_SHOWN_AFTER, ctx.settings.notebook_idle_seconds / 4)
     idle = notebooks.idle_gpus(ctx, who, shown_after) if who.is_admin else []
     options = jobs.submit_options(ctx, who)
-    return _render(
+    return render(
         "notebooks.html",
         who,
         csrf,
+        page=PAGE,
         notebooks=found,
         idle=[i.model_dump(mode="json") for i in idle],
         teams=options.own_teams or options.teams,
@@ -49,31 +48,22 @@ def notebook_page(
     request: Request, notebook_id: str, ctx: PlatformDep, signed_in: SignedIn
 ) -> Response:
     if not signed_in:
-        return _to_login(request)
+        return to_login(request)
     who, csrf = signed_in
     try:
         if not notebook_id.isascii() or not notebook_id.isdigit() or len(notebook_id) > 9:
             raise NotFound()
         shown = notebooks.show_notebook(ctx, who, int(notebook_id)).model_dump(mode="json")
     except NotFound:
-        return _render("notebook_missing.html", who, csrf, status=404, notebook_id=notebook_id)
-    return _render(
+        return render(
+            "not_found.html", who, csrf, status=404, page=PAGE, kind="notebook", name=notebook_id
+        )
+    return render(
         "notebook.html",
         who,
         csrf,
+        page=PAGE,
         notebook=shown,
         own=shown["user"] == who.name,
         can_stop=who.role.value != "viewer",
     )
-
-
-def _render(
-    template: str, who: Principal, csrf: str, status: int = 200, **context: object
-) -> HTMLResponse:
-    html = ENV.get_template(template).render(user=who, csrf_token=csrf, page="notebooks", **context)
-    return HTMLResponse(html, status_code=status, headers=PAGE_HEADERS)
-
-
-def _to_login(request: Request) -> RedirectResponse:
-    target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
-    return RedirectResponse(f"/login?next={quote(target, safe='/')}", status_code=303)

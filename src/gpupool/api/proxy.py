@@ -1,10 +1,11 @@
 """The platform's proxy to workloads that listen on a port (notebooks, deployment replicas).
 
 One ``Proxy`` per app (made in its lifespan, on ``app.state.proxy``, closed at shutdown),
-holding one pooled HTTP client. It forwards HTTP requests with their bodies streamed both
-ways, and WebSockets frame by frame, to a target URL its caller chose; what it passes on is
-decided by ``api.forwarding``. It decides nothing about who may call: the routers of
-/notebooks and /serve let a caller in (``api.proxied``) before they call it.
+holding pools of kept-alive HTTP connections: httpx's, for notebooks (bodies streamed both
+ways), and ``api.upstream``'s, for /serve (a model's small bodies whole: far cheaper). It
+forwards HTTP requests, and WebSockets frame by frame, to a target URL its caller chose;
+what it passes on is decided by ``api.forwarding``. It decides nothing about who may call:
+the routers of /notebooks and /serve let a caller in (``api.proxied``) before they call it.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from websockets.typing import Origin, Subprotocol
 
 from gpupool.api.errors import error_body
 from gpupool.api.forwarding import Caller, request_headers, response_headers
+from gpupool.api.upstream import Answer, Broken, Refused, TimedOut, UpstreamLimits, Upstreams
 from gpupool.errors import (
     GpupoolError,
     PayloadTooLarge,
@@ -61,6 +63,11 @@ class ProxyLimits:
     # a request's body, streamed (never held whole): a notebook saved, a file uploaded, a
     # model's input. The app's own 1 MiB limit leaves the proxied prefixes to this one.
     max_body_bytes: int = 512 * 1024**2
+    # a request's body up to this size is read whole and sent in one piece; with ``whole``
+    # (/serve), an answer that says it is no larger is passed on whole: a plain response
+    # costs the proxy far less than a stream (a model's input and output are small)
+    whole_request_bytes: int = 1024**2
+    whole_answer_bytes: int = 1024**2
 
 
 class Proxy:
@@ -68,23 +75,34 @@ class Proxy:
 
     def __init__(self, limits: ProxyLimits = ProxyLimits()) -> None:
         self.limits = limits
-        self.client = httpx.AsyncClient(
-            timeout=httpx.Timeout(
-                connect=limits.connect_seconds,
-                read=limits.read_seconds,
-                write=limits.write_seconds,
-                pool=limits.pool_seconds,
-            ),
+        # the transport alone, not a client around it: the proxy needs none of a client's
+        # redirects, cookies or auth, and they cost it a tenth of a small request's time
+        self.transport = httpx.AsyncHTTPTransport(
             limits=httpx.Limits(
                 max_connections=limits.max_connections,
                 max_keepalive_connections=limits.max_keepalive,
             ),
             trust_env=False,  # never through an HTTP(S)_PROXY of the server's environment
-            follow_redirects=False,  # the client follows them, through this proxy
+        )
+        timeouts = httpx.Timeout(
+            connect=limits.connect_seconds,
+            read=limits.read_seconds,
+            write=limits.write_seconds,
+            pool=limits.pool_seconds,
+        )
+        self.extensions = {"timeout": timeouts.as_dict()}  # each request's, made once
+        self.upstreams = Upstreams(
+            UpstreamLimits(
+                connect_seconds=limits.connect_seconds,
+                read_seconds=limits.read_seconds,
+                write_seconds=limits.write_seconds,
+                idle_per_replica=limits.max_keepalive,
+            )
         )
 
     async def aclose(self) -> None:
-        await self.client.aclose()
+        await self.transport.aclose()
+        await self.upstreams.aclose()
 
     # -- HTTP ---------------------------------------------------------------------------------
 
@@ -95,20 +113,27 @@ class Proxy:
         headers: Mapping[str, str] | None = None,
         *,
         raise_refused: bool = False,
+        whole: bool = False,
     ) -> Response:
-        """Forward ``request`` to ``target`` (the full upstream URL, path and query), its
-        body streamed; the workload's answer streamed back with its status and headers. A
-        workload that cannot be reached: 502 upstream_unavailable; too slow: 504.
+        """Forward ``request`` to ``target`` (``http://host:port`` and the path and query);
+        the workload's answer back with its status and headers. A request's body travels
+        whole when it says it is small (``ProxyLimits``), streamed otherwise. A workload
+        that cannot be reached: 502 upstream_unavailable (a ``ProxyAnswer``); too slow: 504.
         ``raise_refused``: raise UpstreamRefused when the workload refused the connection
-        (nothing of the request was sent), so that the caller may send it elsewhere."""
+        (nothing of the request was sent), so that the caller may send it elsewhere.
+        ``whole`` (/serve): through ``api.upstream``, the request's body read whole, and an
+        answer that says it is small passed on whole, as a plain Response (without it,
+        every answer is a StreamingResponse, for a caller that reads or rewrites it)."""
+        if whole:
+            return await self._whole(request, target, headers, raise_refused)
         upstream = _origin(target)
         sent = request_headers(request.headers.items(), caller_of(request), upstream, headers)
         try:
-            content = _body(request, self.limits.max_body_bytes)
-            outgoing = self.client.build_request(
-                request.method, target, headers=sent, content=content
+            content = await _body(request, self.limits)
+            outgoing = httpx.Request(
+                request.method, target, headers=sent, content=content, extensions=self.extensions
             )
-            answer = await self.client.send(outgoing, stream=True)
+            answer = await self.transport.handle_async_request(outgoing)
         except _BodyTooLarge:
             return _failed(_too_large(self.limits.max_body_bytes), target, None)
         except ClientDisconnect:  # nobody is left to answer
@@ -121,13 +146,44 @@ class Proxy:
             return _failed(UpstreamUnavailable(), target, error)
         except httpx.HTTPError as error:
             return _failed(UpstreamUnavailable(), target, error)
-        response = StreamingResponse(
-            _relay(answer, target),
-            status_code=answer.status_code,
-            background=BackgroundTask(answer.aclose),
-        )
-        response.raw_headers = _raw(response_headers(answer.headers.multi_items(), upstream))
-        return response
+        return _streamed(answer, target, upstream)
+
+    async def _whole(
+        self,
+        request: Request,
+        target: str,
+        headers: Mapping[str, str] | None,
+        raise_refused: bool,
+    ) -> Response:
+        """``http`` for /serve, through ``api.upstream``: the request's body whole, and the
+        answer too when it says it is small."""
+        upstream = _origin(target)
+        parts = urlsplit(upstream)
+        address = (parts.hostname or "", parts.port or 80)
+        sent = request_headers(request.headers.items(), caller_of(request), upstream, headers)
+        try:
+            body = await _whole_body(request, self.limits.max_body_bytes)
+            answer = await self.upstreams.request(
+                request.method,
+                address,
+                target[len(upstream) :] or "/",
+                sent,
+                body,
+                self.limits.whole_answer_bytes,
+            )
+        except _BodyTooLarge:
+            return _failed(_too_large(self.limits.max_body_bytes), target, None)
+        except ClientDisconnect:
+            return Response(status_code=400)
+        except TimedOut as error:
+            return _failed(UpstreamTimeout(), target, error)
+        except Refused as error:
+            if raise_refused:
+                raise _logged(UpstreamRefused(), target, error) from error
+            return _failed(UpstreamUnavailable(), target, error)
+        except Broken as error:
+            return _failed(UpstreamUnavailable(), target, error)
+        return _passed_on(answer, target, upstream)
 
     # -- WebSockets ---------------------------------------------------------------------------
 
@@ -196,7 +252,8 @@ def proxy_of(connection: HTTPConnection) -> Proxy:
 
 def caller_of(connection: HTTPConnection) -> Caller:
     """Who asked, as this server saw the connection (no header the client wrote)."""
-    scheme = {"ws": "http", "wss": "https"}.get(connection.url.scheme, connection.url.scheme)
+    scheme = connection.scope.get("scheme", "http")  # the URL's, without building it
+    scheme = {"ws": "http", "wss": "https"}.get(scheme, scheme)
     address = connection.client.host if connection.client else "unknown"
     return Caller(address=address, scheme=scheme, host=connection.headers.get("host", ""))
 
@@ -226,21 +283,37 @@ def _refusal(error: InvalidStatus, target: str) -> Response:
     return refused
 
 
+class ProxyAnswer(JSONResponse):
+    """An answer the proxy made itself (the workload was not reached, or too slow), told
+    apart from a workload's own answer of the same status."""
+
+
 class _BodyTooLarge(Exception):
     """The request's body is over the proxy's limit."""
 
 
-def _body(request: Request, limit: int) -> AsyncIterator[bytes] | None:
-    """The request's body as a stream held to ``limit`` bytes (_BodyTooLarge), or None when
-    it has none (a GET is sent without)."""
+async def _body(request: Request, limits: ProxyLimits) -> bytes | AsyncIterator[bytes] | None:
+    """The request's body: whole when it says it is small, else a stream held to the limit
+    (_BodyTooLarge); None when it has none (a GET is sent without)."""
     declared = request.headers.get("content-length")
     if declared is None and "transfer-encoding" not in request.headers:
         return None
     if declared == "0":
         return None
+    size = int(declared) if declared is not None and declared.isdigit() else None
+    if size is not None and size > limits.max_body_bytes:
+        raise _BodyTooLarge()
+    if size is not None and size <= limits.whole_request_bytes:
+        return await request.body()  # the server holds a body to its Content-Length
+    return _limited(request.stream(), limits.max_body_bytes)
+
+
+async def _whole_body(request: Request, limit: int) -> bytes:
+    """The request's body, read whole and held to ``limit`` bytes (_BodyTooLarge)."""
+    declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise _BodyTooLarge()
-    return _limited(request.stream(), limit)
+    return b"".join([chunk async for chunk in _limited(request.stream(), limit)])
 
 
 async def _limited(stream: AsyncIterator[bytes], limit: int) -> AsyncIterator[bytes]:
@@ -254,6 +327,44 @@ async def _limited(stream: AsyncIterator[bytes], limit: int) -> AsyncIterator[by
 
 def _too_large(limit: int) -> PayloadTooLarge:
     return PayloadTooLarge(f"the request body is larger than the {limit} bytes the proxy takes")
+
+
+def _passed_on(answer: Answer, target: str, upstream: str) -> Response:
+    """A replica's answer for the client: whole, or streamed as it comes."""
+    if answer.body is not None:
+        response = Response(status_code=answer.status)
+        response.body = answer.body  # with the replica's own Content-Length, as it was sent
+    else:
+        assert answer.chunks is not None
+        response = StreamingResponse(
+            _relay_chunks(answer.chunks, target),
+            status_code=answer.status,
+            background=BackgroundTask(answer.aclose),
+        )
+    response.raw_headers = _raw(response_headers(answer.headers, upstream))
+    return response
+
+
+async def _relay_chunks(chunks: AsyncIterator[bytes], target: str) -> AsyncIterator[bytes]:
+    try:
+        async for chunk in chunks:
+            yield chunk
+    except (Broken, TimedOut) as error:  # headers are sent: the client sees a cut answer
+        log.info("the answer of %s was cut: %s", target, error)
+        raise
+    finally:
+        await chunks.aclose()  # type: ignore[attr-defined]  # its connection, closed or kept
+
+
+def _streamed(answer: httpx.Response, target: str, upstream: str) -> StreamingResponse:
+    """The workload's answer passed on as it comes."""
+    response = StreamingResponse(
+        _relay(answer, target),
+        status_code=answer.status_code,
+        background=BackgroundTask(answer.aclose),
+    )
+    response.raw_headers = _raw(response_headers(answer.headers.multi_items(), upstream))
+    return response
 
 
 async def _relay(answer: httpx.Response, target: str) -> AsyncIterator[bytes]:
@@ -327,9 +438,9 @@ def _raw(headers: list[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
     return [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in headers]
 
 
-def _failed(error: GpupoolError, target: str, cause: Exception | None) -> JSONResponse:
+def _failed(error: GpupoolError, target: str, cause: Exception | None) -> ProxyAnswer:
     _logged(error, target, cause)
-    return JSONResponse(error_body(error.code, error.message), status_code=error.status)
+    return ProxyAnswer(error_body(error.code, error.message), status_code=error.status)
 
 
 def _logged(error: GpupoolError, target: str, cause: Exception | None) -> GpupoolError:

@@ -11,7 +11,9 @@ page of the platform's origin.
 
 The body is read whole before it is sent (a replica's request is small: the server's body
 limit holds), so that a replica that refuses the connection — it just died, or is being
-replaced — is skipped and the request sent to the next one.
+replaced — is skipped and the request sent to the next one. The proxy reaches replicas with
+a client of its own (``api.upstream``), and passes a small answer on whole: what /serve adds
+to a request is measured by benchmarks/proxy_overhead.py.
 """
 
 from __future__ import annotations
@@ -19,14 +21,13 @@ from __future__ import annotations
 import time
 
 from fastapi import APIRouter, Request, WebSocket
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.requests import HTTPConnection
 
 from gpupool.api.access import Rule, declare
-from gpupool.api.deps import PlatformDep
 from gpupool.api.errors import error_body
 from gpupool.api.proxied import bearer_secret, proxy_caller, refusal
-from gpupool.api.proxy import PROXIED_METHODS, proxy_of, refuse_websocket
+from gpupool.api.proxy import PROXIED_METHODS, ProxyAnswer, proxy_of, refuse_websocket
 from gpupool.errors import GpupoolError, NoHealthyReplica, UpstreamRefused
 from gpupool.services import deployment_access
 from gpupool.services.platform import Platform
@@ -40,9 +41,10 @@ CONFINED = (("Content-Security-Policy", "sandbox"), ("X-Content-Type-Options", "
 
 @router.api_route(PREFIX + "/{name}/{path:path}", methods=PROXIED_METHODS)
 @declare(Rule.TEAM_WRITE)
-async def serve(name: str, path: str, request: Request, ctx: PlatformDep) -> Response:
+async def serve(name: str, path: str, request: Request) -> Response:
     """Forward the request to a ready replica of deployment ``name``."""
     began = time.perf_counter()
+    ctx: Platform = request.app.state.platform  # not a dependency: FastAPI's solving costs
     try:
         route = await _route(ctx, request, name)
     except NoHealthyReplica as error:
@@ -95,7 +97,9 @@ async def _forward(
         replica_id, endpoint = picked
         tried.add(replica_id)
         try:
-            answer = await proxy_of(request).http(request, endpoint.url + path, raise_refused=True)
+            answer = await proxy_of(request).http(
+                request, endpoint.url + path, raise_refused=True, whole=True
+            )
         except UpstreamRefused as error:  # nothing was sent: the next replica gets it
             answer = JSONResponse(error_body(error.code, error.message), status_code=error.status)
             continue
@@ -114,7 +118,7 @@ def _confined(response: Response) -> Response:
 
 def _proxy_failure(answer: Response) -> bool:
     """An answer the proxy made (the replica was not reached), not the replica's own."""
-    return answer.status_code == 502 and not isinstance(answer, StreamingResponse)
+    return answer.status_code == 502 and isinstance(answer, ProxyAnswer)
 
 
 def _upstream_path(connection: HTTPConnection, name: str) -> str:

@@ -264,14 +264,16 @@ def _static(name: str) -> str:
 ENV.globals["static"] = _static
 
 
-def _render(
+def render(
     template: str, who: Principal | None, csrf: str | None, status: int = 200, **context: Any
 ) -> HTMLResponse:
+    """A page of the web UI (``page``: the part of the menu it is under)."""
     html = ENV.get_template(template).render(user=who, csrf_token=csrf, **context)
     return HTMLResponse(html, status_code=status, headers=PAGE_HEADERS)
 
 
-def _to_login(request: Request) -> RedirectResponse:
+def to_login(request: Request) -> RedirectResponse:
+    """To the sign-in page, back to this page (and its query) once signed in."""
     target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
     return RedirectResponse(f"/login?next={quote(target, safe='/')}", status_code=303)
 
@@ -294,17 +296,17 @@ def login_page(request: Request, signed_in: SignedIn, next: str | None = None) -
     target = _safe_next(next)
     if signed_in:
         return RedirectResponse(target, status_code=303)
-    return _render("login.html", None, None, page="login", next=target)
+    return render("login.html", None, None, page="login", next=target)
 
 
 @router.get("/", response_class=HTMLResponse)
 @declare(Rule.PAGE)
 def cluster_page(request: Request, ctx: PlatformDep, signed_in: SignedIn) -> Response:
     if not signed_in:
-        return _to_login(request)
+        return to_login(request)
     who, csrf = signed_in
     shown = pool.show_pool(ctx, who).model_dump(mode="json")
-    return _render("cluster.html", who, csrf, page="cluster", pool=shown, isolation=ctx.isolation())
+    return render("cluster.html", who, csrf, page="cluster", pool=shown, isolation=ctx.isolation())
 
 
 @router.get("/jobs", response_class=HTMLResponse)
@@ -317,14 +319,14 @@ def jobs_page(
     mine: str = "",
 ) -> Response:
     if not signed_in:
-        return _to_login(request)
+        return to_login(request)
     who, csrf = signed_in
     show = show if show in SHOW else "all"
     mine = mine.lower() in ("1", "true", "on", "yes")
     where = jobs.JobFilter(status=SHOW[show] or (), user=who.name if mine else None)
     found = jobs.list_jobs(ctx, who, where)
     rows = [j.model_dump(mode="json") for j in found]
-    return _render("jobs.html", who, csrf, page="jobs", jobs=rows, show=show, mine=mine)
+    return render("jobs.html", who, csrf, page="jobs", jobs=rows, show=show, mine=mine)
 
 
 @router.get("/jobs/new", response_class=HTMLResponse)
@@ -333,12 +335,12 @@ def submit_page(
     request: Request, ctx: PlatformDep, signed_in: SignedIn, again: str = ""
 ) -> Response:
     if not signed_in:
-        return _to_login(request)
+        return to_login(request)
     who, csrf = signed_in
     options = jobs.submit_options(ctx, who)
     earlier = _job_number(again)
     form = BLANK_FORM | (_form_from(ctx, who, earlier) if earlier else {})
-    return _render(
+    return render(
         "submit.html",
         who,
         csrf,
@@ -363,7 +365,7 @@ def compare_page(
     """Several jobs' metrics overlaid (one chart per metric, a line per job), their specs side
     by side: /jobs/compare?ids=3,4 (the jobs list's "Compare" action)."""
     if not signed_in:
-        return _to_login(request)
+        return to_login(request)
     who, csrf = signed_in
     parts = [part.strip() for text in ids or [] for part in text.split(",")]  # 3,4 or 3&ids=4
     wanted = [number for part in parts if (number := _job_number(part))]
@@ -371,14 +373,14 @@ def compare_page(
         found = metrics.compare(ctx, who, wanted).model_dump(mode="json") | {"problem": None}
     except InvalidRequest as error:
         found = {"jobs": [], "missing": [], "problem": error.message}
-    return _render("compare.html", who, csrf, page="jobs", compared=found, asked=wanted)
+    return render("compare.html", who, csrf, page="jobs", compared=found, asked=wanted)
 
 
 @router.get("/jobs/{job_id}", response_class=HTMLResponse)
 @declare(Rule.PAGE)
 def job_page(request: Request, job_id: str, ctx: PlatformDep, signed_in: SignedIn) -> Response:
     if not signed_in:
-        return _to_login(request)
+        return to_login(request)
     who, csrf = signed_in
     try:
         number = _job_number(job_id)
@@ -386,10 +388,10 @@ def job_page(request: Request, job_id: str, ctx: PlatformDep, signed_in: SignedI
             raise NotFound()
         job = jobs.show_job(ctx, who, number).model_dump(mode="json")
     except NotFound:
-        return _render("not_found.html", who, csrf, status=404, page="job", job_id=job_id)
+        return render("not_found.html", who, csrf, status=404, page="job", kind="job", name=job_id)
     spec = job["spec"]
     waiting = _why(ctx, who, number) if job["status"] == JobStatus.PENDING.value else None
-    return _render(
+    return render(
         "job.html",
         who,
         csrf,
@@ -408,11 +410,11 @@ def job_page(request: Request, job_id: str, ctx: PlatformDep, signed_in: SignedI
 @declare(Rule.PAGE)
 def queue_page(request: Request, ctx: PlatformDep, signed_in: SignedIn) -> Response:
     if not signed_in:
-        return _to_login(request)
+        return to_login(request)
     who, csrf = signed_in
     queue = why.show_queue(ctx, who).model_dump(mode="json")
     shown = sum(len(team["jobs"]) for team in queue["teams"])
-    return _render(
+    return render(
         "queue.html", who, csrf, page="queue", queue=queue, shown=shown, now=ctx.clock.now()
     )
 
@@ -423,7 +425,7 @@ def teams_page(
     request: Request, ctx: PlatformDep, signed_in: SignedIn, hours: str = "24"
 ) -> Response:
     if not signed_in:
-        return _to_login(request)
+        return to_login(request)
     who, csrf = signed_in
     hours = hours if hours in PERIODS else "24"
     shown = [t.model_dump(mode="json") for t in teams.list_teams(ctx, who)]
@@ -444,7 +446,7 @@ def teams_page(
         )
         for name, s in series.items()
     }
-    return _render(
+    return render(
         "teams.html",
         who,
         csrf,

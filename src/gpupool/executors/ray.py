@@ -90,9 +90,11 @@ class RayExecutor(Executor):
     def start(self, task: TaskSpec) -> Handle:
         sent = task_to_json(task)
         if task.code and task.code_archive:  # the node has no access to the server's disk
-            sent["code_archive_data"] = _archive_data(task)
+            what = f"the job's code snapshot {task.code} is"
+            sent["code_archive_data"] = _archive_data(task.code_archive, what, "code_missing")
         if task.model and task.model_archive:
-            sent["model_archive_data"] = _model_data(task)
+            what = f"the model files {task.model} are"
+            sent["model_archive_data"] = _archive_data(task.model_archive, what, "model_missing")
         try:
             answer = self.cluster.call(task.node, "start", timeout=START_TIMEOUT_S, task=sent)
         except (ClusterUnavailable, AgentUnavailable) as error:
@@ -257,24 +259,9 @@ class RayExecutor(Executor):
         path = self.log_path(handle)
         if task is not None:
             path = path.with_name(f"{layout.LOG_FILE}.task{task}")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "ab") as copy:
-            offset = copy.tell()
-            while offset < size:
-                try:
-                    chunk = self.cluster.call(
-                        handle.state["node"], "read_log", handle=_local(handle), offset=offset
-                    )
-                except (ClusterUnavailable, AgentUnavailable, CallFailed) as error:
-                    log.warning("cannot copy the log of job %s: %s", handle.job_id, error)
-                    return
-                data = base64.b64decode(chunk["data"])
-                if not data:
-                    return
-                copy.write(data)
-                offset += len(data)
-                if task is not None:
-                    self._fresh[_key(handle)] = self._fresh.get(_key(handle), b"") + data
+        data = self._append_from_node(handle, path, size, "log")
+        if task is not None and data:
+            self._fresh[_key(handle)] = self._fresh.get(_key(handle), b"") + data
 
     def _copy_metrics(self, handle: Handle, size: int) -> None:
         """Append what the node's metric records have beyond our copy, as the log is copied
@@ -282,8 +269,16 @@ class RayExecutor(Executor):
         first task's (the node of rank 0, where training scripts report)."""
         if handle.state.get("task") not in (None, 0):
             return
-        path = self.metrics_path(handle)
+        self._append_from_node(handle, self.metrics_path(handle), size, "metrics", metrics=True)
+
+    def _append_from_node(
+        self, handle: Handle, path: Path, size: int, what: str, **asked: object
+    ) -> bytes:
+        """Append to ``path`` what the node's copy (``size`` bytes; ``read_log`` with
+        ``asked``) has beyond it; the bytes appended. A node that does not answer is logged
+        and left for the next poll."""
         path.parent.mkdir(parents=True, exist_ok=True)
+        appended = bytearray()
         with open(path, "ab") as copy:
             offset = copy.tell()
             while offset < size:
@@ -293,16 +288,18 @@ class RayExecutor(Executor):
                         "read_log",
                         handle=_local(handle),
                         offset=offset,
-                        metrics=True,
+                        **asked,
                     )
                 except (ClusterUnavailable, AgentUnavailable, CallFailed) as error:
-                    log.warning("cannot copy the metrics of job %s: %s", handle.job_id, error)
-                    return
+                    log.warning("cannot copy the %s of job %s: %s", what, handle.job_id, error)
+                    break
                 data = base64.b64decode(chunk["data"])
                 if not data:
-                    return
+                    break
                 copy.write(data)
                 offset += len(data)
+                appended += data
+        return bytes(appended)
 
     # -- stop, release ------------------------------------------------------------------------
 
@@ -386,26 +383,15 @@ class RayExecutor(Executor):
         self.cluster.close()
 
 
-def _archive_data(task: TaskSpec) -> str:
-    """The job's code archive for its node (base64): unpacked there as on one machine."""
+def _archive_data(archive: str, what: str, reason: str) -> str:
+    """An archive on the server's disk for the job's node (base64), which cannot read that
+    disk: unpacked there as on one machine. ``what`` names it for the user when it is missing
+    (LaunchError with ``reason``)."""
     try:
-        return base64.b64encode(Path(task.code_archive).read_bytes()).decode("ascii")
+        return base64.b64encode(Path(archive).read_bytes()).decode("ascii")
     except OSError as error:
-        message = f"the job's code snapshot {task.code} is missing from the server's storage"
-        raise LaunchError(
-            f"{message}: {error}", user_message=message, reason="code_missing"
-        ) from error
-
-
-def _model_data(task: TaskSpec) -> str:
-    """The job's model version's archive for its node (base64), as its code's."""
-    try:
-        return base64.b64encode(Path(task.model_archive).read_bytes()).decode("ascii")
-    except OSError as error:
-        message = f"the model files {task.model} are missing from the server's storage"
-        raise LaunchError(
-            f"{message}: {error}", user_message=message, reason="model_missing"
-        ) from error
+        message = f"{what} missing from the server's storage"
+        raise LaunchError(f"{message}: {error}", user_message=message, reason=reason) from error
 
 
 Key = tuple[int, int, str]

@@ -9,7 +9,7 @@ where a machine has no GPU driver, from a JSON file another program keeps
 
 from __future__ import annotations
 
-import json
+from gpupool.runner import gpusource, layout
 
 
 class SamplerError(Exception):
@@ -55,23 +55,19 @@ class FileSampler:
         self.path = path
 
     def sample(self, uuids: list[str]) -> dict[str, dict[int, int]]:
-        try:
-            with open(self.path, "rb") as f:
-                data = json.loads(f.read())
-        except (OSError, ValueError):
-            return {}
-        if not isinstance(data, dict):
+        data = layout.read_json(self.path)
+        if data is None:
             return {}
         return {uuid: _pids(data.get(uuid)) for uuid in uuids}
 
 
 def sampler(source: str) -> NvmlSampler | FileSampler:
     """``nvml``, or ``file:PATH``."""
-    if source == "nvml":
-        return NvmlSampler()
-    if source.startswith("file:"):
-        return FileSampler(source.removeprefix("file:"))
-    raise SamplerError(f"unknown GPU memory sampler {source!r}: use nvml or file:PATH")
+    parsed = gpusource.parse(source)
+    if parsed is None:
+        raise SamplerError(f"unknown GPU memory sampler {source!r}: use nvml or file:PATH")
+    kind, path = parsed
+    return NvmlSampler() if kind == gpusource.NVML else FileSampler(path)
 
 
 class GpuMemoryWatch:

@@ -10,7 +10,7 @@ know (declared in the config) give no samples.
 
 from __future__ import annotations
 
-import json
+from gpupool.runner import gpusource, layout
 
 Sample = dict[str, float]  # "utilization" -> %, "memory_used" -> bytes
 KINDS = ("utilization", "memory_used")
@@ -64,12 +64,8 @@ class FileDevices:
         self.path = path
 
     def sample(self, uuids: list[str]) -> dict[str, Sample]:
-        try:
-            with open(self.path, "rb") as f:
-                data = json.loads(f.read())
-        except (OSError, ValueError):
-            return {}
-        if not isinstance(data, dict):
+        data = layout.read_json(self.path)
+        if data is None:
             return {}
         found = {}
         for uuid in uuids:
@@ -82,11 +78,11 @@ class FileDevices:
 
 def devices(source: str | None) -> NvmlDevices | FileDevices | None:
     """The sampler for ``nvml`` or ``file:PATH``; None for no source (or an unknown one)."""
-    if source == "nvml":
-        return NvmlDevices()
-    if source and source.startswith("file:"):
-        return FileDevices(source.removeprefix("file:"))
-    return None
+    parsed = gpusource.parse(source)
+    if parsed is None:
+        return None
+    kind, path = parsed
+    return NvmlDevices() if kind == gpusource.NVML else FileDevices(path)
 
 
 def points(samples: dict[str, Sample], uuids: list[str], at: float) -> list[list[object]]:

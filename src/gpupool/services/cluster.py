@@ -43,6 +43,7 @@ from gpupool.scheduler.types import Clock
 from gpupool.services import nodes
 from gpupool.services.access import Principal
 from gpupool.services.context import Context
+from gpupool.services.watch import Watch
 from gpupool.settings import Settings
 from gpupool.store.db import Database
 
@@ -152,40 +153,6 @@ class Cluster:
         """Stop the watches and the bridge."""
         self.stop()
         self.client.close()
-
-
-class Watch:
-    """A look every ``interval`` seconds in a daemon thread of its own, until stopped; a look
-    that fails is logged and the watch goes on. ``look_first``: the first look at start."""
-
-    def __init__(self, name: str, what: str, interval: float, look_first: bool = False) -> None:
-        self.name, self.what, self.interval, self.look_first = name, what, interval, look_first
-        self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def tick(self) -> None:
-        raise NotImplementedError
-
-    def start(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
-            self._thread.start()
-
-    def stop(self) -> None:
-        self._stopping.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-
-    def _run(self) -> None:
-        if not self.look_first and self._stopping.wait(self.interval):
-            return
-        while True:
-            try:
-                self.tick()
-            except Exception:  # the watch must outlive any one bad look
-                log.exception("watching %s failed", self.what)
-            if self._stopping.wait(self.interval):
-                return
 
 
 class NodeWatch(Watch):

@@ -16,11 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
-import hashlib
-import os
-import tempfile
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -31,15 +26,15 @@ from sqlalchemy.orm import Session
 from gpupool.domain.code import CodeLimits, CodeSummary, digest_of, ref_of
 from gpupool.domain.units import format_bytes
 from gpupool.domain.views import CodeLimitsView, CodeView
-from gpupool.errors import CodeHashMismatch, CodeNotFound, CodeTooLarge, StorageFull
+from gpupool.errors import CodeHashMismatch, CodeNotFound, CodeTooLarge
 from gpupool.executors import code as archives
 from gpupool.services.access import Principal
 from gpupool.services.context import Context
+from gpupool.services.incoming import Incoming
 from gpupool.settings import Settings
 from gpupool.store.models import CodeUploadModel, MembershipModel
 
 INCOMING = "incoming"  # uploads being received, below the code directory
-STALE_UPLOAD_SECONDS = 86400.0  # a part file this old was left by a crash: removed
 
 
 # -- what the API calls ------------------------------------------------------------------------
@@ -84,13 +79,16 @@ async def receive(
     found = ctx.settings.code_limits()
     if declared_bytes is not None and declared_bytes > found.archive_bytes:
         raise too_large(declared_bytes, found)
-    incoming = Incoming.open(ctx.settings.code_dir / INCOMING)
-    try:
+    with Incoming.open(
+        ctx.settings.code_dir / INCOMING,
+        prefix="upload",
+        max_bytes=found.archive_bytes,
+        too_large=lambda size: too_large(size, found),
+        what="code snapshot storage",
+    ) as incoming:
         async for chunk in chunks:
-            incoming.write(chunk, found)
+            incoming.write(chunk)
         return await asyncio.to_thread(_keep, ctx, who, incoming, expected, found)
-    finally:
-        incoming.discard()
 
 
 # -- the steps ---------------------------------------------------------------------------------
@@ -185,84 +183,3 @@ def _not_found(ref: str, where: str = "") -> CodeNotFound:
         "the job's team, uploaded it",
         fields=[{"field": "code", "message": "no such snapshot that you may use"}],
     )
-
-
-class Incoming:
-    """An upload being received: a private temporary file, its SHA-256 and size so far."""
-
-    def __init__(self, path: Path, fd: int) -> None:
-        self.path, self.size = path, 0
-        self._file = os.fdopen(fd, "wb")
-        self._sha = hashlib.sha256()
-
-    @classmethod
-    def open(cls, directory: Path) -> Incoming:
-        try:
-            directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-            _sweep(directory)
-            fd, name = tempfile.mkstemp(prefix="upload-", suffix=".part", dir=directory)
-        except OSError as error:
-            raise _disk_error(error) from error
-        return cls(Path(name), fd)
-
-    def write(self, chunk: bytes, found: CodeLimits) -> None:
-        self.size += len(chunk)
-        if self.size > found.archive_bytes:
-            raise too_large(self.size, found)
-        self._sha.update(chunk)
-        try:
-            self._file.write(chunk)
-        except OSError as error:
-            raise _disk_error(error) from error
-
-    def hexdigest(self) -> str:
-        return self._sha.hexdigest()
-
-    def finish(self) -> None:
-        """Every byte on the disk (fsync), before it is read back or kept."""
-        try:
-            self._file.flush()
-            os.fsync(self._file.fileno())
-            self._file.close()
-        except OSError as error:
-            raise _disk_error(error) from error
-
-    def publish(self, final: Path) -> None:
-        """Rename into place and sync the directory: once this returns, a crash keeps it."""
-        try:
-            final.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            os.chmod(self.path, 0o400)
-            os.replace(self.path, final)
-            _sync_directory(final.parent)
-        except OSError as error:
-            raise _disk_error(error) from error
-
-    def discard(self) -> None:
-        with contextlib.suppress(OSError):
-            self._file.close()
-        self.path.unlink(missing_ok=True)
-
-
-def _sync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _sweep(directory: Path) -> None:
-    """Remove what uploads cut short by a crash left behind (a day old, so never a live one)."""
-    cutoff = time.time() - STALE_UPLOAD_SECONDS
-    for part in directory.glob("upload-*.part"):
-        with contextlib.suppress(OSError):
-            if part.stat().st_mtime < cutoff:
-                part.unlink()
-
-
-def _disk_error(error: OSError) -> Exception:
-    """StorageFull for a full disk (507: the client may try again later); other errors as
-    they are (an operator's problem: the server's log has them)."""
-    if error.errno in (errno.ENOSPC, errno.EDQUOT):
-        return StorageFull()
-    return RuntimeError(f"code snapshot storage failed: {error}")

@@ -333,16 +333,30 @@ def cancel(session: Session, principal: Principal, job_id: int, now: float) -> J
         if job.status == JobStatus.CANCELLED:
             return job
         raise Conflict(f"job {job_id} already ended ({job.status}); nothing to cancel")
+    if flag_cancel(session, job_id, now):
+        record(
+            session, job_id, now, Reason.CANCEL_REQUESTED, f"cancel requested by {principal.name}"
+        )
+    cancel_pending(session, job_id, now, "cancelled before it started")
+    session.refresh(job)
+    return job
+
+
+def flag_cancel(session: Session, job_id: int, now: float) -> bool:
+    """Ask the control loop to stop the job (it stops a running attempt); True when this
+    call set the flag, False when it was set already."""
     flagged = session.execute(
         update(JobModel)
         .where(JobModel.id == job_id, JobModel.cancel_requested_at.is_(None))
         .values(cancel_requested_at=now)
     )
-    if flagged.rowcount:
-        record(
-            session, job_id, now, Reason.CANCEL_REQUESTED, f"cancel requested by {principal.name}"
-        )
-    message = "cancelled before it started"
+    return bool(flagged.rowcount)
+
+
+def cancel_pending(session: Session, job_id: int, now: float, message: str) -> None:
+    """Cancel the job at once if it is still pending, with ``message``. A conditional update
+    after ``flag_cancel``: a cancel racing with a dispatch either wins (the job never starts)
+    or leaves the flag that makes the control loop stop the attempt."""
     ended = session.execute(
         update(JobModel)
         .where(JobModel.id == job_id, JobModel.status == JobStatus.PENDING.value)
@@ -355,8 +369,6 @@ def cancel(session: Session, principal: Principal, job_id: int, now: float) -> J
     )
     if ended.rowcount:
         record(session, job_id, now, Reason.CANCELLED, message)
-    session.refresh(job)
-    return job
 
 
 def events(session: Session, job_id: int, after_id: int = 0) -> list[EventModel]:

@@ -13,10 +13,7 @@ that found nothing more: its runner writes the last points before it records the
 from __future__ import annotations
 
 import json
-import logging
 import math
-import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,10 +23,9 @@ from sqlalchemy.orm import Session
 
 from gpupool.executors.base import Executor, Handle
 from gpupool.scheduler.types import Clock
+from gpupool.services.watch import Watch
 from gpupool.store.db import Database
 from gpupool.store.models import AttemptModel, JobMetricModel, MetricCursorModel
-
-log = logging.getLogger(__name__)
 
 ACTIVE = ("starting", "running", "orphaned")
 INTERVAL_SECONDS = 0.5
@@ -59,7 +55,7 @@ class Batch:
     eof: bool  # nothing more in the file past ``end`` for now
 
 
-class Ingester:
+class Ingester(Watch):
     """Reads every attempt's metric records into the database, every ``interval`` seconds,
     in a thread of its own; ``run_once`` does one pass (tests call it directly)."""
 
@@ -72,21 +68,23 @@ class Ingester:
         batch_bytes: int = BATCH_BYTES,
     ) -> None:
         self.db, self.executor, self.clock = db, executor, clock
-        self.interval, self.batch_bytes = interval, batch_bytes
+        self.batch_bytes = batch_bytes
         self.ingested = 0  # points, since the server started
         self._since = -math.inf  # the first pass looks at every attempt not read to its end
-        self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._busy = False  # the last pass kept points
+        super().__init__("gpupool-metrics", "the jobs' metrics", interval, look_first=True)
 
-    def start(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="gpupool-metrics", daemon=True)
-            self._thread.start()
+    def tick(self) -> int:
+        self._busy = False
+        kept = self.run_once()
+        self._busy = kept > 0
+        return kept
 
-    def stop(self) -> None:
-        self._stopping.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
+    def rest(self, took: float) -> float:
+        # Under a stream of points, passes back to back would take the server's CPU (and
+        # the database's write lock) from the scheduling cycle: rest a few times as long as
+        # the pass took, so ingestion keeps to a share of the time.
+        return REST_FACTOR * took if self._busy else self.interval
 
     def run_once(self) -> int:
         """One pass over every attempt with records to read; the points ingested."""
@@ -104,20 +102,6 @@ class Ingester:
         if empty:  # ended attempts that reported nothing (most, after an upgrade): at once
             self._close_empty(empty)
         return kept
-
-    def _run(self) -> None:
-        while not self._stopping.is_set():
-            began = time.monotonic()
-            try:
-                busy = self.run_once() > 0
-            except Exception:  # the ingester must outlive any one bad pass
-                log.exception("metrics ingestion pass failed")
-                busy = False
-            # Under a stream of points, passes back to back would take the server's CPU
-            # (and the database's write lock) from the scheduling cycle: rest a few times as
-            # long as the pass took, so ingestion keeps to a share of the time.
-            took = time.monotonic() - began
-            self._stopping.wait(REST_FACTOR * took if busy else self.interval)
 
     # -- what to read --------------------------------------------------------------------------
 

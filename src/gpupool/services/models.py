@@ -22,12 +22,6 @@ answered as if the model (or the job) did not exist.
 
 from __future__ import annotations
 
-import contextlib
-import errno
-import hashlib
-import os
-import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,7 +29,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from gpupool.domain.code import CodeLimits, ref_of
+from gpupool.domain.code import ref_of
 from gpupool.domain.jobs import JobStatus
 from gpupool.domain.models import (
     NAME_RULE,
@@ -55,12 +49,12 @@ from gpupool.errors import (
     NotFound,
     SourceJobNotEnded,
     SourceJobNotSucceeded,
-    StorageFull,
 )
 from gpupool.executors import outputs
 from gpupool.services import jobs
 from gpupool.services.access import Principal
 from gpupool.services.context import Context
+from gpupool.services.incoming import Incoming
 from gpupool.services.metrics import final_values
 from gpupool.store.models import (
     ModelFileModel,
@@ -70,7 +64,6 @@ from gpupool.store.models import (
 )
 
 INCOMING = "incoming"  # archives being written, below the model store
-STALE_PART_SECONDS = 86400.0  # an archive being written this old was left by a crash
 
 
 @dataclass(frozen=True)
@@ -233,7 +226,13 @@ def pack(ctx: Context, source: Source) -> Packed:
     """Step 2 (no transaction open): the job's files as one archive in the model store."""
     limits = ctx.settings.model_limits()
     store = ctx.settings.models_dir
-    with _Incoming.open(store / INCOMING, limits) as incoming:
+    with Incoming.open(
+        store / INCOMING,
+        prefix="version",
+        max_bytes=limits.archive_bytes,
+        too_large=lambda _size: outputs.too_large(limits),
+        what="model storage",
+    ) as incoming:
         ctx.executor.pack_outputs(source.job_id, source.node, source.path, limits, incoming)
         incoming.finish()
         files = outputs.index(incoming.path, limits)
@@ -395,81 +394,3 @@ def _summary(row: ModelVersionModel) -> ModelVersionSummary:
         created_at=row.created_at,
         created_by=row.creator.name,
     )
-
-
-class _Incoming:
-    """An archive being written into the model store: a private temporary file, with its
-    SHA-256 and size so far; ModelTooLarge once past the archive limit. Removed on exit
-    unless published."""
-
-    def __init__(self, path: Path, fd: int, limits: CodeLimits) -> None:
-        self.path, self.size, self.limits = path, 0, limits
-        self._file = os.fdopen(fd, "wb")
-        self._sha = hashlib.sha256()
-
-    @classmethod
-    @contextlib.contextmanager
-    def open(cls, directory: Path, limits: CodeLimits) -> Any:
-        try:
-            directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-            _sweep(directory)
-            fd, name = tempfile.mkstemp(prefix="version-", suffix=".part", dir=directory)
-        except OSError as error:
-            raise _disk_error(error) from error
-        incoming = cls(Path(name), fd, limits)
-        try:
-            yield incoming
-        finally:
-            with contextlib.suppress(OSError):
-                incoming._file.close()
-            incoming.path.unlink(missing_ok=True)
-
-    def write(self, chunk: bytes) -> int:
-        self.size += len(chunk)
-        if self.size > self.limits.archive_bytes:
-            raise outputs.too_large(self.limits)
-        self._sha.update(chunk)
-        try:
-            return self._file.write(chunk)
-        except OSError as error:
-            raise _disk_error(error) from error
-
-    def hexdigest(self) -> str:
-        return self._sha.hexdigest()
-
-    def finish(self) -> None:
-        try:
-            self._file.flush()
-            os.fsync(self._file.fileno())
-            self._file.close()
-        except OSError as error:
-            raise _disk_error(error) from error
-
-    def publish(self, final: Path) -> None:
-        """Rename into place and sync the directory: once this returns, a crash keeps it."""
-        try:
-            final.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            os.chmod(self.path, 0o400)
-            os.replace(self.path, final)
-            fd = os.open(final.parent, os.O_RDONLY | os.O_DIRECTORY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        except OSError as error:
-            raise _disk_error(error) from error
-
-
-def _sweep(directory: Path) -> None:
-    """Remove what registrations cut short by a crash left (a day old: never a live one)."""
-    cutoff = time.time() - STALE_PART_SECONDS
-    for part in directory.glob("version-*.part"):
-        with contextlib.suppress(OSError):
-            if part.stat().st_mtime < cutoff:
-                part.unlink()
-
-
-def _disk_error(error: OSError) -> Exception:
-    if error.errno in (errno.ENOSPC, errno.EDQUOT):
-        return StorageFull()
-    return RuntimeError(f"model storage failed: {error}")

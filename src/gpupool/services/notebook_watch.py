@@ -16,7 +16,6 @@ It also records as stopped the notebooks whose job ended by itself.
 from __future__ import annotations
 
 import logging
-import threading
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -28,6 +27,7 @@ from gpupool.domain.notebooks import Kernel, StopCause, Verdict, base_path, idle
 from gpupool.services import metrics, notebooks
 from gpupool.services.context import Context
 from gpupool.services.endpoints import endpoints_of
+from gpupool.services.watch import Watch
 from gpupool.store.models import JobModel, NotebookModel
 
 log = logging.getLogger(__name__)
@@ -54,27 +54,19 @@ class Seen:
     gpu_reports: bool  # its GPUs report utilisation (False: declared GPUs)
 
 
-class IdleWatch:
-    """A look every ``interval`` seconds in a daemon thread of its own, until stopped; a
-    failed look is logged and the watch goes on."""
+class IdleWatch(Watch):
+    """A look every ``min(60 s, idle time / 4)`` in a daemon thread of its own, until
+    stopped; a failed look is logged and the watch goes on."""
 
     def __init__(self, ctx: Context, client: httpx.Client | None = None) -> None:
         self.ctx = ctx
         self.idle_seconds = ctx.settings.notebook_idle_seconds
-        self.interval = min(LONGEST_INTERVAL, self.idle_seconds / 4)
         self.client = client or httpx.Client(timeout=ASK_TIMEOUT, trust_env=False)
-        self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="gpupool-idle", daemon=True)
-            self._thread.start()
+        interval = min(LONGEST_INTERVAL, self.idle_seconds / 4)
+        super().__init__("gpupool-idle", "the notebooks' idleness", interval)
 
     def stop(self) -> None:
-        self._stopping.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
+        super().stop()
         self.client.close()
 
     def tick(self) -> int:
@@ -165,13 +157,6 @@ class IdleWatch:
                     notebooks.stop(session, notebook, now, StopCause.IDLE, message)
                     stopped += 1
         return stopped
-
-    def _run(self) -> None:
-        while not self._stopping.wait(self.interval):
-            try:
-                self.tick()
-            except Exception:  # a failed look must not end the watch
-                log.exception("notebook idle watch failed")
 
 
 def _kernel(item: dict[str, Any]) -> Kernel:

@@ -18,7 +18,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import select, update
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gpupool.domain.jobs import JobKind, JobSpec, JobStatus, Reason, ResourceRequest
@@ -212,23 +212,8 @@ def stop(
 
 def end_job(session: Session, job_id: int, now: float, message: str) -> None:
     job_service.record(session, job_id, now, Reason.NOTEBOOK_STOPPED, message)
-    session.execute(
-        update(JobModel)
-        .where(JobModel.id == job_id, JobModel.cancel_requested_at.is_(None))
-        .values(cancel_requested_at=now)
-    )
-    ended = session.execute(
-        update(JobModel)
-        .where(JobModel.id == job_id, JobModel.status == JobStatus.PENDING.value)
-        .values(
-            status=JobStatus.CANCELLED.value,
-            ended_at=now,
-            reason=Reason.CANCELLED.value,
-            message=message,
-        )
-    )
-    if ended.rowcount:
-        job_service.record(session, job_id, now, Reason.CANCELLED, message)
+    job_service.flag_cancel(session, job_id, now)
+    job_service.cancel_pending(session, job_id, now, message)
 
 
 def settle(session: Session, now: float) -> int:

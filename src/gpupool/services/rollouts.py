@@ -20,8 +20,6 @@ the rest (it is woken when there is something for it).
 
 from __future__ import annotations
 
-import logging
-import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -39,6 +37,7 @@ from gpupool.services.endpoints import Endpoint, endpoints_of
 from gpupool.services.jobs import JobLimits
 from gpupool.services.replicas import stop_replica_job, submit_replica
 from gpupool.services.routing import RoutingTable, Traffic, load_routes
+from gpupool.services.watch import Watch
 from gpupool.settings import Settings
 from gpupool.store.db import Database
 from gpupool.store.models import (
@@ -47,8 +46,6 @@ from gpupool.store.models import (
     JobModel,
     ModelVersionModel,
 )
-
-log = logging.getLogger(__name__)
 
 PROBES_AT_ONCE = 16
 PROBE_TIMEOUT_S = 2.0
@@ -65,19 +62,19 @@ class Probe:
     url: str
 
 
-class DeploymentLoop:
+class DeploymentLoop(Watch):
     """Owned by the platform (started and stopped with it); ``routes`` and ``traffic`` are
-    what the /serve route reads and counts into."""
+    what the /serve route reads and counts into. A pass every health interval, or at once
+    when a deployment changed."""
 
     def __init__(self, db: Database, settings: Settings, clock: Clock, control: LoopSide) -> None:
         self.db, self.settings, self.clock, self.control = db, settings, clock, control
         self.routes = RoutingTable()
         self.traffic = Traffic()
-        self._woken = threading.Event()
-        self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
         self._http: httpx.Client | None = None
         self._pool: ThreadPoolExecutor | None = None
+        interval = settings.deploy_health_interval_seconds
+        super().__init__("gpupool-deployments", "the deployments", interval, look_first=True)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -85,14 +82,10 @@ class DeploymentLoop:
         timeout = min(PROBE_TIMEOUT_S, self.settings.deploy_health_interval_seconds)
         self._http = httpx.Client(timeout=timeout, trust_env=False, follow_redirects=False)
         self._pool = ThreadPoolExecutor(PROBES_AT_ONCE, thread_name_prefix="gpupool-health")
-        self._thread = threading.Thread(target=self._run, name="gpupool-deployments", daemon=True)
-        self._thread.start()
+        super().start()
 
     def stop(self) -> None:
-        self._stopping.set()
-        self._woken.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
+        super().stop()
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
         if self._http is not None:
@@ -107,16 +100,10 @@ class DeploymentLoop:
             self.routes.put(found[name])
         else:
             self.routes.remove(name)
-        self._woken.set()
+        self.wake()
 
-    def _run(self) -> None:
-        while not self._stopping.is_set():
-            try:
-                self.run_once()
-            except Exception:  # the loop must outlive any one bad pass
-                log.exception("deployments pass failed")
-            self._woken.wait(self.settings.deploy_health_interval_seconds)
-            self._woken.clear()
+    def tick(self) -> None:
+        self.run_once()
 
     # -- one pass ----------------------------------------------------------------------------
 

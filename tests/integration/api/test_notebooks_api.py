@@ -14,6 +14,7 @@ from gpupool.services import notebooks
 from gpupool.services.platform import Platform
 from gpupool.store.models import JobModel, NotebookModel
 from tests.support.platform import make_settings, refused, running_app
+from tests.support.waiting import wait_for
 
 
 @pytest.fixture(scope="module")
@@ -28,6 +29,10 @@ def _start(client: TestClient, **body: object) -> dict:
     answer = client.post("/api/v1/notebooks", json=body)
     assert answer.status_code == 201, answer.text
     return answer.json()
+
+
+def _stopped(notebook: dict) -> dict | None:
+    return notebook if notebook["state"] == "stopped" else None
 
 
 def test_a_start_queues_a_notebook_job_that_runs_jupyterlab_in_the_workspace(app) -> None:  # noqa: ANN001
@@ -49,8 +54,13 @@ def test_stop_then_resume_starts_a_new_job_with_a_new_token(app) -> None:  # noq
     client, platform = app
     made = _start(client)
     refused(client.post(f"/api/v1/notebooks/{made['id']}/resume"), 409, "notebook_active")
-    stopped = client.post(f"/api/v1/notebooks/{made['id']}/stop").json()
-    assert stopped["state"] == "stopped" and stopped["stop_reason"] == "StoppedByUser"
+    client.post(f"/api/v1/notebooks/{made['id']}/stop").raise_for_status()
+    # the loop may have placed its job already (a launch that never starts): then the stop
+    # ends it a moment later, and the notebook is "stopping" until then
+    stopped = wait_for(
+        lambda: _stopped(client.get(f"/api/v1/notebooks/{made['id']}").json()), what="stopped"
+    )
+    assert stopped["stop_reason"] == "StoppedByUser"
     assert stopped["message"].startswith("stopped by admin")
     job = client.get(f"/api/v1/jobs/{made['job_id']}").json()
     assert job["status"] == "cancelled"

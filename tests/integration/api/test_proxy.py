@@ -86,6 +86,51 @@ def test_an_answer_is_passed_on_as_it_comes(web: httpx.Client) -> None:
         assert list(lines) == ["last"]
 
 
+@pytest.fixture
+def whole(proxied: Proxied) -> Iterator[httpx.Client]:
+    """A client of the job as /serve reaches a replica: small answers passed on whole."""
+    with httpx.Client(base_url=f"{proxied.url}/whole/{proxied.job_id}") as client:
+        yield client
+
+
+def test_a_small_answer_is_passed_on_whole_as_the_workload_sent_it(whole: httpx.Client) -> None:
+    said = whole.post("/sized", params={"q": "1"}, json={"inputs": [1]})
+    assert said.status_code == 200 and said.headers["content-length"] == str(len(said.content))
+    assert "transfer-encoding" not in said.headers
+    assert (said.json()["path"], said.json()["query"]) == ("/sized", "q=1")
+    assert said.json()["body"] == '{"inputs":[1]}'
+    zipped = whole.get("/gzip")  # undecoded: its Content-Length is the zipped size
+    assert zipped.headers["content-encoding"] == "gzip" and zipped.text == "zipped " * 100
+    assert int(zipped.headers["content-length"]) < len(zipped.text)
+    head = whole.head("/sized")
+    assert head.status_code == 200 and head.content == b"" and "content-length" in head.headers
+
+
+def test_an_answer_passed_on_whole_keeps_the_platforms_cookie_out(whole: httpx.Client) -> None:
+    answer = whole.get("/set-cookies")
+    assert answer.headers.get_list("set-cookie") == ["theirs=kept; Path=/"]
+    assert whole.get("/redirect").headers["location"] == "/landed?x=1"
+
+
+def test_an_answer_of_unsaid_length_is_still_streamed(whole: httpx.Client) -> None:
+    with whole.stream("GET", "/stream") as answer:
+        lines = answer.iter_lines()
+        assert next(lines) == "first"
+        assert whole.get("/release").text == "released"
+        assert list(lines) == ["last"]
+
+
+def test_a_workloads_own_502_is_told_apart_from_the_proxys(proxied: Proxied) -> None:
+    """/serve sends a request to the next replica after the proxy's 502, never after the
+    replica's own."""
+    own = httpx.get(f"{proxied.url}/whole/{proxied.job_id}/own-502")
+    assert own.status_code == 502 and own.text == "the workload's own 502"
+    assert "x-proxy-made" not in own.headers
+    gone = httpx.get(f"{proxied.url}/port/{free_port()}/x")
+    assert gone.status_code == 502 and gone.json()["error"]["code"] == "upstream_unavailable"
+    assert gone.headers["x-proxy-made"] == "1"
+
+
 def test_a_redirect_to_the_workloads_own_address_becomes_a_path(web: httpx.Client) -> None:
     answer = web.get("/redirect")
     assert answer.status_code == 302

@@ -1,0 +1,66 @@
+"""A look every interval in a daemon thread of its own, until stopped.
+
+The platform's background loops (the cluster's node and head watches, the metrics ingester,
+the notebook idle watch, the deployment loop) are each one: a ``tick`` that may fail (logged,
+and the loop goes on), a rest between looks, a ``wake`` that ends the rest early, and a
+``stop`` that ends the loop and waits for its thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+log = logging.getLogger(__name__)
+
+JOIN_TIMEOUT_S = 10.0
+
+
+class Watch:
+    """A look every ``interval`` seconds in a daemon thread of its own, until stopped; a look
+    that fails is logged and the watch goes on. ``look_first``: the first look at start.
+    Subclasses give ``tick``; ``rest`` may make the rest depend on how long the look took."""
+
+    def __init__(self, name: str, what: str, interval: float, look_first: bool = False) -> None:
+        self.name, self.what, self.interval, self.look_first = name, what, interval, look_first
+        self._stopping = threading.Event()
+        self._woken = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def tick(self) -> object:
+        raise NotImplementedError
+
+    def rest(self, took: float) -> float:
+        """How long to rest after a look that took ``took`` seconds."""
+        return self.interval
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+            self._thread.start()
+
+    def wake(self) -> None:
+        """Look again now, without waiting for the rest to end."""
+        self._woken.set()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._woken.set()
+        if self._thread is not None:
+            self._thread.join(timeout=JOIN_TIMEOUT_S)
+
+    def _run(self) -> None:
+        if not self.look_first:
+            self._pause(self.interval)
+        while not self._stopping.is_set():
+            began = time.monotonic()
+            try:
+                self.tick()
+            except Exception:  # the watch must outlive any one bad look
+                log.exception("watching %s failed", self.what)
+            self._pause(self.rest(time.monotonic() - began))
+
+    def _pause(self, seconds: float) -> None:
+        self._woken.wait(seconds)
+        self._woken.clear()
