@@ -2,7 +2,8 @@
 API (another team's member, a viewer, a revoked key, another deployment's key, no
 credentials), what reaches a replica (never the platform's cookie, the caller's token or a
 key), and what a replica can reach (not another deployment's model files, not the server's
-database of keys, not a write into its own read-only model)."""
+database of keys, not a write into its own read-only model; none of ``hostile.ACTIONS``
+against another team's running job and the server)."""
 
 from __future__ import annotations
 
@@ -15,10 +16,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
+from tests.security import hostile
+from tests.security.conftest import Pool
+from tests.security.test_hostile_job import VICTIM, _targets
 from tests.support import replica_probe
 from tests.support.proxying import echo_command
 from tests.support.server import ServerProcess
@@ -56,7 +61,9 @@ def world() -> Iterator[World]:
         pytest.skip("bubblewrap (bwrap) is not installed: make test installs it as root")
     base = Path(tempfile.mkdtemp(prefix="gpupool-deploy-sec-", dir="/tmp"))
     base.chmod(0o755)
-    env = {"GPUPOOL_DEPLOY_HEALTH_INTERVAL_SECONDS": "0.5"}
+    home = base / "home"  # the server's: the admin's saved CLI token goes there
+    home.mkdir()
+    env = {"GPUPOOL_DEPLOY_HEALTH_INTERVAL_SECONDS": "0.5", "HOME": str(home)}
     server = ServerProcess(base / "data", env=env).start()
     admin = httpx.Client(
         base_url=f"{server.url}/api/v1", headers={"Authorization": f"Bearer {server.token}"}
@@ -238,3 +245,45 @@ def test_a_websocket_reaches_the_replica_for_its_team_only(world: World) -> None
         with pytest.raises(InvalidStatus) as refused:
             connect(url, additional_headers=headers)
         assert refused.value.response.status_code == status
+
+
+def test_a_hostile_replica_of_another_team_reaches_nothing(world: World, exchange: Path) -> None:
+    """``hostile.ACTIONS`` as a replica's command (team B's deployment, no model) against a
+    running job of team A and the server: every action blocked, A's job and files intact."""
+    home = Path(world.server.extra_env["HOME"])  # this module's server, as the hostile job's
+    pool = Pool(world.server, home, devices=Path("/dev"), as_root=False)  # tests see theirs
+    member, outsider = world.clients["member"], world.clients["outsider"]
+    victim = pool.submit(
+        member, [sys.executable, "-c", VICTIM], resources={"gpus": 1}, workdir=str(exchange)
+    )["id"]
+    wait_for(lambda: "victim ready" in pool.log(victim), 30, "team A's job to run", 0.1)
+    targets = _targets(pool, victim, exchange) | {"victim_user": "member"}
+    body = {
+        "name": "hostile-b",
+        "command": hostile.command(targets),
+        "env": {"HOSTILE_TOKEN": outsider.headers["Authorization"]},  # B's own
+        "resources": {"gpus": 1},
+    }
+    made = outsider.post("/deployments", json=body)
+    assert made.status_code == 201, made.text
+    first = wait_for(lambda: _replica_job(world, "hostile-b"), 30, "its replica's job", 0.1)
+    ended = pool.wait(first, FINAL, timeout=30)  # then restarted in its slot: a job of its own
+    assert outsider.post("/deployments/hostile-b/stop").status_code == 200
+    log = pool.log(first)
+    assert ended["status"] == "succeeded", log
+
+    found = hostile.outcomes(log)
+    assert hostile.allowed(found) == {}, found
+    listing = found["learn the other team's job from the node listing"]
+    assert listing == "blocked: PermissionError", "it saw A's job listed, without its name"
+    assert pool.job(victim)["status"] == "running"
+    assert psutil.pid_exists(targets["victim_pid"]) and psutil.pid_exists(targets["server_pid"])
+    assert "exit_code" not in pool.state(victim), "A's attempt state was not forged"
+    (exchange / "release").touch()
+    assert pool.wait(victim, FINAL)["status"] == "succeeded", pool.log(victim)
+    assert "victim intact" in pool.log(victim)
+
+
+def _replica_job(world: World, name: str) -> int | None:
+    replicas = world.admin.get(f"/deployments/{name}").json()["replica_list"]
+    return replicas[0]["job_id"] if replicas else None
