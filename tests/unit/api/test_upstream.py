@@ -121,12 +121,14 @@ def test_an_answer_that_ends_with_the_connection_is_read_to_its_close() -> None:
     asyncio.run(run())
 
 
-def test_an_answer_to_head_has_no_body_whatever_its_length_says() -> None:
+def test_an_answer_to_head_or_a_204_has_no_body_whatever_its_length_says() -> None:
     async def run() -> None:
-        async with replica(OK.removesuffix(b"hello"), OK) as found:
+        no_content = b"HTTP/1.1 204 No Content\r\nContent-Length: 5\r\n\r\n"
+        async with replica(OK.removesuffix(b"hello"), no_content, OK) as found:
             upstreams = Upstreams()
             head = await ask(upstreams, found, "HEAD")
             assert head.body == b"" and ("Content-Length", "5") in head.headers
+            assert (await ask(upstreams, found)).body == b""  # nor has a 204
             assert (await ask(upstreams, found)).body == b"hello"  # the same connection
             assert found.connections == 1
             await upstreams.aclose()
@@ -173,7 +175,10 @@ def test_the_request_carries_the_replicas_host_and_its_own_length() -> None:
         b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello",
         b"HTTP/1.1 200 OK\r\nContent-Length: -5\r\n\r\nhello",
         b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n-5\r\nhello\r\n0\r\n\r\n",
-        b"HTTP/1.1 200 OK\r\nX-A: 1\r\n folded\r\nContent-Length: 0\r\n\r\n",
+        b"HTTP/2.0 200 OK\r\nContent-Length: 0\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nX-A 1\r\nContent-Length: 0\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\n folded\r\nContent-Length: 0\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\nhello",
         b"HTTP/1.1 200 OK\r\nX-Big: " + b"x" * (70 * 1024) + b"\r\n\r\n",
         b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\n\r\n",
         b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\ncut",
@@ -190,6 +195,19 @@ def test_answers_it_will_not_pass_on_are_broken(answer: bytes) -> None:
     asyncio.run(run())
 
 
+def test_a_folded_header_line_is_passed_on_unfolded() -> None:
+    folded = b"HTTP/1.1 200 OK\r\nX-A: 1\r\n  2\r\nContent-Length: 5\r\n\r\nhello"
+
+    async def run() -> None:
+        async with replica(folded) as found:
+            upstreams = Upstreams()
+            answer = await ask(upstreams, found)
+            assert ("X-A", "1 2") in answer.headers and answer.body == b"hello"
+            await upstreams.aclose()
+
+    asyncio.run(run())
+
+
 def test_a_request_that_cannot_be_sent_as_it_is_is_refused_before_sending() -> None:
     async def run() -> None:
         async with replica(OK) as found:
@@ -197,8 +215,11 @@ def test_a_request_that_cannot_be_sent_as_it_is_is_refused_before_sending() -> N
             address = ("127.0.0.1", found.port)
             with pytest.raises(Broken):
                 await upstreams.request("GET", address, "/a b", [], b"", WHOLE)
+            for header in [("X-A", "1\r\nX-B: 2"), ("X-A", "1\x00"), ("X A", "1")]:
+                with pytest.raises(Broken):
+                    await upstreams.request("GET", address, "/", [header], b"", WHOLE)
             with pytest.raises(Broken):
-                await upstreams.request("GET", address, "/", [("X-A", "1\r\nX-B: 2")], b"", WHOLE)
+                await upstreams.request("GET", address, "http://elsewhere/", [], b"", WHOLE)
             assert found.requests == []
             await upstreams.aclose()
 
