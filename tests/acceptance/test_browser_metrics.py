@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from tests.conftest import REPO
-from tests.support.chromium import NEEDS_CHROMIUM, SLOW, launched
+from tests.support.chromium import NEEDS_CHROMIUM, SLOW
 from tests.support.server import ServerProcess
 from tests.support.waiting import wait_for
 
@@ -70,12 +70,6 @@ def _kept(api: httpx.Client, job_id: int) -> bool:
     return api.get(f"/jobs/{job_id}/metrics").json()["complete"]
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[object]:
-    with launched() as chromium:
-        yield chromium
-
-
 @pytest.fixture
 def page(browser, pool: ServerProcess) -> Iterator[object]:  # noqa: ANN001
     context = browser.new_context(base_url=pool.url, viewport={"width": 1280, "height": 900})
@@ -88,6 +82,8 @@ def page(browser, pool: ServerProcess) -> Iterator[object]:  # noqa: ANN001
     opened.get_by_role("button", name="Sign in").click()
     expect(opened).to_have_url(re.compile(r"^[^?]*/jobs$"), timeout=SLOW)
     yield opened
+    context.close()
+    assert not errors, f"JavaScript errors: {errors}"
     context.close()
     assert not errors, f"JavaScript errors: {errors}"
 

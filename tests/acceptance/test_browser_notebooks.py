@@ -80,7 +80,7 @@ def test_a_notebook_runs_behind_the_proxy_and_gives_its_gpu_back_when_idle(
     _another_team_gets_404(server, Lab(server.url, notebook, bob), kernel)
     _its_own_port_refuses_without_its_token(admin, made["job_id"], notebook)
 
-    page = _signed_in(browser, server, "alice", alice)
+    page, errors = _signed_in(browser, server, "alice", alice)
     _start_and_stop_one_in_the_ui(page)
     page.goto(f"/notebooks/{notebook}")
     expect(page.locator("#nb-state")).to_contain_text("running")
@@ -110,6 +110,7 @@ def test_a_notebook_runs_behind_the_proxy_and_gives_its_gpu_back_when_idle(
     assert lab.read_file("kept.txt") == "written before the idle stop"
     assert (server.data_dir / "workspaces" / "alice" / "kept.txt").exists()  # one per user
     page.context.close()
+    assert not errors, f"JavaScript errors: {errors}"
 
 
 # -- steps -------------------------------------------------------------------------------------
@@ -191,13 +192,19 @@ def _its_own_port_refuses_without_its_token(
 def _signed_in(browser, server: ServerProcess, user: str, password: str):  # noqa: ANN001, ANN202
     context = browser.new_context(base_url=server.url, viewport={"width": 1280, "height": 900})
     page = context.new_page()
+    # JavaScript errors of gpupool's own pages (JupyterLab's, under /lab, are its own)
+    errors: list[str] = []
+    page.on(
+        "pageerror",
+        lambda error: "/lab" not in page.url and errors.append(f"{page.url}: {error}"),
+    )
     page.goto("/login?next=/notebooks")
     page.get_by_label("User name").fill(user)
     page.get_by_label("Password or API token").fill(password)
     page.get_by_role("button", name="Sign in").click()
     expect(page).to_have_url(re.compile(r"/notebooks$"), timeout=SLOW)
     expect(page.locator("#notebooks")).to_contain_text("explore")
-    return page
+    return page, errors
 
 
 def _stopped(admin: httpx.Client, notebook: int) -> dict | None:
