@@ -1,8 +1,9 @@
 """Deployments from the real CLI against a real server: a tiny PyTorch model trained by a job
 (examples/train_tiny.py), registered, deployed with 2 replicas of the built-in server; it
-answers through /serve; a replica killed with SIGKILL is restarted while the endpoint keeps
-answering; a rolling update to version 2 under a stream of requests fails none and ends on
-version 2; scale 2 -> 1 -> 2; stop."""
+answers through /serve, and a process of the node that calls a replica's port directly gets
+403 (the replica's token, never shown by the API, is only the proxy's); a replica killed with
+SIGKILL is restarted while the endpoint keeps answering; a rolling update to version 2 under
+a stream of requests fails none and ends on version 2; scale 2 -> 1 -> 2; stop."""
 
 from __future__ import annotations
 
@@ -78,9 +79,10 @@ def test_deploy_survive_a_kill_roll_scale_and_stop(
     assert len(answer.json()["outputs"]) == 2 and answer.json()["model"]["sha256"] == versions[1]
     bad = api.post("/serve/tiny/predict", json={"rows": []})
     assert bad.status_code == 400 and bad.json()["error"]["code"] == "bad_inputs"
+    _direct_calls_are_refused(api, deployed)
 
     victim = deployed["replica_list"][0]
-    killed = [psutil.Process(pid) for pid in _serving_pids(victim["job_id"])]
+    killed = [psutil.Process(pid) for pid, _ in _serving(victim["job_id"])]
     for process in killed:
         process.send_signal(signal.SIGKILL)
     psutil.wait_procs(killed, timeout=30)  # its port closed: a request now is refused there
@@ -107,6 +109,23 @@ def test_deploy_survive_a_kill_roll_scale_and_stop(
     cli.ok("deploy", "stop", "tiny")
     assert api.post("/serve/tiny/predict", json=ROWS).status_code == 404
     assert cli.json("deploy", "ls") == []
+
+
+def _direct_calls_are_refused(api: httpx.Client, deployed: dict) -> None:
+    """A process of the node that finds a replica's port (here, from its environment) and
+    calls it past /serve gets 403, health included; /serve works, with a forged token header
+    too (dropped); the token is in no answer of the API about the deployment or its job."""
+    job_id = deployed["replica_list"][0]["job_id"]
+    env = _serving(job_id)[0][1]
+    token, url = env["GPUPOOL_REPLICA_TOKEN"], f"http://{env['GPUPOOL_LISTEN_HOST']}:{env['PORT']}"
+    forged = {"X-Gpupool-Replica-Token": "forged"}
+    for headers in ({}, forged):
+        assert httpx.get(f"{url}/health", headers=headers).status_code == 403
+        assert httpx.post(f"{url}/predict", json=ROWS, headers=headers).status_code == 403
+    assert api.post("/serve/tiny/predict", json=ROWS, headers=forged).status_code == 200
+    shown = [api.get(p).text for p in ("/api/v1/deployments/tiny", f"/api/v1/jobs/{job_id}")]
+    shown.append(api.get("/api/v1/jobs").text)
+    assert token and all(token not in text for text in shown)
 
 
 def _pages_show_it(pool: ServerProcess) -> None:
@@ -167,8 +186,9 @@ def _rolled(api: httpx.Client, version: int) -> bool:
     return found["state"] == "running" and found["version"] == version and found["ready"] == 2
 
 
-def _serving_pids(job_id: int) -> list[int]:
-    """The built-in server's process of the replica job ``job_id`` (by its environment)."""
+def _serving(job_id: int) -> list[tuple[int, dict[str, str]]]:
+    """The built-in server's processes of the replica job ``job_id`` (found by their
+    environment), each with that environment."""
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -179,6 +199,7 @@ def _serving_pids(job_id: int) -> list[int]:
         except OSError:
             continue
         if b"gpupool.serving" in command and f"GPUPOOL_JOB_ID={job_id}".encode() in environ:
-            found.append(int(entry))
+            pairs = (item.decode(errors="replace").partition("=") for item in environ if item)
+            found.append((int(entry), {name: value for name, _, value in pairs}))
     assert found, f"no built-in server of job {job_id}"
     return found

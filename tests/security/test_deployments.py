@@ -21,6 +21,7 @@ import pytest
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
+from gpupool.domain.deployments import REPLICA_TOKEN_HEADER as TOKEN_HEADER
 from tests.security import hostile
 from tests.security.conftest import Pool
 from tests.security.test_hostile_job import VICTIM, _targets
@@ -196,6 +197,15 @@ def test_the_proxy_never_forwards_the_cookie_the_token_or_the_key(world: World) 
         assert seen["path"] == "/echo?q=1"
     kept = world.serve("probe-a", headers={"Cookie": f"gpupool_session={cookie}; theirs=kept"})
     assert "theirs=kept" in str(kept.json()["headers"])
+    forged = world.serve("probe-a", secret=world.keys["a"], headers={TOKEN_HEADER: "forged"})
+    assert _replica_tokens(forged.json()["headers"]) == _replica_tokens(kept.json()["headers"])
+
+
+def _replica_tokens(headers: list[list[str]]) -> list[str]:
+    """The replica token headers a replica got: exactly one, the platform's (not forged)."""
+    found = [value for name, value in headers if name.lower() == TOKEN_HEADER.lower()]
+    assert len(found) == 1 and found[0] != "forged" and len(found[0]) >= 32, found
+    return found
 
 
 def test_what_a_replica_answers_never_runs_as_a_page_of_the_platform(world: World) -> None:
@@ -234,12 +244,13 @@ def test_a_replica_reaches_neither_another_deployments_model_nor_the_keys(world:
 
 def test_a_websocket_reaches_the_replica_for_its_team_only(world: World) -> None:
     url = world.server.url.replace("http://", "ws://") + "/serve/echo-a/ws"
-    member = {"Authorization": f"Bearer {world.tokens['member']}"}
+    member = {"Authorization": f"Bearer {world.tokens['member']}", TOKEN_HEADER: "forged"}
     with connect(url, additional_headers=member) as ws:
         said = json.loads(ws.recv())
         ws.send("hello")
         assert ws.recv() == "hello"
     assert said["path"] == "/ws" and world.tokens["member"] not in str(said["headers"])
+    _replica_tokens(said["headers"])  # the platform's, added after the client's was dropped
     for secret, status in ((world.tokens["outsider"], 404), (world.keys["b"], 404), (None, 401)):
         headers = {"Authorization": f"Bearer {secret}"} if secret else {}
         with pytest.raises(InvalidStatus) as refused:

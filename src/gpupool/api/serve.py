@@ -4,7 +4,9 @@ Who may call (``services.deployment_access``): the members of its team and admin
 platform's session cookie or an API token (``Authorization: Bearer``), and the holders of one
 of its keys (``Authorization: Bearer gpd_...``). Anyone else gets 404 (a viewer of its team:
 403); without credentials, 401. No ready replica: 503 no_healthy_replica, with Retry-After.
-Neither the key, the token nor the cookie reaches the replica (``api.forwarding``).
+Neither the key, the token nor the cookie reaches the replica (``api.forwarding``); the
+replica's own token (``X-Gpupool-Replica-Token``) is added after every client-sent
+``X-Gpupool-*`` header was dropped, so that it can refuse any other caller of its node.
 
 Every answer carries ``Content-Security-Policy: sandbox``: a replica's HTML never runs as a
 page of the platform's origin.
@@ -73,7 +75,7 @@ async def serve_websocket(websocket: WebSocket, name: str, path: str) -> None:
         await refuse_websocket(websocket, NoHealthyReplica())
         return
     target = "ws" + picked[1].url.removeprefix("http") + _upstream_path(websocket, name)
-    await proxy_of(websocket).websocket(websocket, target)
+    await proxy_of(websocket).websocket(websocket, target, route.headers_for(picked[0]))
 
 
 async def _route(ctx: Platform, connection: HTTPConnection, name: str) -> Route:
@@ -98,7 +100,11 @@ async def _forward(
         tried.add(replica_id)
         try:
             answer = await proxy_of(request).http(
-                request, endpoint.url + path, raise_refused=True, whole=True
+                request,
+                endpoint.url + path,
+                route.headers_for(replica_id),
+                raise_refused=True,
+                whole=True,
             )
         except UpstreamRefused as error:  # nothing was sent: the next replica gets it
             answer = JSONResponse(error_body(error.code, error.message), status_code=error.status)

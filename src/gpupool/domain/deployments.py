@@ -28,6 +28,10 @@ NAME_RULE = (
 MAX_REPLICAS = 64
 KEY_PREFIX = "gpd"  # a deployment key: told apart from an API token (gpt_) at a glance
 HEALTH_PATH = "/health"
+# The secret a replica is started with (in its environment), and the header in which the
+# platform's proxy and health checks send it: a replica answers only those who know it.
+REPLICA_TOKEN_ENV = "GPUPOOL_REPLICA_TOKEN"
+REPLICA_TOKEN_HEADER = "X-Gpupool-Replica-Token"
 _NAME = re.compile(NAME_PATTERN)
 _PATH = re.compile(r"^/[A-Za-z0-9._~!$&'()*+,;=:@%/?-]{0,499}$")
 

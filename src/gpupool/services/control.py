@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 
 from sqlalchemy import bindparam, insert, select, update
 
+from gpupool.domain.deployments import REPLICA_TOKEN_ENV
 from gpupool.domain.isolation import IsolationStatus
 from gpupool.domain.jobs import JobSpec, JobStatus, Reason, StopReason
 from gpupool.domain.notebooks import token_env as notebook_token_env
@@ -52,6 +53,7 @@ from gpupool.settings import Settings
 from gpupool.store.db import Database
 from gpupool.store.models import (
     AttemptModel,
+    DeploymentReplicaModel,
     EventModel,
     JobArrayModel,
     JobModel,
@@ -655,7 +657,7 @@ class ControlLoop:
                 size = session.get(JobArrayModel, array_id).size
                 env = {**task.env, **arrays.array_env(array_id, array_index, size)}
                 task = replace(task, env=env)
-            if spec.listen:  # a notebook's token: told to its workload, never in its spec
+            if spec.listen:  # a notebook's or replica's token: told to it, never in its spec
                 task = replace(task, env={**task.env, **secret_env(session, part.job_id)})
             tasks.append(task)
         return Claimed(attempt.id, tasks, spec.max_runtime_seconds)
@@ -721,9 +723,15 @@ def _outcome(job_status: str) -> str:
 
 def secret_env(session, job_id: int) -> dict[str, str]:  # noqa: ANN001
     """What a workload is told that its job's spec never holds (the spec is shown to the
-    job's team): the token a notebook's JupyterLab is started with."""
+    job's team): the token a notebook's JupyterLab, or a deployment's replica, is started
+    with."""
     token = session.scalar(select(NotebookModel.token).where(NotebookModel.job_id == job_id))
-    return notebook_token_env(token) if token else {}
+    if token:
+        return notebook_token_env(token)
+    replica = session.scalar(
+        select(DeploymentReplicaModel.token).where(DeploymentReplicaModel.job_id == job_id)
+    )
+    return {REPLICA_TOKEN_ENV: replica} if replica else {}
 
 
 def node_addresses(session, names: list[str]) -> dict[str, str | None]:  # noqa: ANN001

@@ -20,6 +20,7 @@ the rest (it is woken when there is something for it).
 
 from __future__ import annotations
 
+import secrets
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -27,7 +28,12 @@ import httpx
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from gpupool.domain.deployments import LIVE_STATES, DeploymentReason, ReplicaState
+from gpupool.domain.deployments import (
+    LIVE_STATES,
+    REPLICA_TOKEN_HEADER,
+    DeploymentReason,
+    ReplicaState,
+)
 from gpupool.domain.jobs import JobStatus
 from gpupool.errors import GpupoolError
 from gpupool.scheduler.types import Clock
@@ -60,6 +66,7 @@ class Probe:
     replica_id: int
     job_id: int
     url: str
+    token: str | None
 
 
 class DeploymentLoop(Watch):
@@ -122,17 +129,22 @@ class DeploymentLoop(Watch):
         """What to check: each replica whose job runs and has an endpoint."""
         with self.db.reader() as session:
             rows = session.execute(
-                select(DeploymentReplicaModel.id, DeploymentReplicaModel.job_id, DeploymentModel)
+                select(
+                    DeploymentReplicaModel.id,
+                    DeploymentReplicaModel.job_id,
+                    DeploymentReplicaModel.token,
+                    DeploymentModel,
+                )
                 .join(DeploymentModel, DeploymentModel.id == DeploymentReplicaModel.deployment_id)
                 .where(
                     DeploymentReplicaModel.state.in_([s.value for s in LIVE_STATES]),
                     DeploymentReplicaModel.job_id.is_not(None),
                 )
             ).all()
-            endpoints = endpoints_of(session, [job_id for _, job_id, _ in rows])
+            endpoints = endpoints_of(session, [row.job_id for row in rows])
             return [
-                Probe(replica_id, job_id, _url(endpoints[job_id], deployment.template))
-                for replica_id, job_id, deployment in rows
+                Probe(replica_id, job_id, _url(endpoints[job_id], deployment.template), token)
+                for replica_id, job_id, token, deployment in rows
                 if job_id in endpoints
             ]
 
@@ -145,7 +157,8 @@ class DeploymentLoop(Watch):
 
     def _passes(self, probe: Probe) -> bool:
         try:
-            return 200 <= self._http.get(probe.url).status_code < 300
+            headers = {REPLICA_TOKEN_HEADER: probe.token} if probe.token else None
+            return 200 <= self._http.get(probe.url, headers=headers).status_code < 300
         except httpx.HTTPError:
             return False
 
@@ -289,6 +302,7 @@ class Pass:
                 self._say(deployment, DeploymentReason.SUBMIT_FAILED, replica.message)
             return
         replica.job_id, replica.next_start_at, replica.failures = job.id, None, 0
+        replica.token = secrets.token_urlsafe(32)  # its job is told it at launch
         replica.state = ReplicaState.PENDING.value
         self.submitted = True
 

@@ -13,12 +13,13 @@ from __future__ import annotations
 import itertools
 import threading
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from gpupool.domain.deployments import ReplicaState, TrafficView
+from gpupool.domain.deployments import REPLICA_TOKEN_HEADER, ReplicaState, TrafficView
 from gpupool.services.endpoints import Endpoint, endpoints_of
 from gpupool.store.models import DeploymentKeyModel, DeploymentModel, DeploymentReplicaModel
 
@@ -27,13 +28,20 @@ LATENCY_SAMPLES = 2048  # the latest requests' latencies kept per deployment and
 
 @dataclass(frozen=True)
 class Route:
-    """A live deployment as the proxy sees it: ``replicas`` are its READY ones."""
+    """A live deployment as the proxy sees it: ``replicas`` are its READY ones, ``tokens``
+    the secret each was started with (by replica id: sent to it with each request)."""
 
     deployment_id: int
     name: str
     team_id: int
     replicas: tuple[tuple[int, Endpoint], ...] = ()
     key_hashes: frozenset[str] = frozenset()
+    tokens: Mapping[int, str] = field(default_factory=dict)
+
+    def headers_for(self, replica_id: int) -> dict[str, str]:
+        """What the proxy adds to a request to this replica (its token)."""
+        token = self.tokens.get(replica_id)
+        return {REPLICA_TOKEN_HEADER: token} if token else {}
 
 
 class RoutingTable:
@@ -77,7 +85,7 @@ def load_routes(session: Session, name: str | None = None) -> dict[str, Route]:
         query = query.where(DeploymentModel.name == name)
     deployments = session.execute(query).all()
     ids = [row.id for row in deployments]
-    ready = _ready(session, ids)
+    ready, tokens = _ready(session, ids)
     keys = _keys(session, ids)
     return {
         row.name: Route(
@@ -86,18 +94,23 @@ def load_routes(session: Session, name: str | None = None) -> dict[str, Route]:
             row.team_id,
             tuple(ready.get(row.id, ())),
             keys.get(row.id, frozenset()),
+            {rid: tokens[rid] for rid, _ in ready.get(row.id, ()) if rid in tokens},
         )
         for row in deployments
     }
 
 
-def _ready(session: Session, ids: list[int]) -> dict[int, list[tuple[int, Endpoint]]]:
-    """The ready replicas of each deployment that have an endpoint, by replica id."""
+def _ready(
+    session: Session, ids: list[int]
+) -> tuple[dict[int, list[tuple[int, Endpoint]]], dict[int, str]]:
+    """The ready replicas of each deployment that have an endpoint, by replica id, and
+    each one's token."""
     rows = session.execute(
         select(
             DeploymentReplicaModel.deployment_id,
             DeploymentReplicaModel.id,
             DeploymentReplicaModel.job_id,
+            DeploymentReplicaModel.token,
         )
         .where(
             DeploymentReplicaModel.deployment_id.in_(ids),
@@ -107,10 +120,13 @@ def _ready(session: Session, ids: list[int]) -> dict[int, list[tuple[int, Endpoi
     ).all()
     endpoints = endpoints_of(session, [row.job_id for row in rows if row.job_id is not None])
     found: dict[int, list[tuple[int, Endpoint]]] = {}
-    for deployment_id, replica_id, job_id in rows:
+    tokens: dict[int, str] = {}
+    for deployment_id, replica_id, job_id, token in rows:
         if job_id in endpoints:
             found.setdefault(deployment_id, []).append((replica_id, endpoints[job_id]))
-    return found
+            if token:
+                tokens[replica_id] = token
+    return found, tokens
 
 
 def _keys(session: Session, ids: list[int]) -> dict[int, frozenset[str]]:

@@ -11,10 +11,16 @@ framework).
 
 It listens on ``$GPUPOOL_LISTEN_HOST:$PORT`` (gpupool gives both to a listening job) and loads
 the model in the background, so its health answers from the first moment.
+
+It answers only requests that carry ``X-Gpupool-Replica-Token: $GPUPOOL_REPLICA_TOKEN`` (the
+secret the platform started the replica with; its proxy and health checks send it): any
+other caller — another process of the node, past /serve's checks — gets 403, health
+included. Without that variable it does not start.
 """
 
 from __future__ import annotations
 
+import hmac
 import json
 import os
 import sys
@@ -26,6 +32,9 @@ from gpupool.serving.models import InputError, LoadedModel, ModelError, find_mod
 
 MAX_BODY = 16 * 1024**2
 DEFAULT_HOST = "127.0.0.1"
+# as domain.deployments says them (this package uses the standard library only)
+TOKEN_ENV = "GPUPOOL_REPLICA_TOKEN"
+TOKEN_HEADER = "X-Gpupool-Replica-Token"
 
 
 class ModelHolder:
@@ -58,6 +67,8 @@ class Handler(BaseHTTPRequestHandler):
     disable_nagle_algorithm = True
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        if not self._allowed():
+            return
         path = self.path.split("?", 1)[0]
         if path == "/health":
             self._health()
@@ -67,6 +78,8 @@ class Handler(BaseHTTPRequestHandler):
             self._error(404, "not_found", "this server answers GET /health, GET /, POST /predict")
 
     def do_POST(self) -> None:  # noqa: N802
+        if not self._allowed():
+            return
         if self.path.split("?", 1)[0] != "/predict":
             self._error(404, "not_found", "predictions are POSTed to /predict")
             return
@@ -86,6 +99,16 @@ class Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base's name
         """No line per request: a replica's log is for what goes wrong."""
+
+    def _allowed(self) -> bool:
+        """Whether the request carries the replica's token (compared in constant time);
+        403 answered when not (its body unread: the connection is closed)."""
+        sent = (self.headers.get(TOKEN_HEADER) or "").encode()
+        if hmac.compare_digest(sent, self.server.token.encode()):
+            return True
+        self.close_connection = True
+        self._error(403, "forbidden", "only the platform's proxy may call this replica")
+        return False
 
     def _health(self) -> None:
         if self.server.holder.model is not None:
@@ -139,6 +162,8 @@ class Handler(BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
+        if self.close_connection:  # the client is told, not left to find a closed socket
+            self.send_header("Connection", "close")
         self.end_headers()
         self.wfile.write(data)
 
@@ -146,9 +171,11 @@ class Handler(BaseHTTPRequestHandler):
 class ModelServer(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, address: tuple[str, int], holder: ModelHolder) -> None:
+    def __init__(self, address: tuple[str, int], holder: ModelHolder, token: str) -> None:
+        if not token:
+            raise ValueError("a replica's server needs its token")
         super().__init__(address, Handler)
-        self.holder = holder
+        self.holder, self.token = holder, token
 
 
 def main() -> None:
@@ -156,8 +183,11 @@ def main() -> None:
     port = os.environ.get("PORT")
     if not port or not port.isdigit():
         sys.exit("gpupool.serving: PORT is not set: run it as a deployment (gpupool deploy)")
+    token = os.environ.get(TOKEN_ENV)
+    if not token:
+        sys.exit(f"gpupool.serving: {TOKEN_ENV} is not set: run it as a deployment")
     holder = ModelHolder()
-    server = ModelServer((host, int(port)), holder)
+    server = ModelServer((host, int(port)), holder, token)
     model_dir = os.environ.get("GPUPOOL_MODEL_DIR")
     threading.Thread(target=holder.load_from, args=(model_dir,), daemon=True).start()
     print(f"gpupool.serving: listening on {host}:{port}", flush=True)

@@ -474,6 +474,9 @@ class DeploymentReplicaModel(Base):
     next_start_at: Mapped[float | None] = mapped_column(Time)  # a restart waits (back-off)
     retired_at: Mapped[float | None] = mapped_column(Time)  # drained: routed no more
     message: Mapped[str | None] = mapped_column(Text)
+    # the secret its current job was started with (never shown): the proxy and the health
+    # checks send it, so that the replica can refuse any other caller of its node
+    token: Mapped[str | None] = mapped_column(String(64))
 
 
 class DeploymentKeyModel(Base):

@@ -1,5 +1,5 @@
 """The /serve route's table and counts: round-robin over ready replicas, each tried at most
-once per request; latency quantiles over the latest requests."""
+once per request, each sent its own token; latency quantiles over the latest requests."""
 
 from __future__ import annotations
 
@@ -37,6 +37,13 @@ def test_one_route_is_replaced_or_removed_alone() -> None:
     table.remove("b")
     assert table.route("a").key_hashes == {"h"} and table.route("a").replicas == ()
     assert table.route("b") is None
+
+
+def test_each_replica_is_sent_its_own_token() -> None:
+    found = Route(1, "m", 1, route(1, 2, 3).replicas, tokens={1: "one", 2: "two"})
+    assert found.headers_for(1) == {"X-Gpupool-Replica-Token": "one"}
+    assert found.headers_for(2) == {"X-Gpupool-Replica-Token": "two"}
+    assert found.headers_for(3) == {}  # started before replicas had tokens
 
 
 def test_traffic_counts_requests_errors_and_latency_per_deployment_and_replica() -> None:

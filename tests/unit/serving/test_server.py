@@ -1,6 +1,6 @@
 """The built-in model server, in this process: health once the model is loaded, predictions of
-a TorchScript model, clear 4xx for bad bodies and inputs, and a missing model said in the log
-and in a failing health."""
+a TorchScript model, clear 4xx for bad bodies and inputs, a missing model said in the log
+and in a failing health, and 403 for any request without the replica's token."""
 
 from __future__ import annotations
 
@@ -11,9 +11,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gpupool.serving.server import ModelHolder, ModelServer
+from gpupool.domain.deployments import REPLICA_TOKEN_ENV, REPLICA_TOKEN_HEADER
+from gpupool.serving.server import TOKEN_ENV, TOKEN_HEADER, ModelHolder, ModelServer
 
 torch = pytest.importorskip("torch")
+TOKEN = "the-replica-token"
 
 
 @pytest.fixture(scope="module")
@@ -30,10 +32,11 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def serving(model_dir: Path | None) -> Iterator[httpx.Client]:
     holder = ModelHolder()
     holder.load_from(str(model_dir) if model_dir else None)
-    server = ModelServer(("127.0.0.1", 0), holder)
+    server = ModelServer(("127.0.0.1", 0), holder, TOKEN)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    with httpx.Client(base_url=f"http://127.0.0.1:{server.server_address[1]}") as client:
+    base_url = f"http://127.0.0.1:{server.server_address[1]}"
+    with httpx.Client(base_url=base_url, headers={TOKEN_HEADER: TOKEN}) as client:
         yield client
     server.shutdown()
     server.server_close()
@@ -51,6 +54,30 @@ def test_a_loaded_model_is_healthy_and_predicts(client: httpx.Client) -> None:
     assert answer.status_code == 200
     assert answer.json()["outputs"] == [[12.0], [2.0]]
     assert answer.json()["model"]["sha256"] == health.json()["model"]["sha256"]
+
+
+@pytest.mark.parametrize(
+    "token", [None, "", "the-replica-tokeN", TOKEN + "x", "é".encode("latin-1")]
+)
+def test_a_request_without_the_replica_token_is_refused(
+    client: httpx.Client, token: str | bytes | None
+) -> None:
+    headers = {TOKEN_HEADER: token} if token is not None else {}
+    with httpx.Client(base_url=client.base_url, headers=headers) as other:
+        for answer in (
+            other.get("/health"),
+            other.get("/"),
+            other.post("/predict", json={"inputs": [[1, 2, 3]]}),
+        ):
+            assert answer.status_code == 403, answer.text
+            assert answer.json()["error"]["code"] == "forbidden"
+            assert TOKEN not in answer.text
+
+
+def test_the_server_uses_the_platforms_names_and_needs_a_token() -> None:
+    assert (TOKEN_ENV, TOKEN_HEADER) == (REPLICA_TOKEN_ENV, REPLICA_TOKEN_HEADER)
+    with pytest.raises(ValueError):
+        ModelServer(("127.0.0.1", 0), ModelHolder(), "")
 
 
 @pytest.mark.parametrize(
