@@ -28,10 +28,13 @@ from dataclasses import dataclass
 
 import httpx
 from harness import FINAL, percentile, start_server, stop_on_sigterm, wait_until
+from sqlalchemy import select
 
+from gpupool.domain.deployments import REPLICA_TOKEN_HEADER
 from gpupool.services.endpoints import endpoint_of
 from gpupool.settings import Settings
 from gpupool.store.db import Database
+from gpupool.store.models import DeploymentReplicaModel
 
 WARM_UP = 100
 ROUNDS = {"trivial": 1500, "ten-ms": 300}  # requests each way, interleaved
@@ -104,13 +107,21 @@ def main() -> None:
                 "ten-ms": deploy_command(api, server.data_dir),
             }
         for name, direct in replicas.items():
-            compare(name, direct, f"{server.url}/serve/{name}/predict", headers)
+            compare(name, direct, Target(f"{server.url}/serve/{name}/predict", headers))
     finally:
         server.stop()
 
 
-def deploy_model(api: httpx.Client, data_dir) -> str:  # noqa: ANN001 - a Path
-    """The URL of the replica of a tiny TorchScript model behind the built-in server."""
+@dataclass(frozen=True)
+class Target:
+    """Where requests go, and the headers they carry."""
+
+    url: str
+    headers: dict[str, str]
+
+
+def deploy_model(api: httpx.Client, data_dir) -> Target:  # noqa: ANN001 - a Path
+    """The replica of a tiny TorchScript model behind the built-in server."""
     python = os.path.normpath(sys.executable)  # no '..': the sandbox shows the venv alone
     job = api.post("/api/v1/jobs", json={"command": [python, "-c", WRITE_MODEL]})
     job_id = job.json()["id"]
@@ -122,8 +133,8 @@ def deploy_model(api: httpx.Client, data_dir) -> str:  # noqa: ANN001 - a Path
     return replica_url(api, data_dir, "trivial")
 
 
-def deploy_command(api: httpx.Client, data_dir) -> str:  # noqa: ANN001 - a Path
-    """The URL of the replica of a command that takes ~10 ms a request."""
+def deploy_command(api: httpx.Client, data_dir) -> Target:  # noqa: ANN001 - a Path
+    """The replica of a command that takes ~10 ms a request."""
     python = os.path.normpath(sys.executable)
     spec = {"name": "ten-ms", "command": [python, "-c", TEN_MS_SERVER]}
     made = api.post("/api/v1/deployments", json=spec)
@@ -131,22 +142,29 @@ def deploy_command(api: httpx.Client, data_dir) -> str:  # noqa: ANN001 - a Path
     return replica_url(api, data_dir, "ten-ms")
 
 
-def replica_url(api: httpx.Client, data_dir, name: str) -> str:  # noqa: ANN001 - a Path
-    """The /predict URL of the deployment's replica, once it is ready."""
+def replica_url(api: httpx.Client, data_dir, name: str) -> Target:  # noqa: ANN001 - a Path
+    """The /predict URL of the deployment's replica, once it is ready, with the secret the
+    platform's proxy sends it (the built-in server refuses any caller without it)."""
     wait_until(lambda: api.get(f"/api/v1/deployments/{name}").json()["ready"] == 1, 120)
     replica_job = api.get(f"/api/v1/deployments/{name}").json()["replica_list"][0]["job_id"]
     database = Database(Settings(data_dir=data_dir).database)
     try:
         with database.reader() as session:
-            return f"{endpoint_of(session, replica_job).url}/predict"
+            url = f"{endpoint_of(session, replica_job).url}/predict"
+            token = session.scalar(
+                select(DeploymentReplicaModel.token).where(
+                    DeploymentReplicaModel.job_id == replica_job
+                )
+            )
+        return Target(url, {REPLICA_TOKEN_HEADER: token} if token else {})
     finally:
         database.dispose()
 
 
-def compare(name: str, direct_url: str, proxied_url: str, headers: dict[str, str]) -> None:
+def compare(name: str, to_replica: Target, to_serve: Target) -> None:
     """Print both paths' figures for one replica, and how they compare."""
-    direct, proxied = interleaved(direct_url, proxied_url, headers, ROUNDS[name])
-    direct_rate, proxied_rate = rates(direct_url, proxied_url, headers, PER_CLIENT[name])
+    direct, proxied = interleaved(to_replica, to_serve, ROUNDS[name])
+    direct_rate, proxied_rate = rates(to_replica, to_serve, PER_CLIENT[name])
     base, through = Figures(direct, direct_rate), Figures(proxied, proxied_rate)
     print(f"{name} replica ({ROUNDS[name]} requests each way, interleaved; {CLIENTS} clients)")
     line("  direct to the replica", base)
@@ -169,19 +187,22 @@ def line(what: str, figures: Figures) -> None:
 
 
 def interleaved(
-    direct_url: str, proxied_url: str, headers: dict[str, str], rounds: int
+    to_replica: Target, to_serve: Target, rounds: int
 ) -> tuple[list[float], list[float]]:
     """Latencies (ms) of ``rounds`` requests each way, one direct then one proxied, each
     path over its own kept-alive connection; the warm-up is not counted."""
     direct_ms: list[float] = []
     proxied_ms: list[float] = []
-    with httpx.Client(timeout=60) as direct, httpx.Client(headers=headers, timeout=60) as proxied:
+    with (
+        httpx.Client(headers=to_replica.headers, timeout=60) as direct,
+        httpx.Client(headers=to_serve.headers, timeout=60) as proxied,
+    ):
         for _ in range(WARM_UP):
-            timed(direct, direct_url)
-            timed(proxied, proxied_url)
+            timed(direct, to_replica.url)
+            timed(proxied, to_serve.url)
         for _ in range(rounds):
-            direct_ms.append(timed(direct, direct_url))
-            proxied_ms.append(timed(proxied, proxied_url))
+            direct_ms.append(timed(direct, to_replica.url))
+            proxied_ms.append(timed(proxied, to_serve.url))
     return direct_ms, proxied_ms
 
 
@@ -193,29 +214,27 @@ def timed(client: httpx.Client, url: str) -> float:
     return seconds * 1000
 
 
-def rates(
-    direct_url: str, proxied_url: str, headers: dict[str, str], per_client: int
-) -> tuple[float, float]:
+def rates(to_replica: Target, to_serve: Target, per_client: int) -> tuple[float, float]:
     """Requests/s of each path with CLIENTS clients at once, in alternating rounds."""
-    spent = {direct_url: 0.0, proxied_url: 0.0}
+    direct = proxied = 0.0
     for _ in range(RATE_ROUNDS):
-        spent[direct_url] += concurrent(direct_url, {}, per_client)
-        spent[proxied_url] += concurrent(proxied_url, headers, per_client)
+        direct += concurrent(to_replica, per_client)
+        proxied += concurrent(to_serve, per_client)
     total = RATE_ROUNDS * CLIENTS * per_client
-    return total / spent[direct_url], total / spent[proxied_url]
+    return total / direct, total / proxied
 
 
-def concurrent(url: str, headers: dict[str, str], per_client: int) -> float:
+def concurrent(target: Target, per_client: int) -> float:
     """Seconds for CLIENTS clients to make ``per_client`` requests each (connections made
     and warmed before the clock starts)."""
-    clients = [httpx.Client(headers=headers, timeout=60) for _ in range(CLIENTS)]
+    clients = [httpx.Client(headers=target.headers, timeout=60) for _ in range(CLIENTS)]
     try:
         for client in clients:
-            timed(client, url)
+            timed(client, target.url)
 
         def one_client(client: httpx.Client) -> None:
             for _ in range(per_client):
-                timed(client, url)
+                timed(client, target.url)
 
         began = time.perf_counter()
         with ThreadPoolExecutor(CLIENTS) as pool:

@@ -50,4 +50,13 @@ def test_a_replica_on_a_joined_node_is_served_through_the_proxy(pool: Pool) -> N
             assert found[f"read {model}"] == "read"  # read-only on the node too
             assert found[f"write {model}"].startswith("blocked")
         finally:
+            jobs = [
+                r["job_id"] for r in api.get("/api/v1/deployments/on-n1").json()["replica_list"]
+            ]
             assert api.post("/api/v1/deployments/on-n1/stop").status_code == 200
+            for replica_job in jobs:  # its GPU free again for the pool's next test
+                wait_for(
+                    lambda j=replica_job: api.get(f"/api/v1/jobs/{j}").json()["status"] in FINAL,
+                    60,
+                    "the replica's job to end",
+                )

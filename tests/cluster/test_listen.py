@@ -48,3 +48,4 @@ def test_a_listening_job_on_a_joined_node_serves_where_endpoint_of_says(
         assert answered["port"] == str(found.port)
     finally:
         pool_cli.ok("cancel", str(job_id))
+        wait_status(pool_cli, job_id, {"cancelled", "failed", "succeeded", "lost"})

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import httpx
 
+from tests.support.cli import FINAL, wait_for
 from tests.support.notebooks import Lab
 from tests.support.pool import Pool
 
@@ -30,3 +31,8 @@ def test_a_notebook_on_a_joined_node_is_reached_through_the_proxy(pool: Pool) ->
         finally:
             lab.close()
             assert api.post(f"/notebooks/{notebook['id']}/stop").status_code == 200
+            wait_for(  # its GPU free again for the pool's next test
+                lambda: api.get(f"/jobs/{notebook['job_id']}").json()["status"] in FINAL,
+                60,
+                "the notebook's job to end",
+            )
