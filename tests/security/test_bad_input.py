@@ -231,6 +231,40 @@ def test_a_gpu_type_without_gpus_is_refused_and_says_to_add_gpus(client: TestCli
         assert send(client, "POST", "/jobs", body).status_code == 201, resources
 
 
+# -- what a notebook or a deployment runs is checked as a job's is ---------------------------
+
+DEPLOYMENT = {"name": "bad-input", "command": ["true"]}
+DERIVED = [  # (path, body, refused code): each was a 500 when the job's spec refused it
+    ("/notebooks", {"gpu_types": [""]}, "invalid_request"),
+    ("/notebooks", {"gpu_types": ["x" * 65], "resources": {"gpus": 1}}, "invalid_request"),
+    ("/notebooks", {"gpu_types": ["A100"]}, "gpu_type_without_gpus"),
+    ("/deployments", DEPLOYMENT | {"gpu_types": [" "]}, "invalid_request"),
+    ("/deployments", DEPLOYMENT | {"gpu_types": ["A100"]}, "gpu_type_without_gpus"),
+    ("/deployments", DEPLOYMENT | {"env": {"GPUPOOL_REPLICA_TOKEN": "x"}}, "invalid_request"),
+    ("/deployments", DEPLOYMENT | {"env": {"CUDA_VISIBLE_DEVICES": "0"}}, "invalid_request"),
+    ("/deployments", DEPLOYMENT | {"env": {"1st": "x"}}, "invalid_request"),
+]
+
+
+@pytest.mark.parametrize(("path", "body", "code"), DERIVED, ids=lambda v: str(v)[:40])
+def test_a_notebook_or_deployment_is_refused_what_a_job_would_be(
+    client: TestClient, path: str, body: dict, code: str
+) -> None:
+    before = stored(client), get(client, path)
+    error = refused(send(client, "POST", path, body), 422, code)
+    assert error["details"]["fields"][0]["field"] in {"gpu_types", "env"}, error
+    assert (stored(client), get(client, path)) == before
+
+
+def test_a_deployment_or_notebook_gets_the_gpu_types_a_job_would(client: TestClient) -> None:
+    """The same rules clean them: stripped, duplicates (ignoring case) dropped."""
+    body = {"gpu_types": [" A100 ", "a100", "H100"], "resources": {"gpus": 1}}
+    answer = send(client, "POST", "/notebooks", body)
+    assert answer.status_code == 201, answer.text
+    assert answer.json()["gpu_types"] == ["A100", "H100"]
+    client.post(f"/api/v1/notebooks/{answer.json()['id']}/stop")
+
+
 # -- log offsets -------------------------------------------------------------------------------
 
 

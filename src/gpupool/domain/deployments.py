@@ -14,9 +14,15 @@ import re
 from enum import StrEnum
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
-from gpupool.domain.jobs import MAX_GPU_TYPES, ResourceRequest
+from gpupool.domain.jobs import (
+    MAX_GPU_TYPES,
+    ResourceRequest,
+    check_env,
+    check_gpu_types_need_gpus,
+    clean_gpu_types,
+)
 from gpupool.domain.text import STORABLE, Text
 from gpupool.domain.views import View
 
@@ -146,6 +152,20 @@ class DeploymentSpec(BaseModel):
     def _command(cls, value: list[str] | None) -> list[str] | None:
         if value is not None and not value[0].strip():
             raise ValueError("the command is empty: give the program to run")
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, value: dict[str, str]) -> dict[str, str]:
+        """As a job's (each replica runs as one)."""
+        return check_env(value)
+
+    @field_validator("gpu_types")
+    @classmethod
+    def _gpu_types(cls, value: list[str], info: ValidationInfo) -> list[str]:
+        """As a job's (each replica runs as one)."""
+        value = clean_gpu_types(value)
+        check_gpu_types_need_gpus(value, info.data.get("resources"))
         return value
 
     def template(self) -> ReplicaTemplate:

@@ -159,6 +159,49 @@ class ResourceRequest(BaseModel):
         return self.gpu_count > 0 or bool(self.gpu_memory_bytes)
 
 
+def check_env(value: dict[str, str]) -> dict[str, str]:
+    """A job's environment as its user sets it: valid names, none that gpupool sets."""
+    for name in value:
+        if not ENV_NAME.match(name):
+            raise ValueError(
+                f"'{name}' is not a valid environment variable name: use letters, digits "
+                "and _, not starting with a digit"
+            )
+        if name.startswith(RESERVED_ENV[0]) or name in RESERVED_ENV[1:]:
+            raise ValueError(f"'{name}' is set by gpupool and cannot be overridden")
+    if len(value) > 1000:
+        raise ValueError("at most 1000 environment variables")
+    return value
+
+
+def clean_gpu_types(value: list[str]) -> list[str]:
+    """GPU types stripped, each 1-64 characters; duplicates (ignoring case) dropped, order
+    kept."""
+    kept: dict[str, str] = {}
+    for raw in value:
+        name = raw.strip()
+        if not name or len(name) > MAX_GPU_TYPE_LENGTH:
+            raise ValueError(
+                f"a GPU type is 1-{MAX_GPU_TYPE_LENGTH} characters, part of a GPU model "
+                "name such as A100 or H100-80GB"
+            )
+        kept.setdefault(name.lower(), name)
+    return list(kept.values())
+
+
+def check_gpu_types_need_gpus(gpu_types: list[str], resources: ResourceRequest | None) -> None:
+    """A GPU type chooses among GPUs, so work that asks for none cannot have one (it would
+    run without a GPU). ``resources`` None: they failed validation themselves."""
+    if not gpu_types or resources is None or resources.uses_gpus:
+        return
+    raise PydanticCustomError(
+        GpuTypeWithoutGpus.code,
+        "a GPU type picks among the GPUs a job asks for, and this job asks for none: add "
+        "--gpus 1 (or a share such as 0.5; resources.gpus in the API) or --gpu-memory "
+        "20GiB (resources.gpu_memory_bytes), or leave the GPU type out",
+    )
+
+
 class JobSpec(BaseModel):
     """A job as its user submitted it; stored as versioned JSON.
 
@@ -271,47 +314,20 @@ class JobSpec(BaseModel):
     @field_validator("env")
     @classmethod
     def _env(cls, value: dict[str, str]) -> dict[str, str]:
-        for name in value:
-            if not ENV_NAME.match(name):
-                raise ValueError(
-                    f"'{name}' is not a valid environment variable name: use letters, digits "
-                    "and _, not starting with a digit"
-                )
-            if name.startswith(RESERVED_ENV[0]) or name in RESERVED_ENV[1:]:
-                raise ValueError(f"'{name}' is set by gpupool and cannot be overridden")
-        if len(value) > 1000:
-            raise ValueError("at most 1000 environment variables")
-        return value
+        return check_env(value)
 
     @field_validator("gpu_types")
     @classmethod
     def _gpu_types(cls, value: list[str]) -> list[str]:
-        """Stripped, each 1-64 characters; duplicates (ignoring case) dropped, order kept."""
-        kept: dict[str, str] = {}
-        for raw in value:
-            name = raw.strip()
-            if not name or len(name) > MAX_GPU_TYPE_LENGTH:
-                raise ValueError(
-                    f"a GPU type is 1-{MAX_GPU_TYPE_LENGTH} characters, part of a GPU model "
-                    "name such as A100 or H100-80GB"
-                )
-            kept.setdefault(name.lower(), name)
-        return list(kept.values())
+        return clean_gpu_types(value)
 
     @field_validator("gpu_types")
     @classmethod
     def _gpu_types_need_gpus(cls, value: list[str], info: ValidationInfo) -> list[str]:
-        """A GPU type chooses among GPUs, so a job that asks for none cannot have one (it
-        would run without a GPU). Not applied to specs stored before this rule."""
-        resources = info.data.get("resources")
-        if not value or resources is None or resources.uses_gpus or is_stored(info):
-            return value
-        raise PydanticCustomError(
-            GpuTypeWithoutGpus.code,
-            "a GPU type picks among the GPUs a job asks for, and this job asks for none: add "
-            "--gpus 1 (or a share such as 0.5; resources.gpus in the API) or --gpu-memory "
-            "20GiB (resources.gpu_memory_bytes), or leave the GPU type out",
-        )
+        """Not applied to specs stored before this rule."""
+        if not is_stored(info):
+            check_gpu_types_need_gpus(value, info.data.get("resources"))
+        return value
 
     @classmethod
     def stored(cls, data: Any) -> JobSpec:

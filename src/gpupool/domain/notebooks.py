@@ -12,9 +12,14 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
-from gpupool.domain.jobs import MAX_GPU_TYPES, ResourceRequest
+from gpupool.domain.jobs import (
+    MAX_GPU_TYPES,
+    ResourceRequest,
+    check_gpu_types_need_gpus,
+    clean_gpu_types,
+)
 from gpupool.domain.text import STORABLE, ShownText, Text
 from gpupool.domain.views import View
 
@@ -78,6 +83,14 @@ class NotebookRequest(BaseModel):
     @classmethod
     def _blank_is_none(cls, value: str | None) -> str | None:
         return (value.strip() or None) if value is not None else None
+
+    @field_validator("gpu_types")
+    @classmethod
+    def _gpu_types(cls, value: list[str], info: ValidationInfo) -> list[str]:
+        """As a job's (the notebook runs as one)."""
+        value = clean_gpu_types(value)
+        check_gpu_types_need_gpus(value, info.data.get("resources"))
+        return value
 
 
 class NotebookView(View):
