@@ -135,8 +135,16 @@ def kill_recorded(record: Path) -> None:
         leader = json.loads(record.read_text())["pid"]
     except (OSError, ValueError, KeyError):
         return
+    import psutil
+
     from gpupool.cluster.process import kill_session
 
-    kill_session(leader)
+    killed = []
+    for pid in kill_session(leader):
+        with contextlib.suppress(psutil.Error):
+            killed.append(psutil.Process(pid))
     with contextlib.suppress(ChildProcessError, OSError):
         os.waitpid(-1, os.WNOHANG)
+    # gone before the caller removes their files: one still ending writes its session's
+    # directories under Ray's temp dir again
+    psutil.wait_procs(killed, timeout=10)
