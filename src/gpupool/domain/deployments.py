@@ -14,15 +14,9 @@ import re
 from enum import StrEnum
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from gpupool.domain.jobs import (
-    MAX_GPU_TYPES,
-    ResourceRequest,
-    check_env,
-    check_gpu_types_need_gpus,
-    clean_gpu_types,
-)
+from gpupool.domain.jobs import GpuTypes, JobEnv, ResourceRequest
 from gpupool.domain.text import STORABLE, Text
 from gpupool.domain.views import View
 
@@ -121,11 +115,10 @@ class DeploymentSpec(BaseModel):
     team: Annotated[str, Field(max_length=100), STORABLE] | None = None
     replicas: int = Field(default=1, ge=1, le=MAX_REPLICAS)
     command: list[Text] | None = Field(default=None, min_length=1, max_length=4096)
-    env: dict[Text, Text] = Field(default_factory=dict)
+    env: JobEnv = Field(default_factory=dict)
     resources: ResourceRequest = Field(default_factory=ResourceRequest)
-    gpu_types: list[Text] = Field(
+    gpu_types: GpuTypes = Field(
         default_factory=list,
-        max_length=MAX_GPU_TYPES,
         description="GPU models its replicas may run on (as a job's gpu_types)",
     )
     health_path: str = Field(
@@ -152,20 +145,6 @@ class DeploymentSpec(BaseModel):
     def _command(cls, value: list[str] | None) -> list[str] | None:
         if value is not None and not value[0].strip():
             raise ValueError("the command is empty: give the program to run")
-        return value
-
-    @field_validator("env")
-    @classmethod
-    def _env(cls, value: dict[str, str]) -> dict[str, str]:
-        """As a job's (each replica runs as one)."""
-        return check_env(value)
-
-    @field_validator("gpu_types")
-    @classmethod
-    def _gpu_types(cls, value: list[str], info: ValidationInfo) -> list[str]:
-        """As a job's (each replica runs as one)."""
-        value = clean_gpu_types(value)
-        check_gpu_types_need_gpus(value, info.data.get("resources"))
         return value
 
     def template(self) -> ReplicaTemplate:

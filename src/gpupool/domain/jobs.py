@@ -7,6 +7,7 @@ from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -202,6 +203,20 @@ def check_gpu_types_need_gpus(gpu_types: list[str], resources: ResourceRequest |
     )
 
 
+def checked_gpu_types(value: list[str], info: ValidationInfo) -> list[str]:
+    """``gpu_types`` of work that runs as a job: cleaned, and refused when the ``resources``
+    validated before them ask for no GPU (not for a spec stored before this rule)."""
+    value = clean_gpu_types(value)
+    if not is_stored(info):
+        check_gpu_types_need_gpus(value, info.data.get("resources"))
+    return value
+
+
+# the fields of a request that becomes a job's spec (a job's, a notebook's, a replica's)
+JobEnv = Annotated[dict[Text, Text], AfterValidator(check_env)]
+GpuTypes = Annotated[list[Text], Field(max_length=MAX_GPU_TYPES), AfterValidator(checked_gpu_types)]
+
+
 class JobSpec(BaseModel):
     """A job as its user submitted it; stored as versioned JSON.
 
@@ -219,7 +234,7 @@ class JobSpec(BaseModel):
     version: int = SPEC_VERSION
     name: Annotated[str, Field(max_length=200), STORABLE] | None = None
     command: list[Text] = Field(min_length=1, max_length=4096)
-    env: dict[Text, Text] = Field(default_factory=dict)
+    env: JobEnv = Field(default_factory=dict)
     workdir: Annotated[str, Field(max_length=4096), STORABLE] | None = None
     code: str | None = Field(
         default=None,
@@ -231,7 +246,7 @@ class JobSpec(BaseModel):
     team: Annotated[str, Field(max_length=100), STORABLE] | None = None
     priority: int = Field(default=0, ge=-MAX_PRIORITY, le=MAX_PRIORITY)
     preemptible: bool = True
-    gpu_types: list[Text] = Field(default_factory=list, max_length=MAX_GPU_TYPES)
+    gpu_types: GpuTypes = Field(default_factory=list)
     max_runtime_seconds: float | None = Field(
         default=None, gt=0, le=MAX_RUNTIME_SECONDS, allow_inf_nan=False
     )
@@ -309,24 +324,6 @@ class JobSpec(BaseModel):
                 "a model version's files are named sha256: and the 64 lower-case hex digits "
                 "of their archive's SHA-256, as 'gpupool model show NAME:VERSION' lists them"
             )
-        return value
-
-    @field_validator("env")
-    @classmethod
-    def _env(cls, value: dict[str, str]) -> dict[str, str]:
-        return check_env(value)
-
-    @field_validator("gpu_types")
-    @classmethod
-    def _gpu_types(cls, value: list[str]) -> list[str]:
-        return clean_gpu_types(value)
-
-    @field_validator("gpu_types")
-    @classmethod
-    def _gpu_types_need_gpus(cls, value: list[str], info: ValidationInfo) -> list[str]:
-        """Not applied to specs stored before this rule."""
-        if not is_stored(info):
-            check_gpu_types_need_gpus(value, info.data.get("resources"))
         return value
 
     @classmethod

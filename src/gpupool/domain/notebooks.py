@@ -12,15 +12,10 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from gpupool.domain.jobs import (
-    MAX_GPU_TYPES,
-    ResourceRequest,
-    check_gpu_types_need_gpus,
-    clean_gpu_types,
-)
-from gpupool.domain.text import STORABLE, ShownText, Text
+from gpupool.domain.jobs import GpuTypes, ResourceRequest
+from gpupool.domain.text import STORABLE, ShownText
 from gpupool.domain.views import View
 
 # Where the JupyterLab of notebook N is served, on the platform and (as its base_url) by
@@ -73,9 +68,8 @@ class NotebookRequest(BaseModel):
     name: Annotated[str, Field(max_length=100), STORABLE] | None = None
     team: Annotated[str, Field(max_length=100), STORABLE] | None = None
     resources: ResourceRequest = Field(default_factory=ResourceRequest)
-    gpu_types: list[Text] = Field(
+    gpu_types: GpuTypes = Field(
         default_factory=list,
-        max_length=MAX_GPU_TYPES,
         description="GPU models it may run on (as a job's gpu_types): 'H100', 'A100-80GB'",
     )
 
@@ -83,14 +77,6 @@ class NotebookRequest(BaseModel):
     @classmethod
     def _blank_is_none(cls, value: str | None) -> str | None:
         return (value.strip() or None) if value is not None else None
-
-    @field_validator("gpu_types")
-    @classmethod
-    def _gpu_types(cls, value: list[str], info: ValidationInfo) -> list[str]:
-        """As a job's (the notebook runs as one)."""
-        value = clean_gpu_types(value)
-        check_gpu_types_need_gpus(value, info.data.get("resources"))
-        return value
 
 
 class NotebookView(View):
