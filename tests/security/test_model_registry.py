@@ -119,6 +119,19 @@ def test_links_special_files_and_paths_out_of_the_outputs_are_refused(
     assert client.get(f"{MODELS}/stolen", headers=vic).status_code == 404
 
 
+def test_a_file_name_that_is_not_utf8_is_refused_by_name_not_a_500(world: dict) -> None:
+    """A job can name a file with any bytes; an archive's names are UTF-8 (PAX), so such a
+    file is refused with its name escaped, and nothing is stored."""
+    client, vic = world["client"], world["headers"]["vic"]
+    job = _job(client, vic, "mkdir -p $OUT/w && : > \"$OUT/w/$(printf '\\377\\376.bin')\"")
+
+    answer = client.post(f"{MODELS}/odd/versions", json={"job_id": job}, headers=vic)
+
+    refused(answer, 422, "invalid_file_name")
+    assert "w/\\xff\\xfe.bin" in answer.json()["error"]["message"]
+    assert client.get(f"{MODELS}/odd", headers=vic).status_code == 404
+
+
 def test_nothing_refused_was_stored(world: dict) -> None:
     """No archive of the store holds the server's files, and vision's holds no secret of
     audio's; no half-written archive is left behind."""

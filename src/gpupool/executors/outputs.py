@@ -38,9 +38,18 @@ CHUNK = 1 << 20
 # of a model's bytes, do not compress, and deflate would set the pace. Measured on 128 MiB
 # of random bytes: level 0 writes 220 MiB/s at 1.0001x the size, level 1 25 MiB/s at 1.0003x.
 READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+
+
+class InvalidFileName(BadModelPath):
+    """A model version's file names are UTF-8 text (they are stored and shown): rename the
+    file in the job's outputs, or register a sub directory without it (--path)."""
+
+    code = "invalid_file_name"
+
+
 # what a node agent may answer instead of an archive: the errors a user is told as they are
 ERRORS: dict[str, type[GpupoolError]] = {
-    error.code: error for error in (BadModelPath, NoModelFiles, ModelTooLarge)
+    error.code: error for error in (BadModelPath, InvalidFileName, NoModelFiles, ModelTooLarge)
 }
 
 
@@ -149,7 +158,7 @@ def _walk(outputs: Path, base: Path, skip: frozenset[str]) -> Iterator[_Entry]:
     """The entries below ``base`` (or ``base`` itself, a file), parents first, by name."""
     root = outputs.resolve()
     if not base.is_dir():
-        yield _file_entry(base.name, base, root)
+        yield _file_entry(_text(base.name), base, root)
         return
     stack = [(base, "")]
     while stack:
@@ -159,12 +168,25 @@ def _walk(outputs: Path, base: Path, skip: frozenset[str]) -> Iterator[_Entry]:
         for child in children:
             if not prefix and child.name in skip:
                 continue
-            name = f"{prefix}{child.name}"
+            name = _text(f"{prefix}{child.name}")
             if child.is_dir(follow_symlinks=False):
                 yield _Entry(name, None, mtime=child.stat(follow_symlinks=False).st_mtime)
                 stack.append((Path(child.path), f"{name}/"))
             else:
                 yield _file_entry(name, Path(child.path), root)
+
+
+def _text(name: str) -> str:
+    """``name`` when it is UTF-8 text; else InvalidFileName naming it with its odd bytes
+    escaped (a name the file system gave is decoded with surrogates for such bytes)."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        escaped = str(os.fsencode(name))[2:-1]
+        raise InvalidFileName(
+            f"{escaped} is not a UTF-8 file name: {InvalidFileName.__doc__}", path=escaped
+        ) from None
+    return name
 
 
 def _file_entry(name: str, path: Path, root: Path) -> _Entry:
@@ -249,7 +271,7 @@ def _member(
     member: tarfile.TarInfo, found: dict[str, PackedFile | None], limits: CodeLimits
 ) -> str:
     try:
-        path = member_path(member.name)
+        path = member_path(_text(member.name))
     except ValueError as problem:
         raise GpupoolError(f"a model archive member '{member.name}' has {problem}") from None
     if not (member.isfile() or member.isdir()) or not path or path in found:
