@@ -92,6 +92,10 @@ def parse_line(line: bytes, now: float) -> list[list[object]]:
         record = json.loads(line)
     except ValueError as e:
         raise LineError("lines not JSON objects", f"not JSON ({e}); {FORMAT_HINT}") from e
+    except RecursionError:  # json's decoder recurses per level: 30,000 '[' are 30 KB
+        raise LineError(
+            "lines not JSON objects", f"nested too deep to read; {FORMAT_HINT}"
+        ) from None
     if not isinstance(record, dict):
         raise LineError("lines not JSON objects", f"not a JSON object; {FORMAT_HINT}")
     step = _step(record.get("step"))

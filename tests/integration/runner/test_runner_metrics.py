@@ -92,3 +92,24 @@ def test_a_link_left_where_the_metrics_file_goes_is_not_followed(harness: Runner
     assert harness.run().returncode == 0
     assert victim.read_text() == '{"step": 1, "values": {"stolen": 1}}\n'
     assert [p[0] for p in records(harness)] == ["mine"]
+
+
+def test_a_line_nested_too_deep_is_refused_and_the_job_runs_on(harness: RunnerHarness) -> None:
+    """A line of JSON nested 30,000 deep (within the line cap) is refused like any bad line,
+    said once in the log; the runner survives and keeps the points after it."""
+    code = (
+        "import os\n"
+        "from gpupool import metrics\n"
+        "with open(os.environ['GPUPOOL_METRICS_FILE'], 'a') as f:\n"
+        "    f.write('[' * 30000 + ']' * 30000 + '\\n')\n"
+        "    f.write('{\"a\":' * 10000 + '1' + '}' * 10000 + '\\n')\n"
+        "metrics.log(step=1, after=2)\n"
+        "print('still here')\n"
+    )
+    write_spec(harness, py(code))
+    assert harness.run().returncode == 0
+    assert [(p[0], p[1], p[3]) for p in records(harness)] == [("after", 1, 2.0)]
+    log = harness.log()
+    assert "still here" in log
+    assert log.count("metrics: line 1: nested too deep") == 1
+    assert "lines not JSON objects (2)" in log
