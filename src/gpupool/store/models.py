@@ -62,6 +62,11 @@ class TeamModel(Base):
     gpu_limit: Mapped[float | None] = mapped_column(Float)
     weight: Mapped[float] = mapped_column(Float, default=1.0, server_default=text("1"))
     deleted_at: Mapped[float | None] = mapped_column(Time)
+    # storage (services.storage): the most bytes its files may take (None: no quota), and
+    # what they took at the last scan (None: not scanned yet), and when
+    storage_quota: Mapped[int | None] = mapped_column(BigInteger)
+    storage_used: Mapped[int | None] = mapped_column(BigInteger)
+    storage_scanned_at: Mapped[float | None] = mapped_column(Time)
 
 
 class QuotaChangeModel(Base):
@@ -415,14 +420,16 @@ class ModelFileModel(Base):
 class DeploymentModel(Base):
     """A deployment: the desired state of a served model (its version, replicas, resources,
     command or the built-in server), reconciled by ``services.rollouts``. Its name is unique
-    in the pool among deployments not stopped (it is the address: /serve/NAME/...).
+    in its team among deployments not stopped (its address: /serve/NAME/..., or
+    /serve/NAME@TEAM/... where two teams use the name).
     ``generation`` counts the versions it was asked to serve: replicas of an older one are
     replaced, one by one, during a rolling update."""
 
     __tablename__ = "deployments"
     __table_args__ = (
         Index(
-            "uq_deployments_live_name",
+            "uq_deployments_live_team_name",
+            "team_id",
             "name",
             unique=True,
             sqlite_where=text("stopped_at IS NULL"),
