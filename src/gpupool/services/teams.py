@@ -5,6 +5,8 @@ loop (and the token cache) what changed; ``quotas``, ``users`` and ``history`` d
 
 from __future__ import annotations
 
+from sqlalchemy.exc import IntegrityError
+
 from gpupool.domain.views import (
     TeamDeletedView,
     TeamHistoryView,
@@ -13,6 +15,7 @@ from gpupool.domain.views import (
     TeamView,
     UserView,
 )
+from gpupool.errors import Conflict
 from gpupool.services import history, quotas, users
 from gpupool.services.access import Principal
 from gpupool.services.context import Context
@@ -52,9 +55,14 @@ def team_history(ctx: Context, who: Principal, hours: float, buckets: int) -> Te
 def create_team(ctx: Context, name: str, quota: quotas.Quota) -> TeamView:
     """A new team with its quota (refused as a whole if the quota is)."""
     nodes = ctx.loop.recent_nodes()
-    with ctx.db.session() as session:
-        team = quotas.create_team(session, name, quota, nodes, ctx.clock.now())
-        shown = team_view(team, quotas.Usage())
+    try:
+        with ctx.db.session() as session:
+            team = quotas.create_team(session, name, quota, nodes, ctx.clock.now())
+            shown = team_view(team, quotas.Usage())
+    except IntegrityError as error:
+        # another server (or request) created it between the name's check and the insert:
+        # the unique index on live names refused this one
+        raise Conflict(f"team '{name}' already exists") from error
     ctx.loop.quotas_changed()
     return shown
 
