@@ -199,12 +199,28 @@ def _open(settings: Settings) -> tuple[DataDirLock, Platform]:
     try:
         check_declared(settings)
         lock.acquire(f"http://{settings.host}:{settings.port}")
+        _sweep_part_files(settings)
         return lock, open_platform(settings)
     except DeclaredSettingError as error:
         raise CliError("bad_setting", f"{_SETTING_NAMES[error.setting]}: {error}", 2) from None
     except GpupoolError as error:
         lock.release()
         raise CliError(error.code, error.message, 2) from None
+
+
+def _sweep_part_files(settings: Settings) -> None:
+    """Remove the part files of uploads and model registrations that the last server left
+    when it was killed (this one holds the data directory's lock: none is under way)."""
+    from gpupool.services import code, models
+    from gpupool.services.incoming import sweep_leftovers
+
+    where = (settings.code_dir / code.INCOMING, settings.models_dir / models.INCOMING)
+    removed = sweep_leftovers(where)
+    if removed:
+        console.print(
+            f"removed {len(removed)} partial files of uploads or model registrations cut short",
+            soft_wrap=True,
+        )
 
 
 # What a declared setting is called where the operator gives it.

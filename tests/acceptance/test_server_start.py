@@ -249,6 +249,32 @@ def test_a_second_server_on_one_data_dir_is_refused_until_the_first_is_gone(
         first.stop()
 
 
+def test_part_files_left_by_a_killed_server_are_swept_at_start_and_no_others(
+    tmp_path: Path,
+) -> None:
+    """A registration or an upload cut short by kill -9 leaves a part file; the next server
+    on the data directory removes it as it starts. A server refused the data directory
+    touches nothing (the part file of the running server's reception stays)."""
+    data = tmp_path / "data"
+    left = [data / "models/incoming/version-a.part", data / "code/incoming/upload-b.part"]
+    kept = data / "models/incoming/notes.txt"
+    for path in [*left, kept]:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"x" * 4096)
+    first = ServerProcess(data).start()
+    try:
+        assert [path.exists() for path in left] == [False, False]
+        assert kept.exists()
+        receiving = data / "models/incoming/version-c.part"
+        receiving.write_bytes(b"y")
+        port = str(free_port())
+        second = gpupool("server", "--port", port, "--declare-gpus", DECLARED, data_dir=data)
+        start_refused(second, "data_dir_in_use")
+        assert receiving.exists()
+    finally:
+        first.stop()
+
+
 # -- helpers -----------------------------------------------------------------------------------
 
 

@@ -3,7 +3,9 @@ far, flushed to disk and renamed into place under its own name only once it is w
 
 Code uploads (``services.code``) and model versions (``services.models``) are both received
 this way; each passes its own limit, its own "too large" error and the words its storage
-errors use. A part file left behind by a crash is removed by a later ``open`` once a day old.
+errors use. A part file left behind by a crash is removed by a later ``open`` once a day old,
+and every one by ``sweep_leftovers`` when the server starts (it holds the data directory's
+lock then, so no reception of its own or of another server is under way).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import hashlib
 import os
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import TracebackType
 
@@ -104,6 +106,19 @@ class Incoming:
         with contextlib.suppress(OSError):
             self._file.close()
         self.path.unlink(missing_ok=True)
+
+
+def sweep_leftovers(directories: Iterable[Path]) -> list[Path]:
+    """Remove every part file in ``directories``: receptions cut short when the last server
+    ended (kill -9, a crash). Only for the server that holds the data directory's lock, at
+    start: a part file then belongs to no reception under way. The paths removed."""
+    removed = []
+    for directory in directories:
+        for part in directory.glob("*.part"):
+            with contextlib.suppress(OSError):
+                part.unlink()
+                removed.append(part)
+    return removed
 
 
 def disk_error(error: OSError, what: str) -> Exception:
