@@ -10,6 +10,7 @@ import re
 import httpx
 import pytest
 
+import gpupool
 from tests.support.chromium import NEEDS_CHROMIUM, SLOW
 from tests.support.cli import FINAL, wait_for
 from tests.support.server import ServerProcess
@@ -58,6 +59,8 @@ def test_from_the_top_bar_to_a_versions_files_and_its_source_job(
     files = page.locator(".files-table")
     expect(files).to_contain_text("weights.bin")
     expect(files).to_contain_text(hashlib.sha256(b"abc").hexdigest())
+    # the footer names gpupool's version, not the shown model version's record
+    expect(page.locator("footer.footer")).to_have_text(f"gpupool {gpupool.__version__} · REST API")
     page.get_by_role("link", name="digits:1").click()
     expect(page.locator("#version-title")).to_have_text("digits:1")
     page.locator("#source-job").click()

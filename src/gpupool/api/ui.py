@@ -247,7 +247,7 @@ ENV.filters.update(
     link_class=_link_class,
 )
 ENV.globals.update(
-    version=gpupool.__version__,
+    gpupool_version=gpupool.__version__,  # not "version": a model page has its own
     refresh_ms=REFRESH_MS,
     network=_network,
     rdma=_rdma,
