@@ -111,6 +111,28 @@ def test_usage_errors_exit_2_without_a_traceback(admin: Cli) -> None:
     assert "NAME=VALUE" in admin("run", "--env", "NOEQUALS", "--", "true").stderr
 
 
+def test_a_job_file_given_as_the_command_is_refused_with_the_command_for_it(
+    admin: Cli, tmp_path: Path
+) -> None:
+    """`-f` is --follow: `gpupool run -f job.yaml` would run job.yaml as a program."""
+    before = {job["id"] for job in admin.json("ls", "--all")}
+    (tmp_path / "job.yaml").write_text("command: [python, train.py]\n")
+    for args in (["-f", "job.yaml"], ["--", "job.yaml"]):
+        result = admin("run", *args, cwd=tmp_path)
+        assert result.returncode == 2 and result.stdout == "", result.stderr
+        assert "gpupool run takes a command" in result.stderr
+        assert "gpupool apply -f" in result.stderr and "Traceback" not in result.stderr
+    assert {job["id"] for job in admin.json("ls", "--all")} == before, "nothing was submitted"
+    program = tmp_path / "x.json"  # a program of that name still runs, made executable
+    program.write_text("#!/bin/sh\necho ran\n")
+    program.chmod(0o755)
+    submitted = admin("run", "--code", "--", "./x.json", cwd=tmp_path)
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = int(submitted.stdout)
+    ended = wait_status(admin, job_id, FINAL)["status"]
+    assert ended == "succeeded", admin("logs", str(job_id)).stdout
+
+
 def test_a_gpu_type_without_gpus_is_refused_before_anything_is_sent(admin: Cli) -> None:
     before = {job["id"] for job in admin.json("ls", "--all")}
     result = admin("run", "--gpu-type", "A100", "--", "true")

@@ -45,6 +45,7 @@ WAITING = {"pending", "starting"}
 FINAL = {"succeeded", "failed", "cancelled", "lost"}
 POLL = 0.25
 RUN_SETTINGS = {"allow_interspersed_args": False}
+JOB_FILE_SUFFIXES = (".yaml", ".yml", ".json")  # a lone one as the command is a mistake
 GANG_EXAMPLE = "gpupool run --nodes 2 --gpus-per-node 4 --launcher torch -- python train.py"
 LAUNCHER_NAMES = {
     "torch": "torch, one process per GPU",
@@ -85,6 +86,22 @@ def _check_duration(value: str | None) -> str | None:
 
 def _seconds(value: str | None) -> float | None:
     return None if value is None else parse_duration(value)
+
+
+def _check_not_a_job_file(command: list[str]) -> None:
+    """Refuse a lone job file as the command (`gpupool run -f job.yaml`: -f is --follow),
+    unless it is an executable program that happens to have such a name."""
+    if len(command) != 1 or Path(command[0]).suffix.lower() not in JOB_FILE_SUFFIXES:
+        return
+    path = Path(command[0])
+    if path.is_file() and not os.access(path, os.X_OK):
+        raise CliError(
+            "job_file_as_command",
+            f"{command[0]} is a job file, not a program (-f is --follow): gpupool run "
+            f"takes a command; job files will be run with `gpupool apply -f FILE` (coming). "
+            "To run it as a program, make it executable (chmod +x).",
+            2,
+        )
 
 
 def _check_gpu_type(gpu_type: list[str] | None, gpus: float | None, gpu_memory: str | None) -> None:
@@ -320,6 +337,7 @@ def run(
     Over several nodes (a distributed job, e.g. PyTorch DDP on 2 nodes of 4 GPUs):
     gpupool run --nodes 2 --gpus-per-node 4 --launcher torch -- python train.py
     """
+    _check_not_a_job_file(command)
     gpus = _check_gang(gpus, gpus_per_node, launcher, torchrun)
     _check_gpu_type(gpu_type, gpus, gpu_memory)
     if array is not None and follow:
