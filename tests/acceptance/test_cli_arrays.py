@@ -51,6 +51,13 @@ def test_ls_shows_the_array_as_one_row_and_cancel_ends_a_task_or_all(
 
     answer = wait_for(held_back, what=f"task {array_id}_2 to wait for its array's limit")
     assert f"array {array_id} runs at most 1 of its tasks at once (%1)" in answer
+    task_2 = tasks(admin, array_id)[2]["id"]
+    assert answer.startswith(f"task {array_id}_2 (job {task_2}) pending: ")  # named as asked
+    not_started = admin("logs", f"{array_id}_2")
+    assert not_started.returncode == 0 and not_started.stdout == ""
+    assert f"task {array_id}_2 (job {task_2}) has not started yet (ArrayLimit: " in (
+        not_started.stderr
+    )
 
     assert admin.ok("cancel", f"{array_id}_3").strip() == f"task {array_id}_3: cancelled"
     assert admin.ok("cancel", str(array_id)).strip() == (

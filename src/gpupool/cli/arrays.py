@@ -49,6 +49,15 @@ def job_id_of(client: Client, target: str) -> int:
     return client.array_task(number, index)["id"]
 
 
+def label_of(target: str, job_id: int) -> str:
+    """How to name what a target addressed: 'task 12_7 (job 19)' for a task of an array
+    asked for by its address, 'job 19' otherwise."""
+    number, index = parse_target(target)
+    if index is None:
+        return f"job {job_id}"
+    return f"task {number}_{index} (job {job_id})"
+
+
 def cancel_target(client: Client, target: str) -> str:
     """Cancel what ``target`` names and say what became of it: ``ID_INDEX`` one task; the id
     of an array (its first task's, as Slurm's scancel takes it) every task not ended."""

@@ -857,14 +857,32 @@ def logs(
     lines = {"rank": rank, "task": task}
     with connect() as client:
         job_id = arrays.job_id_of(client, target)
+        job = client.job(job_id)
+        if follow and job["status"] == "pending":
+            err.print(f"[dim]{escape(not_started_text(target, job, follow))}[/dim]")
         if attempt is not None and not follow:
             parts = _one_attempt(client, job_id, attempt, lines)
         else:
             parts = client.follow_logs(
                 job_id, poll=POLL, attempt=attempt or 1, follow=follow, **lines
             )
-        if not write_log(parts) and (rank is not None or task is not None):
+        if write_log(parts):
+            return
+        if not follow and job["status"] == "pending":
+            err.print(f"[dim]{escape(not_started_text(target, job, follow))}[/dim]")
+        elif rank is not None or task is not None:
             err.print(f"[dim]{escape(no_lines_text(rank, task))}[/dim]")
+
+
+def not_started_text(target: str, job: dict[str, Any], follow: bool) -> str:
+    """'job 7 has not started yet (InsufficientGpus: all 4 GPUs are busy): ...'; what -f
+    does about it."""
+    reason = job.get("reason") or "Queued"
+    message = f": {job['message']}" if job.get("message") else ""
+    said = f"{arrays.label_of(target, job['id'])} has not started yet ({reason}{message})"
+    if follow:
+        return f"{said}; its log follows once it starts"
+    return f"{said}; gpupool logs -f {target.strip()} waits for it and follows its log"
 
 
 def no_lines_text(rank: int | None, task: int | None) -> str:
@@ -928,9 +946,8 @@ def why(
     if output == Output.JSON:
         print_json(answer)
         return
-    out.print(
-        f"job {answer['job_id']} {status_text(answer['status'])}: {escape(answer['summary'])}"
-    )
+    label = arrays.label_of(target, answer["job_id"])
+    out.print(f"{label} {status_text(answer['status'])}: {escape(answer['summary'])}")
     for line in why_lines(answer):
         out.print(line)
 
