@@ -1,21 +1,28 @@
 """Sign-in hardening, through the in-process app on a real SQLite file: failed sign-ins and
-unknown tokens are throttled per user name and per client address; a web session ends with
+unknown tokens are throttled per user name and per client address, and nobody's failures
+refuse anyone else's valid credential (also against the real server, as a job on 127.0.0.1
+would try it); a web session ends with
 the token that opened it, a new password and a disabled user; an unknown user's sign-in
 costs what a known user's does; the session cookie is Secure when users come by https."""
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
 
 from gpupool.services import passwords
 from tests.support.platform import create_user, make_settings, refused, running_app
+from tests.support.proxying import echo_command
+from tests.support.server import ServerProcess
+from tests.support.waiting import wait_for
 
 PASSWORD = "correct horse battery"
 SIGN_IN = "/api/v1/session"
@@ -53,15 +60,16 @@ def too_many(response: Any) -> int:
 # -- throttling --------------------------------------------------------------------------------
 
 
-def test_a_user_name_is_throttled_whatever_address_the_guesses_come_from(app_with) -> None:  # noqa: ANN001
+def test_a_name_guessed_from_many_addresses_refuses_those_addresses_not_its_owner(app_with) -> None:  # noqa: ANN001
     admin = app_with(signin_max_per_user=3, signin_max_per_address=100)
     create_user(admin, "ann", password=PASSWORD)
-    create_user(admin, "bob", password=PASSWORD)
     for address in ("10.0.0.1", "10.0.0.2", "10.0.0.3"):
         refused(sign_in(browser(admin, address), "ann", "wrong password"), 401, "unauthenticated")
-    fresh = browser(admin, "10.0.0.4")
-    too_many(sign_in(fresh, "ann"))  # the right password too: else the throttle would tell
-    assert sign_in(fresh, "bob").status_code == 200  # the address itself is not throttled
+    too_many(sign_in(browser(admin, "10.0.0.1"), "ann"))  # the right password too: no oracle
+    assert sign_in(browser(admin, "10.0.0.4"), "ann").status_code == 200  # its owner, elsewhere
+    guesser = browser(admin, "10.0.0.5")  # a fresh address gets one guess at the name, no more
+    refused(sign_in(guesser, "ann", "wrong password"), 401, "unauthenticated")
+    too_many(sign_in(guesser, "ann"))
 
 
 def test_an_address_is_throttled_whatever_names_it_tries(app_with) -> None:  # noqa: ANN001
@@ -87,17 +95,30 @@ def test_the_address_is_the_connections_not_what_x_forwarded_for_says(app_with) 
     too_many(sign_in(guesser, "root"))
 
 
-def test_unknown_bearer_tokens_throttle_the_address(app_with) -> None:  # noqa: ANN001
+def test_unknown_bearer_tokens_are_throttled_and_valid_ones_never(app_with) -> None:  # noqa: ANN001
     admin = app_with(signin_max_per_address=3)
+    create_user(admin, "ann", password=PASSWORD)
     token = admin.headers["Authorization"]
     guesser = browser(admin, "10.0.0.9")
     for guess in ("gpt_a", "gpt_b", "gpt_c"):
         answer = guesser.get("/api/v1/whoami", headers={"Authorization": f"Bearer {guess}"})
         refused(answer, 401, "unauthenticated")
-    too_many(guesser.get("/api/v1/whoami", headers={"Authorization": token}))
-    too_many(sign_in(guesser, "admin"))  # one count per address, whatever was guessed
-    other = browser(admin, "10.0.0.10")
-    assert other.get("/api/v1/whoami", headers={"Authorization": token}).status_code == 200
+    too_many(guesser.get("/api/v1/whoami", headers={"Authorization": "Bearer gpt_d"}))
+    assert guesser.get("/api/v1/whoami", headers={"Authorization": token}).status_code == 200
+    assert sign_in(guesser, "ann").status_code == 200  # bad tokens hold back no password
+    too_many(guesser.get("/api/v1/whoami", headers={"Authorization": "Bearer gpt_e"}))
+
+
+def test_a_password_sprayer_does_not_lock_out_who_signed_in_from_its_address(app_with) -> None:  # noqa: ANN001
+    admin = app_with(signin_max_per_user=100, signin_max_per_address=3)
+    create_user(admin, "ann", password=PASSWORD)
+    create_user(admin, "bob", password=PASSWORD)
+    shared = browser(admin, "10.0.0.9")  # one address for many people (a NAT, 127.0.0.1)
+    assert sign_in(shared, "ann").status_code == 200
+    for name in ("root", "alice", "carol"):
+        refused(sign_in(shared, name, "wrong password"), 401, "unauthenticated")
+    too_many(sign_in(shared, "bob"))  # a name new to the address: the sprayer is stopped
+    assert sign_in(shared, "ann").status_code == 200  # a name that signed in from it is not
 
 
 def test_a_successful_sign_in_is_not_counted(app_with) -> None:  # noqa: ANN001
@@ -117,6 +138,63 @@ def test_sign_in_works_again_once_the_window_has_passed(app_with) -> None:  # no
     wait = too_many(sign_in(client, "ann"))
     time.sleep(wait)  # the 429's own Retry-After (1 s here): waiting that long is enough
     assert sign_in(client, "ann").status_code == 200
+
+
+# -- the lock-out of others, against the real server ------------------------------------------
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[ServerProcess, dict[str, str]]]:
+    """A real server on 127.0.0.1, its default limits, a user "ann" of the default team with a
+    password and a token, and her deployment ``echo`` ready with a key: the admin's token,
+    ann's token and the key by name."""
+    if shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap (bwrap) is not installed: make test installs it as root")
+    server = ServerProcess(tmp_path / "data", env={"HOME": str(tmp_path)}).start()
+    try:
+        yield server, _ann_and_her_deployment(server)
+    finally:
+        server.stop()
+
+
+def _ann_and_her_deployment(server: ServerProcess) -> dict[str, str]:
+    api = f"{server.url}/api/v1"
+    admin = {"Authorization": f"Bearer {server.token}"}
+    user = {"name": "ann", "teams": ["default"], "password": PASSWORD}
+    assert httpx.post(f"{api}/users", json=user, headers=admin).status_code == 201
+    made = httpx.post(f"{api}/tokens", json={"user": "ann", "name": "t"}, headers=admin)
+    ann = {"Authorization": f"Bearer {made.json()['token']}"}
+    echo = {"name": "echo", "command": echo_command(), "replicas": 1}
+    assert httpx.post(f"{api}/deployments", json=echo, headers=ann).status_code == 201
+
+    def ready() -> bool:
+        return httpx.get(f"{api}/deployments/echo", headers=ann).json()["ready"] >= 1
+
+    wait_for(ready, 90, "deployment echo to be ready", 0.2)
+    key = httpx.post(f"{api}/deployments/echo/keys", json={"name": "k"}, headers=ann)
+    return {"admin": server.token, "ann": made.json()["token"], "key": key.json()["key"]}
+
+
+def test_bad_tokens_from_one_client_lock_nobody_else_out(served) -> None:  # noqa: ANN001
+    """Issue 23's lock-out: a client (a job, say) on 127.0.0.1 sends 40 unknown tokens. It is
+    throttled itself; everyone else on 127.0.0.1 keeps every valid credential."""
+    server, secrets = served
+
+    def call(path: str, secret: str) -> httpx.Response:
+        return httpx.get(server.url + path, headers={"Authorization": f"Bearer {secret}"})
+
+    answers = [call("/api/v1/whoami", f"gpt_guess{n}").status_code for n in range(40)]
+    assert answers[0] == 401 and answers[-1] == 429
+    too_many(call("/serve/echo/hello", "gpt_guess40"))
+    mine = call("/api/v1/whoami", secrets["admin"])
+    assert mine.status_code == 200 and mine.json()["user"] == "admin", mine.text
+    signed_in = httpx.post(server.url + SIGN_IN, json={"user": "ann", "password": PASSWORD})
+    assert signed_in.status_code == 200, signed_in.text
+    for secret in (secrets["key"], secrets["ann"]):
+        served_answer = call("/serve/echo/hello", secret)
+        assert served_answer.status_code == 200, served_answer.text
+        assert served_answer.json()["path"] == "/hello"
+    too_many(call("/api/v1/whoami", "gpt_guess41"))
 
 
 # -- web sessions end with what opened them ----------------------------------------------------

@@ -27,13 +27,13 @@ async def principal(request: Request, ctx: PlatformDep) -> Principal:
     """Bearer token first; else the session cookie, with the CSRF check on unsafe methods.
 
     Async, so that a token already known costs no thread hop; database reads go to a thread.
-    While the client's address is throttled (too many unknown tokens or failed sign-ins), every
-    token is refused with a 429.
+    A valid token or session is never refused for what others did; an address that sent too
+    many unknown tokens gets 429 (not 401) for its next unknown ones.
     """
-    header, address = request.headers.get("authorization", ""), client_address(request)
+    header = request.headers.get("authorization", "")
     if header.lower().startswith("bearer "):
-        secret = header[7:].strip()
-        known = identity.recent_token(ctx, secret, address)
+        secret, address = header[7:].strip(), client_address(request)
+        known = identity.recent_token(ctx, secret)
         return known or await run_in_threadpool(identity.by_token, ctx, secret, address)
     cookie, csrf = request.cookies.get(SESSION_COOKIE), request.headers.get(CSRF_HEADER)
     changes = request.method not in SAFE_METHODS

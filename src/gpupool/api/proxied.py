@@ -44,12 +44,12 @@ async def proxy_caller(connection: HTTPConnection) -> Principal:
     """The caller of a proxied request or WebSocket: an API token first, else the session
     cookie. Unauthenticated (401) without either, or with one unknown or expired;
     CsrfFailed (403) for a cookie's change or WebSocket from another origin; TooManyAttempts
-    (429) while the address is throttled."""
+    (429) for an unknown token from an address that sent too many (a valid one is let in)."""
     ctx: Platform = connection.app.state.platform
     secret = bearer_secret(connection)
     if secret is not None:
         address = client_address(connection)  # type: ignore[arg-type]  # any connection
-        known = identity.recent_token(ctx, secret, address)
+        known = identity.recent_token(ctx, secret)
         return known or await run_in_threadpool(identity.by_token, ctx, secret, address)
     cookie = connection.cookies.get(SESSION_COOKIE)
     who = await run_in_threadpool(identity.by_session, ctx, cookie, None, False)

@@ -424,7 +424,8 @@ def is_loopback(address: str) -> bool:
 
 def join(ctx: Context, address: str, token: str, name: str | None = None) -> JoinView:
     """The head's address and the pool's Ray secret, for the right join token; a wrong one is
-    counted as a failed sign-in from ``address`` (throttled the same way). With ``name``:
+    counted against ``address`` as an unknown API token is (429 past the limit), and the right
+    one is never refused, whatever its address did. With ``name``:
     whether that node is up and schedulable yet (the joiner waits for it)."""
     cluster = _pool(ctx)
     with ctx.throttle.guard(address):

@@ -1,6 +1,7 @@
 """Who is asking, as the API meets callers: an API token, or a web session (cookie and CSRF
 token); signing in and out of web sessions; who one is. ``services.auth`` checks the
-credentials themselves; the throttle refuses an address (or a user name) that failed too often.
+credentials themselves; the throttle (``services.throttle``) refuses a password from an address
+or for a name that failed too often, and never a valid token: only unknown ones are counted.
 """
 
 from __future__ import annotations
@@ -26,16 +27,16 @@ class WebSignIn:
     who: WhoAmIView
 
 
-def recent_token(ctx: Context, secret: str, address: str) -> Principal | None:
+def recent_token(ctx: Context, secret: str) -> Principal | None:
     """The caller of an API token seen lately, without a database read (None: not seen
-    lately, ask ``by_token``); TooManyAttempts while ``address`` is throttled."""
-    ctx.throttle.check(address)
+    lately, ask ``by_token``); never refused, whatever its address did."""
     return ctx.tokens.known(secret, ctx.clock.now())
 
 
 def by_token(ctx: Context, secret: str, address: str) -> Principal:
     """The caller of an API token; Unauthenticated (counted against ``address``) for a token
-    unknown, revoked or expired."""
+    unknown, revoked or expired, or TooManyAttempts once ``address`` sent too many of those.
+    A valid token is let in whatever its address did."""
     with ctx.throttle.guard(address):
         return ctx.tokens.principal(ctx.db, secret, ctx.clock.now())
 

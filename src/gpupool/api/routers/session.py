@@ -26,7 +26,8 @@ def health(ctx: PlatformDep) -> HealthView:
 @router.post("/session", response_model=WhoAmIView)
 @declare(Rule.PUBLIC)
 def sign_in(body: LoginIn, request: Request, response: Response, ctx: PlatformDep) -> WhoAmIView:
-    """Open a web session; failed sign-ins are throttled per user name and per address."""
+    """Open a web session; failed sign-ins are throttled per user name and per address
+    (``services.throttle``: unknown tokens sent elsewhere hold back no password)."""
     opened = identity.sign_in(ctx, body.user, body.password, client_address(request))
     set_session_cookie(response, opened.secret, opened.seconds, ctx.settings.secure_cookies)
     return opened.who
