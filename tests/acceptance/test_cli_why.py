@@ -51,6 +51,46 @@ def test_why_says_the_reason_position_blockers_and_estimated_start(
     wait_status(admin, holder, FINAL)
 
 
+def test_an_unknown_start_says_why_and_how_a_max_runtime_gives_one(
+    admin: Cli, release: Path, exchange: Path
+) -> None:
+    """A new user's first `echo hello` is the only history; a job run without --max-runtime
+    soon outruns it, so a job waiting for its GPUs has no estimate: `why` and `queue` say why
+    and what gives one. A holder run with --max-runtime gives the waiting job its start."""
+    assert admin("run", "--follow", "--", "echo", "hello").returncode == 0
+    holder = admin.submit("--gpus", "4", "--workdir", str(exchange), *hold(release))
+    wait_status(admin, holder, {"running"})
+    waiting = admin.submit("--gpus", "1", "--", "true")
+
+    def unknown() -> dict | None:
+        answer = admin.json("why", str(waiting))
+        outrun = (answer["eta_unknown"] or "").startswith("the running jobs have all outrun")
+        return answer if answer["position"] and outrun else None
+
+    wait_for(unknown, 90.0, f"job {waiting}'s start to be unknown")
+    starts = next(line for line in admin.ok("why", str(waiting)).splitlines() if "starts:" in line)
+    assert starts.startswith("starts:     unknown: the running jobs have all outrun")
+    assert "no --max-runtime" in starts
+    printed = admin.ok("queue")
+    row = next(line for line in printed.splitlines() if line.split()[1:2] == [str(waiting)])
+    assert row.split()[-1] == "unknown"
+    assert f"ETA unknown for job {waiting}: the running jobs have all outrun" in printed
+
+    admin.ok("cancel", str(waiting), str(holder))
+    wait_status(admin, holder, FINAL)
+    bounded = admin.submit(
+        "--gpus", "4", "--max-runtime", "1h", "--workdir", str(exchange), *hold(release)
+    )
+    wait_status(admin, bounded, {"running"})
+    waiting = admin.submit("--gpus", "1", "--", "true")
+    answer = explained(admin, waiting)
+    started = admin.job(bounded)["attempts_detail"][-1]["started_at"]
+    assert abs(answer["eta"] - (started + 3600)) < 1e-3
+    admin.ok("cancel", str(waiting))
+    release.touch()
+    wait_status(admin, bounded, FINAL)
+
+
 def test_why_answers_plainly_for_a_running_and_an_ended_job(
     admin: Cli, release: Path, exchange: Path
 ) -> None:

@@ -67,9 +67,23 @@ def print_team(entry: dict[str, Any]) -> None:
             gpus_text(job),
             escape(job["code"]),
             escape(short(job["message"]) or "-"),
-            relative_eta(job.get("eta")),
+            relative_eta(job.get("eta"), job.get("eta_unknown")),
         )
     out.print(table)
+    for line in unknown_lines(entry["jobs"]):
+        out.print(escape(line))
+
+
+def unknown_lines(jobs: list[dict[str, Any]]) -> list[str]:
+    """Why the jobs without an estimate have none, one line per reason."""
+    by_reason: dict[str, list[str]] = {}
+    for job in jobs:
+        if job.get("eta") is None and job.get("eta_unknown"):
+            by_reason.setdefault(job["eta_unknown"], []).append(str(job["id"]))
+    return [
+        f"ETA unknown for job{'' if len(ids) == 1 else 's'} {', '.join(ids)}: {reason}"
+        for reason, ids in by_reason.items()
+    ]
 
 
 def short(text: str, room: int = MAX_MESSAGE) -> str:
@@ -78,10 +92,11 @@ def short(text: str, room: int = MAX_MESSAGE) -> str:
     return line if len(line) <= room else line[: room - 1] + "…"
 
 
-def relative_eta(at: float | None) -> str:
-    """'in 12m05s', 'now', or '-' when there is no estimate."""
+def relative_eta(at: float | None, unknown: str | None = None) -> str:
+    """'in 12m05s', 'now', 'unknown' (the lines under the table say why), or '-' when there
+    is no estimate and no reason either."""
     if at is None:
-        return "-"
+        return "unknown" if unknown else "-"
     left = at - time.time()
     return "now" if left < 1 else f"in {duration(left)}"
 

@@ -14,8 +14,9 @@ from gpupool.domain.units import format_duration
 
 NOT_YET = "it was submitted after the last estimate; ask again in a few seconds"
 OUTRUN = (
-    "the running jobs have all outrun their estimates: those it waits for have run longer "
-    "than their users' and teams' finished jobs, so when one ends is not known"
+    "the running jobs have all outrun their estimates: those it waits for have no "
+    "--max-runtime and have run longer than their users' and teams' finished jobs, so when "
+    "one ends is not known (a job run with --max-runtime is counted to end by then)"
 )
 
 
