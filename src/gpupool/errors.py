@@ -318,8 +318,8 @@ class NoHealthyReplica(GpupoolError):
 
 
 class DeploymentExists(Conflict):
-    """A deployment of that name exists: deployment names are unique in the pool (they are
-    its address, /serve/NAME/...). Choose another with --name, or update that one."""
+    """A deployment of that name runs already in this team: a name is unique in its team
+    (it is its address, /serve/NAME/...). Choose another with --name, or update that one."""
 
     code = "deployment_exists"
 
@@ -328,6 +328,13 @@ class DeploymentStopped(Conflict):
     """The deployment is stopped: deploy it again to serve it."""
 
     code = "deployment_stopped"
+
+
+class AmbiguousDeployment(Conflict):
+    """Deployments of several of your teams have this name: say which team's (--team, or
+    the address /serve/NAME@TEAM/)."""
+
+    code = "ambiguous_deployment"
 
 
 class ModelNotUsable(NotFound):

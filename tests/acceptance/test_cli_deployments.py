@@ -20,7 +20,7 @@ import psutil
 import pytest
 
 from tests.conftest import REPO
-from tests.support.cli import FINAL, Cli
+from tests.support.cli import FINAL, Cli, hold, wait_status
 from tests.support.server import ServerProcess
 from tests.support.waiting import wait_for
 
@@ -179,6 +179,38 @@ def _restarted(api: httpx.Client, replica_id: int) -> bool:
     found = _deployment(api)
     again = [r for r in found["replica_list"] if r["id"] == replica_id and r["restarts"] == 1]
     return bool(again) and again[0]["state"] == "ready" and found["ready"] == 2
+
+
+def test_deploy_show_says_why_a_replica_waits(
+    tmp_path: Path, exchange: Path, release: Path
+) -> None:
+    """A replica whose job waits on CPUs (another job holds the node's 2) says so in
+    'deploy show' and its JSON, with the scheduler's reason and message ('gpupool why')."""
+    env = {"GPUPOOL_DECLARED_CPUS": "2", "GPUPOOL_DEPLOY_HEALTH_INTERVAL_SECONDS": "0.5"}
+    server = ServerProcess(tmp_path / "data", env=env).start()
+    try:
+        cli = Cli(server.url, server.token)
+        holder = cli.submit("--cpus", "2", "--workdir", str(exchange), *hold(release))
+        wait_status(cli, holder, {"running"})
+        cli.ok("deploy", "waits", "--no-model", "--cpus", "1", "--", "sleep", "600")
+        shown = wait_for(lambda: _waiting(cli, "waits"), 60, "the replica's reason", 0.2)
+        replica = shown["replica_list"][0]
+        assert replica["state"] == "pending"
+        assert replica["waiting_message"].startswith("needs 1 CPU; the most free")
+        said = cli.ok("deploy", "show", "waits")
+        assert "pending (InsufficientCpu)" in said
+        assert f"replica {replica['id']} waits: InsufficientCpu: needs 1 CPU" in said
+        assert f"(gpupool why {replica['job_id']})" in said
+        cli.ok("deploy", "stop", "waits")
+    finally:
+        release.touch()
+        server.stop()
+
+
+def _waiting(cli: Cli, name: str) -> dict | None:
+    found = cli.json("deploy", "show", name)
+    replicas = found["replica_list"]
+    return found if replicas and replicas[0]["waiting_reason"] == "InsufficientCpu" else None
 
 
 def _rolled(api: httpx.Client, version: int) -> bool:

@@ -298,3 +298,69 @@ def test_a_hostile_replica_of_another_team_reaches_nothing(world: World, exchang
 def _replica_job(world: World, name: str) -> int | None:
     replicas = world.admin.get(f"/deployments/{name}").json()["replica_list"]
     return replicas[0]["job_id"] if replicas else None
+
+
+def test_a_deployment_name_is_each_teams_own(world: World) -> None:
+    """Team B deploys under the name team A serves: it is not told of A's (no 409), each
+    team's /serve/NAME reaches its own replica, a member of both is asked which (409
+    ambiguous_deployment naming each NAME@TEAM address) and reaches each at that address;
+    nobody learns of a team they are not in through a team's address either."""
+    member, outsider = world.clients["member"], world.clients["outsider"]
+    first = member.post("/deployments", json={"name": "twin", "model": "probe-a", "command": PROBE})
+    assert first.status_code == 201, first.text
+    second = outsider.post(
+        "/deployments", json={"name": "twin", "model": "probe-b", "command": PROBE}
+    )
+    assert second.status_code == 201, second.text  # not 409: A's name told B nothing
+    assert second.json()["url"] == "/serve/twin/"
+    again = outsider.post("/deployments", json={"name": "twin", "command": PROBE})
+    assert again.status_code == 409 and "team others" in again.json()["error"]["message"]
+    assert "owners" not in again.text  # a clash inside B's own team only
+    both = _member_of_both(world)
+    try:
+        jobs = {team: _twin_job(world, team) for team in ("owners", "others")}
+        for user, team in (("member", "owners"), ("outsider", "others")):
+            answer = world.serve("twin", secret=world.tokens[user])
+            assert answer.status_code == 200, answer.text
+            assert answer.json()["model_dir"].endswith(f"/jobs/{jobs[team]}/model")
+        refused = world.serve("twin", secret=both)
+        assert refused.status_code == 409, refused.text
+        error = refused.json()["error"]
+        assert error["code"] == "ambiguous_deployment"
+        assert (
+            "/serve/twin@owners/" in error["message"] and "/serve/twin@others/" in error["message"]
+        )
+        for team in ("owners", "others"):
+            answer = world.serve(f"twin@{team}", secret=both)
+            assert answer.status_code == 200, answer.text
+            assert answer.json()["model_dir"].endswith(f"/jobs/{jobs[team]}/model")
+        assert world.serve("twin@owners", secret=world.tokens["outsider"]).status_code == 404
+        assert outsider.get("/deployments/twin", params={"team": "owners"}).status_code == 404
+        assert "owners" not in outsider.get("/deployments/twin").text
+        api = _api(world, both)
+        assert api.get("/deployments/twin").json()["error"]["code"] == "ambiguous_deployment"
+        shown = api.get("/deployments/twin", params={"team": "others"}).json()
+        assert (shown["team"], shown["url"]) == ("others", "/serve/twin@others/")
+    finally:
+        for team in ("owners", "others"):
+            stopped = world.admin.post("/deployments/twin/stop", params={"team": team})
+            assert stopped.status_code == 200, stopped.text
+
+
+def _member_of_both(world: World) -> str:
+    body = {"name": "both", "teams": ["owners", "others"], "role": "member"}
+    assert world.admin.post("/users", json=body).status_code == 201
+    return world.admin.post("/tokens", json={"user": "both", "name": "t"}).json()["token"]
+
+
+def _api(world: World, token: str) -> httpx.Client:
+    headers = {"Authorization": f"Bearer {token}"}
+    return httpx.Client(base_url=f"{world.server.url}/api/v1", headers=headers)
+
+
+def _twin_job(world: World, team: str) -> int:
+    def ready() -> int | None:
+        found = world.admin.get("/deployments/twin", params={"team": team}).json()
+        return found["replica_list"][0]["job_id"] if found["ready"] >= 1 else None
+
+    return wait_for(ready, 90, f"team {team}'s twin to be ready", 0.2)

@@ -6,16 +6,18 @@ service functions as the REST API; another team's deployment is a 404 page."""
 from __future__ import annotations
 
 import json
+from typing import Annotated
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, Response
 
 from gpupool.api.access import Rule, declare
 from gpupool.api.deps import PlatformDep
 from gpupool.api.ui import SignedIn, render, to_login
 from gpupool.domain.jobs import Role
-from gpupool.errors import ClientError
+from gpupool.errors import AmbiguousDeployment, ClientError
 from gpupool.services import deployments
+from gpupool.services.access import Principal
 
 router = APIRouter(include_in_schema=False)
 PAGE = "deployments"  # the part of the menu these pages are under
@@ -42,12 +44,22 @@ def deployments_page(request: Request, ctx: PlatformDep, signed_in: SignedIn) ->
 
 @router.get("/deployments/{name}", response_class=HTMLResponse)
 @declare(Rule.PAGE)
-def deployment_page(request: Request, name: str, ctx: PlatformDep, signed_in: SignedIn) -> Response:
+def deployment_page(
+    request: Request,
+    name: str,
+    ctx: PlatformDep,
+    signed_in: SignedIn,
+    team: Annotated[str | None, Query(max_length=100)] = None,
+) -> Response:
+    """``?team=``: its team, where several of the caller's teams have a deployment ``name``
+    (the list's links carry it then)."""
     if not signed_in:
         return to_login(request)
     who, csrf = signed_in
     try:
-        shown = deployments.show_deployment(ctx, who, name)
+        shown = deployments.show_deployment(ctx, who, name, team)
+    except AmbiguousDeployment as error:
+        return _ambiguous(who, csrf, name, error)
     except ClientError:  # not found, not visible, or stopped: the same page
         return render(
             "not_found.html",
@@ -69,4 +81,17 @@ def deployment_page(request: Request, name: str, ctx: PlatformDep, signed_in: Si
         deployment=shown.model_dump(mode="json"),
         can_call=who.role != Role.VIEWER,
         sample=json.dumps(SAMPLE_BODY),
+    )
+
+
+def _ambiguous(who: Principal, csrf: str, name: str, error: AmbiguousDeployment) -> Response:
+    """Several of the caller's teams have a deployment ``name``: a link to each."""
+    return render(
+        "deployment_choice.html",
+        who,
+        csrf,
+        status=409,
+        page=PAGE,
+        name=name,
+        teams=error.details.get("teams", []),
     )

@@ -3,6 +3,9 @@
 gpupool deploy my-model:3 --replicas 2         # served at /serve/my-model/
 gpupool deploy ls / show NAME / scale NAME 3 / update NAME --version 4 / stop NAME
 gpupool deploy key create NAME / key ls NAME / key revoke NAME KEY_ID
+
+A name is unique in its team: where several of your teams have a deployment of one name,
+say which with --team (its address is then /serve/NAME@TEAM/).
 """
 
 from __future__ import annotations
@@ -49,6 +52,10 @@ key_app = typer.Typer(help="Keys that may call a deployment (for programs withou
 deploy_app.add_typer(key_app, name="key")
 Name = Annotated[
     str, typer.Argument(help="The deployment's name, as 'gpupool deploy ls' lists it.")
+]
+Team = Annotated[
+    str | None,
+    typer.Option(help="Its team: needed where several of your teams have a deployment of NAME."),
 ]
 
 
@@ -150,10 +157,11 @@ def ls(
 
 
 @deploy_app.command("show")
-def show(name: Name, output: OutputOption = Output.TABLE) -> None:
-    """Show a deployment: its replicas (node, state, health, restarts), traffic and events."""
+def show(name: Name, team: Team = None, output: OutputOption = Output.TABLE) -> None:
+    """Show a deployment: its replicas (node, state, health, restarts, why one waits),
+    traffic and events."""
     with connect() as client:
-        found = client.deployment(name)
+        found = client.deployment(name, team)
     if output == Output.JSON:
         print_json(found)
         return
@@ -164,11 +172,13 @@ def show(name: Name, output: OutputOption = Output.TABLE) -> None:
 def scale(
     name: Name,
     replicas: Annotated[int, typer.Argument(help="How many replicas to serve it.", min=1)],
+    team: Team = None,
     output: OutputOption = Output.TABLE,
 ) -> None:
     """Change how many replicas serve a deployment."""
     with connect() as client:
-        _done(client.scale_deployment(name, replicas), output, f"scaling to {replicas} replicas")
+        scaled = client.scale_deployment(name, replicas, team)
+    _done(scaled, output, f"scaling to {replicas} replicas")
 
 
 @deploy_app.command("update")
@@ -179,6 +189,7 @@ def update(
     version: Annotated[
         int | None, typer.Option(help="The model's version to serve (default: the latest).")
     ] = None,
+    team: Team = None,
     output: OutputOption = Output.TABLE,
 ) -> None:
     """Roll a deployment to another version of its model, one replica at a time.
@@ -193,26 +204,27 @@ def update(
             raise CliError("bad_version", "give the version once: NAME:VERSION or --version N")
         version = int(after)
     with connect() as client:
-        updated = client.update_deployment(name, version)
+        updated = client.update_deployment(name, version, team)
         _done(updated, output, f"rolling to version {updated['version']}")
 
 
 @deploy_app.command("stop")
-def stop(name: Name, output: OutputOption = Output.TABLE) -> None:
+def stop(name: Name, team: Team = None, output: OutputOption = Output.TABLE) -> None:
     """Stop a deployment: no more requests, its replicas stop, its name is free again."""
     with connect() as client:
-        _done(client.stop_deployment(name), output, "stopped")
+        _done(client.stop_deployment(name, team), output, "stopped")
 
 
 @key_app.command("create")
 def key_create(
     name: Name,
     key_name: Annotated[str, typer.Option("--name", help="What the key is for.")] = "key",
+    team: Team = None,
     output: OutputOption = Output.TABLE,
 ) -> None:
     """Make a key that may call the deployment; it is printed once: keep it now."""
     with connect() as client:
-        made = client.create_deployment_key(name, key_name)
+        made = client.create_deployment_key(name, key_name, team)
     if output == Output.JSON:
         print_json(made)
         return
@@ -225,10 +237,10 @@ def key_create(
 
 
 @key_app.command("ls")
-def key_ls(name: Name, output: OutputOption = Output.TABLE) -> None:
+def key_ls(name: Name, team: Team = None, output: OutputOption = Output.TABLE) -> None:
     """List a deployment's keys (their first characters, never the keys)."""
     with connect() as client:
-        found = client.deployment_keys(name)
+        found = client.deployment_keys(name, team)
     if output == Output.JSON:
         print_json(found)
         return
@@ -251,10 +263,11 @@ def key_revoke(
     key_id: Annotated[
         int, typer.Argument(help="The key's id, as 'gpupool deploy key ls' lists it.")
     ],
+    team: Team = None,
 ) -> None:
     """Revoke a key: it stops working at once."""
     with connect() as client:
-        client.revoke_deployment_key(name, key_id)
+        client.revoke_deployment_key(name, key_id, team)
     out.print(f"key {key_id} of {escape(name)} revoked")
 
 
@@ -328,11 +341,18 @@ def _print(d: dict[str, Any]) -> None:
             str(r["version"] if r["version"] is not None else "-"),
             str(r["job_id"] or "-"),
             escape(r["node"] or "-"),
-            r["state"],
+            r["state"] + (f" ({r['waiting_reason']})" if r.get("waiting_reason") else ""),
             str(r["restarts"]),
             str(r["failures"]),
         )
     out.print(table)
+    for r in d["replica_list"]:
+        if r.get("waiting_reason"):
+            out.print(
+                f"replica {r['id']} waits: {r['waiting_reason']}: "
+                f"{escape(r['waiting_message'] or '')} (gpupool why {r['job_id']})",
+                soft_wrap=True,
+            )
     for event in d["events"][-10:]:
         out.print(
             f"{timestamp(event['at'])}  {event['reason']}  {escape(event['message'])}",

@@ -393,29 +393,42 @@ class Client:
     def deployments(self, team: str | None = None, stopped: bool = False) -> list[dict[str, Any]]:
         return self._call("GET", "/deployments", params={"team": team, "stopped": stopped})
 
-    def deployment(self, name: str) -> dict[str, Any]:
-        """The deployment with its replicas, events and traffic."""
-        return self._call("GET", _deployment_path(name))
+    def deployment(self, name: str, team: str | None = None) -> dict[str, Any]:
+        """The deployment with its replicas, events and traffic; ``team``: its team, where
+        several of yours have a deployment of this name."""
+        return self._call("GET", _deployment_path(name), params={"team": team})
 
-    def scale_deployment(self, name: str, replicas: int) -> dict[str, Any]:
-        return self._call("POST", _deployment_path(name, "scale"), json={"replicas": replicas})
+    def scale_deployment(self, name: str, replicas: int, team: str | None = None) -> dict[str, Any]:
+        body = {"replicas": replicas}
+        return self._call("POST", _deployment_path(name, "scale"), json=body, params={"team": team})
 
-    def update_deployment(self, name: str, version: int | None = None) -> dict[str, Any]:
+    def update_deployment(
+        self, name: str, version: int | None = None, team: str | None = None
+    ) -> dict[str, Any]:
         """Roll to ``version`` of its model (None: the latest), replica by replica."""
-        return self._call("POST", _deployment_path(name, "update"), json={"version": version})
+        body = {"version": version}
+        return self._call(
+            "POST", _deployment_path(name, "update"), json=body, params={"team": team}
+        )
 
-    def stop_deployment(self, name: str) -> dict[str, Any]:
-        return self._call("POST", _deployment_path(name, "stop"))
+    def stop_deployment(self, name: str, team: str | None = None) -> dict[str, Any]:
+        return self._call("POST", _deployment_path(name, "stop"), params={"team": team})
 
-    def deployment_keys(self, name: str) -> list[dict[str, Any]]:
-        return self._call("GET", _deployment_path(name, "keys"))
+    def deployment_keys(self, name: str, team: str | None = None) -> list[dict[str, Any]]:
+        return self._call("GET", _deployment_path(name, "keys"), params={"team": team})
 
-    def create_deployment_key(self, name: str, key_name: str = "key") -> dict[str, Any]:
+    def create_deployment_key(
+        self, name: str, key_name: str = "key", team: str | None = None
+    ) -> dict[str, Any]:
         """A key that may call the deployment (its secret is in this answer only)."""
-        return self._call("POST", _deployment_path(name, "keys"), json={"name": key_name})
+        body = {"name": key_name}
+        return self._call("POST", _deployment_path(name, "keys"), json=body, params={"team": team})
 
-    def revoke_deployment_key(self, name: str, key_id: int) -> dict[str, Any]:
-        return self._call("DELETE", _deployment_path(name, f"keys/{key_id}"))
+    def revoke_deployment_key(
+        self, name: str, key_id: int, team: str | None = None
+    ) -> dict[str, Any]:
+        path = _deployment_path(name, f"keys/{key_id}")
+        return self._call("DELETE", path, params={"team": team})
 
     # -- notebooks ---------------------------------------------------------------------------
 

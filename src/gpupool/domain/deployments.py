@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from enum import StrEnum
 from typing import Annotated
+from urllib.parse import quote
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -204,6 +205,10 @@ class ReplicaView(View):
     ready_at: float | None
     message: str | None
     traffic: TrafficView = TrafficView()
+    waiting_reason: str | None = Field(
+        default=None, description="why its job waits to start (as 'gpupool why JOB' says)"
+    )
+    waiting_message: str | None = None
 
 
 class DeploymentEventView(View):
@@ -224,6 +229,10 @@ class DeploymentView(View):
     ready: int = Field(description="replicas answering their health checks now")
     state: str = Field(description="running, updating or stopped")
     url: str = Field(description="its address on this server")
+    team_url: str = Field(
+        description="its address naming its team (/serve/NAME@TEAM/): the one to use where "
+        "several of your teams have a deployment of this name"
+    )
     command: list[str] | None
     resources: ResourceRequest
     health_path: str
@@ -255,5 +264,15 @@ class KeyCreatedView(KeyView):
     key: str = Field(description="shown once; store it now")
 
 
-def serve_url(name: str) -> str:
-    return f"/serve/{name}/"
+def serve_url(name: str, team: str | None = None) -> str:
+    """A deployment's address: ``/serve/NAME/``, or ``/serve/NAME@TEAM/`` naming its team
+    (a name holds no '@': the first one ends it)."""
+    if team is None:
+        return f"/serve/{name}/"
+    return f"/serve/{name}@{quote(team, safe='')}/"
+
+
+def split_address(address: str) -> tuple[str, str | None]:
+    """``NAME`` or ``NAME@TEAM`` (the first path segment after /serve/) as (name, team)."""
+    name, at, team = address.partition("@")
+    return name, (team if at else None)

@@ -1,18 +1,29 @@
-"""Who may call a deployment at /serve/NAME/..., and its keys.
+"""Who may call a deployment at /serve/NAME/... (or /serve/NAME@TEAM/...), and its keys.
 
 A deployment answers the members of its team (and admins), signed in with the platform's
 session cookie or an API token, and the holders of a key made for that deployment
 (``gpupool deploy key create NAME``; shown once, stored as its hash). Anyone else is told
 it does not exist (404) — a viewer of its team, who sees it, is told no (403). The routing
 table the deployments' loop publishes answers these questions without a database read.
+
+A name is unique in a team, not in the pool. ``NAME`` alone means the one deployment of
+that name the caller sees (or, of several, the one they may call); where several of their
+teams have one, 409 ambiguous_deployment names the ``NAME@TEAM`` addresses. A caller never
+learns that a team they do not see has a deployment of a name: it is not looked at.
 """
 
 from __future__ import annotations
 
 from sqlalchemy import select
 
-from gpupool.domain.deployments import KEY_PREFIX, KeyCreatedView, KeyView
-from gpupool.errors import Forbidden, NoHealthyReplica, NotFound
+from gpupool.domain.deployments import (
+    KEY_PREFIX,
+    KeyCreatedView,
+    KeyView,
+    serve_url,
+    split_address,
+)
+from gpupool.errors import AmbiguousDeployment, Forbidden, NoHealthyReplica, NotFound
 from gpupool.services.access import Principal
 from gpupool.services.context import Context
 from gpupool.services.deployments import get_deployment
@@ -28,27 +39,54 @@ def is_key(secret: str) -> bool:
     return secret.startswith(f"{KEY_PREFIX}_")
 
 
-def route_for_key(ctx: Context, name: str, secret: str) -> Route:
-    """The route of ``name`` for the holder of key ``secret``; NotFound unless it is a live
-    key of that deployment (another deployment's key, a revoked one, a made-up one)."""
-    route = ctx.deployments.routes.route(name)
-    if route is None or secret_hash(secret) not in route.key_hashes:
-        raise NotFound(_unknown(name))
-    return _serving(route)
+def route_for_key(ctx: Context, address: str, secret: str) -> Route:
+    """The route at ``address`` (NAME or NAME@TEAM) for the holder of key ``secret``;
+    NotFound unless it is a live key of that deployment (another deployment's key, a
+    revoked one, a made-up one). A key is of one deployment: it settles which."""
+    hashed = secret_hash(secret)
+    for route in _named(ctx, address):
+        if hashed in route.key_hashes:
+            return _serving(route)
+    raise NotFound(_unknown(address))
 
 
-def route_for(ctx: Context, who: Principal, name: str) -> Route:
-    """The route of ``name`` for a signed-in caller: its team's members and admins; a viewer
-    of the team is refused (403); others are told it does not exist (404)."""
-    route = ctx.deployments.routes.route(name)
-    if route is None or not who.can_see_team(route.team_id):
-        raise NotFound(_unknown(name))
+def route_for(ctx: Context, who: Principal, address: str) -> Route:
+    """The route at ``address`` (NAME or NAME@TEAM) for a signed-in caller: its team's
+    members and admins; a viewer of the team is refused (403); others are told it does not
+    exist (404); several of the caller's teams with NAME: 409 ambiguous_deployment."""
+    route = _pick(who, address, [r for r in _named(ctx, address) if who.can_see_team(r.team_id)])
     if not who.can_act_on_team(route.team_id):
         raise Forbidden(
             f"viewers of a team see its deployments but do not call them: ask for a key "
-            f"(gpupool deploy key create {name}) or for the member role"
+            f"(gpupool deploy key create {route.name} --team {route.team}) or for the member "
+            "role"
         )
     return _serving(route)
+
+
+def _named(ctx: Context, address: str) -> list[Route]:
+    """The live deployments at ``address``: those of its name, of its team if it names one."""
+    name, team = split_address(address)
+    found = ctx.deployments.routes.named(name)
+    return [route for route in found if team is None or route.team == team]
+
+
+def _pick(who: Principal, address: str, seen: list[Route]) -> Route:
+    """Of the deployments of a name that ``who`` sees, the one meant: the only one, else the
+    only one ``who`` may call; none: 404; several: 409 naming each one's team address."""
+    if len(seen) == 1:
+        return seen[0]
+    callable_ = [route for route in seen if who.can_act_on_team(route.team_id)]
+    if len(callable_) == 1:
+        return callable_[0]
+    if not seen:
+        raise NotFound(_unknown(address))
+    addresses = [serve_url(route.name, route.team) for route in seen]
+    raise AmbiguousDeployment(
+        f"several of your teams have a deployment {seen[0].name}: call the one you mean at "
+        f"its team's address, {' or '.join(addresses)}",
+        addresses=addresses,
+    )
 
 
 def _serving(route: Route) -> Route:
@@ -64,11 +102,13 @@ def _serving(route: Route) -> Route:
 # -- keys ----------------------------------------------------------------------------------------
 
 
-def create_key(ctx: Context, who: Principal, name: str, key_name: str) -> KeyCreatedView:
-    """A new key for deployment ``name``: its secret is in this answer only."""
+def create_key(
+    ctx: Context, who: Principal, name: str, key_name: str, team: str | None = None
+) -> KeyCreatedView:
+    """A new key for deployment ``name`` (of ``team``): its secret is in this answer only."""
     secret, now = new_secret(KEY_PREFIX), ctx.clock.now()
     with ctx.db.session() as session:
-        deployment = _own(session, who, name)
+        deployment = _own(session, who, name, team)
         key = DeploymentKeyModel(
             deployment_id=deployment.id,
             name=key_name,
@@ -84,9 +124,9 @@ def create_key(ctx: Context, who: Principal, name: str, key_name: str) -> KeyCre
     return shown
 
 
-def list_keys(ctx: Context, who: Principal, name: str) -> list[KeyView]:
+def list_keys(ctx: Context, who: Principal, name: str, team: str | None = None) -> list[KeyView]:
     with ctx.db.reader() as session:
-        deployment = _own(session, who, name)
+        deployment = _own(session, who, name, team)
         rows = session.execute(
             select(DeploymentKeyModel, UserModel.name)
             .join(UserModel, UserModel.id == DeploymentKeyModel.created_by)
@@ -96,11 +136,13 @@ def list_keys(ctx: Context, who: Principal, name: str) -> list[KeyView]:
         return [_view(key, name, creator) for key, creator in rows]
 
 
-def revoke_key(ctx: Context, who: Principal, name: str, key_id: int) -> KeyView:
+def revoke_key(
+    ctx: Context, who: Principal, name: str, key_id: int, team: str | None = None
+) -> KeyView:
     """Revoke a key of ``name``: it stops working before this returns."""
     now = ctx.clock.now()
     with ctx.db.session() as session:
-        deployment = _own(session, who, name)
+        deployment = _own(session, who, name, team)
         key = session.get(DeploymentKeyModel, key_id)
         if key is None or key.deployment_id != deployment.id:
             raise NotFound(f"deployment {name} has no key {key_id}: 'gpupool deploy key ls {name}'")
@@ -112,9 +154,9 @@ def revoke_key(ctx: Context, who: Principal, name: str, key_id: int) -> KeyView:
     return shown
 
 
-def _own(session, who: Principal, name: str) -> DeploymentModel:  # noqa: ANN001
+def _own(session, who: Principal, name: str, team: str | None) -> DeploymentModel:  # noqa: ANN001
     """The deployment, for a member of its team (or an admin): keys are its to give."""
-    deployment = get_deployment(session, who, name)
+    deployment = get_deployment(session, who, name, team)
     who.require_member()
     if not who.can_act_on_team(deployment.team_id):
         raise NotFound(_unknown(name))

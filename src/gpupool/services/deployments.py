@@ -4,10 +4,14 @@ A deployment is a desired state; these functions only change it, in one short tr
 each, and tell the deployments' loop (``services.rollouts``), which starts, health-checks,
 replaces and retires the replicas. Visibility follows the team: a team's deployments are
 seen by its members (viewers too) and by admins, changed by its members and admins; anyone
-else is answered as if the deployment did not exist.
+else is answered as if the deployment did not exist. A name is unique in its team, not in
+the pool: where several teams a caller sees have a deployment of one name, the caller says
+which team's (``team``), else AmbiguousDeployment; nobody learns of another team's.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
@@ -25,7 +29,14 @@ from gpupool.domain.deployments import (
     serve_url,
 )
 from gpupool.domain.jobs import JobSpec
-from gpupool.errors import DeploymentExists, DeploymentStopped, InvalidRequest, NotFound
+from gpupool.domain.waiting import PendingReason
+from gpupool.errors import (
+    AmbiguousDeployment,
+    DeploymentExists,
+    DeploymentStopped,
+    InvalidRequest,
+    NotFound,
+)
 from gpupool.services import jobs as job_service
 from gpupool.services import models
 from gpupool.services.access import Principal
@@ -38,6 +49,7 @@ from gpupool.store.models import (
     JobModel,
     ModelVersionModel,
     RegisteredModelModel,
+    TeamModel,
 )
 
 MAX_EVENTS = 50
@@ -63,7 +75,7 @@ def create_deployment(ctx: Context, who: Principal, spec: DeploymentSpec) -> Dep
             row = _new(session, who, spec, name, now, nodes, limits)
             record(session, row.id, now, DeploymentReason.CREATED, _created_message(who, row))
             deployment_id = row.id
-    except IntegrityError as error:
+    except IntegrityError as error:  # made at the same moment in the same team
         raise _exists(name) from error
     ctx.deployments.changed(name)
     return _detail(ctx, who, deployment_id)
@@ -84,36 +96,43 @@ def list_deployments(
             query = query.where(DeploymentModel.stopped_at.is_(None))
         rows = [d for d in session.scalars(query) if team is None or d.team.name == team]
         ready = _ready_counts(session, [d.id for d in rows])
-        return [deployment_view(session, d, ready.get(d.id, 0)) for d in rows]
+        shared = _shared_names(session, who, [d.name for d in rows])
+        return [deployment_view(session, d, ready.get(d.id, 0), d.name in shared) for d in rows]
 
 
-def show_deployment(ctx: Context, who: Principal, name: str) -> DeploymentDetailView:
+def show_deployment(
+    ctx: Context, who: Principal, name: str, team: str | None = None
+) -> DeploymentDetailView:
+    """The deployment ``name`` (of ``team``, where several of the caller's teams have one)
+    with its replicas (why each waits, if it does), latest events and traffic."""
     with ctx.db.reader() as session:
-        deployment_id = get_deployment(session, who, name).id
+        deployment_id = get_deployment(session, who, name, team).id
     return _detail(ctx, who, deployment_id)
 
 
-def scale_deployment(ctx: Context, who: Principal, name: str, replicas: int) -> DeploymentView:
+def scale_deployment(
+    ctx: Context, who: Principal, name: str, replicas: int, team: str | None = None
+) -> DeploymentView:
     now = ctx.clock.now()
     with ctx.db.session() as session:
-        row = _changeable(session, who, name)
+        row = _changeable(session, who, name, team)
         if row.replicas != replicas:
             message = f"{who.name} scaled it from {row.replicas} to {replicas} replicas"
             row.replicas, row.updated_at = replicas, now
             record(session, row.id, now, DeploymentReason.SCALED, message)
-        shown = deployment_view(session, row, _ready_counts(session, [row.id]).get(row.id, 0))
+        shown = _view_now(session, who, row)
     ctx.deployments.changed(name)
     return shown
 
 
 def update_deployment(
-    ctx: Context, who: Principal, name: str, version: int | None
+    ctx: Context, who: Principal, name: str, version: int | None, team: str | None = None
 ) -> DeploymentView:
     """Roll the deployment to ``version`` of its model (the latest when None), replica by
     replica; a version it serves already changes nothing."""
     now = ctx.clock.now()
     with ctx.db.session() as session:
-        row = _changeable(session, who, name)
+        row = _changeable(session, who, name, team)
         if row.model_version_id is None:
             raise InvalidRequest(
                 f"deployment {name} serves no model: there is no version to update it to; stop "
@@ -122,17 +141,19 @@ def update_deployment(
         target = _version_row(session, who, row, version)
         if target.id != row.model_version_id:
             _start_roll(session, who, row, target, now)
-        shown = deployment_view(session, row, _ready_counts(session, [row.id]).get(row.id, 0))
+        shown = _view_now(session, who, row)
     ctx.deployments.changed(name)
     return shown
 
 
-def stop_deployment(ctx: Context, who: Principal, name: str) -> DeploymentView:
+def stop_deployment(
+    ctx: Context, who: Principal, name: str, team: str | None = None
+) -> DeploymentView:
     """Stop serving: the deployment leaves the routing table at once, its replicas are
     stopped, and its name is free again. Stopping a stopped deployment changes nothing."""
     now = ctx.clock.now()
     with ctx.db.session() as session:
-        row = get_deployment(session, who, name, stopped_too=True)
+        row = get_deployment(session, who, name, team, stopped_too=True)
         who.require_member()
         if not who.can_act_on_team(row.team_id):
             raise NotFound(_unknown(name))
@@ -149,19 +170,22 @@ def stop_deployment(ctx: Context, who: Principal, name: str) -> DeploymentView:
 
 
 def get_deployment(
-    session: Session, who: Principal, name: str, stopped_too: bool = False
+    session: Session,
+    who: Principal,
+    name: str,
+    team: str | None = None,
+    stopped_too: bool = False,
 ) -> DeploymentModel:
-    """The live deployment ``name`` (else the latest stopped one, with ``stopped_too``) that
-    ``who`` can see; NotFound otherwise."""
-    query = (
-        select(DeploymentModel)
-        .where(DeploymentModel.name == name)
-        .order_by(DeploymentModel.stopped_at.is_not(None), DeploymentModel.id.desc())
-        .limit(1)
-    )
-    row = session.scalars(query).first()
-    if row is None or not who.can_see_team(row.team_id):
-        raise NotFound(_unknown(name))
+    """The live deployment ``name`` (of ``team``, when given; else the latest stopped one,
+    with ``stopped_too``) that ``who`` can see. NotFound when there is none;
+    AmbiguousDeployment when several of the teams ``who`` sees have a live one."""
+    rows = _visible(session, who, name, team)
+    live = [row for row in rows if row.stopped_at is None]
+    if len(live) > 1:
+        raise _ambiguous(name, sorted(row.team.name for row in live))
+    row = live[0] if live else (rows[0] if rows else None)
+    if row is None:
+        raise NotFound(_unknown(name, team))
     if row.stopped_at is not None and not stopped_too:
         raise DeploymentStopped(
             f"deployment {name} was stopped: deploy it again (gpupool deploy) to serve it"
@@ -179,7 +203,11 @@ def record(
     )
 
 
-def deployment_view(session: Session, row: DeploymentModel, ready: int) -> DeploymentView:
+def deployment_view(
+    session: Session, row: DeploymentModel, ready: int, shared: bool = False
+) -> DeploymentView:
+    """``shared``: another team its viewer sees has a live deployment of its name, so its
+    ``url`` names its team."""
     template = ReplicaTemplate.model_validate(row.template)
     model, version = _model_of(session, row.model_version_id)
     state = "stopped" if row.stopped_at else ("updating" if row.rolling_from else "running")
@@ -193,7 +221,8 @@ def deployment_view(session: Session, row: DeploymentModel, ready: int) -> Deplo
         replicas=row.replicas,
         ready=ready,
         state=state,
-        url=serve_url(row.name),
+        url=serve_url(row.name, row.team.name if shared else None),
+        team_url=serve_url(row.name, row.team.name),
         command=template.command,
         resources=template.resources,
         health_path=template.health_path,
@@ -224,12 +253,12 @@ def _new(
     version = None
     if spec.model is not None:
         version = models.resolve_version(session, who, spec.model, spec.version, spec.team)
-    if _live(session, name) is not None:
-        raise _exists(name)
     template = spec.template()
     archive = version.archive if version else None
     probe = replica_spec(name, 0, template, version.team if version else spec.team, archive)
     team = job_service.admit(session, who, probe, nodes, limits)  # as its replicas will be
+    if _live(session, team.id, name) is not None:  # in its own team only: no other's name
+        raise _exists(name, team.name)
     version_id = _version_id(session, team.id, spec.model, version.version) if version else None
     row = DeploymentModel(
         name=name,
@@ -256,9 +285,11 @@ def _detail(ctx: Context, who: Principal, deployment_id: int) -> DeploymentDetai
         row = session.get(DeploymentModel, deployment_id)
         replicas = _replicas(session, row)
         ready = sum(1 for r in replicas if r.state == ReplicaState.READY)
-        shown = deployment_view(session, row, ready)
+        shown = deployment_view(session, row, ready, bool(_shared_names(session, who, [row.name])))
+        waiting = ctx.loop.pending_reasons
         replica_views = [
-            r.model_copy(update={"traffic": traffic.of_replica(r.id)}) for r in replicas
+            r.model_copy(update={"traffic": traffic.of_replica(r.id)} | _waiting(r, waiting))
+            for r in replicas
         ]
         return DeploymentDetailView(
             **dict(shown),
@@ -375,18 +406,69 @@ def _start_roll(
     record(session, row.id, now, DeploymentReason.UPDATE_STARTED, message)
 
 
-def _changeable(session: Session, who: Principal, name: str) -> DeploymentModel:
-    row = get_deployment(session, who, name)
+def _changeable(
+    session: Session, who: Principal, name: str, team: str | None = None
+) -> DeploymentModel:
+    row = get_deployment(session, who, name, team)
     who.require_member()
     if not who.can_act_on_team(row.team_id):
         raise NotFound(_unknown(name))
     return row
 
 
-def _live(session: Session, name: str) -> int | None:
+def _view_now(session: Session, who: Principal, row: DeploymentModel) -> DeploymentView:
+    ready = _ready_counts(session, [row.id]).get(row.id, 0)
+    return deployment_view(session, row, ready, bool(_shared_names(session, who, [row.name])))
+
+
+def _visible(
+    session: Session, who: Principal, name: str, team: str | None
+) -> list[DeploymentModel]:
+    """The deployments ``name`` of the teams ``who`` sees (of ``team`` only, when given):
+    live ones first, then the latest stopped."""
+    query = (
+        select(DeploymentModel)
+        .where(DeploymentModel.name == name)
+        .order_by(DeploymentModel.stopped_at.is_not(None), DeploymentModel.id.desc())
+    )
+    if not who.is_admin:
+        query = query.where(DeploymentModel.team_id.in_(who.team_ids or {-1}))
+    if team is not None:
+        query = query.join(TeamModel, TeamModel.id == DeploymentModel.team_id).where(
+            TeamModel.name == team
+        )
+    return list(session.scalars(query))
+
+
+def _shared_names(session: Session, who: Principal, names: list[str]) -> set[str]:
+    """Those of ``names`` that live deployments of several teams ``who`` sees have."""
+    if not names:
+        return set()
+    query = (
+        select(DeploymentModel.name)
+        .where(DeploymentModel.name.in_(set(names)), DeploymentModel.stopped_at.is_(None))
+        .group_by(DeploymentModel.name)
+        .having(func.count() > 1)
+    )
+    if not who.is_admin:
+        query = query.where(DeploymentModel.team_id.in_(who.team_ids or {-1}))
+    return set(session.scalars(query))
+
+
+def _waiting(replica: ReplicaView, reasons: Mapping[int, PendingReason]) -> dict[str, str]:
+    """Why a pending replica's job waits, as the scheduler said last (``gpupool why``)."""
+    found = reasons.get(replica.job_id) if replica.job_id is not None else None
+    if replica.state != ReplicaState.PENDING or found is None:
+        return {}
+    return {"waiting_reason": found.code.value, "waiting_message": found.message}
+
+
+def _live(session: Session, team_id: int, name: str) -> int | None:
     return session.scalar(
         select(DeploymentModel.id).where(
-            DeploymentModel.name == name, DeploymentModel.stopped_at.is_(None)
+            DeploymentModel.team_id == team_id,
+            DeploymentModel.name == name,
+            DeploymentModel.stopped_at.is_(None),
         )
     )
 
@@ -395,16 +477,28 @@ def _created_message(who: Principal, row: DeploymentModel) -> str:
     return f"deployed by {who.name} with {row.replicas} replica(s)"
 
 
-def _exists(name: str) -> DeploymentExists:
+def _exists(name: str, team: str) -> DeploymentExists:
     return DeploymentExists(
-        f"a deployment named {name} runs already: names are unique in the pool (they are "
-        f"the address /serve/{name}/); choose another with --name, or update that one "
-        f"(gpupool deploy update {name})"
+        f"a deployment named {name} runs already in team {team}: a name is unique in its "
+        f"team (it is the address /serve/{name}/); choose another with --name, or update "
+        f"that one (gpupool deploy update {name} --team {team})",
+        team=team,
     )
 
 
-def _unknown(name: str) -> str:
-    return f"no deployment {name}: list yours with 'gpupool deploy ls'"
+def _ambiguous(name: str, teams: list[str]) -> AmbiguousDeployment:
+    addresses = ", ".join(serve_url(name, team) for team in teams)
+    return AmbiguousDeployment(
+        f"teams {', '.join(teams)} each have a deployment {name}: say which with --team "
+        f"(?team= in the API), or call it at {addresses}",
+        teams=teams,
+        addresses=[serve_url(name, team) for team in teams],
+    )
+
+
+def _unknown(name: str, team: str | None = None) -> str:
+    where = f" of team {team}" if team else ""
+    return f"no deployment {name}{where}: list yours with 'gpupool deploy ls'"
 
 
 def job_spec_of(row: DeploymentModel, archive: str | None, index: int) -> JobSpec:

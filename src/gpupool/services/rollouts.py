@@ -99,14 +99,11 @@ class DeploymentLoop(Watch):
             self._http.close()
 
     def changed(self, name: str) -> None:
-        """Publish ``name``'s route now (a revoked key stops working before the call that
-        revoked it returns), then reconcile at once."""
+        """Publish the routes of the deployments called ``name`` now (a revoked key stops
+        working before the call that revoked it returns), then reconcile at once."""
         with self.db.reader() as session:
             found = load_routes(session, name)
-        if name in found:
-            self.routes.put(found[name])
-        else:
-            self.routes.remove(name)
+        self.routes.publish_named(name, found)
         self.wake()
 
     def tick(self) -> None:

@@ -1,8 +1,10 @@
 """What the proxy needs to serve a deployment without a database read per request.
 
 ``RoutingTable``: each live deployment's name, team, the keys that may call it (their
-hashes) and its ready replicas' endpoints, published by the deployment loop after each of
-its passes (and at once after a change a user made: a new key, a revoked one, a stop).
+hashes) and its ready replicas' endpoints, by id and by name (a name is unique in a team,
+not in the pool: two teams may each serve one of a name), published by the deployment loop
+after each of its passes (and at once after a change a user made: a new key, a revoked one,
+a stop).
 ``Traffic``: requests and latency per deployment and per replica, counted by the /serve
 route. Both are kept in memory by the loop's owner: a restarted server starts its counts
 from zero, and its table is published again by the first pass.
@@ -21,7 +23,12 @@ from sqlalchemy.orm import Session
 
 from gpupool.domain.deployments import REPLICA_TOKEN_HEADER, ReplicaState, TrafficView
 from gpupool.services.endpoints import Endpoint, endpoints_of
-from gpupool.store.models import DeploymentKeyModel, DeploymentModel, DeploymentReplicaModel
+from gpupool.store.models import (
+    DeploymentKeyModel,
+    DeploymentModel,
+    DeploymentReplicaModel,
+    TeamModel,
+)
 
 LATENCY_SAMPLES = 2048  # the latest requests' latencies kept per deployment and replica
 
@@ -37,6 +44,7 @@ class Route:
     replicas: tuple[tuple[int, Endpoint], ...] = ()
     key_hashes: frozenset[str] = frozenset()
     tokens: Mapping[int, str] = field(default_factory=dict)
+    team: str = ""
 
     def headers_for(self, replica_id: int) -> dict[str, str]:
         """What the proxy adds to a request to this replica (its token)."""
@@ -45,28 +53,36 @@ class Route:
 
 
 class RoutingTable:
-    """Deployments by name, replaced whole by each publication; round-robin picks."""
+    """Deployments by id, replaced whole by each publication, looked up by name (the
+    deployments of that name, one per team at most); round-robin picks."""
 
     def __init__(self) -> None:
-        self._routes: dict[str, Route] = {}
+        self._routes: dict[int, Route] = {}
+        self._named: dict[str, tuple[Route, ...]] = {}
         self._turns = itertools.count()  # next() is atomic in CPython: no lock needed
         self._lock = threading.Lock()
 
-    def publish(self, routes: dict[str, Route]) -> None:
+    def publish(self, routes: dict[int, Route]) -> None:
         with self._lock:
-            self._routes = dict(routes)
+            self._set(dict(routes))
 
-    def put(self, route: Route) -> None:
-        """Replace one deployment's route (a key was made or revoked)."""
+    def publish_named(self, name: str, routes: dict[int, Route]) -> None:
+        """Replace the routes of the deployments called ``name`` (one was made, stopped, or
+        its keys changed), leaving the others as they are."""
         with self._lock:
-            self._routes = {**self._routes, route.name: route}
+            kept = {i: r for i, r in self._routes.items() if r.name != name}
+            self._set(kept | {i: r for i, r in routes.items() if r.name == name})
 
-    def remove(self, name: str) -> None:
-        with self._lock:
-            self._routes = {n: r for n, r in self._routes.items() if n != name}
+    def named(self, name: str) -> tuple[Route, ...]:
+        """The live deployments called ``name``, of whichever team (by id)."""
+        return self._named.get(name, ())
 
-    def route(self, name: str) -> Route | None:
-        return self._routes.get(name)
+    def _set(self, routes: dict[int, Route]) -> None:
+        named: dict[str, list[Route]] = {}
+        for deployment_id in sorted(routes):
+            named.setdefault(routes[deployment_id].name, []).append(routes[deployment_id])
+        # replaced together, each whole: a reader sees the old pair or the new one's parts
+        self._routes, self._named = routes, {n: tuple(r) for n, r in named.items()}
 
     def pick(self, route: Route, tried: set[int]) -> tuple[int, Endpoint] | None:
         """The next ready replica in turn that was not tried yet for this request."""
@@ -76,27 +92,31 @@ class RoutingTable:
         return left[next(self._turns) % len(left)]
 
 
-def load_routes(session: Session, name: str | None = None) -> dict[str, Route]:
-    """The route of every live deployment (of ``name`` only, when given), read now."""
-    query = select(DeploymentModel.id, DeploymentModel.name, DeploymentModel.team_id).where(
-        DeploymentModel.stopped_at.is_(None)
+def load_routes(session: Session, name: str | None = None) -> dict[int, Route]:
+    """The route of every live deployment (of those called ``name`` only, when given), by
+    id, read now."""
+    query = (
+        select(DeploymentModel.id, DeploymentModel.name, DeploymentModel.team_id, TeamModel.name)
+        .join(TeamModel, TeamModel.id == DeploymentModel.team_id)
+        .where(DeploymentModel.stopped_at.is_(None))
     )
     if name is not None:
         query = query.where(DeploymentModel.name == name)
     deployments = session.execute(query).all()
-    ids = [row.id for row in deployments]
+    ids = [row[0] for row in deployments]
     ready, tokens = _ready(session, ids)
     keys = _keys(session, ids)
     return {
-        row.name: Route(
-            row.id,
-            row.name,
-            row.team_id,
-            tuple(ready.get(row.id, ())),
-            keys.get(row.id, frozenset()),
-            {rid: tokens[rid] for rid, _ in ready.get(row.id, ()) if rid in tokens},
+        did: Route(
+            did,
+            name,
+            team_id,
+            tuple(ready.get(did, ())),
+            keys.get(did, frozenset()),
+            {rid: tokens[rid] for rid, _ in ready.get(did, ()) if rid in tokens},
+            team,
         )
-        for row in deployments
+        for did, name, team_id, team in deployments
     }
 
 

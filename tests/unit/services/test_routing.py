@@ -14,8 +14,8 @@ def route(*replica_ids: int) -> Route:
 
 def test_requests_take_the_ready_replicas_in_turn() -> None:
     table = RoutingTable()
-    table.publish({"m": route(1, 2, 3)})
-    found = table.route("m")
+    table.publish({1: route(1, 2, 3)})
+    (found,) = table.named("m")
     picked = [table.pick(found, set())[0] for _ in range(6)]
     assert sorted(picked[:3]) == [1, 2, 3] and picked[:3] == picked[3:]
 
@@ -30,13 +30,23 @@ def test_a_request_tries_each_replica_once_then_none() -> None:
     assert table.pick(route(), set()) is None
 
 
-def test_one_route_is_replaced_or_removed_alone() -> None:
+def test_the_routes_of_one_name_are_replaced_or_removed_alone() -> None:
     table = RoutingTable()
-    table.publish({"a": route(1), "b": route(2)})
-    table.put(Route(1, "a", 1, key_hashes=frozenset({"h"})))
-    table.remove("b")
-    assert table.route("a").key_hashes == {"h"} and table.route("a").replicas == ()
-    assert table.route("b") is None
+    table.publish({1: Route(1, "a", 1, route(1).replicas), 2: Route(2, "b", 1, route(2).replicas)})
+    table.publish_named("a", {1: Route(1, "a", 1, key_hashes=frozenset({"h"}))})
+    table.publish_named("b", {})
+    (a,) = table.named("a")
+    assert a.key_hashes == {"h"} and a.replicas == ()
+    assert table.named("b") == ()
+
+
+def test_two_teams_may_each_have_a_deployment_of_one_name() -> None:
+    table = RoutingTable()
+    ours, theirs = Route(1, "m", 1, team="ours"), Route(2, "m", 2, team="theirs")
+    table.publish({1: ours, 2: theirs})
+    assert table.named("m") == (ours, theirs)
+    table.publish_named("m", {2: theirs})  # ours was stopped
+    assert table.named("m") == (theirs,)
 
 
 def test_each_replica_is_sent_its_own_token() -> None:

@@ -24,13 +24,22 @@ from gpupool.services.access import Principal
 
 router = APIRouter(prefix="/deployments", tags=["deployments"])
 Name = Annotated[str, Path(max_length=100, pattern=NAME_PATTERN, description="its name")]
+Team = Annotated[
+    str | None,
+    Query(
+        max_length=100,
+        description="its team: needed where several of your teams have a deployment of "
+        "this name (else 409 ambiguous_deployment)",
+    ),
+]
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=DeploymentDetailView)
 def create(
     body: DeploymentSpec, ctx: PlatformDep, who: Annotated[Principal, allow(Rule.SUBMIT)]
 ) -> DeploymentDetailView:
-    """Deploy a model version (or a command) with replicas, served at /serve/NAME/."""
+    """Deploy a model version (or a command) with replicas, served at /serve/NAME/ (and at
+    /serve/NAME@TEAM/). A name is unique in its team: another team may use it too."""
     return deployments.create_deployment(ctx, who, body)
 
 
@@ -47,10 +56,14 @@ def list_deployments(
 
 @router.get("/{name}", response_model=DeploymentDetailView)
 def show(
-    name: Name, ctx: PlatformDep, who: Annotated[Principal, allow(Rule.TEAM_READ)]
+    name: Name,
+    ctx: PlatformDep,
+    who: Annotated[Principal, allow(Rule.TEAM_READ)],
+    team: Team = None,
 ) -> DeploymentDetailView:
-    """The deployment with its replicas, latest events and traffic."""
-    return deployments.show_deployment(ctx, who, name)
+    """The deployment with its replicas (why each waits, if it does), latest events and
+    traffic."""
+    return deployments.show_deployment(ctx, who, name, team)
 
 
 @router.post("/{name}/scale", response_model=DeploymentView)
@@ -59,8 +72,9 @@ def scale(
     body: ScaleRequest,
     ctx: PlatformDep,
     who: Annotated[Principal, allow(Rule.TEAM_WRITE)],
+    team: Team = None,
 ) -> DeploymentView:
-    return deployments.scale_deployment(ctx, who, name, body.replicas)
+    return deployments.scale_deployment(ctx, who, name, body.replicas, team)
 
 
 @router.post("/{name}/update", response_model=DeploymentView)
@@ -69,23 +83,30 @@ def update(
     body: UpdateRequest,
     ctx: PlatformDep,
     who: Annotated[Principal, allow(Rule.TEAM_WRITE)],
+    team: Team = None,
 ) -> DeploymentView:
     """Roll to another version of its model, replica by replica (the latest when left out)."""
-    return deployments.update_deployment(ctx, who, name, body.version)
+    return deployments.update_deployment(ctx, who, name, body.version, team)
 
 
 @router.post("/{name}/stop", response_model=DeploymentView)
 def stop(
-    name: Name, ctx: PlatformDep, who: Annotated[Principal, allow(Rule.TEAM_WRITE)]
+    name: Name,
+    ctx: PlatformDep,
+    who: Annotated[Principal, allow(Rule.TEAM_WRITE)],
+    team: Team = None,
 ) -> DeploymentView:
-    return deployments.stop_deployment(ctx, who, name)
+    return deployments.stop_deployment(ctx, who, name, team)
 
 
 @router.get("/{name}/keys", response_model=list[KeyView])
 def list_keys(
-    name: Name, ctx: PlatformDep, who: Annotated[Principal, allow(Rule.TEAM_WRITE)]
+    name: Name,
+    ctx: PlatformDep,
+    who: Annotated[Principal, allow(Rule.TEAM_WRITE)],
+    team: Team = None,
 ) -> list[KeyView]:
-    return deployment_access.list_keys(ctx, who, name)
+    return deployment_access.list_keys(ctx, who, name, team)
 
 
 @router.post("/{name}/keys", status_code=status.HTTP_201_CREATED, response_model=KeyCreatedView)
@@ -94,9 +115,10 @@ def create_key(
     body: KeyCreate,
     ctx: PlatformDep,
     who: Annotated[Principal, allow(Rule.TEAM_WRITE)],
+    team: Team = None,
 ) -> KeyCreatedView:
     """A key that may call this deployment's /serve address (shown once)."""
-    return deployment_access.create_key(ctx, who, name, body.name)
+    return deployment_access.create_key(ctx, who, name, body.name, team)
 
 
 @router.delete("/{name}/keys/{key_id}", response_model=KeyView)
@@ -105,5 +127,6 @@ def revoke_key(
     key_id: Id,
     ctx: PlatformDep,
     who: Annotated[Principal, allow(Rule.TEAM_WRITE)],
+    team: Team = None,
 ) -> KeyView:
-    return deployment_access.revoke_key(ctx, who, name, key_id)
+    return deployment_access.revoke_key(ctx, who, name, key_id, team)

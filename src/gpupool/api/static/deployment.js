@@ -1,11 +1,14 @@
 // A deployment's page: its replicas and traffic refreshed while the tab is visible, and a
-// form that sends a test request through the platform's proxy (/serve/NAME/...).
+// form that sends a test request through the platform's proxy (/serve/NAME/..., or
+// /serve/NAME@TEAM/... where several of the caller's teams have a deployment of NAME).
 "use strict";
 
 (() => {
   const root = document.getElementById("deployment");
   if (!root) return;
   const name = root.dataset.name;
+  const team = root.dataset.team; // its name is unique in its team only
+  const address = root.dataset.url.replace(/\/$/, ""); // /serve/NAME or /serve/NAME@TEAM
 
   function cell(text) {
     return gp.el("td", {}, text === null || text === undefined ? "-" : String(text));
@@ -26,8 +29,13 @@
       cell(r.failures),
       cell(r.traffic.requests),
       cell(r.traffic.p50_ms),
-      cell(r.message || ""),
+      gp.el("td", { class: "replica-why" }, why(r)),
     );
+  }
+
+  function why(r) {
+    if (r.waiting_reason) return `${r.waiting_reason}: ${r.waiting_message || ""}`;
+    return r.message || "";
   }
 
   function latency(traffic) {
@@ -38,7 +46,10 @@
   async function refresh() {
     if (!document.hidden) {
       try {
-        const d = await gp.api("GET", `/deployments/${encodeURIComponent(name)}`);
+        const d = await gp.api(
+          "GET",
+          `/deployments/${encodeURIComponent(name)}?team=${encodeURIComponent(team)}`,
+        );
         gp.replaceChildren(document.getElementById("replica-rows"), ...d.replica_list.map(replicaRow));
         document.getElementById("ready").textContent = String(d.ready);
         document.getElementById("state").textContent = d.state;
@@ -69,7 +80,7 @@
     answer.textContent = "";
     const began = performance.now();
     try {
-      const response = await fetch(`/serve/${encodeURIComponent(name)}${path}`, options);
+      const response = await fetch(`${address}${path}`, options);
       const text = await response.text();
       const ms = Math.round(performance.now() - began);
       status.textContent = `${response.status} ${response.statusText} in ${ms} ms`;
