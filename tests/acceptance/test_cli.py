@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
+import typer
+
+from gpupool.cli import jobs
 from tests.support.cli import CLI_TIMEOUT, FINAL, Cli, hold, refused, wait_for, wait_status
 from tests.support.server import ServerProcess
 
@@ -260,3 +266,29 @@ def test_nodes_show_four_gpus_and_who_holds_a_busy_one(
     ]
     release.touch()
     wait_status(admin, job_id, FINAL)
+
+
+def test_run_help_is_readable_at_80_columns() -> None:
+    """Every option of `gpupool run --help` is shown whole, in lines that fit 80 columns."""
+    app = typer.Typer(add_completion=False)
+    app.command()(jobs.run)
+    command = typer.main.get_command(app)
+    names = [
+        name
+        for param in command.params
+        for name in (*param.opts, *param.secondary_opts)
+        if name.startswith("--")
+    ]
+    env = os.environ | {"COLUMNS": "80", "TERM": "dumb"}
+    shown = subprocess.run(
+        [sys.executable, "-m", "gpupool", "run", "--help"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=CLI_TIMEOUT,
+    )
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    words = set(re.findall(r"--[a-z][a-z-]*", shown.stdout))
+    assert [name for name in names if name not in words] == []

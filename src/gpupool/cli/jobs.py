@@ -45,6 +45,8 @@ WAITING = {"pending", "starting"}
 FINAL = {"succeeded", "failed", "cancelled", "lost"}
 POLL = 0.25
 RUN_SETTINGS = {"allow_interspersed_args": False}
+# the panels of gpupool run --help: small ones, so that it reads at 80 columns
+RESOURCES, NODES, QUEUE, WHAT = "Resources", "Several nodes", "Queue and limits", "The job"
 JOB_FILE_SUFFIXES = (".yaml", ".yml", ".json")  # a lone one as the command is a mistake
 GANG_EXAMPLE = "gpupool run --nodes 2 --gpus-per-node 4 --launcher torch -- python train.py"
 LAUNCHER_NAMES = {
@@ -194,72 +196,103 @@ def run(
     gpus: Annotated[
         float | None,
         typer.Option(
-            help="Whole GPUs (1, 2, 8) or a share of one GPU (0.5); with --nodes, on each node."
+            help="Whole GPUs (1, 2, 8) or a share of one (0.5); with --nodes, per node.",
+            metavar="N",
+            rich_help_panel=RESOURCES,
+        ),
+    ] = None,
+    gpu_memory: Annotated[
+        str | None,
+        typer.Option(
+            help="GPU memory to reserve, e.g. 20GiB.", metavar="BYTES", rich_help_panel=RESOURCES
+        ),
+    ] = None,
+    gpu_type: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--gpu-type",
+            help="Only GPUs whose model contains this, e.g. A100; repeatable (any of).",
+            metavar="MODEL",
+            rich_help_panel=RESOURCES,
+        ),
+    ] = None,
+    cpus: Annotated[
+        float | None,
+        typer.Option(help="CPU cores (default 1).", metavar="N", rich_help_panel=RESOURCES),
+    ] = None,
+    memory_: Annotated[
+        str | None,
+        typer.Option(
+            "--memory", help="Host memory, e.g. 16GiB.", metavar="BYTES", rich_help_panel=RESOURCES
         ),
     ] = None,
     nodes: Annotated[
         int | None,
         typer.Option(
-            help="Run the job over this many nodes at once, one task per node, each with the "
-            "GPUs, CPUs and memory asked (all tasks start together, or none does). Each task "
-            f"sees $GPUPOOL_TASK_INDEX and $GPUPOOL_TASK_COUNT. E.g. {GANG_EXAMPLE}",
+            help="Run over this many nodes, one task per node with the resources asked, all "
+            "started together ($GPUPOOL_TASK_INDEX, $GPUPOOL_TASK_COUNT).",
             min=1,
+            metavar="N",
+            rich_help_panel=NODES,
         ),
     ] = None,
     gpus_per_node: Annotated[
         float | None,
         typer.Option(
-            help="GPUs on each node of a job over several nodes: the same as --gpus, "
-            "clearer with --nodes (give one of the two)."
+            help="GPUs on each node: --gpus, clearer with --nodes (give one).",
+            metavar="N",
+            rich_help_panel=NODES,
         ),
     ] = None,
     launcher: Annotated[
         Launcher | None,
         typer.Option(
-            help="Start a distributed framework on every node: torch (one process per GPU, "
-            "with torchrun's RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR...), tensorflow "
-            "(TF_CONFIG for multi-worker training) or mpi (mpirun over every node). "
-            "Without it, each node runs the command as it is. Output lines start with "
-            "\\[rank N]: gpupool logs JOB --rank N shows one rank.",
+            help="What each node starts: torch (a process per GPU, torchrun's env), "
+            "tensorflow (TF_CONFIG) or mpi (mpirun over the nodes); default: the command. "
+            "Lines start with \\[rank N] (gpupool logs JOB --rank N).",
             case_sensitive=False,
+            metavar="NAME",
+            rich_help_panel=NODES,
         ),
     ] = None,
     torchrun: Annotated[
         bool,
         typer.Option(
             "--torchrun",
-            help="With --launcher torch: start one torchrun per node, which starts the "
-            "processes, instead of gpupool starting one process per GPU.",
+            help="With --launcher torch: one torchrun per node starts the processes.",
+            rich_help_panel=NODES,
         ),
     ] = False,
     allow_cross_fabric: Annotated[
         bool,
         typer.Option(
             "--allow-cross-fabric",
-            help="Let the nodes of the job be on different fabrics (slower links between "
-            "them) rather than wait for nodes on one.",
+            help="Take nodes on different fabrics (slower links) rather than wait.",
+            rich_help_panel=NODES,
         ),
     ] = False,
     retries: Annotated[
         int | None,
         typer.Option(
-            help="Queue the job again this many times when a node under it fails or is lost "
-            "(default 0).",
+            help="Requeue it this many times when a node under it fails (default 0).",
             min=0,
+            metavar="N",
+            rich_help_panel=NODES,
         ),
     ] = None,
-    gpu_memory: Annotated[
-        str | None, typer.Option(help="GPU memory to reserve, e.g. 20GiB.", metavar="BYTES")
+    team: Annotated[
+        str | None,
+        typer.Option(
+            help="Team to charge (if you have several).", metavar="TEAM", rich_help_panel=QUEUE
+        ),
     ] = None,
-    cpus: Annotated[float | None, typer.Option(help="CPU cores (default 1).")] = None,
-    memory_: Annotated[
-        str | None, typer.Option("--memory", help="Host memory, e.g. 16GiB.", metavar="BYTES")
-    ] = None,
-    name: Annotated[str | None, typer.Option(help="A display name.")] = None,
-    team: Annotated[str | None, typer.Option(help="Team to charge (if you have several).")] = None,
     priority: Annotated[
         int | None,
-        typer.Option(help="Higher runs first: members -1000..100 (by default), admins up to 1000."),
+        typer.Option(
+            help="Higher runs first: members -1000..100, admins up to 1000.",
+            metavar="N",
+            rich_help_panel=QUEUE,
+        ),
     ] = None,
     preemptible: Annotated[
         bool | None,
@@ -268,65 +301,69 @@ def run(
             help="May be stopped and requeued for others (default: yes); resume from "
             "$GPUPOOL_CHECKPOINT_DIR.",
             show_default=False,
-        ),
-    ] = None,
-    gpu_type: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--gpu-type",
-            help="Run only on GPUs whose model contains this, e.g. A100; repeatable (any of).",
+            rich_help_panel=QUEUE,
         ),
     ] = None,
     max_runtime: Annotated[
         str | None,
         typer.Option(
-            help="Stop it, and fail it, after this long: 90s, 30m, 2h, 1d.",
-            metavar="DURATION",
+            help="Stop and fail it after this long: 90s, 30m, 2h, 1d. Gives ETAs.",
+            metavar="TIME",
             callback=_check_duration,
+            rich_help_panel=QUEUE,
         ),
     ] = None,
     grace_period: Annotated[
         str | None,
         typer.Option(
-            help="Time from SIGTERM to SIGKILL when it is stopped, e.g. 60s.",
-            metavar="DURATION",
+            help="From SIGTERM to SIGKILL when it is stopped, e.g. 60s.",
+            metavar="TIME",
             callback=_check_duration,
+            rich_help_panel=QUEUE,
         ),
+    ] = None,
+    array: Annotated[
+        str | None,
+        typer.Option(
+            "--array",
+            help="A job array, one task per index, as sbatch --array: 0-999, 1,3,5-7, 0-99:2; "
+            "%50 at the end: at most 50 at once ($GPUPOOL_ARRAY_INDEX). Prints its id.",
+            metavar="INDEXES",
+            rich_help_panel=QUEUE,
+        ),
+    ] = None,
+    name: Annotated[
+        str | None, typer.Option(help="A display name.", metavar="TEXT", rich_help_panel=WHAT)
     ] = None,
     env: Annotated[
         list[str] | None,
-        typer.Option("--env", "-e", help="NAME=VALUE, repeatable.", callback=_check_env),
+        typer.Option(
+            "--env",
+            "-e",
+            help="An environment variable of the job; repeatable.",
+            callback=_check_env,
+            metavar="NAME=VALUE",
+            rich_help_panel=WHAT,
+        ),
     ] = None,
     workdir: Annotated[
         str | None,
         typer.Option(
-            help="Working directory of the job, shown to it read-write in its sandbox (default: "
-            "this directory; '' for the job's own output directory). Its Unix account must be "
-            "able to read it. Without --code it is a path on the node: the server's machine, "
-            "or a file system the nodes share."
+            help="The job's working directory, read-write (default: this one; '' for its "
+            "output directory); a path on the node, readable by the job's account.",
+            metavar="DIR",
+            rich_help_panel=WHAT,
         ),
     ] = None,
     code: Annotated[
         bool,
         typer.Option(
             "--code",
-            help="Send the working directory (--workdir, default this one) with the job, for "
-            "a server on another machine: packed here (.git, what .gitignore files and a "
-            ".gpupoolignore ignore left out), stored once by the server, and unpacked on the "
-            "node as the job's own working directory, read-write.",
+            help="Send the working directory with the job (for a server on another machine; "
+            ".gitignore and .gpupoolignore respected), unpacked on the node.",
+            rich_help_panel=WHAT,
         ),
     ] = False,
-    array: Annotated[
-        str | None,
-        typer.Option(
-            "--array",
-            help="Submit a job array, one task per index, as sbatch --array: 0-999, 1,3,5-7 or "
-            "0-99:2; %50 at the end runs at most 50 at once. Each task sees "
-            "$GPUPOOL_ARRAY_INDEX, $GPUPOOL_ARRAY_ID and $GPUPOOL_ARRAY_TASK_COUNT. Prints the "
-            "array's id.",
-            metavar="INDEXES",
-        ),
-    ] = None,
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="Wait, stream the log, exit with the job's code.")
     ] = False,
