@@ -203,6 +203,25 @@ def test_a_job_is_cancelled_through_the_ui(page, server: ServerProcess) -> None:
     page.screenshot(path=str(SHOTS / "ui-404.png"), full_page=True)
 
 
+def test_a_job_being_stopped_shows_stopping_as_the_pages_refresh(
+    page,  # noqa: ANN001
+    server: ServerProcess,
+) -> None:
+    """It ignores SIGTERM, so it runs on for its grace period after the cancel; the pages'
+    own refresh (JavaScript) shows it stopping."""
+    script = "trap '' TERM; while :; do sleep 0.1; done"
+    job = api_submit(server, command=["sh", "-c", script], grace_period_seconds=30)
+    sign_in(page, server, f"/jobs/{job}")
+    expect(page.locator("#status-line")).to_contain_text("running", timeout=SLOW)
+    headers = {"Authorization": f"Bearer {server.token}"}
+    cancel = httpx.post(f"{server.url}/api/v1/jobs/{job}/cancel", headers=headers, timeout=10)
+    assert cancel.status_code == 200, cancel.text
+    expect(page.locator("#status-line .status-stopping")).to_have_text("stopping", timeout=SLOW)
+    page.goto("/jobs")
+    row = page.locator(f"tr[data-id='{job}']")
+    expect(row.locator(".status-stopping")).to_have_text("stopping", timeout=SLOW)
+
+
 # A tqdm-like bar redrawn with carriage returns, SGR colours, other escapes, and markup
 TERMINAL_OUTPUT = r"""
 import sys

@@ -7,9 +7,10 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
 
+from gpupool.api import ui
 from gpupool.domain.text import escape_unstorable, readable
 from gpupool.errors import (
     CodeWithWorkdir,
@@ -17,6 +18,7 @@ from gpupool.errors import (
     GpuTypeWithoutGpus,
     InvalidArray,
     InvalidLauncher,
+    InvalidNetwork,
     InvalidRequest,
     NoHealthyReplica,
     TooManyAttempts,
@@ -32,7 +34,7 @@ FIELD_ERRORS: dict[str, type[InvalidRequest]] = {
 }
 # validation error types that are codes of their own (a validator's PydanticCustomError)
 TYPE_ERRORS: frozenset[str] = frozenset(
-    {GpuTypeWithoutGpus.code, CodeWithWorkdir.code, InvalidLauncher.code}
+    {GpuTypeWithoutGpus.code, CodeWithWorkdir.code, InvalidLauncher.code, InvalidNetwork.code}
 )
 # FastAPI answers 400 to a body its JSON parser raised on, other than a syntax error: a
 # number of more digits than Python converts (4300) is the one a client can send
@@ -41,6 +43,8 @@ BODY_UNREADABLE = (
     "send numbers within the documented bounds, see /api/v1/docs"
 )
 
+# where a 404 stays JSON: the API, what the proxy serves, static files, Prometheus's scrape
+MACHINE_PATHS = ("/api", "/serve", "/static", "/metrics")
 HTTP_CODES = {
     404: ("not_found", "no such resource: see /api/v1/docs for the API"),
     405: ("method_not_allowed", "this method is not allowed here: see /api/v1/docs"),
@@ -90,11 +94,21 @@ async def _validation_error(_request: Request, error: RequestValidationError) ->
     return _reply(error_body(own.code, message, {"fields": fields}), 422)
 
 
-async def _http_error(_request: Request, error: HTTPException) -> JSONResponse:
+async def _http_error(request: Request, error: HTTPException) -> Response:
+    if error.status_code == 404 and _is_page(request):
+        return await ui.not_found_page(request)
     if error.status_code == 400:
         return _reply(error_body("invalid_request", BODY_UNREADABLE), 422)
     code, message = HTTP_CODES.get(error.status_code, ("http_error", str(error.detail)))
     return _reply(error_body(code, message), error.status_code, error.headers)
+
+
+def _is_page(request: Request) -> bool:
+    """An address of the web UI, read by a person: its 404 is a page, not JSON."""
+    path = request.url.path
+    if request.method not in ("GET", "HEAD") or path in MACHINE_PATHS:
+        return False
+    return not path.startswith(tuple(f"{prefix}/" for prefix in MACHINE_PATHS))
 
 
 async def _unexpected(request: Request, error: Exception) -> JSONResponse:

@@ -19,12 +19,14 @@ from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
+from starlette.concurrency import run_in_threadpool
 
 import gpupool
 from gpupool.api import charts
 from gpupool.api.access import Rule, declare
 from gpupool.api.deps import PlatformDep, optional_session
 from gpupool.domain.jobs import FINAL_STATUSES, JobStatus, Role
+from gpupool.domain.text import escape_unstorable
 from gpupool.domain.units import format_bytes, format_duration
 from gpupool.domain.views import SubmitOptionsView
 from gpupool.errors import InvalidRequest, NotFound
@@ -169,6 +171,21 @@ def _short(seconds: int) -> str:
     return f"{days} d {hours} h" if hours else f"{days} d"
 
 
+def _duration(seconds: float) -> str:
+    """A duration as people read it: '45 s', '1 min 30 s', '5 min', '2 h 3 min', '1 d 2 h'."""
+    total = round(seconds)
+    if total < 60:
+        return f"{total} s"
+    if total < 3600:
+        minutes, rest = divmod(total, 60)
+        return f"{minutes} min {rest} s" if rest and minutes < 2 else f"{minutes} min"
+    if total < 86400:
+        hours, minutes = divmod(total // 60, 60)
+        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
+    days, hours = divmod(total // 3600, 24)
+    return f"{days} d {hours} h" if hours else f"{days} d"
+
+
 def _gpu_hours(gpu_seconds: float | None) -> str:
     """'1.25 GPU-hours'; under 0.01 (36 s on one GPU), 'N GPU-seconds' so a start shows."""
     seconds = gpu_seconds or 0
@@ -241,7 +258,7 @@ ENV.filters.update(
     request=_request,
     node_gpus=_node_gpus,
     launcher=_launcher,
-    duration=format_duration,
+    duration=_duration,
     gpu_hours=_gpu_hours,
     from_now=_from_now,
     link_class=_link_class,
@@ -270,6 +287,15 @@ def render(
     """A page of the web UI (``page``: the part of the menu it is under)."""
     html = ENV.get_template(template).render(user=who, csrf_token=csrf, **context)
     return HTMLResponse(html, status_code=status, headers=PAGE_HEADERS)
+
+
+async def not_found_page(request: Request) -> HTMLResponse:
+    """The page for an address no page of the web UI has (404), with the top bar of whoever
+    is signed in (``api.errors`` answers it for a UI address, JSON for the API's)."""
+    found = await run_in_threadpool(optional_session, request, request.app.state.platform)
+    who, csrf = found if found is not None else (None, None)
+    path = escape_unstorable(request.url.path)
+    return render("page_not_found.html", who, csrf, status=404, page="", path=path)
 
 
 def to_login(request: Request) -> RedirectResponse:

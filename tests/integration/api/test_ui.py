@@ -12,6 +12,7 @@ import pytest
 
 import gpupool.api
 from tests.support.server import ServerProcess
+from tests.support.waiting import wait_for
 from tests.support.web import submit
 
 UI_FILES = Path(gpupool.api.__file__).parent
@@ -234,3 +235,42 @@ def test_the_ui_loads_nothing_from_outside() -> None:
         assert "@import" not in text and "url(http" not in text, path
         if path.suffix == ".html":
             assert not re.search(r"<script(?![^>]*\bsrc=)[^>]*>", text), f"inline script in {path}"
+
+
+def test_durations_read_in_minutes_and_hours(admin: tuple[httpx.Client, str]) -> None:
+    client, csrf = admin
+    for seconds, shown in ((301, "5 min"), (7380, "2 h 3 min"), (45, "45 s"), (86400, "1 d")):
+        job = submit(client, csrf, command=["true"], max_runtime_seconds=seconds)
+        page = client.get(f"/jobs/{job['id']}").text
+        assert f"<dt>Max runtime</dt><dd>{shown}</dd>" in page, seconds
+
+
+def test_a_job_being_stopped_shows_a_stopping_badge(admin: tuple[httpx.Client, str]) -> None:
+    """It ignores SIGTERM, so it runs on for its grace period after the cancel."""
+    client, csrf = admin
+    script = "trap '' TERM; echo up; while :; do sleep 0.1; done"
+    job = submit(client, csrf, command=["sh", "-c", script], grace_period_seconds=30)
+    running = lambda: client.get(f"/api/v1/jobs/{job['id']}").json()["status"] == "running"  # noqa: E731
+    wait_for(running, 60.0, f"job {job['id']} to run", 0.1)
+    assert "status-running" in client.get(f"/jobs/{job['id']}").text
+    cancelled = client.post(f"/api/v1/jobs/{job['id']}/cancel", headers={"x-csrf-token": csrf})
+    assert cancelled.status_code == 200, cancelled.text
+    shown = client.get(f"/api/v1/jobs/{job['id']}").json()
+    assert shown["status"] == "running" and shown["cancel_requested"]
+    for path in (f"/jobs/{job['id']}", "/jobs"):
+        page = client.get(path).text
+        assert 'class="badge status status-stopping"' in page, path
+        assert "</span>stopping</span>" in page, path
+
+
+@pytest.mark.parametrize("path", ["/no-such-page", "/jobs/1/nope", "/models/a/b/c"])
+def test_an_unknown_page_answers_the_not_found_page(
+    admin: tuple[httpx.Client, str], ui_server: ServerProcess, path: str
+) -> None:
+    client, _ = admin
+    for answer in (client.get(path), httpx.get(f"{ui_server.url}{path}")):
+        assert answer.status_code == 404
+        assert answer.headers["content-type"].startswith("text/html")
+        assert "<h1" in answer.text and "No page" in answer.text and "Traceback" not in answer.text
+    api = client.get("/api/v1/no-such-thing")
+    assert api.status_code == 404 and api.json()["error"]["code"] == "not_found"

@@ -139,7 +139,16 @@ const gp = (() => {
     return FINAL.has(status);
   }
 
-  function badge(status) {
+  // a job's status; "stopping" while a cancel asked for has not ended it (its grace period)
+  function badge(status, stopping = false) {
+    if (stopping && !isFinal(status)) {
+      return el(
+        "span",
+        { class: "badge status status-stopping", title: `${status}, cancel requested: it is being stopped` },
+        el("span", { class: "status-icon", "aria-hidden": "true" }),
+        "stopping",
+      );
+    }
     return el(
       "span",
       { class: `badge status status-${status}` },

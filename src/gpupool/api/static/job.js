@@ -28,11 +28,8 @@
     const line = document.getElementById("status-line");
     gp.replaceChildren(
       line,
-      gp.badge(job.status),
+      gp.badge(job.status, job.cancel_requested),
       job.position ? el("span", { class: "position" }, `#${job.position} in the team's queue`) : null,
-      job.cancel_requested && !gp.isFinal(job.status)
-        ? el("span", { class: "badge warn" }, "cancel requested")
-        : null,
     );
     gp.replaceChildren(
       document.getElementById("status-message"),

@@ -39,7 +39,7 @@
       el("td", {}, job.name || ""),
       el("td", {}, job.user),
       el("td", {}, job.team),
-      el("td", {}, gp.badge(job.status)),
+      el("td", {}, gp.badge(job.status, job.cancel_requested)),
       el("td", {}, gp.request(job.spec)),
       el("td", {}, job.placement ? job.placement.node : "-"),
       el("td", {}, gp.time(job.submitted_at)),
