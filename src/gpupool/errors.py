@@ -283,6 +283,15 @@ class StorageFull(GpupoolError):
     code = "storage_full"
 
 
+class StorageQuotaExceeded(ClientError):
+    """Your team's files take more than its storage quota, so the server writes no more for
+    it: delete outputs or model versions it no longer needs, or ask an admin for a larger
+    quota (gpupool team set-quota --storage)."""
+
+    status = 403
+    code = "storage_quota_exceeded"
+
+
 class SchemaMismatch(GpupoolError):
     """The database schema does not match this gpupool version."""
 

@@ -20,14 +20,31 @@ def test_team_create_with_a_quota_and_the_table(admin: Cli) -> None:
     assert (nlp["guarantee"], nlp["limit"], nlp["weight"]) == ({"*": 1, "A100": 1}, 4, 1)
 
     row = next(line for line in admin.ok("team").splitlines() if line.startswith("nlp "))
-    assert row.split() == ["nlp", "1,", "A100=1", "4", "1", "0", "0", "-"]
+    assert row.split()[:7] == ["nlp", "1,", "A100=1", "4", "1", "0", "0"]
+    assert row.split()[-1] == "-"  # ADMINS; STORAGE before it
     header = admin.ok("team").splitlines()[0].split()
-    assert header == ["TEAM", "GUARANTEE", "LIMIT", "WEIGHT", "IN", "USE", "PENDING", "ADMINS"]
+    assert header == [
+        *("TEAM", "GUARANTEE", "LIMIT", "WEIGHT", "IN", "USE", "PENDING", "STORAGE", "ADMINS")
+    ]
 
 
 def test_set_quota_changes_only_what_is_given(admin: Cli) -> None:
     admin.ok("team", "create", "rl", "--guarantee", "1", "--limit", "3")
     assert "weight 2" in admin.ok("team", "set-quota", "rl", "--weight", "2")
+
+
+def test_a_storage_quota_is_set_kept_shown_and_removed(admin: Cli) -> None:
+    assert "storage 10 GiB" in admin.ok("team", "create", "data", "--storage", "10GiB")
+    assert _team(admin, "data")["storage"]["quota"] == 10 * 1024**3
+    assert "storage 2 TiB" in admin.ok("team", "set-quota", "data", "--storage", "2TiB")
+    kept = admin.ok("team", "set-quota", "data", "--weight", "2")
+    assert "weight 2, storage 2 TiB" in kept
+    shown = admin.ok("team", "show", "data")
+    assert "storage" in shown and "of 2 TiB" in shown, shown
+    admin.ok("team", "set-quota", "data", "--no-storage")
+    assert _team(admin, "data")["storage"]["quota"] is None
+    bad = admin("team", "set-quota", "data", "--storage", "lots")
+    assert bad.returncode == 2 and "is not a size" in bad.stderr, bad.stderr
     rl = _team(admin, "rl")
     assert (rl["guarantee"], rl["limit"], rl["weight"]) == ({"*": 1}, 3, 2)
     admin.ok("team", "set-quota", "rl", "--guarantee", "0", "--no-limit")
@@ -66,7 +83,8 @@ def test_the_team_table_counts_gpus_in_use_and_pending_jobs(
     busy = _team(admin, "busy")
     assert (busy["usage"]["gpus"], busy["pending"]) == (2, 1)
     row = next(line for line in admin.ok("team").splitlines() if line.startswith("busy "))
-    assert row.split()[-3:] == ["2", "1", "-"]  # IN USE, PENDING, ADMINS (none yet)
+    cells = row.split()  # busy - - 1 2 1 STORAGE... -
+    assert (cells[4:6], cells[-1]) == (["2", "1"], "-")  # IN USE, PENDING, ADMINS (none yet)
     admin.ok("cancel", str(waiting))
     release.touch()
     wait_status(admin, running, FINAL)

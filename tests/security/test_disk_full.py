@@ -1,5 +1,6 @@
 """A full disk: submits get a clear storage_full error, nothing acknowledged is lost, and
-when space returns everything recovers by itself, with the jobs' real exit codes."""
+when space returns everything recovers by itself, with the jobs' real exit codes. A team
+whose job fills the disk is stopped, while reads and the other teams' work go on."""
 
 from __future__ import annotations
 
@@ -77,7 +78,8 @@ def fill(disk: Path) -> Path:
 def test_a_full_disk_refuses_submits_and_recovers_with_real_exit_codes(
     small_disk: Path, tmp_path: Path, exchange: Path
 ) -> None:
-    server = ServerProcess(small_disk / "data")
+    # no reserve: this is the disk full past what the server keeps for its database
+    server = ServerProcess(small_disk / "data", env={"GPUPOOL_DISK_RESERVE_BYTES": "0"})
     server.log_path = tmp_path / "server-output.log"  # the server's own output is elsewhere
     server.start()
     try:
@@ -89,6 +91,78 @@ def test_a_full_disk_refuses_submits_and_recovers_with_real_exit_codes(
             _run(client, server, small_disk, exchange)
     finally:
         server.stop()
+
+
+# a team's job that writes its outputs until the disk is full, then waits (keeping them)
+FILLER = (
+    "import os, time\n"
+    "out = os.environ['GPUPOOL_OUTPUT_DIR']\n"
+    "try:\n"
+    "    with open(os.path.join(out, 'fill.bin'), 'wb', buffering=0) as f:\n"
+    "        while True:\n"
+    "            f.write(b'x' * (1 << 20))\n"
+    "except OSError as e:\n"
+    "    print('disk full:', e, flush=True)\n"
+    "while True:\n"
+    "    time.sleep(0.1)\n"
+)
+
+
+def test_a_team_filling_the_disk_is_stopped_and_reads_and_other_teams_go_on(
+    small_disk: Path, tmp_path: Path, exchange: Path
+) -> None:
+    """The server keeps a reserve for its database (a twentieth of this small disk): when a
+    team's job fills the disk, the server gives it back, stops that team's jobs
+    (StorageQuotaExceeded), and every read and the other team's job go on."""
+    server = ServerProcess(small_disk / "data", env={"GPUPOOL_STORAGE_SCAN_SECONDS": "0.5"})
+    server.log_path = tmp_path / "server-output.log"
+    server.start()
+    try:
+        assert (server.data_dir / "disk-reserve").stat().st_size > 0, "made at start"
+        with _api(server, server.token) as admin:
+            fill, calm = _token(admin, "fill"), _token(admin, "calm")
+            calm_job = _submit(admin, calm, job(0), exchange)
+            wait_for(lambda: _status(admin, calm_job) == "running", 60, "the calm job to run")
+            filler = _submit(admin, fill, [sys.executable, "-c", FILLER], exchange)
+
+            ended = wait_for(lambda: _final(admin, filler), 90, "the filler to be stopped")
+            assert (ended["status"], ended["reason"]) == ("failed", "StorageQuotaExceeded")
+            assert "nearly full" in ended["message"], ended["message"]
+            with _api(server, calm) as reader:  # its first use of its token: not cached
+                assert reader.get("/jobs").status_code == 200
+                assert reader.get("/teams").status_code == 200
+            assert admin.get("/jobs", params={"limit": 100}).status_code == 200
+            assert _status(admin, calm_job) == "running", "the other team's job runs on"
+            (exchange / "release").touch()
+            done = wait_for(lambda: _final(admin, calm_job), 60, "the calm job to end")
+            assert (done["status"], done["exit_code"]) == ("succeeded", 0), done
+    finally:
+        server.stop()
+
+
+def _api(server: ServerProcess, token: str | None) -> httpx.Client:
+    headers = {"Authorization": f"Bearer {token}"}
+    return httpx.Client(base_url=f"{server.url}/api/v1", headers=headers, timeout=30)
+
+
+def _token(admin: httpx.Client, team: str) -> str:
+    """A token of a new member of a new ``team``."""
+    assert admin.post("/teams", json={"name": team}).status_code == 201
+    name = f"{team}-user"
+    assert admin.post("/users", json={"name": name, "teams": [team]}).status_code == 201
+    return admin.post("/tokens", json={"user": name, "name": "t"}).json()["token"]
+
+
+def _submit(admin: httpx.Client, token: str, command: list[str], workdir: Path) -> int:
+    body = {"command": command, "workdir": str(workdir)}
+    headers = {"Authorization": f"Bearer {token}"}
+    answer = admin.post("/jobs", json=body, headers=headers)
+    assert answer.status_code == 201, answer.text
+    return answer.json()["id"]
+
+
+def _status(client: httpx.Client, job_id: int) -> str:
+    return client.get(f"/jobs/{job_id}").json()["status"]
 
 
 def _run(client: httpx.Client, server: ServerProcess, disk: Path, exchange: Path) -> None:

@@ -60,10 +60,18 @@ class QuotaIn(Strict):
     )
     limit: GpuAmount | None = Field(default=None, description="most GPUs held at once; none")
     weight: float = Field(default=1.0, gt=0, le=1_000_000, allow_inf_nan=False)
+    storage: int | None = Field(
+        default=None,
+        ge=0,
+        le=2**62,
+        description="the most bytes the team's files may take (outputs, checkpoints, "
+        "workspaces, logs, model and code archives); none",
+        examples=[10 * 1024**3],
+    )
 
     def quota(self) -> Quota:
         """The quota as the quotas service takes it."""
-        return Quota(dict(self.guarantee), self.limit, self.weight)
+        return Quota(dict(self.guarantee), self.limit, self.weight, self.storage)
 
 
 class TeamCreate(QuotaIn):

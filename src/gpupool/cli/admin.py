@@ -25,6 +25,7 @@ from gpupool.cli.output import (
 from gpupool.cli.session import connect
 from gpupool.client import ApiError, Client
 from gpupool.domain.jobs import Role
+from gpupool.domain.units import format_bytes, parse_bytes
 
 users_app = typer.Typer(help="Users of the pool (admins only).", invoke_without_command=True)
 teams_app = typer.Typer(
@@ -245,6 +246,27 @@ WeightOption = Annotated[
 ]
 
 
+def parse_storage(value: str | None) -> int | None:
+    """'10GiB' -> 10737418240; None when no --storage was given."""
+    if value is None:
+        return None
+    try:
+        return parse_bytes(value)
+    except (ValueError, OverflowError):
+        raise typer.BadParameter(f"'{value}' is not a size: write e.g. 500GiB, 2TiB") from None
+
+
+StorageOption = Annotated[
+    str | None,
+    typer.Option(
+        "--storage",
+        metavar="SIZE",
+        help="The most its files may take (outputs, checkpoints, workspaces, logs, model and "
+        "code archives), e.g. 500GiB; past it its running jobs are stopped.",
+    ),
+]
+
+
 def parse_guarantee(values: list[str] | None) -> dict[str, float] | None:
     """['4', 'A100=2'] -> {'*': 4, 'A100': 2}; None when no --guarantee was given."""
     if not values:
@@ -286,7 +308,9 @@ def in_use_text(usage: dict[str, Any]) -> str:
 
 
 def teams_table(found: list[dict[str, Any]]) -> Table:
-    table = new_table("TEAM", "GUARANTEE", "LIMIT", "WEIGHT", "IN USE", "PENDING", "ADMINS")
+    table = new_table(
+        "TEAM", "GUARANTEE", "LIMIT", "WEIGHT", "IN USE", "PENDING", "STORAGE", "ADMINS"
+    )
     for team in found:
         limit = team.get("limit")
         table.add_row(
@@ -296,9 +320,21 @@ def teams_table(found: list[dict[str, Any]]) -> Table:
             share(team.get("weight", 1)),
             escape(in_use_text(team.get("usage") or {"gpus": 0})),
             str(team.get("pending", 0)),
+            escape(storage_text(team.get("storage") or {})),
             escape(", ".join(team.get("admins") or []) or "-"),
         )
     return table
+
+
+def storage_text(storage: dict[str, Any]) -> str:
+    """'3.2 GiB of 10 GiB', '3.2 GiB (no quota)', 'OVER: 12 GiB of 10 GiB'; '-' unscanned."""
+    used, quota = storage.get("used"), storage.get("quota")
+    if used is None:
+        return "not scanned yet" if quota is None else f"- of {format_bytes(quota)}"
+    if quota is None:
+        return f"{format_bytes(used)} (no quota)"
+    over = "OVER: " if storage.get("over") else ""
+    return f"{over}{format_bytes(used)} of {format_bytes(quota)}"
 
 
 @teams_app.callback()
@@ -313,10 +349,12 @@ def teams_create(
     guarantee: GuaranteeOption = None,
     limit: LimitOption = None,
     weight: WeightOption = None,
+    storage: StorageOption = None,
 ) -> None:
-    """Create a team, with a GPU quota if given (admins only)."""
+    """Create a team, with a GPU and storage quota if given (admins only)."""
+    size = parse_storage(storage)
     with connect() as client:
-        team = client.create_team(name, parse_guarantee(guarantee), limit, weight)
+        team = client.create_team(name, parse_guarantee(guarantee), limit, weight, size)
     out.print(f"team {escape(team['name'])} created{escape(quota_note(team))}")
 
 
@@ -327,10 +365,17 @@ def teams_set_quota(
     limit: LimitOption = None,
     no_limit: Annotated[bool, typer.Option("--no-limit", help="Remove the limit.")] = False,
     weight: WeightOption = None,
+    storage: StorageOption = None,
+    no_storage: Annotated[
+        bool, typer.Option("--no-storage", help="Remove the storage quota.")
+    ] = False,
 ) -> None:
     """Change a team's quota; what is not given stays as it is (admins only)."""
     if no_limit and limit is not None:
         raise typer.BadParameter("give --limit or --no-limit, not both")
+    if no_storage and storage is not None:
+        raise typer.BadParameter("give --storage or --no-storage, not both")
+    size = parse_storage(storage)
     with connect() as client:
         current = _team(client, name)
         team = client.set_quota(
@@ -338,8 +383,38 @@ def teams_set_quota(
             guarantee=_or(parse_guarantee(guarantee), current.get("guarantee") or {}),
             limit=None if no_limit else _or(limit, current.get("limit")),
             weight=_or(weight, current.get("weight", 1.0)),
+            storage=None if no_storage else _or(size, (current.get("storage") or {}).get("quota")),
         )
     out.print(f"quota of team {escape(team['name'])} set{escape(quota_note(team))}")
+
+
+@teams_app.command("show")
+def teams_show(
+    name: Annotated[str, typer.Argument(help="The team's name.")],
+    output: OutputOption = Output.TABLE,
+) -> None:
+    """Show a team: its quotas, the GPUs it holds and what its files take (its members and
+    admins)."""
+    with connect() as client:
+        team = _team(client, name)
+    if output == Output.JSON:
+        print_json(team)
+        return
+    storage = team.get("storage") or {}
+    limit = team.get("limit")
+    out.print(f"team {escape(team['name'])}")
+    out.print(f"  guarantee  {escape(guarantee_text(team.get('guarantee') or {}))}")
+    out.print(f"  limit      {'none' if limit is None else share(limit)}")
+    out.print(f"  weight     {share(team.get('weight', 1))}")
+    out.print(f"  in use     {escape(in_use_text(team.get('usage') or {'gpus': 0}))} GPUs")
+    out.print(f"  pending    {team.get('pending', 0)}")
+    out.print(f"  storage    {escape(storage_text(storage))}{_scanned(storage)}")
+    out.print(f"  admins     {escape(', '.join(team.get('admins') or []) or '-')}")
+
+
+def _scanned(storage: dict[str, Any]) -> str:
+    at = storage.get("scanned_at")
+    return f", summed {timestamp(at)}" if at is not None else ""
 
 
 @teams_app.command("add-member")
@@ -403,10 +478,15 @@ def teams_delete(name: Annotated[str, typer.Argument(help="The team's name.")]) 
 def quota_note(team: dict[str, Any]) -> str:
     """': guarantee 4, A100=2, limit 8, weight 1', or '' for a team without a quota."""
     guarantee, limit, weight = team.get("guarantee") or {}, team.get("limit"), team["weight"]
-    if not guarantee and limit is None and weight == 1:
+    storage = (team.get("storage") or {}).get("quota")
+    if not guarantee and limit is None and weight == 1 and storage is None:
         return ""
     limit_text = "none" if limit is None else share(limit)
-    return f": guarantee {guarantee_text(guarantee)}, limit {limit_text}, weight {share(weight)}"
+    storage_note = f", storage {format_bytes(storage)}" if storage is not None else ""
+    return (
+        f": guarantee {guarantee_text(guarantee)}, limit {limit_text}, weight {share(weight)}"
+        f"{storage_note}"
+    )
 
 
 def _team(client: Client, name: str) -> dict[str, Any]:

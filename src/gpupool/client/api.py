@@ -299,9 +299,11 @@ class Client:
         guarantee: dict[str, float] | None = None,
         limit: float | None = None,
         weight: float | None = None,
+        storage: int | None = None,
     ) -> dict[str, Any]:
-        """A new team; the quota fields left out take the server's defaults (none, 1)."""
-        quota = {"guarantee": guarantee, "limit": limit, "weight": weight}
+        """A new team; the quota fields left out take the server's defaults (none, 1);
+        ``storage``: the most bytes its files may take."""
+        quota = {"guarantee": guarantee, "limit": limit, "weight": weight, "storage": storage}
         body = {"name": name} | {k: v for k, v in quota.items() if v is not None}
         return self._call("POST", "/teams", json=body)
 
@@ -311,9 +313,12 @@ class Client:
         guarantee: dict[str, float] | None = None,
         limit: float | None = None,
         weight: float = 1.0,
+        storage: int | None = None,
     ) -> dict[str, Any]:
-        """Replace a team's quota; ``limit`` None: no limit."""
+        """Replace a team's quota; ``limit`` None: no limit; ``storage`` (the most bytes its
+        files may take) None: no storage quota."""
         body = {"guarantee": guarantee or {}, "limit": limit, "weight": weight}
+        body["storage"] = storage
         return self._call("PUT", f"/teams/{quote(name, safe='')}/quota", json=body)
 
     def users(self) -> list[dict[str, Any]]:

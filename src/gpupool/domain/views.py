@@ -417,6 +417,16 @@ class TeamUsageView(View):
     by_model: dict[str, float]
 
 
+class TeamStorageView(View):
+    quota: int | None = Field(description="the most bytes its files may take; null: no quota")
+    used: int | None = Field(
+        description="bytes its files (jobs' directories, notebook workspaces, model and code "
+        "archives) took at the last scan; null: not scanned yet"
+    )
+    scanned_at: float | None = Field(description="when they were last summed")
+    over: bool = Field(description="over its quota: its jobs are stopped, uploads refused")
+
+
 class TeamView(View):
     id: int
     name: str
@@ -427,6 +437,9 @@ class TeamView(View):
     pending: int = Field(description="its jobs waiting to start")
     admins: list[str] = Field(
         default_factory=list, description="its team admins: they add and remove its members"
+    )
+    storage: TeamStorageView = Field(
+        default_factory=lambda: TeamStorageView(quota=None, used=None, scanned_at=None, over=False)
     )
 
 

@@ -28,6 +28,7 @@ from gpupool.domain.units import format_bytes
 from gpupool.domain.views import CodeLimitsView, CodeView
 from gpupool.errors import CodeHashMismatch, CodeNotFound, CodeTooLarge
 from gpupool.executors import code as archives
+from gpupool.services import quotas
 from gpupool.services.access import Principal
 from gpupool.services.context import Context
 from gpupool.services.incoming import Incoming
@@ -76,6 +77,7 @@ async def receive(
     limit (``declared_bytes``: the size the client announced), BadCodeArchive when it breaks
     the format, StorageFull when the disk is."""
     who.require_member()
+    await asyncio.to_thread(_refuse_over_quota, ctx, who)
     found = ctx.settings.code_limits()
     if declared_bytes is not None and declared_bytes > found.archive_bytes:
         raise too_large(declared_bytes, found)
@@ -174,6 +176,13 @@ def _record(ctx: Context, who: Principal, ref: str, size: int, summary: CodeSumm
             with contextlib.suppress(IntegrityError), session.begin_nested():
                 session.add(row)
     return code_view(row)
+
+
+def _refuse_over_quota(ctx: Context, who: Principal) -> None:
+    """StorageQuotaExceeded while a team of ``who`` is over its storage quota: an upload
+    counts for each team of its uploader."""
+    with ctx.db.reader() as session:
+        quotas.refuse_for_member(session, who.team_ids)
 
 
 def _not_found(ref: str, where: str = "") -> CodeNotFound:

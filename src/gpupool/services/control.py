@@ -154,6 +154,8 @@ class ControlLoop:
         self._last_schedule = 0.0
         self._full_said_at = -math.inf
         self._explained_at = -math.inf  # when a cycle last explained the jobs left pending
+        # set by another thread (the storage watch) that recorded stops in the database
+        self._stops_recorded = threading.Event()
         self.snapshots = SnapshotBuilder.of(settings)
         self.checkpoints = CheckpointWatcher(executor, settings.checkpoint_scan_seconds)
         # estimated start times, for the API (computed there, on demand, from its own snapshot)
@@ -190,6 +192,12 @@ class ControlLoop:
             os.write(self._wake_w, b"!")
 
     # -- what services ask and tell (services.context.LoopSide) -------------------------------
+
+    def stops_recorded(self) -> None:
+        """Stops were recorded on attempts in the database by another thread (the storage
+        watch): read them at the next pass and send them."""
+        self._stops_recorded.set()
+        self.wake()
 
     def recent_nodes(self) -> tuple[NodeCapacity, ...]:
         """The nodes' capacities, read at most a second ago (a submit checks it could run)."""
@@ -368,6 +376,9 @@ class ControlLoop:
         """Stop attempts of cancelled jobs and attempts past their job's max runtime; send
         stops recorded but not sent yet (before a restart)."""
         now = self.clock.now()
+        if self._stops_recorded.is_set():
+            self._stops_recorded.clear()
+            self._read_recorded_stops()
         cancelled = self._cancelled_jobs()
         requests = []
         for active in self._active.values():
@@ -384,6 +395,19 @@ class ControlLoop:
             elif active.stop_reason is not None:
                 self._send_stop(active)
         self._stop(requests)
+
+    def _read_recorded_stops(self) -> None:
+        with self.db.reader() as session:
+            rows = session.execute(
+                select(AttemptModel.id, AttemptModel.stop_reason).where(
+                    AttemptModel.id.in_(list(self._active)),
+                    AttemptModel.stop_reason.is_not(None),
+                )
+            ).all()
+        for attempt_id, reason in rows:
+            active = self._active.get(attempt_id)
+            if active is not None and active.stop_reason is None:
+                active.stop_reason = StopReason(reason)
 
     def _cancelled_jobs(self) -> set[int]:
         with self.db.reader() as session:

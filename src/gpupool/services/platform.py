@@ -24,6 +24,7 @@ from gpupool.services.control import ControlLoop
 from gpupool.services.metric_ingest import Ingester
 from gpupool.services.notebook_watch import IdleWatch
 from gpupool.services.rollouts import DeploymentLoop
+from gpupool.services.storage import StorageWatch
 from gpupool.services.throttle import SignInThrottle
 from gpupool.settings import Settings
 from gpupool.store.db import Database, prepare
@@ -105,6 +106,7 @@ class Platform:
     ingester: Ingester = field(init=False)  # jobs' metrics, into the database, off the loop
     deployments: DeploymentLoop = field(init=False)  # replicas, health checks, /serve routes
     idle_watch: IdleWatch = field(init=False)  # stops notebooks that hold GPUs and idle
+    storage: StorageWatch = field(init=False)  # teams' storage, the database's disk reserve
     # told a removed node's name after the commit; the cluster side sets it to stop the node
     on_node_removed: NodeRemoved = field(default=nodes.nothing_to_stop)
 
@@ -113,6 +115,7 @@ class Platform:
         self.ingester = Ingester(self.db, self.executor, self.clock)
         self.deployments = DeploymentLoop(self.db, self.settings, self.clock, self.loop)
         self.idle_watch = IdleWatch(self)
+        self.storage = StorageWatch(self.db, self.settings, self.clock, self.loop.stops_recorded)
 
     def start(self) -> None:
         """Start the background work: the control loop and the node watcher."""
@@ -120,6 +123,7 @@ class Platform:
         self.ingester.start()
         self.deployments.start()
         self.idle_watch.start()
+        self.storage.start()
         if self.watcher is not None:
             self.watcher.start()
         if self.cluster is not None:
@@ -133,6 +137,7 @@ class Platform:
             self.cluster.stop()
         self.deployments.stop()
         self.idle_watch.stop()
+        self.storage.stop()
         self.loop.stop()
         self.ingester.stop()
         self.executor.close()

@@ -1,4 +1,5 @@
-"""Team quotas: a guarantee by GPU model, a limit and a weight; and what each team holds.
+"""Team quotas: a guarantee by GPU model, a limit, a weight and a storage quota (bytes its
+files may take, see ``services.storage``); and what each team holds.
 
 A guarantee names GPU models the way jobs name GPU types: a key matches every GPU whose model
 contains it, ignoring case ("A100" matches "NVIDIA A100-SXM4-80GB"); ``"*"`` is any model.
@@ -16,7 +17,13 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from gpupool.domain.jobs import JobStatus
-from gpupool.errors import GuaranteesExceedPool, InvalidRequest, LimitBelowGuarantee
+from gpupool.domain.units import format_bytes
+from gpupool.errors import (
+    GuaranteesExceedPool,
+    InvalidRequest,
+    LimitBelowGuarantee,
+    StorageQuotaExceeded,
+)
 from gpupool.scheduler.types import ANY_MODEL, NodeCapacity, TeamQuota
 from gpupool.services import nodes as node_service
 from gpupool.services import users
@@ -27,11 +34,13 @@ EPSILON = 1e-9
 
 @dataclass(frozen=True)
 class Quota:
-    """What an admin sets for a team. Zero entries of ``guarantee`` are dropped."""
+    """What an admin sets for a team. Zero entries of ``guarantee`` are dropped.
+    ``storage``: the most bytes the team's files may take (None: no storage quota)."""
 
     guarantee: Mapping[str, float] = field(default_factory=dict)
     limit: float | None = None
     weight: float = 1.0
+    storage: int | None = None
 
     @property
     def guaranteed(self) -> float:
@@ -71,7 +80,7 @@ def set_quota(
 
 
 def quota_of(team: TeamModel) -> Quota:
-    return Quota(dict(team.guarantee or {}), team.gpu_limit, team.weight)
+    return Quota(dict(team.guarantee or {}), team.gpu_limit, team.weight, team.storage_quota)
 
 
 def team_quotas(session: Session) -> tuple[TeamQuota, ...]:
@@ -98,7 +107,7 @@ def normalized(quota: Quota) -> Quota:
         seen.add(key.lower())
         if gpus > 0:
             guarantee[key] = gpus
-    return Quota(guarantee, quota.limit, quota.weight)
+    return Quota(guarantee, quota.limit, quota.weight, quota.storage)
 
 
 def check(session: Session, name: str, quota: Quota, nodes: Sequence[NodeCapacity]) -> None:
@@ -153,6 +162,31 @@ def usage(
     }
 
 
+def refuse_over_storage(team: TeamModel) -> None:
+    """StorageQuotaExceeded while the team's files, as last scanned, are over its quota."""
+    if team.storage_quota is None or team.storage_used is None:
+        return
+    if team.storage_used > team.storage_quota:
+        raise StorageQuotaExceeded(
+            f"team {team.name}'s files take {format_bytes(team.storage_used)}, over its "
+            f"storage quota of {format_bytes(team.storage_quota)}: delete outputs or model "
+            "versions it no longer needs, or ask an admin for a larger quota "
+            "(gpupool team set-quota --storage)",
+            team=team.name,
+            used=team.storage_used,
+            quota=team.storage_quota,
+        )
+
+
+def refuse_for_member(session: Session, team_ids: Iterable[int]) -> None:
+    """StorageQuotaExceeded while any of these teams (an uploader's) is over its quota: an
+    upload counts for each team of its uploader."""
+    ids = list(team_ids)
+    query = select(TeamModel).where(TeamModel.id.in_(ids), users.not_deleted())
+    for team in session.scalars(query):
+        refuse_over_storage(team)
+
+
 def matches(key: str, model: str) -> bool:
     """A guarantee's key matches a GPU model it is part of, ignoring case; "*" matches all."""
     return key == ANY_MODEL or key.lower() in model.lower()
@@ -192,6 +226,7 @@ def _store(session: Session, team: TeamModel, quota: Quota, now: float) -> None:
     team.guarantee = dict(quota.guarantee)
     team.gpu_limit = quota.limit
     team.weight = quota.weight
+    team.storage_quota = quota.storage
     session.add(
         QuotaChangeModel(
             team_id=team.id,

@@ -1,4 +1,5 @@
-"""Stops gpupool asks for itself: a cancel, a preemption, a max runtime (inside a transaction).
+"""Stops gpupool asks for itself: a cancel, a preemption, a max runtime, a team over its
+storage quota (inside a transaction).
 
 A stop is recorded on the attempt (``stop_reason``) before the executor is asked, so that
 when the attempt ends, whatever its exit code, ``transitions`` knows what it meant: a
@@ -69,6 +70,20 @@ def past_max_runtime(attempt_id: int, job_id: int, limit: float, grace: float) -
     return StopRequest(
         attempt_id, job_id, StopReason.MAX_RUNTIME, Reason.MAX_RUNTIME_EXCEEDED, message
     )
+
+
+def over_storage_quota(attempt_id: int, job_id: int, message: str) -> StopRequest:
+    """The storage watch's stop: its team's files are over its quota (or fill the disk)."""
+    return StopRequest(
+        attempt_id, job_id, StopReason.STORAGE_QUOTA, Reason.STORAGE_QUOTA_EXCEEDED, message
+    )
+
+
+def storage_ended_message(job: JobModel, code: int | None) -> str:
+    """What a job stopped for its team's storage says when its attempt has ended (its
+    status line said why while it stopped)."""
+    why = job.message if job.reason == Reason.STORAGE_QUOTA_EXCEEDED.value else ""
+    return f"{why or 'stopped: its team is over its storage quota'}; exit code {code}"
 
 
 def cancelled(attempt_id: int, job_id: int) -> StopRequest:

@@ -11,6 +11,7 @@ from gpupool.domain.views import (
     TeamDeletedView,
     TeamHistoryView,
     TeamSeriesView,
+    TeamStorageView,
     TeamUsageView,
     TeamView,
     UserView,
@@ -122,4 +123,16 @@ def team_view(team: TeamModel, used: quotas.Usage, admins: list[str] | None = No
         usage=TeamUsageView(gpus=used.gpus, by_model=used.by_model),
         pending=used.pending,
         admins=admins or [],
+        storage=storage_view(team),
+    )
+
+
+def storage_view(team: TeamModel) -> TeamStorageView:
+    """The team's storage quota and what its files took at the last scan."""
+    used, quota = team.storage_used, team.storage_quota
+    return TeamStorageView(
+        quota=quota,
+        used=used,
+        scanned_at=team.storage_scanned_at,
+        over=quota is not None and used is not None and used > quota,
     )

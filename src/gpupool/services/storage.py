@@ -1,0 +1,313 @@
+"""Teams' storage: what each team's files take against its storage quota.
+
+A team's files are (1) the directories of its jobs under the data directory's ``jobs``
+(outputs, checkpoints, the code unpacked for them, logs), (2) the workspaces of the users who
+keep notebooks in the team (a workspace counts for each team its user has notebooks in),
+(3) the archives of its model versions and (4) the code archives its members uploaded (an
+upload counts for each team of its uploader). The database knows (3) and (4); (1) and (2)
+are summed as ``du`` counts them (blocks allocated, a file linked twice once) by the
+``StorageWatch``, every ``storage_scan_seconds``, in three steps that hold no transaction
+across the walk: load the teams' files, walk them, record. A finished job's directory no
+longer changes: it is walked once and its size kept by the watch.
+
+The watch records each team's usage on its row (``storage_used``), so that the API shows it
+without walking anything. A team past its quota has its running jobs stopped
+(``StorageQuotaExceeded``) at the scan that finds it there; the server's own writes for the
+team (model registration, code uploads) are refused while the recorded usage is over
+(``quotas.refuse_over_storage``).
+
+When the data directory's disk runs low (``datadir.Reserve``), the watch gives back the
+reserve kept for the database and scans at once; if no team is over its quota, the running
+jobs of the team whose unfinished jobs' directories take the most space are stopped the
+same way.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from gpupool.domain.jobs import FINAL_STATUSES
+from gpupool.domain.units import format_bytes
+from gpupool.executors.local import WORKSPACES
+from gpupool.scheduler.types import Clock
+from gpupool.services import stops, users
+from gpupool.services.datadir import Reserve
+from gpupool.services.watch import Watch
+from gpupool.settings import Settings
+from gpupool.store.db import Database
+from gpupool.store.models import (
+    AttemptModel,
+    CodeUploadModel,
+    JobModel,
+    MembershipModel,
+    ModelVersionModel,
+    NotebookModel,
+    RegisteredModelModel,
+    TeamModel,
+    UserModel,
+)
+
+log = logging.getLogger(__name__)
+
+DISK_CHECK_SECONDS = 1.0  # the disk's free space is looked at this often (a statvfs)
+FINISHED = frozenset(status.value for status in FINAL_STATUSES)
+
+
+@dataclass(frozen=True)
+class TeamFiles:
+    """Where a team's files are, as step (1) read them. ``jobs``: job id -> finished."""
+
+    team_id: int
+    name: str
+    quota: int | None
+    jobs: dict[int, bool]
+    users: frozenset[str]
+    known_bytes: int  # its model versions' and its members' code archives
+
+
+@dataclass(frozen=True)
+class TeamUsage:
+    """What a team's files take, and its quota (None: none). ``running``: what the
+    directories of its jobs not finished take (what may still grow)."""
+
+    team_id: int
+    name: str
+    quota: int | None
+    used: int
+    running: int = 0
+
+    @property
+    def over(self) -> bool:
+        return self.quota is not None and self.used > self.quota
+
+
+class StorageScan:
+    """Sums the teams' files under ``settings.data_dir``; keeps the size of each finished
+    job's directory, which no longer changes, so that it is walked once."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.jobs_dir = settings.jobs_dir
+        self.workspaces = settings.data_dir / WORKSPACES
+        self._finished: dict[int, int] = {}
+
+    def measure(self, teams: Iterable[TeamFiles]) -> list[TeamUsage]:
+        return [self._usage(team) for team in teams]
+
+    def _usage(self, team: TeamFiles) -> TeamUsage:
+        jobs = {job_id: self._job_bytes(job_id, done) for job_id, done in team.jobs.items()}
+        running = sum(size for job_id, size in jobs.items() if not team.jobs[job_id])
+        spaces = sum(tree_bytes(self.workspaces / user) for user in team.users)
+        used = sum(jobs.values()) + spaces + team.known_bytes
+        return TeamUsage(team.team_id, team.name, team.quota, used, running)
+
+    def _job_bytes(self, job_id: int, finished: bool) -> int:
+        if job_id in self._finished:
+            return self._finished[job_id]
+        size = tree_bytes(self.jobs_dir / str(job_id))
+        if finished:
+            self._finished[job_id] = size
+        return size
+
+
+class StorageWatch(Watch):
+    """Looks at the disk's free space every second and sums the teams' files every
+    ``storage_scan_seconds`` (at once when the disk runs low); stops the running jobs of
+    teams over their quota. ``on_stops``: told when stops were recorded (the control loop
+    sends them)."""
+
+    def __init__(
+        self, db: Database, settings: Settings, clock: Clock, on_stops: Callable[[], None]
+    ) -> None:
+        self.db, self.clock, self.on_stops = db, clock, on_stops
+        self.scan_seconds = settings.storage_scan_seconds
+        self.files = StorageScan(settings)
+        self.reserve = Reserve(
+            settings.data_dir, settings.disk_reserve_bytes, settings.disk_low_bytes
+        )
+        self._next_scan = 0.0
+        interval = min(DISK_CHECK_SECONDS, self.scan_seconds)
+        super().__init__("gpupool-storage", "the teams' storage", interval, look_first=True)
+
+    def start(self) -> None:
+        self.reserve.keep()
+        super().start()
+
+    def tick(self) -> list[TeamUsage] | None:
+        """One look: the scan when it is due, or at once when the disk runs low."""
+        low = self.reserve.low()
+        released = low and self.reserve.release()
+        if not (released or time.monotonic() >= self._next_scan):
+            return None
+        self._next_scan = time.monotonic() + self.scan_seconds
+        found = self.scan(low)
+        if not low:
+            self.reserve.keep()
+        return found
+
+    def scan(self, disk_low: bool = False) -> list[TeamUsage]:
+        """Sum every team's files, record them, and stop the running jobs of the teams over
+        their quota (``disk_low``: of the team using the most space, if none is over)."""
+        with self.db.reader() as session:
+            teams = load(session)
+        found = self.files.measure(teams)
+        low_mark = self.reserve.limits()[1] if disk_low else None
+        with self.db.session() as session:
+            stopped = apply(session, found, self.clock.now(), low_mark, self.reserve.free())
+        if stopped:
+            self.on_stops()
+        return found
+
+
+def load(session: Session) -> list[TeamFiles]:
+    """Step (1): each team not deleted, its quota, its jobs, its notebook users and what its
+    archives take."""
+    teams = users.list_teams(session)
+    ids = [team.id for team in teams]
+    jobs: dict[int, dict[int, bool]] = {team_id: {} for team_id in ids}
+    rows = session.execute(
+        select(JobModel.team_id, JobModel.id, JobModel.status).where(JobModel.team_id.in_(ids))
+    )
+    for team_id, job_id, status in rows:
+        jobs[team_id][job_id] = status in FINISHED
+    spaces = _workspace_users(session, ids)
+    known = _archive_bytes(session, ids)
+    return [
+        TeamFiles(
+            team.id,
+            team.name,
+            team.storage_quota,
+            jobs[team.id],
+            frozenset(spaces.get(team.id, ())),
+            known.get(team.id, 0),
+        )
+        for team in teams
+    ]
+
+
+def apply(
+    session: Session,
+    found: list[TeamUsage],
+    now: float,
+    low_mark: int | None = None,
+    free: int = 0,
+) -> int:
+    """Step (3): record each team's usage; stop the running jobs of the teams over their
+    quota. ``low_mark``: the disk is under it; if no team is over its quota, stop the jobs
+    of the team whose unfinished jobs' directories take the most, when that is at least
+    ``low_mark`` (a disk filled by something else stops nobody). How many stops were
+    recorded."""
+    for usage in found:
+        team = session.get(TeamModel, usage.team_id)
+        if team is not None:
+            team.storage_used, team.storage_scanned_at = usage.used, now
+    stopped = sum(stop_team(session, u, now, over_message(u)) for u in found if u.over)
+    if low_mark is None or stopped or not found:
+        return stopped
+    filler = max(found, key=lambda usage: usage.running)
+    if filler.running < max(low_mark, 1):
+        return stopped
+    return stop_team(session, filler, now, disk_low_message(filler, free))
+
+
+def stop_team(session: Session, usage: TeamUsage, now: float, message: str) -> int:
+    """Record a StorageQuotaExceeded stop of each running attempt of the team's jobs."""
+    rows = session.execute(
+        select(AttemptModel.id, AttemptModel.job_id)
+        .join(JobModel, JobModel.id == AttemptModel.job_id)
+        .where(
+            JobModel.team_id == usage.team_id,
+            AttemptModel.status.in_(stops.ACTIVE_ATTEMPT),
+            AttemptModel.stop_reason.is_(None),
+        )
+    ).all()
+    recorded = [
+        stops.record(session, stops.over_storage_quota(attempt_id, job_id, message), now)
+        for attempt_id, job_id in rows
+    ]
+    if any(recorded):
+        log.warning("team %s: %s", usage.name, message)
+    return sum(recorded)
+
+
+def over_message(usage: TeamUsage) -> str:
+    return (
+        f"team {usage.name}'s files take {format_bytes(usage.used)}, over its storage quota "
+        f"of {format_bytes(usage.quota)}: stopping its running jobs (delete outputs or model "
+        "versions it no longer needs, or ask an admin for a larger quota)"
+    )
+
+
+def disk_low_message(usage: TeamUsage, free: int) -> str:
+    quota = f" (quota {format_bytes(usage.quota)})" if usage.quota is not None else ""
+    return (
+        f"the server's disk is nearly full ({format_bytes(free)} free) and the unfinished jobs "
+        f"of team {usage.name} take the most of it, {format_bytes(usage.running)} (its files "
+        f"{format_bytes(usage.used)}{quota}): stopping its running jobs so that everyone "
+        "else's work goes on"
+    )
+
+
+def tree_bytes(root: Path) -> int:
+    """The bytes ``root`` takes on disk, as ``du`` counts them (0 when it is missing);
+    symbolic links are not followed, a file linked several times counts once."""
+    total, seen, todo = 0, set(), [str(root)]
+    while todo:
+        path = todo.pop()
+        try:
+            entries = list(os.scandir(path))
+        except (FileNotFoundError, NotADirectoryError, PermissionError):
+            continue
+        for entry in entries:
+            try:
+                info = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue  # gone meanwhile
+            if info.st_nlink > 1 and not stat.S_ISDIR(info.st_mode):
+                if (info.st_dev, info.st_ino) in seen:
+                    continue
+                seen.add((info.st_dev, info.st_ino))
+            total += info.st_blocks * 512
+            if stat.S_ISDIR(info.st_mode):
+                todo.append(entry.path)
+    return total
+
+
+def _workspace_users(session: Session, ids: list[int]) -> dict[int, set[str]]:
+    rows = session.execute(
+        select(NotebookModel.team_id, UserModel.name)
+        .join(UserModel, UserModel.id == NotebookModel.user_id)
+        .where(NotebookModel.team_id.in_(ids))
+        .distinct()
+    )
+    found: dict[int, set[str]] = {}
+    for team_id, name in rows:
+        found.setdefault(team_id, set()).add(name)
+    return found
+
+
+def _archive_bytes(session: Session, ids: list[int]) -> dict[int, int]:
+    models = session.execute(
+        select(RegisteredModelModel.team_id, func.sum(ModelVersionModel.archive_bytes))
+        .join(ModelVersionModel, ModelVersionModel.model_id == RegisteredModelModel.id)
+        .where(RegisteredModelModel.team_id.in_(ids))
+        .group_by(RegisteredModelModel.team_id)
+    )
+    code = session.execute(
+        select(MembershipModel.team_id, func.sum(CodeUploadModel.size_bytes))
+        .join(CodeUploadModel, CodeUploadModel.user_id == MembershipModel.user_id)
+        .where(MembershipModel.team_id.in_(ids))
+        .group_by(MembershipModel.team_id)
+    )
+    found: dict[int, int] = {}
+    for team_id, size in [*models, *code]:
+        found[team_id] = found.get(team_id, 0) + int(size or 0)
+    return found
