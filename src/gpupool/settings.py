@@ -13,6 +13,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gpupool.domain.arrays import MAX_ARRAY_TASKS
 from gpupool.domain.code import CodeLimits
+from gpupool.domain.units import parse_bytes
 from gpupool.scheduler.types import DEFAULT_POLICY, Policy
 
 DEFAULT_PORT = 8765
@@ -68,15 +69,6 @@ class Settings(BaseSettings):
     # long queue costs more than deciding); the cycles between decide only. 0: every cycle.
     explain_interval_seconds: float = Field(default=1.0, ge=0.0)
     checkpoint_scan_seconds: float = 5.0  # how often a running job's checkpoints are looked at
-    # -- storage (docs/scheduling.md): teams' storage quotas and the database's reserve --------
-    # How often each team's files are summed; a team past its quota has its running jobs
-    # stopped (StorageQuotaExceeded) at the scan that finds it there.
-    storage_scan_seconds: float = Field(default=10.0, gt=0)
-    # Bytes kept free for the server's own database: a file of this size in the data
-    # directory (at most a twentieth of its disk), given back when the disk's free space
-    # falls under `disk_low_bytes`, so that its writes (and so every read) go on.
-    disk_reserve_bytes: int = Field(default=256 * 1024**2, ge=0)
-    disk_low_bytes: int = Field(default=64 * 1024**2, ge=0)
     max_body_bytes: int = 1024**2
     # -- code snapshots (docs/jobs.md): a job's working directory sent with it -------------
     # The most an archive may be (gzip-compressed), the bytes of the files it unpacks to, and
@@ -160,6 +152,11 @@ class Settings(BaseSettings):
     # the memory per process, "file:PATH" reads {uuid: {pid: bytes}} (a stand-in for tests).
     gpu_memory_grace_seconds: float = Field(default=5.0, ge=0.0)
     gpu_memory_sampler: str = "nvml"
+    # Every job's limits (docs/isolation.md): the tasks (processes and threads) it may hold
+    # at once, and its host memory when it asks for none with --memory ("8GiB"; unset: the
+    # node's memory divided by its GPUs, or all of it on a node without GPUs).
+    job_pids_max: int = Field(default=4096, ge=16)
+    job_default_memory: str | None = None
     mps_pipe_directory: Path = Path("/tmp/nvidia-mps")  # CUDA_MPS_PIPE_DIRECTORY
 
     @field_validator("public_url")
@@ -169,6 +166,13 @@ class Settings(BaseSettings):
         if url and (parts.scheme not in ("http", "https") or not parts.hostname):
             raise ValueError("give the URL users open, such as https://gpu.example.com")
         return url or None
+
+    @field_validator("job_default_memory")
+    @classmethod
+    def _byte_quantity(cls, text: str | None) -> str | None:
+        if text:
+            parse_bytes(text)  # ValueError says how to write it
+        return text or None
 
     def policy(self) -> Policy:
         """The scheduling policy these settings give (the product's defaults otherwise)."""

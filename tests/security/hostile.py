@@ -116,6 +116,18 @@ ACTIONS: tuple[Action, ...] = (
         "    return names\n"
         "raise PermissionError('only the way to its own directories')",
     ),
+    Action(
+        "list other jobs' cgroups",
+        # the host's cgroup tree names every job of the node, with its id and PIDs
+        "import re\n"
+        "found = []\n"
+        "for top, dirs, _ in os.walk('/sys/fs/cgroup'):\n"
+        "    found += [d for d in dirs if re.match(r'job-\\d+-attempt-', d)]\n"
+        "    dirs[:] = dirs if top.count('/') < 8 else []\n"
+        "if found:\n"
+        "    return found\n"
+        "raise PermissionError('no other job in its view of /sys/fs/cgroup')",
+    ),
 )
 
 PROLOGUE = """

@@ -1,15 +1,26 @@
 """What a job was given is all it gets: its GPUs' device nodes only, its share of GPU memory
-(a stand-in for NVML here; the real one on a GPU machine), its host memory."""
+(a stand-in for NVML here; the real one on a GPU machine), its host memory; and what it was
+not given a limit for is held to the node's defaults (tasks, host memory), in a cgroup that
+shows no other job and does not outlive it."""
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
+from gpupool.runner import cgroups
 from gpupool.runner.sandbox import members
-from tests.security.conftest import Pool
+from gpupool.runner.spec import cgroup_name
+from tests.security.conftest import GPUS, Pool, _remove_account, stand_in_devices
+from tests.support.server import ServerProcess
 from tests.support.waiting import wait_for
 
 GIB = 1024**3
@@ -93,3 +104,150 @@ def _job_pid(pool: Pool, job_id: int) -> int:
     """A host PID of the job's own process (its sandbox's, but the init)."""
     sandbox = wait_for(lambda: pool.state(job_id).get("sandbox"), 30, "the sandbox's record")
     return next(p for p in members(sandbox["pid_namespace"]) if p != sandbox["init_pid"])
+
+
+# -- limits on by default -------------------------------------------------------------------
+
+# Forks children that sleep, up to 200 (a bounded fork bomb: without a task limit it gets
+# them all and waits, which a test can see without taking the machine down).
+BOMB = (
+    "import os, time\n"
+    "for _ in range(200):\n"
+    "    try:\n"
+    "        if os.fork() == 0:\n"
+    "            time.sleep(120)\n"
+    "            os._exit(0)\n"
+    "    except OSError:\n"
+    "        time.sleep(0.01)\n"
+    "print('bombed', flush=True)\n"
+    "time.sleep(120)\n"
+)
+# Lists every cgroup directory named for a job below /sys/fs/cgroup, and its own limits.
+LOOK = (
+    "import os, re\n"
+    "found = []\n"
+    "for top, dirs, _ in os.walk('/sys/fs/cgroup'):\n"
+    "    found += [d for d in dirs if re.match(r'job-\\d+-attempt-', d)]\n"
+    "    dirs[:] = dirs if top.count('/') < 8 else []\n"
+    "print('JOBS=' + ','.join(found), flush=True)\n"
+    "def read(*names):\n"
+    "    for name in names:\n"
+    "        if os.path.exists(name):\n"
+    "            return open(name).read().strip()\n"
+    "    return ''\n"
+    "print('PIDS=' + read('/sys/fs/cgroup/pids/pids.max', '/sys/fs/cgroup/pids.max'), flush=True)\n"
+    "print('MEMORY=' + read('/sys/fs/cgroup/memory/memory.limit_in_bytes',"
+    " '/sys/fs/cgroup/memory.max'), flush=True)\n"
+)
+
+
+@pytest.fixture
+def limited() -> Iterator[Pool]:
+    """A root server whose node declares 2 GiB over 4 GPUs (a job's default memory: 512 MiB)
+    and whose jobs may hold 64 tasks each."""
+    if shutil.which("bwrap") is None or os.geteuid() != 0:
+        pytest.skip("limits are enforced by a root server with bubblewrap (CI has both)")
+    base = Path(tempfile.mkdtemp(prefix="gpupool-sec-", dir="/tmp"))
+    base.chmod(0o755)
+    home, data = base / "home", base / "data"
+    home.mkdir()
+    data.mkdir(mode=0o700)
+    env = {
+        "HOME": str(home),
+        "GPUPOOL_DEVICE_DIR": str(stand_in_devices(base / "dev")),
+        "GPUPOOL_CREATE_UNIX_USERS": "true",
+        "GPUPOOL_DECLARED_MEMORY": "2GiB",
+        "GPUPOOL_JOB_PIDS_MAX": "64",
+    }
+    server = ServerProcess(data, gpus=GPUS, env=env).start()
+    found = Pool(server, home, base / "dev", as_root=True)
+    try:
+        yield found
+    finally:
+        server.stop()
+        for name in found.accounts:
+            _remove_account(name)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_a_fork_bomb_ends_at_its_task_limit_and_another_team_runs_on(
+    limited: Pool, exchange: Path
+) -> None:
+    _, team_a = limited.member("team-a")
+    _, team_b = limited.member("team-b")
+    victim = limited.submit(team_a, [sys.executable, "-c", HOLD], workdir=str(exchange))
+    wait_for(lambda: "NODES=" in limited.log(victim["id"]), 60, "team A's job to run")
+    bomb = limited.submit(team_b, [sys.executable, "-c", BOMB])
+    ended = limited.wait(bomb["id"], {"succeeded", "failed", "lost"})
+    assert (ended["status"], ended["reason"]) == ("failed", "PidsExceeded"), ended
+    assert "reached its limit of 64 tasks" in ended["message"]
+    assert "PidsExceeded" in [e["reason"] for e in ended["events"]]
+    assert "bombed" not in limited.log(bomb["id"])
+    assert _cgroup_gone(limited, bomb["id"])
+    assert limited.job(victim["id"])["status"] == "running"
+    (exchange / "release").touch()
+    assert limited.wait(victim["id"], {"succeeded", "failed"})["status"] == "succeeded"
+    assert _cgroup_gone(limited, victim["id"])
+
+
+def test_a_job_without_memory_is_held_to_the_nodes_default(limited: Pool) -> None:
+    _, client = limited.member("team-a")
+    grab = "b = bytearray(768 * 2**20); b[::4096] = b'x' * (len(b) // 4096); print('survived')"
+    job = limited.submit(client, [sys.executable, "-c", grab])
+    ended = limited.wait(job["id"], {"succeeded", "failed", "lost"})
+    spec = json.loads((limited.attempt_dir(job["id"]) / "spec.json").read_text())
+    assert spec["limits"]["memory_bytes"] == 512 * 2**20  # 2 GiB over 4 GPUs
+    assert (ended["status"], ended["reason"]) == ("failed", "MemoryExceeded"), ended
+    assert "ran out of its 512 MiB of host memory" in ended["message"]
+    assert _cgroup_gone(limited, job["id"])
+
+
+def test_a_job_sees_its_own_cgroup_and_no_other_jobs(pool: Pool, exchange: Path) -> None:
+    _, team_a = pool.member("team-a")
+    _, team_b = pool.member("team-b")
+    victim = pool.submit(
+        team_a,
+        [sys.executable, "-c", HOLD],
+        workdir=str(exchange),
+        resources={"memory_bytes": "1GiB"},
+    )
+    wait_for(lambda: "NODES=" in pool.log(victim["id"]), 60, "team A's job to run")
+    looker = pool.submit(team_b, [sys.executable, "-c", LOOK])
+    ended = pool.wait(looker["id"], {"succeeded", "failed", "lost"})
+    (exchange / "release").touch()
+    assert ended["status"] == "succeeded", pool.log(looker["id"])
+    log = pool.log(looker["id"])
+    assert line(log, "JOBS") == "", "it saw other jobs' cgroups"
+    if pool.as_root:  # its own limits, where a container's are: 4,096 tasks, 256 GiB / 4 GPUs
+        assert line(log, "PIDS") == "4096"
+        assert int(line(log, "MEMORY")) == 64 * GIB
+    assert pool.wait(victim["id"], {"succeeded", "failed"})["status"] == "succeeded"
+
+
+def test_cgroups_left_by_killed_runners_are_swept_at_start(limited: Pool) -> None:
+    jobs = limited.server.data_dir / "jobs"
+    own = cgroup_name(42, 1, str(jobs / "42" / "outputs"))  # this node's, never to run again
+    made = {
+        name: cgroups.create(name, None, None, 16)[0]
+        for name in (own, "job-42-attempt-1-0dd0dd0dd0", "job-43-attempt-1-feedfeedfe")
+    }
+    assert all(made.values())
+    stale = made["job-42-attempt-1-0dd0dd0dd0"]
+    for directory in stale.dirs:  # another server's, left long ago
+        os.utime(directory, (time.time() - 3600, time.time() - 3600))
+    limited.server.stop()
+    limited.server.start()
+    try:
+        assert not any(os.path.exists(d) for d in made[own].dirs + stale.dirs)
+        fresh = made[
+            "job-43-attempt-1-feedfeedfe"
+        ]  # another server's runner may be about to join it
+        assert all(os.path.exists(d) for d in fresh.dirs)
+    finally:
+        for cgroup in made.values():
+            cgroup.close()
+
+
+def _cgroup_gone(pool: Pool, job_id: int) -> bool:
+    dirs = pool.state(job_id)["cgroup"]["dirs"]
+    return bool(dirs) and not any(os.path.exists(d) for d in dirs)

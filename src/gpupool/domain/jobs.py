@@ -71,7 +71,6 @@ class StopReason(StrEnum):
     PREEMPTED = "preempted"  # the job goes back to the queue when the attempt ends
     MAX_RUNTIME = "max_runtime"  # the job fails with MaxRuntimeExceeded
     CANCELLED = "cancelled"
-    STORAGE_QUOTA = "storage_quota"  # the job fails with StorageQuotaExceeded
 
 
 class Role(StrEnum):
@@ -412,7 +411,7 @@ class Reason(StrEnum):
     ISOLATION_UNAVAILABLE = "IsolationUnavailable"  # isolation is on and cannot be had
     GPU_MEMORY_EXCEEDED = "GpuMemoryExceeded"  # over its GPU memory share for too long
     MEMORY_EXCEEDED = "MemoryExceeded"  # killed by the kernel over its host memory limit
+    PIDS_EXCEEDED = "PidsExceeded"  # stopped at its limit of tasks (a fork bomb)
     LIMITS_NOT_ENFORCED = "LimitsNotEnforced"  # the node cannot hold it to what it asked
     GPUS_FENCED = "GpusFenced"  # runner gone, processes remain: its GPUs stay reserved
     STORAGE_FULL = "StorageFull"  # the node's disk was full when it was to start
-    STORAGE_QUOTA_EXCEEDED = "StorageQuotaExceeded"  # its team's files passed its quota

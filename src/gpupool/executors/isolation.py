@@ -20,9 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 import gpupool
 from gpupool.domain.inventory import NodeInventory
 from gpupool.domain.isolation import IsolationMode, IsolationStatus
+from gpupool.domain.units import parse_bytes
 from gpupool.executors.accounts import AccountError, Accounts
 from gpupool.executors.base import LaunchError, TaskSpec
 from gpupool.runner.tenancy import conflict, within
@@ -54,6 +57,7 @@ class DeviceMap:
     device_dir: Path
     mig_minors: Path = MIG_MINORS
     _nodes: dict[str, list[str]] = field(default_factory=dict)
+    inventory: NodeInventory | None = None
 
     def update(self, inventory: NodeInventory | None) -> None:
         nodes: dict[str, list[str]] = {}
@@ -72,6 +76,7 @@ class DeviceMap:
                     *(f"nvidia-caps/nvidia-cap{n}" for n in extra if n),
                 ]
         self._nodes = nodes
+        self.inventory = inventory  # the node's memory and GPUs give a job's default memory
 
     def devices(self, uuids: list[str]) -> list[list[str]]:
         """``[host path, path inside]`` pairs for a job given ``uuids`` (none for no GPU)."""
@@ -176,7 +181,7 @@ class Isolation:
         """The tenancy parts of an attempt's spec.json; LaunchError if its account is unusable."""
         spec: dict[str, Any] = {
             "protected": self.protected,
-            "limits": {"cpus": task.cpus, "memory_bytes": task.memory_bytes},
+            "limits": self.limits(task),
             "gpu_shares": {g.uuid: g.share for g in task.gpu_grants},
             "mps_pipe_dir": str(self.settings.mps_pipe_directory),
             "gpu_sampler": self.settings.gpu_memory_sampler,  # the job's GPU metrics too
@@ -194,6 +199,21 @@ class Isolation:
         if self.enabled:
             spec["sandbox"] = self._sandbox(task, job_dirs)
         return spec
+
+    def limits(self, task: TaskSpec) -> dict[str, Any]:
+        """Every attempt's cgroup limits: its CPUs, its --memory or the node's default, and
+        the node's task limit (so a fork bomb or a leak stays its own)."""
+        memory = task.memory_bytes or self.default_memory()
+        return {"cpus": task.cpus, "memory_bytes": memory, "pids_max": self.settings.job_pids_max}
+
+    def default_memory(self) -> int:
+        """GPUPOOL_JOB_DEFAULT_MEMORY, else the node's memory divided by its GPUs (or by 1)."""
+        if self.settings.job_default_memory:
+            return parse_bytes(self.settings.job_default_memory)
+        inventory = self.devices.inventory
+        if inventory is None:
+            return psutil.virtual_memory().total
+        return inventory.memory_bytes // max(1, len(inventory.gpus))
 
     def job_path(self, path: str) -> str:
         """The PATH a sandboxed job gets when it sets none: the Python the sandbox shows first

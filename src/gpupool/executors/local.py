@@ -104,6 +104,8 @@ class LocalExecutor(Executor):
         self._unreaped: list[subprocess.Popen[bytes]] = []
         self._adopted: dict[str, psutil.Process] = {}  # runners found again by pid
         self._records: dict[str, tuple[tuple[int, int, int], dict[str, Any]]] = {}
+        if isolation is not None:  # a node's executor: the cgroups its killed runners left
+            self.remains.sweep(self.jobs_dir)
 
     # -- paths ----------------------------------------------------------------------------
 

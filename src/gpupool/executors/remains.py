@@ -12,15 +12,22 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import time
+from pathlib import Path
 from typing import Any
 
 import psutil
 
 from gpupool.runner import cgroups
+from gpupool.runner.layout import STARTED_FILE, STATE_FILE, read_json
+from gpupool.runner.spec import cgroup_name
 
 # psutil and the runner compute create times the same way; allow for float noise and for a
 # boot time that the kernel reports slightly differently over time.
 CREATE_TIME_TOLERANCE_S = 1.0
+# An empty attempt cgroup of another server (or node) this old is left over: a runner joins
+# the one it makes within seconds (SANDBOX_REPORT_SECONDS at most) and removes it at its end.
+LEFTOVER_AGE_S = 300.0
 
 
 class Remains:
@@ -55,6 +62,34 @@ class Remains:
         if cgroup is not None:
             cgroup.remove()
 
+    def sweep(self, jobs_dir: Path, now: float | None = None) -> list[str]:
+        """Remove the node's empty attempt cgroups that nothing will use again (runners
+        killed with their server leave theirs): this executor's own whose attempt no longer
+        runs, and any other older than ``LEFTOVER_AGE_S`` (another server's runner joins its
+        own within seconds of making it). A cgroup that still holds a process stays (the
+        kernel refuses to remove it). Returns what was removed."""
+        now = time.time() if now is None else now
+        removed = []
+        for directory in cgroups.leftovers():
+            if self._spent(directory, jobs_dir, now):
+                with contextlib.suppress(OSError):
+                    os.rmdir(directory)
+                    removed.append(directory)
+        return removed
+
+    def _spent(self, directory: str, jobs_dir: Path, now: float) -> bool:
+        match = cgroups.JOB_NAME.match(os.path.basename(directory))
+        if match is None:
+            return False
+        job_id, attempt = int(match.group(1)), int(match.group(2))
+        outputs = jobs_dir / str(job_id) / "outputs"
+        if os.path.basename(directory) == cgroup_name(job_id, attempt, str(outputs)):
+            return not _attempt_runs(jobs_dir / str(job_id) / "attempts" / str(attempt))
+        try:
+            return now - os.stat(directory).st_mtime > LEFTOVER_AGE_S
+        except OSError:
+            return False
+
     def _sandbox_init(self, record: dict[str, Any]) -> list[int]:
         """The sandbox's init if it still runs: while it does, so may the job inside."""
         sandbox = record.get("sandbox")
@@ -81,6 +116,23 @@ def find_process(pid: Any, create_time: Any) -> psutil.Process | None:
     except psutil.Error:
         return None
     return proc
+
+
+def _attempt_runs(attempt_dir: Path) -> bool:
+    """Whether the attempt's runner (from its ``started`` file) still lives and has not
+    recorded an exit."""
+    record = read_json(str(attempt_dir / STATE_FILE)) or {}
+    if "exit_code" in record:
+        return False
+    try:
+        pid = int((attempt_dir / STARTED_FILE).read_text().strip())
+    except (OSError, ValueError):
+        return False
+    proc = find_process(pid, record.get("runner_create_time"))
+    try:
+        return proc is not None and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def _group_alive(pgid: Any, leader_started: Any) -> bool:

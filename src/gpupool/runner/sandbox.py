@@ -26,6 +26,7 @@ from gpupool.runner.spec import SpecError
 from gpupool.runner.tenancy import within
 
 SANDBOX_ENV_FILE = "/run/gpupool/env"
+CGROUP_ROOT = "/sys/fs/cgroup"
 SHIM = '. /run/gpupool/env && exec "$@"'
 SETPRIV_DROP = ("--inh-caps=-all", "--bounding-set=-all", "--no-new-privs")
 
@@ -66,14 +67,17 @@ def bwrap_argv(
     status_fd: int,
     block_fd: int | None = None,
     readonly_dirs: list[str] | None = None,
+    cgroup_views: list[tuple[str, str]] | None = None,
 ) -> list[str]:
     """The whole command line: bwrap, its mounts, the account switch, the shim, the command.
     With ``block_fd``, bwrap makes the sandbox, reports it, and waits for a byte there
     before it starts the job (so that the runner can record it and limit it first).
     ``readonly_dirs``: directories of the job's own that it may read, not change (its model
-    version's files), shown like its own directories even inside a hidden path."""
+    version's files), shown like its own directories even inside a hidden path.
+    ``cgroup_views``: ``(host directory, path inside)`` of the job's own cgroup, the only
+    one its ``/sys/fs/cgroup`` shows (read-only)."""
     argv = [policy.bwrap, *_namespaces(account), "--die-with-parent", "--new-session"]
-    argv += _filesystem(policy, job_dirs, readonly_dirs or [])
+    argv += _filesystem(policy, job_dirs, readonly_dirs or [], cgroup_views or [])
     argv += ["--perms", "0444", "--ro-bind-data", str(env_fd), SANDBOX_ENV_FILE]
     argv += ["--chdir", cwd, "--clearenv", "--json-status-fd", str(status_fd)]
     argv += ["--block-fd", str(block_fd), "--"] if block_fd is not None else ["--"]
@@ -118,7 +122,12 @@ def _namespaces(account: dict[str, object] | None) -> list[str]:
     return shared
 
 
-def _filesystem(policy: SandboxPolicy, job_dirs: list[str], readonly: list[str]) -> list[str]:
+def _filesystem(
+    policy: SandboxPolicy,
+    job_dirs: list[str],
+    readonly: list[str],
+    cgroup_views: list[tuple[str, str]],
+) -> list[str]:
     tree = _Tree()
     # the sandbox's own file systems first: a path shown below /tmp (a checkout there, with
     # the server's Python) must be mounted onto the private /tmp, not covered by it
@@ -140,7 +149,18 @@ def _filesystem(policy: SandboxPolicy, job_dirs: list[str], readonly: list[str])
         argv += tree.show(path, "--ro-bind")
     for host, inside in policy.devices:
         argv += [*tree.parents(inside), "--dev-bind", host, inside]
-    return argv
+    return argv + _cgroups(tree, cgroup_views)
+
+
+def _cgroups(tree: _Tree, views: list[tuple[str, str]]) -> list[str]:
+    """The host's cgroup tree names every job on the node: cover it, and show the job's own
+    cgroup where a container's is (``/sys/fs/cgroup``, or per v1 controller below it)."""
+    argv = [*tree.parents(CGROUP_ROOT), "--perms", "0755", "--tmpfs", CGROUP_ROOT]
+    tree.mounts[CGROUP_ROOT] = False
+    for host, inside in views:
+        argv += [*tree.parents(inside), "--ro-bind", host, inside]
+        tree.mounts[inside] = True
+    return [*argv, "--remount-ro", CGROUP_ROOT]
 
 
 class _Tree:

@@ -38,6 +38,7 @@ class RunnerSpec:
         "protected",
         "cpus",
         "memory_bytes",
+        "pids_max",
         "gpu_shares",
         "gpu_memory",
         "mps_pipe_dir",
@@ -76,6 +77,8 @@ class RunnerSpec:
         limits = raw.get("limits") or {}
         self.cpus: float | None = _optional_positive(limits, "cpus")
         self.memory_bytes: int | None = _optional_int(_optional_positive(limits, "memory_bytes"))
+        # tasks (processes and threads) it may hold at once; absent from older specs: no limit
+        self.pids_max: int | None = _optional_int(_optional_positive(limits, "pids_max"))
         self.gpu_shares: dict[str, float] = _number_map(raw.get("gpu_shares"), "gpu_shares")
         self.gpu_memory: dict[str, object] | None = _gpu_memory(raw.get("gpu_memory"))
         self.mps_pipe_dir: str | None = _optional_str(raw, "mps_pipe_dir")
@@ -115,12 +118,16 @@ class RunnerSpec:
         return self.workdir or self.code_dir or self.workspace or self.output_dir
 
     def cgroup_name(self) -> str:
-        """Unique on the machine: nodes of a pool (and servers) on one machine each number
-        their jobs from 1, so the name carries a digest of the job's own directory."""
-        import hashlib
+        return cgroup_name(self.job_id, self.attempt, self.output_dir)
 
-        where = hashlib.sha256(os.path.realpath(self.output_dir).encode()).hexdigest()[:10]
-        return f"job-{self.job_id}-attempt-{self.attempt}-{where}"
+
+def cgroup_name(job_id: int, attempt: int, output_dir: str) -> str:
+    """Unique on the machine: nodes of a pool (and servers) on one machine each number
+    their jobs from 1, so the name carries a digest of the job's own directory."""
+    import hashlib
+
+    where = hashlib.sha256(os.path.realpath(output_dir).encode()).hexdigest()[:10]
+    return f"job-{job_id}-attempt-{attempt}-{where}"
 
 
 def load_spec(attempt_dir: str) -> RunnerSpec:

@@ -48,6 +48,7 @@ STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
 SANDBOX_REPORT_SECONDS = 10.0  # how long bwrap may take to report its sandbox
 GPU_SAMPLE_SECONDS = 1.0  # how often a fractional job's GPU memory is looked at
 RECORD_RETRY_SECONDS = (0.2, 0.5, 1.0, 2.0, 5.0)  # an exit record that cannot be written yet
+PIDS_CHECK_SECONDS = 0.5  # how often the cgroup is asked whether a fork was refused
 
 
 def main(argv: list[str]) -> int:
@@ -106,6 +107,7 @@ class Runner:
         self.cgroup: cgroups.Cgroup | None = None
         self.gpu_watch = None  # gpumemory.GpuMemoryWatch for fractional jobs
         self.next_gpu_sample = 0.0
+        self.next_pids_check = 0.0
         self.exceeded: dict[str, object] | None = None
         self.metrics: metricsink.MetricSink | None = None
         self._wake_r, self._wake_w = os.pipe()
@@ -152,7 +154,8 @@ class Runner:
             workload, pipe_r, status_r = launched
             self._supervise(workload, pipe_r, status_r, spec)
             self._close_metrics()
-            return 0 if self._record_exit(workload.reap(), spec.memory_bytes) else 1
+            recorded = self._record_exit(workload.reap(), spec.memory_bytes, spec.pids_max)
+            return 0 if recorded else 1
         except Exception:
             import traceback  # only on this path: it is slow to import
 
@@ -163,8 +166,7 @@ class Runner:
             return 1
         finally:
             self._close_metrics()
-            if self.cgroup is not None:
-                self.cgroup.remove()
+            self._close_cgroup()
             if self.log is not None:
                 self.log.close()
 
@@ -238,18 +240,19 @@ class Runner:
                 self.cgroup.join(workload.init_pid)
             except OSError as e:
                 notes = self.record.setdefault("notes", [])
-                notes.append(f"CPU and memory limits are not enforced: cannot join: {e}")
+                notes.append(f"CPU, memory and task limits are not enforced: cannot join: {e}")
         self.record.update(workload.record())
 
     def _limit(self, spec: RunnerSpec) -> None:
-        """A cgroup for the CPU and memory asked for, a GPU memory watch for a fraction;
-        what cannot be enforced is recorded, for the job's events."""
+        """A cgroup for the CPUs, memory and tasks the spec allows, a GPU memory watch for a
+        fraction; what cannot be enforced is recorded, for the job's events."""
         notes = []
-        self.cgroup, why = cgroups.create(spec.cgroup_name(), spec.cpus, spec.memory_bytes)
+        limits = (spec.cpus, spec.memory_bytes, spec.pids_max)
+        self.cgroup, why = cgroups.create(spec.cgroup_name(), *limits)
         if self.cgroup is not None:
             self.record["cgroup"] = self.cgroup.as_json()
         elif why:
-            notes.append(f"CPU and memory limits are not enforced: {why}")
+            notes.append(f"CPU, memory and task limits are not enforced: {why}")
         if spec.gpu_memory is not None:
             self.gpu_watch, why = tenancy.gpu_memory_watch(spec.gpu_memory)
             if why:
@@ -278,7 +281,7 @@ class Runner:
         try:
             os.write(env_fd, sandbox.env_file(env))
             os.lseek(env_fd, 0, os.SEEK_SET)
-            argv = tenancy.sandbox_argv(spec, env_fd, status_w, block_r)
+            argv = tenancy.sandbox_argv(spec, env_fd, status_w, block_r, self.cgroup)
             proc = subprocess.Popen(
                 argv,
                 stdin=subprocess.DEVNULL,
@@ -320,6 +323,7 @@ class Runner:
             if drain_until is None:
                 self._act_on_stop(workload, spec)
                 self._watch_gpu_memory(workload)
+                self._watch_pids(workload, spec.pids_max)
                 if self.metrics is not None:
                     self.metrics.poll(time.monotonic(), time.time())
                 if workload.has_exited():
@@ -396,6 +400,27 @@ class Runner:
             self.log.note(str(excess["message"]))
             workload.kill()
 
+    def _watch_pids(self, workload, limit: int | None) -> None:  # noqa: ANN001
+        """End a job whose forks the kernel refused at its task limit (a fork bomb): it would
+        otherwise spin there, holding its CPUs, while nothing it tries can start."""
+        now = time.monotonic()
+        if self.cgroup is None or self.exceeded is not None or now < self.next_pids_check:
+            return
+        self.next_pids_check = now + PIDS_CHECK_SECONDS
+        excess = pids_excess(self.cgroup, limit)
+        if excess is not None:
+            self.exceeded = excess
+            assert self.log is not None
+            self.log.note(str(excess["message"]))
+            workload.kill()
+
+    def _close_cgroup(self) -> None:
+        """Kill what the attempt left in its cgroup and remove it (once, before the exit
+        is recorded, so that an ended job holds none)."""
+        if self.cgroup is not None:
+            cgroup, self.cgroup = self.cgroup, None
+            cgroup.close()
+
     def _open_metrics(self, spec: RunnerSpec) -> None:
         """Create the file the job writes its metrics to, and follow it (GPU samples too)."""
         assert self.log is not None
@@ -426,7 +451,9 @@ class Runner:
 
     # -- records --------------------------------------------------------------------------
 
-    def _record_exit(self, returncode: int, spec_memory: int | None = None) -> bool:
+    def _record_exit(
+        self, returncode: int, spec_memory: int | None = None, pids_max: int | None = None
+    ) -> bool:
         """Record how the workload ended; keep trying while the disk is full."""
         if returncode < 0:
             self.record["signal"] = -returncode
@@ -436,14 +463,17 @@ class Runner:
         self.record.update(
             exit_code=returncode, ended_at=time.time(), stop_requested=self.stop_forwarded
         )
-        self._note_excess(returncode, spec_memory)
+        self._note_excess(returncode, spec_memory, pids_max)
+        self._close_cgroup()
         return self._write_state(retry=True)
 
-    def _note_excess(self, returncode: int, limit: int | None) -> None:
-        """Say why the job was stopped: over its GPU memory share, or out of host memory."""
+    def _note_excess(self, returncode: int, limit: int | None, pids_max: int | None) -> None:
+        """Say why the job was stopped: over its GPU memory share, out of host memory, or
+        at its task limit."""
         excess = self.exceeded
         if excess is None and returncode != 0 and self.cgroup is not None:
             excess = tenancy.memory_excess(self.cgroup, limit)
+            excess = excess or pids_excess(self.cgroup, pids_max)
             if excess is not None and self.log is not None:
                 self.log.note(str(excess["message"]))
         if excess is not None:
@@ -475,6 +505,18 @@ class Runner:
                 continue
             notify(self.notify_fifo)
             return True
+
+
+def pids_excess(cgroup: cgroups.Cgroup, limit: int | None) -> dict[str, object] | None:
+    """The record of a job the kernel refused a fork at its task limit, or None."""
+    if cgroup.pids_refused() == 0:
+        return None
+    shown = f"{limit:,}" if limit else "its"
+    message = (
+        f"reached its limit of {shown} tasks (processes and threads) and was stopped; "
+        "an admin sets the limit for every job (GPUPOOL_JOB_PIDS_MAX)"
+    )
+    return {"reason": "PidsExceeded", "limit": limit, "message": message}
 
 
 def _exec_failure(program: str, error: OSError) -> tuple[int, str]:

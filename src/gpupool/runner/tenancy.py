@@ -119,7 +119,13 @@ def missing_program(spec: RunnerSpec, env: dict[str, str]) -> Problem | None:
     return None
 
 
-def sandbox_argv(spec: RunnerSpec, env_fd: int, status_fd: int, block_fd: int) -> list[str]:
+def sandbox_argv(
+    spec: RunnerSpec,
+    env_fd: int,
+    status_fd: int,
+    block_fd: int,
+    cgroup=None,  # noqa: ANN001
+) -> list[str]:
     from gpupool.runner import sandbox
 
     cwd = spec.cwd()
@@ -127,7 +133,16 @@ def sandbox_argv(spec: RunnerSpec, env_fd: int, status_fd: int, block_fd: int) -
     dirs = spec.job_dirs() + ([shared] if shared else [])
     shown = [spec.model_dir] if spec.model_dir else []  # read-only
     return sandbox.bwrap_argv(
-        spec.sandbox, spec.command, cwd, dirs, spec.account, env_fd, status_fd, block_fd, shown
+        spec.sandbox,
+        spec.command,
+        cwd,
+        dirs,
+        spec.account,
+        env_fd,
+        status_fd,
+        block_fd,
+        shown,
+        cgroup.views() if cgroup is not None else [],
     )
 
 

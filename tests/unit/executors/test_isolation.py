@@ -111,7 +111,7 @@ def test_the_runner_is_told_its_sandbox_account_and_limits(tmp_path: Path) -> No
     fraction = task(gpu_grants=(GpuGrant("GPU-0", 0.25, 20 * GIB),))
     spec = isolation.runner_spec(fraction, ["/out", "/ckpt"])
     assert spec["account"] == {"name": "gp-ann", "uid": 1234, "gid": 1234, "groups": [1234, 50]}
-    assert spec["limits"] == {"cpus": 2.0, "memory_bytes": GIB}
+    assert spec["limits"] == {"cpus": 2.0, "memory_bytes": GIB, "pids_max": 4096}
     assert spec["gpu_memory"]["limits"] == {"GPU-0": 20 * GIB}
     assert spec["gpu_shares"] == {"GPU-0": 0.25}
     assert str((tmp_path / "data").resolve()) in spec["sandbox"]["hidden"]
@@ -193,8 +193,7 @@ def test_cgroup_v2_files_for_cpu_and_memory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     (tmp_path / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
-    monkeypatch.setattr(cgroups, "V2_ROOT", str(tmp_path))
-    made, why = cgroups.create("job-1-attempt-1", 1.5, 2 * GIB)
+    made, why = cgroups.create("job-1-attempt-1", 1.5, 2 * GIB, root=str(tmp_path))
     assert why == "" and made is not None and made.version == 2
     directory = tmp_path / "gpupool" / "job-1-attempt-1"
     assert (directory / "memory.max").read_text() == str(2 * GIB)
