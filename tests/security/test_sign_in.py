@@ -7,7 +7,11 @@ costs what a known user's does; the session cookie is Secure when users come by 
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
@@ -19,6 +23,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from gpupool.services import passwords
+from tests.security.conftest import run_as
 from tests.support.platform import create_user, make_settings, refused, running_app
 from tests.support.proxying import echo_command
 from tests.support.server import ServerProcess
@@ -195,6 +200,43 @@ def test_bad_tokens_from_one_client_lock_nobody_else_out(served) -> None:  # noq
         assert served_answer.status_code == 200, served_answer.text
         assert served_answer.json()["path"] == "/hello"
     too_many(call("/api/v1/whoami", "gpt_guess41"))
+
+
+GUESSER = """
+import json, sys, urllib.error, urllib.request
+codes = []
+for name in sys.argv[2:]:
+    body = json.dumps({"user": name, "password": "a guess"}).encode()
+    request = urllib.request.Request(sys.argv[1], body, {"Content-Type": "application/json"})
+    try:
+        codes.append(urllib.request.urlopen(request).status)
+    except urllib.error.HTTPError as error:
+        codes.append(error.code)
+print(json.dumps(codes))
+"""
+
+
+def test_a_local_accounts_failures_hold_back_no_other_account(tmp_path: Path) -> None:
+    """A job runs under its owner's Unix account (or the job account), never a user's own:
+    the wrong passwords another account sends from 127.0.0.1 are counted against that
+    account, and throttle it, while a user of the same machine who never signed in from
+    there still gets in with the right password."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root, to run the guesser under another account")
+    env = {"GPUPOOL_SIGNIN_MAX_PER_ADDRESS": "3", "HOME": str(tmp_path)}
+    server = ServerProcess(tmp_path / "data", env=env).start()
+    try:
+        admin = {"Authorization": f"Bearer {server.token}"}
+        user = {"name": "ann", "teams": ["default"], "password": PASSWORD}
+        assert httpx.post(f"{server.url}/api/v1/users", json=user, headers=admin).is_success
+        guesser = [*run_as("nobody"), sys.executable, "-c", GUESSER, server.url + SIGN_IN]
+        names = ["root", "alice", "bob", "carol", "ann"]
+        ran = subprocess.run([*guesser, *names], capture_output=True, text=True, timeout=60)
+        assert json.loads(ran.stdout) == [401, 401, 401, 429, 429], ran.stderr
+        answer = httpx.post(server.url + SIGN_IN, json={"user": "ann", "password": PASSWORD})
+        assert answer.status_code == 200, answer.text
+    finally:
+        server.stop()
 
 
 # -- web sessions end with what opened them ----------------------------------------------------

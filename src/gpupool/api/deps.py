@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import Depends, Path, Query, Request
 from starlette.concurrency import run_in_threadpool
 
+from gpupool.api import peers
 from gpupool.services import identity
 from gpupool.services.access import Principal
 from gpupool.services.platform import Platform
@@ -32,17 +33,31 @@ async def principal(request: Request, ctx: PlatformDep) -> Principal:
     """
     header = request.headers.get("authorization", "")
     if header.lower().startswith("bearer "):
-        secret, address = header[7:].strip(), client_address(request)
+        secret = header[7:].strip()
         known = identity.recent_token(ctx, secret)
-        return known or await run_in_threadpool(identity.by_token, ctx, secret, address)
+        return known or await run_in_threadpool(token_caller, ctx, secret, request)
     cookie, csrf = request.cookies.get(SESSION_COOKIE), request.headers.get(CSRF_HEADER)
     changes = request.method not in SAFE_METHODS
     return await run_in_threadpool(identity.by_session, ctx, cookie, csrf, changes)
 
 
 def client_address(request: Request) -> str:
-    """The address the connection came from; never X-Forwarded-For, which clients write."""
-    return request.client.host if request.client else "unknown"
+    """Where the connection came from, as the throttle counts it: its address (never
+    X-Forwarded-For, which clients write) and, for a caller on this machine, the account
+    that owns its socket (``api.peers``): a job's failures hold back no other account on
+    127.0.0.1. Reads /proc for a local caller: call it in a thread, where a password or
+    a token not seen lately is checked."""
+    if request.client is None:
+        return "unknown"
+    server = request.scope.get("server")
+    owner = peers.socket_owner(tuple(request.client), server) if server else None
+    return request.client.host if owner is None else f"{request.client.host} uid {owner}"
+
+
+def token_caller(ctx: Platform, secret: str, request: Request) -> Principal:
+    """``identity.by_token`` for the caller of ``request`` (in a thread: it reads the
+    database, and /proc for a caller on this machine)."""
+    return identity.by_token(ctx, secret, client_address(request))
 
 
 def optional_session(request: Request, ctx: PlatformDep) -> tuple[Principal, str] | None:

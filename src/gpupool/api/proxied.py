@@ -26,7 +26,7 @@ from fastapi.responses import JSONResponse, RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import HTTPConnection
 
-from gpupool.api.deps import SAFE_METHODS, SESSION_COOKIE, client_address
+from gpupool.api.deps import SAFE_METHODS, SESSION_COOKIE, token_caller
 from gpupool.api.errors import error_body
 from gpupool.errors import CsrfFailed, GpupoolError, TooManyAttempts
 from gpupool.services import identity
@@ -48,9 +48,15 @@ async def proxy_caller(connection: HTTPConnection) -> Principal:
     ctx: Platform = connection.app.state.platform
     secret = bearer_secret(connection)
     if secret is not None:
-        address = client_address(connection)  # type: ignore[arg-type]  # any connection
         known = identity.recent_token(ctx, secret)
-        return known or await run_in_threadpool(identity.by_token, ctx, secret, address)
+        if known is None:
+            known = await run_in_threadpool(
+                token_caller,
+                ctx,
+                secret,
+                connection,  # type: ignore[arg-type]  # any connection
+            )
+        return known
     cookie = connection.cookies.get(SESSION_COOKIE)
     who = await run_in_threadpool(identity.by_session, ctx, cookie, None, False)
     if _changes(connection) and not same_origin(connection):

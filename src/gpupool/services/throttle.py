@@ -46,7 +46,10 @@ class SignInThrottle:
       while the name's owner, from an address that did not fail, still signs in.
 
     Token failures and password failures are counted apart: bad tokens never hold back a
-    password. Successful attempts are not counted. The counts live in this object's memory
+    password. An ``address`` is where the caller is, as the API tells it: for a caller on
+    this machine, its address and the account owning its socket (``api.deps.client_address``),
+    so that a job's failures count against its owner's account, not against 127.0.0.1.
+    Successful attempts are not counted. The counts live in this object's memory
     (the Platform owns it): a restart forgets them, and each server counts its own.
     """
 
