@@ -185,7 +185,8 @@ def test_deploy_show_says_why_a_replica_waits(
     tmp_path: Path, exchange: Path, release: Path
 ) -> None:
     """A replica whose job waits on CPUs (another job holds the node's 2) says so in
-    'deploy show' and its JSON, with the scheduler's reason and message ('gpupool why')."""
+    'deploy show' and its JSON, with the scheduler's reason and message ('gpupool why');
+    'gpupool nodes' names who holds the CPUs (another team's job, to another team)."""
     env = {"GPUPOOL_DECLARED_CPUS": "2", "GPUPOOL_DEPLOY_HEALTH_INTERVAL_SECONDS": "0.5"}
     server = ServerProcess(tmp_path / "data", env=env).start()
     try:
@@ -201,10 +202,23 @@ def test_deploy_show_says_why_a_replica_waits(
         assert "pending (InsufficientCpu)" in said
         assert f"replica {replica['id']} waits: InsufficientCpu: needs 1 CPU" in said
         assert f"(gpupool why {replica['job_id']})" in said
+        assert f"cpus held by: job {holder} (" in cli.ok("nodes")  # who it waits for
+        seen = Cli(server.url, _outsider(server)).ok("nodes")
+        assert "cpus held by: another team's job (2 CPUs)" in seen and f"job {holder}" not in seen
         cli.ok("deploy", "stop", "waits")
     finally:
         release.touch()
         server.stop()
+
+
+def _outsider(server: ServerProcess) -> str:
+    """The token of a member of another team than the admin's."""
+    headers = {"Authorization": f"Bearer {server.token}"}
+    with httpx.Client(base_url=f"{server.url}/api/v1", headers=headers) as admin:
+        assert admin.post("/teams", json={"name": "others"}).status_code == 201
+        body = {"name": "outsider", "teams": ["others"], "role": "member"}
+        assert admin.post("/users", json=body).status_code == 201
+        return admin.post("/tokens", json={"user": "outsider", "name": "t"}).json()["token"]
 
 
 def _waiting(cli: Cli, name: str) -> dict | None:

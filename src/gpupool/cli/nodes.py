@@ -38,6 +38,15 @@ def holder_text(holder: dict[str, Any]) -> str:
     return f"job {holder['job_id']} ({holder['user']}, {share(holder['share'])})"
 
 
+def cpu_holder_text(holder: dict[str, Any]) -> str:
+    """'job 12 (alice, 2 CPUs)'; "another team's job (2 CPUs)" for a job of a team you are
+    not in."""
+    cpus = f"{round(holder['cpus'], 2):g} CPU{'' if holder['cpus'] == 1 else 's'}"
+    if holder.get("other_team"):
+        return f"another team's job ({cpus})"
+    return f"job {holder['job_id']} ({holder['user']}, {cpus})"
+
+
 def nic_text(nic: dict[str, Any]) -> str:
     """'eth0 25 Gb/s up mtu 9000 (rdma mlx5_0)'."""
     parts = [nic["name"]]
@@ -76,6 +85,9 @@ def print_node(node: dict[str, Any]) -> None:
         f"memory {memory(node['memory_bytes'])}{state}"
     )
     out.print(escape(life_text(node)), soft_wrap=True)
+    if node.get("cpu_holders"):
+        held = ", ".join(cpu_holder_text(h) for h in node["cpu_holders"])
+        out.print(f"cpus held by: {escape(held)}", soft_wrap=True)
     table = new_table("GPU", "DOMAIN", "MODEL", "MEMORY", "USED", "HOLDERS")
     for gpu in node["gpus"]:
         table.add_row(

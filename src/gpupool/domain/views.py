@@ -282,6 +282,19 @@ class HolderView(View):
     )
 
 
+class CpuHolderView(View):
+    """A job holding CPUs (and host memory) of a node; a job of a team the caller is not in
+    shows only what it holds (``other_team`` true; its id, name, user and team null)."""
+
+    job_id: int | None
+    job_name: ShownText | None
+    user: str | None
+    team: str | None
+    cpus: float
+    memory_bytes: int
+    other_team: bool = False
+
+
 class GpuView(View):
     uuid: str
     index: int
@@ -347,6 +360,11 @@ class NodeView(View):
     inventory: NodeInventory
     usage: NodeUsageView
     topology: TopologyView
+    cpu_holders: list[CpuHolderView] = Field(
+        default_factory=list,
+        description="the jobs holding its CPUs, most first (who a job waiting on "
+        "InsufficientCpu waits for); another team's job shows only what it holds",
+    )
 
 
 class NodeEventView(View):

@@ -9,7 +9,7 @@ every change here records the pool's size and an event the admin can read back.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from sqlalchemy import select, union
@@ -19,7 +19,13 @@ from gpupool.domain.inventory import NodeInventory
 from gpupool.domain.jobs import JobStatus
 from gpupool.domain.nodes import NodeChange, NodeState
 from gpupool.domain.topology import gpu_domains
-from gpupool.domain.views import HolderView, NodeDetailView, NodeRemovedView, NodeView
+from gpupool.domain.views import (
+    CpuHolderView,
+    HolderView,
+    NodeDetailView,
+    NodeRemovedView,
+    NodeView,
+)
 from gpupool.errors import NodeBusy, NotFound, OwnNodeKept
 from gpupool.scheduler.types import GpuCapacity, NodeCapacity
 from gpupool.services.access import Principal
@@ -49,7 +55,7 @@ def list_nodes(ctx: Context, who: Principal) -> list[NodeView]:
     """Every node of the pool (removed ones are not) and who holds each GPU, as ``who`` may
     see them (see ``holders``)."""
     with ctx.db.reader() as session:
-        held, hosts = holders(session, who), hosts_held(session)
+        held, hosts = holders(session, who), hosts_held(session, who)
         return [
             node_view(node, held, hosts.get(node.name, NOTHING_HELD)) for node in node_rows(session)
         ]
@@ -59,7 +65,8 @@ def show_node(ctx: Context, who: Principal, name: str) -> NodeDetailView:
     """One node (NotFound if there is none of that name) as ``list_nodes`` shows it, with its
     latest changes."""
     with ctx.db.reader() as session:
-        shown = node_view(get_node(session, name), holders(session, who), host_held(session, name))
+        node = get_node(session, name)
+        shown = node_view(node, holders(session, who), host_held(session, name, who))
         events = [node_event_view(event) for event in node_events(session, name)]
     return NodeDetailView(**dict(shown), events=events)
 
@@ -338,23 +345,54 @@ def holders(session: Session, who: Principal) -> dict[str, list[HolderView]]:
     return held
 
 
-def hosts_held(session: Session) -> dict[str, HostHeld]:
+def hosts_held(session: Session, who: Principal | None = None) -> dict[str, HostHeld]:
     """Node name -> the CPUs and host memory its starting and running jobs hold (each task
-    of a job over several nodes counts on its own node)."""
-    cpus: dict[str, float] = {}
-    memory: dict[str, int] = {}
-    placements = session.scalars(select(JobModel.placement).where(JobModel.status.in_(ACTIVE)))
-    for placement in placements:
-        for task in (placement or {}).get("tasks") or [placement or {}]:
+    of a job over several nodes counts on its own node), and, for ``who``, which jobs hold
+    them (as ``holders`` shows a GPU's: another team's job by what it holds only)."""
+    held: dict[str, dict[int, CpuHolderView]] = {}
+    for job in session.scalars(select(JobModel).where(JobModel.status.in_(ACTIVE))):
+        for task in (job.placement or {}).get("tasks") or [job.placement or {}]:
             if "node" in task:
-                cpus[task["node"]] = cpus.get(task["node"], 0.0) + task.get("cpus", 0.0)
-                memory[task["node"]] = memory.get(task["node"], 0) + task.get("memory_bytes", 0)
-    return {name: HostHeld(cpus[name], memory[name]) for name in cpus}
+                jobs = held.setdefault(task["node"], {})
+                jobs[job.id] = _cpu_holder(job, task, jobs.get(job.id), who)
+    return {name: _host(jobs.values(), who is not None) for name, jobs in held.items()}
 
 
-def host_held(session: Session, name: str) -> HostHeld:
+def host_held(session: Session, name: str, who: Principal | None = None) -> HostHeld:
     """What the starting and running jobs hold of node ``name``'s CPUs and memory."""
-    return hosts_held(session).get(name, NOTHING_HELD)
+    return hosts_held(session, who).get(name, NOTHING_HELD)
+
+
+def _cpu_holder(
+    job: JobModel, task: dict[str, Any], before: CpuHolderView | None, who: Principal | None
+) -> CpuHolderView:
+    """``job`` as a holder of its ``task``'s CPUs (added to its other tasks' on that node)."""
+    cpus = task.get("cpus", 0.0) + (before.cpus if before else 0.0)
+    memory = task.get("memory_bytes", 0) + (before.memory_bytes if before else 0)
+    if who is None or not who.can_see_team(job.team_id):
+        return CpuHolderView(
+            job_id=None,
+            job_name=None,
+            user=None,
+            team=None,
+            cpus=cpus,
+            memory_bytes=memory,
+            other_team=True,
+        )
+    return CpuHolderView(
+        job_id=job.id,
+        job_name=job.name,
+        user=job.user.name,
+        team=job.team.name,
+        cpus=cpus,
+        memory_bytes=memory,
+    )
+
+
+def _host(jobs: Iterable[CpuHolderView], named: bool) -> HostHeld:
+    found = sorted(jobs, key=lambda h: (-h.cpus, h.job_id or 0))
+    cpus, memory = sum(h.cpus for h in found), sum(h.memory_bytes for h in found)
+    return HostHeld(cpus, memory, tuple(found) if named else ())
 
 
 def _holder(job: JobModel, gpu: dict[str, Any], visible: bool) -> HolderView:
@@ -400,7 +438,7 @@ def _admin_change(
     with ctx.db.session() as session:
         node = get_node(session, name)
         change(session, node, ctx.clock.now())
-        shown = node_view(node, holders(session, who), host_held(session, name))
+        shown = node_view(node, holders(session, who), host_held(session, name, who))
     ctx.loop.wake()
     return shown
 

@@ -17,6 +17,7 @@ from gpupool.domain.topology import gpu_domains
 from gpupool.domain.views import (
     ArrayView,
     AttemptView,
+    CpuHolderView,
     EventView,
     GpuView,
     HolderView,
@@ -112,6 +113,7 @@ class HostHeld:
 
     cpus: float = 0.0
     memory_bytes: int = 0
+    holders: tuple[CpuHolderView, ...] = ()  # who holds them, most CPUs first
 
 
 def node_view(
@@ -138,6 +140,7 @@ def node_view(
         inventory=inventory,
         usage=usage_view(inventory, gpus, host),
         topology=topology_view(inventory),
+        cpu_holders=list(host.holders),
     )
 
 

@@ -189,6 +189,7 @@
         fact("RDMA", rdma(inv).join(", ")),
       ),
       usage(node),
+      cpuHolders(node),
       topology(node),
       networkTables(node),
       el(
@@ -235,6 +236,25 @@
         ),
       ),
     );
+  }
+
+  // Who holds the node's CPUs (what a job waiting on InsufficientCpu waits for).
+  function cpuHolders(node) {
+    const found = node.cpu_holders || [];
+    if (!found.length) return null;
+    const parts = [];
+    found.forEach((holder, i) => {
+      if (i) parts.push("; ");
+      if (holder.other_team) {
+        parts.push("another team's job");
+      } else {
+        const label = `#${holder.job_id}` + (holder.job_name ? ` ${holder.job_name}` : "");
+        parts.push(el("a", { href: `/jobs/${Number(holder.job_id)}` }, label));
+        parts.push(` · ${holder.user} (${holder.team})`);
+      }
+      parts.push(` · ${number(holder.cpus)} CPU${holder.cpus === 1 ? "" : "s"}`);
+    });
+    return el("p", { class: "cpu-holders" }, "CPUs held by: ", ...parts);
   }
 
   function linkClass(cell) {
