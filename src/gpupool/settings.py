@@ -69,6 +69,15 @@ class Settings(BaseSettings):
     # long queue costs more than deciding); the cycles between decide only. 0: every cycle.
     explain_interval_seconds: float = Field(default=1.0, ge=0.0)
     checkpoint_scan_seconds: float = 5.0  # how often a running job's checkpoints are looked at
+    # -- storage (docs/scheduling.md): teams' storage quotas and the database's reserve --------
+    # How often each team's files are summed; a team past its quota has its running jobs
+    # stopped (StorageQuotaExceeded) at the scan that finds it there.
+    storage_scan_seconds: float = Field(default=10.0, gt=0)
+    # Bytes kept free for the server's own database: a file of this size in the data
+    # directory (at most a twentieth of its disk), given back when the disk's free space
+    # falls under `disk_low_bytes`, so that its writes (and so every read) go on.
+    disk_reserve_bytes: int = Field(default=256 * 1024**2, ge=0)
+    disk_low_bytes: int = Field(default=64 * 1024**2, ge=0)
     max_body_bytes: int = 1024**2
     # -- code snapshots (docs/jobs.md): a job's working directory sent with it -------------
     # The most an archive may be (gzip-compressed), the bytes of the files it unpacks to, and

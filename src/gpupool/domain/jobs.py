@@ -71,6 +71,7 @@ class StopReason(StrEnum):
     PREEMPTED = "preempted"  # the job goes back to the queue when the attempt ends
     MAX_RUNTIME = "max_runtime"  # the job fails with MaxRuntimeExceeded
     CANCELLED = "cancelled"
+    STORAGE_QUOTA = "storage_quota"  # the job fails with StorageQuotaExceeded
 
 
 class Role(StrEnum):
@@ -415,3 +416,4 @@ class Reason(StrEnum):
     LIMITS_NOT_ENFORCED = "LimitsNotEnforced"  # the node cannot hold it to what it asked
     GPUS_FENCED = "GpusFenced"  # runner gone, processes remain: its GPUs stay reserved
     STORAGE_FULL = "StorageFull"  # the node's disk was full when it was to start
+    STORAGE_QUOTA_EXCEEDED = "StorageQuotaExceeded"  # its team's files passed its quota

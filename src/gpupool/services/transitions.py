@@ -155,6 +155,9 @@ def outcome(
         )
     if stop_reason == StopReason.MAX_RUNTIME:
         return JobStatus.FAILED, Reason.MAX_RUNTIME_EXCEEDED, stops.ended_message(job, code)
+    if stop_reason == StopReason.STORAGE_QUOTA:
+        message = stops.storage_ended_message(job, code)
+        return JobStatus.FAILED, Reason.STORAGE_QUOTA_EXCEEDED, message
     if result is not None and result.reason in STOPPED_FOR:  # over what it asked for
         return JobStatus.FAILED, STOPPED_FOR[result.reason], result.message or result.reason
     if code == 0:
