@@ -1,0 +1,208 @@
+"""A workload's own network namespace, seen from its runner (stdlib only).
+
+The sandbox (bwrap ``--unshare-net``) gives the workload a namespace holding only its own
+loopback. Once bwrap reports the sandbox, and before the job runs, the runner
+
+- starts ``pasta`` (Debian's ``passt``) on that namespace for egress: a user-space NAT, with
+  no port forwarded either way (``-t/-u/-T/-U none``) and the gateway not mapped to the host
+  (``--no-map-gw``), so the node's loopback and its listeners stay out of reach; without
+  pasta, or where it fails (a node without a routable interface), the job runs without
+  egress and its events say so;
+- for a workload that serves, forks the bridge of ``gpupool.runner.bridge`` onto the
+  attempt's socket.
+
+Both end with the attempt: the runner stops them when the workload has ended.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+
+from gpupool.runner.spec import SpecError
+
+LISTEN_SOCKET = "listen.sock"  # in the attempt directory
+PASTA_PID_FILE = "pasta.pid"
+PASTA_LOG_FILE = "pasta.log"  # in the attempt directory: what pasta said
+EGRESS_SECONDS = 5.0  # how long pasta may take to configure the namespace
+PASTA_OPTIONS = (
+    "--config-net",
+    "--quiet",
+    "--tcp-ports",
+    "none",
+    "--udp-ports",
+    "none",
+    "--tcp-ns",
+    "none",
+    "--udp-ns",
+    "none",
+    "--no-map-gw",
+)
+
+
+class NetworkPolicy:
+    """spec.json's ``sandbox.network``: ``{"mode": "isolated", "egress": pasta's path or
+    null, "port": the port a serving workload listens on inside, or null, "api": {"port":
+    where the workload's own loopback offers the platform's API (``gpupool`` in a notebook's
+    terminal), "socket": the server's Unix socket the bridge relays it to} or null}``. Mode
+    ``host`` (or no object at all) keeps the node's network."""
+
+    __slots__ = ("isolated", "egress", "port", "api")
+
+    def __init__(self, raw: object) -> None:
+        if raw is None:
+            raw = {"mode": "host"}
+        if not isinstance(raw, dict) or raw.get("mode") not in ("isolated", "host"):
+            raise SpecError("sandbox.network.mode must be 'isolated' or 'host'")
+        self.isolated: bool = raw["mode"] == "isolated"
+        egress = raw.get("egress")
+        if egress is not None and not (isinstance(egress, str) and egress.startswith("/")):
+            raise SpecError("sandbox.network.egress must be an absolute path or null")
+        self.egress: str | None = egress
+        self.port: int | None = _port(raw, "port")
+        self.api: tuple[int, str] | None = _api(raw.get("api"))
+
+
+class Network:
+    """The egress daemon and the bridge of one attempt; ``attach`` once the sandbox exists."""
+
+    def __init__(self, policy: NetworkPolicy, attempt_dir: str, user_namespace: bool) -> None:
+        self.policy = policy
+        self.dir = attempt_dir
+        self.user_namespace = user_namespace  # the sandbox made one (runner not root)
+        self.pasta: subprocess.Popen[bytes] | None = None
+        self.pasta_started = 0.0
+        self.bridge_pid: int | None = None
+        self.notes: list[str] = []
+
+    def attach(self, init_pid: int) -> None:
+        """Start egress and the bridge on the namespace of the sandbox's init."""
+        if self.policy.egress is not None:
+            self._start_egress(init_pid)
+        else:
+            self.notes.append("the job has no network egress: pasta (Debian's passt) is absent")
+        if self.policy.port is None and self.policy.api is None:
+            return
+        from gpupool.runner import bridge  # here: a plain job without API needs no bridge
+
+        listener = None
+        if self.policy.port is not None:
+            listener = bridge.listen(os.path.join(self.dir, LISTEN_SOCKET))
+        try:
+            self.bridge_pid = bridge.start(
+                init_pid, self.user_namespace, listener, self.policy.port, self.policy.api
+            )
+        finally:
+            if listener is not None:
+                listener.close()
+
+    def ready(self) -> None:
+        """Wait until pasta has configured the namespace (it forks into the background
+        then); a failure is noted, the job runs without egress."""
+        if self.pasta is None:
+            return
+        left = max(0.0, EGRESS_SECONDS - (time.monotonic() - self.pasta_started))
+        try:
+            code = self.pasta.wait(left)
+        except subprocess.TimeoutExpired:
+            self.pasta.kill()
+            self.pasta.wait()
+            code = None
+        self.pasta = None
+        if code != 0:
+            self.notes.append(
+                "the job has no network egress: pasta could not configure its namespace"
+                + ("" if code is None else f" (exit {code}; see {PASTA_LOG_FILE})")
+            )
+
+    def record(self) -> dict[str, object]:
+        return {"network": {"bridge_pid": self.bridge_pid, "mode": "isolated"}}
+
+    def close(self) -> None:
+        """Stop the bridge and pasta (the namespace is gone or going with the workload)."""
+        if self.pasta is not None:
+            with contextlib.suppress(OSError):
+                self.pasta.kill()
+                self.pasta.wait()
+            self.pasta = None
+        if self.bridge_pid is not None:
+            with contextlib.suppress(OSError):
+                os.kill(self.bridge_pid, signal.SIGKILL)
+                os.waitpid(self.bridge_pid, 0)
+            self.bridge_pid = None
+        pid_file = os.path.join(self.dir, PASTA_PID_FILE)
+        with contextlib.suppress(OSError, ValueError):
+            with open(pid_file) as f:
+                pid = int(f.read().strip())
+            if _is_pasta(pid):
+                os.kill(pid, signal.SIGTERM)
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(self.dir, LISTEN_SOCKET))
+
+    def _start_egress(self, init_pid: int) -> None:
+        from gpupool.runner.bridge import open_namespaces
+
+        assert self.policy.egress is not None
+        # the namespaces opened here, by the runner, and passed: pasta opens no /proc/PID
+        # path of a process it may not trace (the sandbox's init is not dumpable)
+        fds = open_namespaces(init_pid, self.user_namespace)
+        for fd in fds:
+            os.set_inheritable(fd, True)
+        argv = [self.policy.egress, *PASTA_OPTIONS]
+        if self.user_namespace:  # the user namespace owning the network's (bwrap nests one)
+            argv += ["--userns", f"/proc/self/fd/{fds[0]}"]
+        else:
+            # as root pasta would switch to nobody before it opens the namespace, which
+            # nobody may not; it still drops every capability but the two it needs and
+            # confines itself (seccomp, namespaces of its own) once attached
+            argv += ["--runas", "0"]
+        argv += ["--netns", f"/proc/self/fd/{fds[-1]}", "--pid", self._pid_file()]
+        self.pasta_started = time.monotonic()
+        try:
+            with open(os.path.join(self.dir, PASTA_LOG_FILE), "ab") as log:
+                self.pasta = subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=log,  # why it failed, for the operator
+                    close_fds=True,
+                    pass_fds=tuple(fds),
+                    env={},
+                )
+        except OSError as e:
+            self.notes.append(f"the job has no network egress: cannot run pasta: {e}")
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+    def _pid_file(self) -> str:
+        return os.path.join(self.dir, PASTA_PID_FILE)
+
+
+def _port(raw: dict[str, object], key: str) -> int | None:
+    port = raw.get(key)
+    if port is not None and (not isinstance(port, int) or not 0 < port < 65536):
+        raise SpecError(f"sandbox.network.{key} must be a TCP port or null")
+    return port
+
+
+def _api(raw: object) -> tuple[int, str] | None:
+    if raw is None:
+        return None
+    path = raw.get("socket") if isinstance(raw, dict) else None
+    port = _port(raw, "port") if isinstance(raw, dict) else None
+    if port is None or not isinstance(path, str) or not path.startswith("/"):
+        raise SpecError("sandbox.network.api must be {port, socket} or null")
+    return port, path
+
+
+def _is_pasta(pid: int) -> bool:
+    """Whether ``pid`` is still a pasta process (the pid file may be stale)."""
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip().startswith(("pasta", "passt"))
+    except OSError:
+        return False

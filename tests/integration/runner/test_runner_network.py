@@ -1,0 +1,222 @@
+"""A workload's own network namespace, made by the real runner and bubblewrap: the job sees
+its own loopback only, serves there, is reached only through its runner's socket, and gets
+egress through pasta's user-space NAT; the bridge and pasta end with the attempt."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import shutil
+import socket
+import subprocess
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import psutil
+import pytest
+from runner_harness import RunnerHarness, bwrap, py
+
+from gpupool.runner import bridge
+
+PORT = 8000
+SERVE = """
+import socket
+server = socket.create_server(("127.0.0.1", 8000))
+print("serving", flush=True)
+while True:
+    conn, _ = server.accept()
+    with conn:
+        conn.sendall(b"from inside the job\\n")
+        if conn.recv(16) == b"stop":
+            break
+"""
+REACH = """
+import socket, sys
+for host, port in [(sys.argv[1], int(sys.argv[2])), ("127.0.0.1", int(sys.argv[3]))]:
+    try:
+        with socket.create_connection((host, port), timeout=5) as s:
+            print("REACHED", host, s.recv(64).decode().strip(), flush=True)
+    except OSError as e:
+        print("NOT", host, type(e).__name__, flush=True)
+"""
+
+
+@pytest.fixture
+def boxed() -> Iterator[RunnerHarness]:
+    if bwrap() is None:
+        pytest.skip("bubblewrap (bwrap) is not installed: make test installs it as root")
+    h = RunnerHarness(sandboxed=True)
+    yield h
+    h.cleanup()
+    shutil.rmtree(h.root, ignore_errors=True)
+
+
+def test_a_serving_job_is_reached_only_through_its_runner(boxed: RunnerHarness) -> None:
+    boxed.write_spec(py(SERVE), sandbox=_policy(boxed, {"mode": "isolated", "port": PORT}))
+    runner = boxed.spawn()
+    boxed.wait_for_log("serving")
+    path = str(boxed.dir / "listen.sock")
+    with bridge.handoff(path) as sock:
+        assert sock.recv(64) == b"from inside the job\n"
+    with socket.socket() as probe:  # the node's own loopback has no such listener
+        assert probe.connect_ex(("127.0.0.1", PORT)) != 0 or _not_the_job(PORT)
+    state = boxed.state()
+    bridge_pid = state["network"]["bridge_pid"]
+    assert psutil.pid_exists(bridge_pid)
+    assert "no network egress" in " ".join(state.get("notes", []))  # none in its policy
+    with bridge.handoff(path) as sock:
+        sock.recv(64)
+        sock.sendall(b"stop")
+    assert boxed.wait_for_exit(runner) == 0
+    assert boxed.state()["exit_code"] == 0
+    assert not psutil.pid_exists(bridge_pid) or _zombie(bridge_pid), "the bridge ends with it"
+    assert not os.path.exists(path)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a network namespace of the test's own: root")
+@pytest.mark.skipif(shutil.which("pasta") is None, reason="pasta (Debian's passt) is missing")
+def test_egress_goes_out_through_the_nat_and_the_nodes_loopback_stays_out(
+    boxed: RunnerHarness,
+) -> None:
+    """In a network namespace this test makes (a veth pair, a route, as a machine has), a
+    server on the 'outside' address answers the job; one on the loopback does not."""
+    with _outside_world() as world:
+        command = py(REACH) + [world.outside, str(world.port), str(world.loopback_port)]
+        policy = {"mode": "isolated", "egress": shutil.which("pasta"), "port": None}
+        boxed.write_spec(command, sandbox=_policy(boxed, policy))
+        done = world.run(boxed)
+    assert done.returncode == 0, done.stderr
+    log = boxed.log()
+    pasta_log = boxed.dir / "pasta.log"
+    said = pasta_log.read_text() if pasta_log.exists() else ""
+    assert f"REACHED {world.outside} outside" in log, (log, boxed.state(), said)
+    assert "NOT 127.0.0.1 ConnectionRefusedError" in log, log
+    assert boxed.state()["exit_code"] == 0
+    assert "notes" not in boxed.state() or not any("egress" in n for n in boxed.state()["notes"])
+
+
+def _policy(h: RunnerHarness, network: dict[str, Any]) -> dict[str, Any]:
+    from runner_harness import sandbox_policy
+
+    return sandbox_policy(h.root) | {"network": network}
+
+
+def _not_the_job(port: int) -> bool:
+    """Something of the node listens on that port: it must not be the job."""
+    with socket.create_connection(("127.0.0.1", port), timeout=2) as sock:
+        sock.settimeout(2)
+        try:
+            return sock.recv(64) != b"from inside the job\n"
+        except OSError:
+            return True
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+class _World:
+    """A thread in a network namespace of its own: lo, a veth pair (the 'machine's'
+    interface and a peer holding the 'outside' address), a default route; servers there."""
+
+    outside = "198.51.100.1"  # TEST-NET-2, only inside the test's own namespace
+    machine = "192.0.2.77"
+
+    def __init__(self) -> None:
+        self.port = 0
+        self.loopback_port = 0
+        self.requests: list[tuple[str, Any]] = []
+        self.ready = threading.Event()
+        self.work = threading.Condition()
+        self.failure: BaseException | None = None
+
+    def run(self, h: RunnerHarness) -> subprocess.CompletedProcess[str]:
+        """The runner, started from inside the namespace (it inherits it)."""
+        result: list[subprocess.CompletedProcess[str]] = []
+        with self.work:
+            self.requests.append(("run", (h, result)))
+            self.work.notify()
+            self.work.wait_for(lambda: result or self.failure, timeout=180)
+        if self.failure:
+            raise self.failure
+        return result[0]
+
+    def serve(self) -> None:
+        try:
+            _enter_new_network_namespace()
+            for argv in (
+                ["ip", "link", "set", "lo", "up"],
+                ["ip", "link", "add", "gp0", "type", "veth", "peer", "name", "gp1"],
+                ["ip", "addr", "add", f"{self.machine}/24", "dev", "gp0"],
+                ["ip", "addr", "add", f"{self.outside}/24", "dev", "gp1"],
+                ["ip", "link", "set", "gp0", "up"],
+                ["ip", "link", "set", "gp1", "up"],
+                ["ip", "route", "add", "default", "via", "192.0.2.1", "dev", "gp0"],
+            ):
+                subprocess.run(argv, check=True, capture_output=True)
+            outside = socket.create_server((self.outside, 0))
+            loopback = socket.create_server(("127.0.0.1", 0))
+            self.port, self.loopback_port = outside.getsockname()[1], loopback.getsockname()[1]
+            for server, said in ((outside, b"outside\n"), (loopback, b"the machine's loopback\n")):
+                threading.Thread(target=_answer, args=(server, said), daemon=True).start()
+        except BaseException as error:  # noqa: BLE001 - reported to the test's thread
+            self.failure = error
+            self.ready.set()
+            return
+        self.ready.set()
+        with self.work:
+            while True:
+                self.work.wait_for(lambda: self.requests)
+                kind, (h, result) = self.requests.pop()
+                if kind == "stop":
+                    return
+                try:
+                    result.append(h.run())
+                except BaseException as error:  # noqa: BLE001
+                    self.failure = error
+                self.work.notify_all()
+
+
+class _outside_world:
+    def __enter__(self) -> _World:
+        self.world = _World()
+        self.thread = threading.Thread(target=self.world.serve, daemon=True)
+        self.thread.start()
+        self.world.ready.wait(30)
+        if self.world.failure is not None:
+            pytest.skip(f"cannot make a network namespace with a veth pair: {self.world.failure}")
+        return self.world
+
+    def __exit__(self, *exc: object) -> None:
+        with self.world.work:
+            self.world.requests.append(("stop", (None, None)))
+            self.world.work.notify_all()
+        self.thread.join(10)
+
+
+def _enter_new_network_namespace() -> None:
+    """unshare(CLONE_NEWNET) for the calling thread alone (and what it starts)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(0x40000000) != 0:
+        raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNET) failed")
+
+
+def _answer(server: socket.socket, said: bytes) -> None:
+    while True:
+        conn, _ = server.accept()
+        with conn:
+            conn.sendall(said)
+
+
+def test_json_state_of_an_isolated_job_names_its_network(boxed: RunnerHarness) -> None:
+    boxed.write_spec(py("print('hi')"), sandbox=_policy(boxed, {"mode": "isolated"}))
+    assert boxed.run().returncode == 0
+    state = json.loads((boxed.dir / "state.json").read_text())
+    assert state["exit_code"] == 0 and "hi" in boxed.log()
+    notes = " ".join(state.get("notes", []))
+    assert "no network egress" in notes, "without pasta in its policy it says so"
