@@ -170,6 +170,7 @@ def _run(client: httpx.Client, server: ServerProcess, disk: Path, exchange: Path
         body = {"command": job(code), "resources": {"gpus": 1}, "workdir": str(exchange)}
         return client.post("/jobs", json=body)
 
+    unseen = client.post("/tokens", json={"name": "unseen"}).json()["token"]  # not used yet
     running = [submit(code).json()["id"] for code in (3, 4, 5, 6)]
     queued = submit(9).json()["id"]  # the 4 GPUs are taken: it waits
     for job_id in running:
@@ -189,6 +190,8 @@ def _run(client: httpx.Client, server: ServerProcess, disk: Path, exchange: Path
     time.sleep(1.0)  # a few of the runners' tries to record the exits
     seen = {j["id"]: j for j in client.get("/jobs", params={"limit": 100}).json()}
     assert set(seen) >= {*running, queued}, "reads work while full"
+    with _api(server, unseen) as reader:  # a token not seen lately: its last use is not written
+        assert reader.get("/jobs").status_code == 200, "a valid token is never refused a read"
     assert all(seen[j]["status"] == "running" for j in running), "no exit could be recorded"
 
     filler.unlink()

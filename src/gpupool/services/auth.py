@@ -10,7 +10,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gpupool.domain.jobs import Role
-from gpupool.errors import NotFound, Unauthenticated
+from gpupool.errors import NotFound, StorageFull, Unauthenticated
 from gpupool.services import quotas, users
 from gpupool.services.access import Principal
 from gpupool.services.passwords import DUMMY_HASH, new_secret, secret_hash, verify_password
@@ -115,9 +115,13 @@ class TokenCache:
         key = secret_hash(secret)
         if known := self.known(secret, now):
             return known
-        with db.session() as session:
-            who, token = check_token(session, secret, now)
-            token.last_used_at = now
+        try:
+            with db.session() as session:
+                who, token = check_token(session, secret, now)
+                token.last_used_at = now
+        except StorageFull:  # a full disk must not refuse a valid token: its last use waits
+            with db.reader() as session:
+                who, token = check_token(session, secret, now)
         with self._lock:
             if len(self._seen) > 10_000:
                 self._seen.clear()
