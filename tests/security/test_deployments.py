@@ -364,3 +364,37 @@ def _twin_job(world: World, team: str) -> int:
         return found["replica_list"][0]["job_id"] if found["ready"] >= 1 else None
 
     return wait_for(ready, 90, f"team {team}'s twin to be ready", 0.2)
+
+
+def test_a_replica_sets_no_cookie_on_the_platforms_origin(world: World) -> None:
+    """A deployment is an API: a replica's Set-Cookie would be stored on the platform's
+    origin, then sent to every other team's workload behind it (or, by the hundred, evict
+    the platform's own cookie from a browser's jar)."""
+    for path in ("/set-cookies", "/cookies?n=200&c=theirs%3D1%3B%20Path%3D%2F"):
+        answer = world.serve("echo-a", path, world.tokens["member"])
+        assert answer.status_code == 200, answer.text
+        assert answer.headers.get_list("set-cookie") == []
+
+
+def test_a_name_encoded_in_the_path_reaches_its_deployment(world: World) -> None:
+    """What follows /serve/NAME/ is cut after the name's own segment as it was sent, however
+    the name was encoded (it was cut at the decoded name's length: a 500, HTTP and WebSocket)."""
+    member = world.tokens["member"]
+    said = world.serve("echo-%61", "/said?q=1", member)
+    assert said.status_code == 200, said.text
+    assert (said.json()["path"], said.json()["query"]) == ("/said", "q=1")
+    slashed = world.serve("echo-a%2Fx", "/said", member)  # no name holds a '/'
+    assert slashed.status_code == 404 and slashed.json()["error"]["code"] == "not_found"
+    url = world.server.url.replace("http://", "ws://") + "/serve/echo-%61/ws"
+    with connect(url, additional_headers={"Authorization": f"Bearer {member}"}) as ws:
+        assert json.loads(ws.recv())["path"] == "/ws"
+
+
+def test_a_replica_answering_a_websocket_with_a_page_is_a_502(world: World) -> None:
+    """probe-a's replica answers a WebSocket's handshake as a plain GET: 200 and a body."""
+    url = world.server.url.replace("http://", "ws://") + "/serve/probe-a/echo"
+    with pytest.raises(InvalidStatus) as refused:
+        connect(url, additional_headers={"Authorization": f"Bearer {world.keys['a']}"})
+    answer = refused.value.response
+    assert answer.status_code == 502, answer.body
+    assert json.loads(answer.body)["error"]["code"] == "upstream_unavailable"

@@ -90,7 +90,8 @@ def test_a_websocket_carries_no_credential_of_the_platform(
 def test_a_workload_cannot_set_the_platforms_cookie(proxied: Proxied) -> None:
     bearer = {"Authorization": f"Bearer {proxied.token}"}
     answer = httpx.get(job_url(proxied, "/set-cookies"), headers=bearer)
-    assert answer.headers.get_list("set-cookie") == ["theirs=kept; Path=/"]
+    own = f"/w/{proxied.job_id}/"  # its cookie stays under its own path (test_cookies.py)
+    assert answer.headers.get_list("set-cookie") == [f"theirs=kept; Path={own}"]
 
 
 def test_without_credentials_nothing_reaches_the_workload(proxied: Proxied) -> None:

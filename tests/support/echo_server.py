@@ -4,6 +4,7 @@ shows it no file of the repository), with uvicorn and a bare ASGI app.
 
 HTTP: ``GET /stream`` sends a first line, then the rest once ``/release`` was asked; ``/redirect``
 redirects to its own address; ``/set-cookies`` sets the platform's cookie and one of its own;
+``/cookies?c=...&n=N`` sends each ``c`` as a ``Set-Cookie`` header, then N more (``many-I=1``);
 ``/gzip`` answers a gzipped text; ``/own-502`` answers a 502 of its own; ``/sized`` answers as
 any other path, with its Content-Length (the others' answers are chunked); any other path
 answers JSON: method, path, query, headers, cookies, body and its PORT.
@@ -19,6 +20,7 @@ import json
 import os
 from http.cookies import SimpleCookie
 from pathlib import Path
+from urllib.parse import parse_qsl
 
 RELEASED = asyncio.Event()
 # answers with a Content-Length: status, headers, body
@@ -70,6 +72,9 @@ async def http(scope, receive, send):  # noqa: ANN001, ANN201
         cookies.append((b"set-cookie", b"theirs=kept; Path=/"))
         await _reply(send, 200, cookies, b"cookies")
         return
+    if path == "/cookies":
+        await _reply(send, 200, _asked_cookies(scope["query_string"].decode()), b"cookies")
+        return
     if path == "/sized":
         await _sized(send, 200, [(b"content-type", b"application/json")], _said(scope, body))
         return
@@ -119,6 +124,14 @@ def _said(scope, body: bytes) -> bytes:  # noqa: ANN001
             "listen_host": os.environ.get("GPUPOOL_LISTEN_HOST"),
         }
     ).encode()
+
+
+def _asked_cookies(query: str) -> list[tuple[bytes, bytes]]:
+    asked = parse_qsl(query)
+    cookies = [value for name, value in asked if name == "c"]
+    count = int(dict(asked).get("n", "0"))
+    cookies += [f"many-{i}=1; Path=/" for i in range(count)]
+    return [(b"set-cookie", cookie.encode()) for cookie in cookies]
 
 
 async def _start(send, status: int, headers: list) -> None:  # noqa: ANN001

@@ -6,6 +6,7 @@ from typing import Annotated
 
 from fastapi import Depends, Path, Query, Request
 from starlette.concurrency import run_in_threadpool
+from starlette.requests import HTTPConnection
 
 from gpupool.api import peers
 from gpupool.services import identity
@@ -15,6 +16,9 @@ from gpupool.services.platform import Platform
 SESSION_COOKIE = "gpupool_session"
 CSRF_HEADER = "x-csrf-token"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+# its name where users reach the server over https: a browser takes a __Host- cookie only
+# Secure, with Path=/ and no Domain, and from nothing but this origin (docs/security.md)
+SECURE_SESSION_COOKIE = "__Host-" + SESSION_COOKIE
 
 
 async def platform(request: Request) -> Platform:
@@ -36,7 +40,7 @@ async def principal(request: Request, ctx: PlatformDep) -> Principal:
         secret = header[7:].strip()
         known = identity.recent_token(ctx, secret)
         return known or await run_in_threadpool(token_caller, ctx, secret, request)
-    cookie, csrf = request.cookies.get(SESSION_COOKIE), request.headers.get(CSRF_HEADER)
+    cookie, csrf = session_secret(request), request.headers.get(CSRF_HEADER)
     changes = request.method not in SAFE_METHODS
     return await run_in_threadpool(identity.by_session, ctx, cookie, csrf, changes)
 
@@ -62,7 +66,20 @@ def token_caller(ctx: Platform, secret: str, request: Request) -> Principal:
 
 def optional_session(request: Request, ctx: PlatformDep) -> tuple[Principal, str] | None:
     """For web pages: the signed-in user and the page's CSRF token, or None."""
-    return identity.page_session(ctx, request.cookies.get(SESSION_COOKIE))
+    return identity.page_session(ctx, session_secret(request))
+
+
+def session_cookie_name(secure: bool) -> str:
+    """The session cookie's name: ``__Host-`` prefixed where users reach the server over
+    https (``secure``); the plain name over http, where some browsers (Safari) refuse a
+    Secure cookie even from a loopback address."""
+    return SECURE_SESSION_COOKIE if secure else SESSION_COOKIE
+
+
+def session_secret(connection: HTTPConnection) -> str | None:
+    """The session cookie's value, under the one name this server sets (never the other)."""
+    ctx: Platform = connection.app.state.platform
+    return connection.cookies.get(session_cookie_name(ctx.settings.secure_cookies))
 
 
 MAX_ID = 2**31 - 1

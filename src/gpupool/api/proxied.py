@@ -26,7 +26,7 @@ from fastapi.responses import JSONResponse, RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import HTTPConnection
 
-from gpupool.api.deps import SAFE_METHODS, SESSION_COOKIE, token_caller
+from gpupool.api.deps import SAFE_METHODS, session_secret, token_caller
 from gpupool.api.errors import error_body
 from gpupool.errors import CsrfFailed, GpupoolError, TooManyAttempts
 from gpupool.services import identity
@@ -57,7 +57,7 @@ async def proxy_caller(connection: HTTPConnection) -> Principal:
                 connection,  # type: ignore[arg-type]  # any connection
             )
         return known
-    cookie = connection.cookies.get(SESSION_COOKIE)
+    cookie = session_secret(connection)
     who = await run_in_threadpool(identity.by_session, ctx, cookie, None, False)
     if _changes(connection) and not same_origin(connection):
         raise CROSS_SITE

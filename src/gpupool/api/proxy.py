@@ -4,8 +4,10 @@ One ``Proxy`` per app (made in its lifespan, on ``app.state.proxy``, closed at s
 holding pools of kept-alive HTTP connections: httpx's, for notebooks (bodies streamed both
 ways), and ``api.upstream``'s, for /serve (a model's small bodies whole: far cheaper). It
 forwards HTTP requests, and WebSockets frame by frame, to a target URL its caller chose;
-what it passes on is decided by ``api.forwarding``. It decides nothing about who may call:
-the routers of /notebooks and /serve let a caller in (``api.proxied``) before they call it.
+what it passes on is decided by ``api.forwarding`` (a workload's cookies, for one, confined to
+the path it is reached under, ``route_prefix``, or dropped where its caller says so). It
+decides nothing about who may call: the routers of /notebooks and /serve let a caller in
+(``api.proxied``) before they call it.
 """
 
 from __future__ import annotations
@@ -27,7 +29,15 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidSta
 from websockets.typing import Origin, Subprotocol
 
 from gpupool.api.errors import error_body
-from gpupool.api.forwarding import Caller, request_headers, response_headers
+from gpupool.api.forwarding import (
+    NO_COOKIES,
+    Caller,
+    CookieRule,
+    confined_path,
+    cookies_over_limit,
+    request_headers,
+    response_headers,
+)
 from gpupool.api.upstream import Answer, Broken, Refused, TimedOut, UpstreamLimits, Upstreams
 from gpupool.errors import (
     GpupoolError,
@@ -114,6 +124,7 @@ class Proxy:
         *,
         raise_refused: bool = False,
         whole: bool = False,
+        keep_cookies: bool = True,
     ) -> Response:
         """Forward ``request`` to ``target`` (``http://host:port`` and the path and query);
         the workload's answer back with its status and headers. A request's body travels
@@ -123,9 +134,12 @@ class Proxy:
         (nothing of the request was sent), so that the caller may send it elsewhere.
         ``whole`` (/serve): through ``api.upstream``, the request's body read whole, and an
         answer that says it is small passed on whole, as a plain Response (without it,
-        every answer is a StreamingResponse, for a caller that reads or rewrites it)."""
+        every answer is a StreamingResponse, for a caller that reads or rewrites it).
+        ``keep_cookies``: pass on the workload's cookies, confined to the path it is reached
+        under (``route_prefix``); False: drop them all."""
+        cookies = cookie_rule(request, keep_cookies)
         if whole:
-            return await self._whole(request, target, headers, raise_refused)
+            return await self._whole(request, target, headers, raise_refused, cookies)
         upstream = _origin(target)
         sent = request_headers(request.headers.items(), caller_of(request), upstream, headers)
         try:
@@ -146,7 +160,7 @@ class Proxy:
             return _failed(UpstreamUnavailable(), target, error)
         except httpx.HTTPError as error:
             return _failed(UpstreamUnavailable(), target, error)
-        return _streamed(answer, target, upstream)
+        return _streamed(answer, target, upstream, cookies)
 
     async def _whole(
         self,
@@ -154,6 +168,7 @@ class Proxy:
         target: str,
         headers: Mapping[str, str] | None,
         raise_refused: bool,
+        cookies: CookieRule,
     ) -> Response:
         """``http`` for /serve, through ``api.upstream``: the request's body whole, and the
         answer too when it says it is small."""
@@ -183,7 +198,7 @@ class Proxy:
             return _failed(UpstreamUnavailable(), target, error)
         except Broken as error:
             return _failed(UpstreamUnavailable(), target, error)
-        return _passed_on(answer, target, upstream)
+        return _passed_on(answer, target, upstream, cookies)
 
     # -- WebSockets ---------------------------------------------------------------------------
 
@@ -198,14 +213,13 @@ class Proxy:
         with the subprotocol the workload chose, and pass text and binary messages both ways
         until one side closes, its close code passed to the other. ``subprotocols``: what
         to offer the workload (default: what the client offered). A workload that cannot be
-        reached refuses the client's handshake (502 or 504 where the server can say so)."""
+        reached refuses the client's handshake (502 or 504 where the server can say so), as
+        does one that answers the handshake with anything but a switch to WebSocket (502: a
+        browser's script is told no more than that its WebSocket failed)."""
         try:
             upstream = await self._connect(websocket, target, headers, subprotocols)
         except GpupoolError as error:
             await refuse_websocket(websocket, error)
-            return
-        except InvalidStatus as error:  # the workload's own refusal, passed on as it is
-            await _deny(websocket, _refusal(error, target))
             return
         async with upstream:
             await websocket.accept(subprotocol=upstream.subprotocol)
@@ -239,8 +253,8 @@ class Proxy:
             )
         except TimeoutError as error:
             raise _logged(UpstreamTimeout(), target, error) from error
-        except InvalidStatus:
-            raise
+        except InvalidStatus as error:
+            raise _logged(_refused(error), target, error) from error
         except (OSError, InvalidHandshake) as error:
             raise _logged(UpstreamUnavailable(), target, error) from error
 
@@ -248,6 +262,25 @@ class Proxy:
 def proxy_of(connection: HTTPConnection) -> Proxy:
     """The app's proxy (made by its lifespan)."""
     return connection.app.state.proxy
+
+
+def cookie_rule(connection: HTTPConnection, keep: bool) -> CookieRule:
+    """What becomes of a workload's cookies: confined to ``route_prefix`` when ``keep``,
+    else (or where the route has no ``path`` parameter to tell the prefix) dropped."""
+    prefix = route_prefix(connection)
+    if not keep or prefix is None:
+        return NO_COOKIES
+    return CookieRule(path=confined_path(prefix))
+
+
+def route_prefix(connection: HTTPConnection) -> str | None:
+    """The path a workload is reached under: the request's path less the route's ``path``
+    parameter (``/notebooks/7/`` of ``/notebooks/7/lab``); None without that parameter."""
+    rest = connection.path_params.get("path")
+    if not isinstance(rest, str):
+        return None
+    path = connection.scope["path"]
+    return path[: len(path) - len(rest)] if path.endswith(rest) else None
 
 
 def caller_of(connection: HTTPConnection) -> Caller:
@@ -272,15 +305,15 @@ async def _deny(websocket: WebSocket, response: Response) -> None:
         await websocket.close(code=1008)
 
 
-def _refusal(error: InvalidStatus, target: str) -> Response:
-    """The workload's answer to a handshake it refused (its status, headers and body)."""
-    answer = error.response
-    log.info("proxy to %s: the workload refused the WebSocket (%s)", target, answer.status_code)
-    refused = Response(content=answer.body or b"", status_code=answer.status_code)
-    kept = response_headers(answer.headers.raw_items(), _origin(target))
-    refused.raw_headers = _raw([(n, v) for n, v in kept if n.lower() != "content-length"])
-    refused.raw_headers.append((b"content-length", str(len(answer.body or b"")).encode()))
-    return refused
+def _refused(error: InvalidStatus) -> UpstreamUnavailable:
+    """A workload that answered a WebSocket's handshake with a plain HTTP answer: the
+    proxy's 502 (its body and headers are not passed on: neither its cookies nor a page)."""
+    status = error.response.status_code
+    return UpstreamUnavailable(
+        f"the workload answered the WebSocket's handshake with HTTP {status}, not a switch "
+        "to WebSocket: check the path, and that the workload serves WebSockets there",
+        status=status,
+    )
 
 
 class ProxyAnswer(JSONResponse):
@@ -329,7 +362,7 @@ def _too_large(limit: int) -> PayloadTooLarge:
     return PayloadTooLarge(f"the request body is larger than the {limit} bytes the proxy takes")
 
 
-def _passed_on(answer: Answer, target: str, upstream: str) -> Response:
+def _passed_on(answer: Answer, target: str, upstream: str, cookies: CookieRule) -> Response:
     """A replica's answer for the client: whole, or streamed as it comes."""
     if answer.body is not None:
         response = Response(status_code=answer.status)
@@ -341,7 +374,7 @@ def _passed_on(answer: Answer, target: str, upstream: str) -> Response:
             status_code=answer.status,
             background=BackgroundTask(answer.aclose),
         )
-    response.raw_headers = _raw(response_headers(answer.headers, upstream))
+    response.raw_headers = _raw(_headers_back(answer.headers, target, upstream, cookies))
     return response
 
 
@@ -356,15 +389,34 @@ async def _relay_chunks(chunks: AsyncIterator[bytes], target: str) -> AsyncItera
         await chunks.aclose()  # type: ignore[attr-defined]  # its connection, closed or kept
 
 
-def _streamed(answer: httpx.Response, target: str, upstream: str) -> StreamingResponse:
+def _streamed(
+    answer: httpx.Response, target: str, upstream: str, cookies: CookieRule
+) -> StreamingResponse:
     """The workload's answer passed on as it comes."""
     response = StreamingResponse(
         _relay(answer, target),
         status_code=answer.status_code,
         background=BackgroundTask(answer.aclose),
     )
-    response.raw_headers = _raw(response_headers(answer.headers.multi_items(), upstream))
+    headers = _headers_back(answer.headers.multi_items(), target, upstream, cookies)
+    response.raw_headers = _raw(headers)
     return response
+
+
+def _headers_back(
+    headers: list[tuple[str, str]], target: str, upstream: str, cookies: CookieRule
+) -> list[tuple[str, str]]:
+    """``forwarding.response_headers``; the cookies dropped past the limit said in the log
+    (a workload trying to fill its users' cookie jars)."""
+    over = cookies_over_limit(headers, cookies)
+    if over:
+        log.warning(
+            "proxy to %s: %d Set-Cookie headers over the %d an answer may carry were dropped",
+            target,
+            over,
+            cookies.limit,
+        )
+    return response_headers(headers, upstream, cookies)
 
 
 async def _relay(answer: httpx.Response, target: str) -> AsyncIterator[bytes]:

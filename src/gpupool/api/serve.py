@@ -9,7 +9,8 @@ replica's own token (``X-Gpupool-Replica-Token``) is added after every client-se
 ``X-Gpupool-*`` header was dropped, so that it can refuse any other caller of its node.
 
 Every answer carries ``Content-Security-Policy: sandbox``: a replica's HTML never runs as a
-page of the platform's origin.
+page of the platform's origin; and no ``Set-Cookie`` of a replica's reaches the client (a
+deployment is an API: its cookies would be stored on the platform's origin).
 
 The body is read whole before it is sent (a replica's request is small: the server's body
 limit holds), so that a replica that refuses the connection — it just died, or is being
@@ -21,6 +22,7 @@ to a request is measured by benchmarks/proxy_overhead.py.
 from __future__ import annotations
 
 import time
+from urllib.parse import unquote
 
 from fastapi import APIRouter, Request, WebSocket
 from fastapi.responses import JSONResponse, Response
@@ -30,7 +32,7 @@ from gpupool.api.access import Rule, declare
 from gpupool.api.errors import error_body
 from gpupool.api.proxied import bearer_secret, proxy_caller, refusal
 from gpupool.api.proxy import PROXIED_METHODS, ProxyAnswer, proxy_of, refuse_websocket
-from gpupool.errors import GpupoolError, NoHealthyReplica, UpstreamRefused
+from gpupool.errors import GpupoolError, NoHealthyReplica, NotFound, UpstreamRefused
 from gpupool.services import deployment_access
 from gpupool.services.platform import Platform
 from gpupool.services.routing import Route
@@ -48,13 +50,14 @@ async def serve(name: str, path: str, request: Request) -> Response:
     began = time.perf_counter()
     ctx: Platform = request.app.state.platform  # not a dependency: FastAPI's solving costs
     try:
+        upstream_path = _upstream_path(request, name)
         route = await _route(ctx, request, name)
     except NoHealthyReplica as error:
         return _confined(_unavailable(error))
     except GpupoolError as error:
         return _confined(refusal(request, error))
     await request.body()  # kept: a retry on another replica sends it again
-    response, replica_id = await _forward(ctx, request, route, _upstream_path(request, name))
+    response, replica_id = await _forward(ctx, request, route, upstream_path)
     failed = response.status_code >= 500
     seconds = time.perf_counter() - began
     ctx.deployments.traffic.record(route.deployment_id, replica_id, seconds, failed)
@@ -66,6 +69,7 @@ async def serve_websocket(websocket: WebSocket, name: str, path: str) -> None:
     """A WebSocket to a ready replica (who may open one: as for HTTP)."""
     ctx: Platform = websocket.app.state.platform
     try:
+        upstream_path = _upstream_path(websocket, name)
         route = await _route(ctx, websocket, name)
     except GpupoolError as error:
         await refuse_websocket(websocket, error)
@@ -74,7 +78,7 @@ async def serve_websocket(websocket: WebSocket, name: str, path: str) -> None:
     if picked is None:
         await refuse_websocket(websocket, NoHealthyReplica())
         return
-    target = "ws" + picked[1].url.removeprefix("http") + _upstream_path(websocket, name)
+    target = "ws" + picked[1].url.removeprefix("http") + upstream_path
     await proxy_of(websocket).websocket(websocket, target, route.headers_for(picked[0]))
 
 
@@ -105,6 +109,7 @@ async def _forward(
                 route.headers_for(replica_id),
                 raise_refused=True,
                 whole=True,
+                keep_cookies=False,
             )
         except UpstreamRefused as error:  # nothing was sent: the next replica gets it
             answer = JSONResponse(error_body(error.code, error.message), status_code=error.status)
@@ -128,9 +133,16 @@ def _proxy_failure(answer: Response) -> bool:
 
 
 def _upstream_path(connection: HTTPConnection, name: str) -> str:
-    """The path and query after /serve/NAME, as the client sent them (still encoded)."""
+    """The path and query after /serve/NAME, as the client sent them (still encoded): what
+    follows the raw path's name segment, however the name was encoded (``probe-%61`` is
+    ``probe-a``). NotFound when that segment is not ``name`` (``a%2Fb``: no deployment's
+    name holds a ``/``)."""
     raw = connection.scope.get("raw_path") or connection.url.path.encode()
-    path = raw.decode("latin-1").split("?", 1)[0][len(f"{PREFIX}/{name}") :] or "/"
+    segments = raw.decode("latin-1").split("?", 1)[0].split("/", 3)  # "", serve, NAME, rest
+    if len(segments) < 3 or unquote(segments[2]) != name:
+        shown = unquote(segments[2]) if len(segments) > 2 else ""
+        raise NotFound(f"no deployment is named {shown!r}: a deployment's name holds no '/'")
+    path = "/" + (segments[3] if len(segments) > 3 else "")
     query = connection.scope.get("query_string", b"").decode("latin-1")
     return path + (f"?{query}" if query else "")
 

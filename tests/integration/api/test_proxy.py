@@ -108,7 +108,8 @@ def test_a_small_answer_is_passed_on_whole_as_the_workload_sent_it(whole: httpx.
 
 def test_an_answer_passed_on_whole_keeps_the_platforms_cookie_out(whole: httpx.Client) -> None:
     answer = whole.get("/set-cookies")
-    assert answer.headers.get_list("set-cookie") == ["theirs=kept; Path=/"]
+    own = whole.base_url.path  # /whole/ID/: a workload's cookie stays under its own path
+    assert answer.headers.get_list("set-cookie") == [f"theirs=kept; Path={own}"]
     assert whole.get("/redirect").headers["location"] == "/landed?x=1"
 
 

@@ -4,7 +4,12 @@ header yes, hop-by-hop headers never, X-Forwarded-* from what the server saw."""
 from __future__ import annotations
 
 from gpupool.api.forwarding import (
+    MAX_SET_COOKIES,
+    NO_COOKIES,
     Caller,
+    CookieRule,
+    confined_path,
+    cookies_over_limit,
     request_headers,
     response_headers,
     without_platform_cookies,
@@ -128,8 +133,33 @@ def test_a_workload_cannot_set_the_platforms_cookie() -> None:
             ("Connection", "close"),
         ],
         UPSTREAM,
+        CookieRule(path="/n/1/"),
     )
-    assert back == [("Set-Cookie", "_xsrf=1; Path=/"), ("Content-Type", "text/html")]
+    assert back == [("Set-Cookie", "_xsrf=1; Path=/n/1/"), ("Content-Type", "text/html")]
+
+
+def test_a_workloads_cookies_are_confined_to_its_path_and_capped() -> None:
+    def confined(*cookies: str, rule: CookieRule = CookieRule(path="/n/1/")) -> list[str]:
+        return [
+            v for _, v in response_headers([("Set-Cookie", c) for c in cookies], UPSTREAM, rule)
+        ]
+
+    assert confined("a=1; Path=/n/1/lab; Domain=example.com; Priority=High; Secure") == [
+        "a=1; Secure; Path=/n/1/lab"
+    ]
+    assert confined("a=1", "b=2; Path=/n/10/", "c=3; Path=/n/1/x; path=/") == [
+        "a=1; Path=/n/1/",
+        "b=2; Path=/n/1/",
+        "c=3; Path=/n/1/",
+    ]
+    assert confined("=gpupool_session=x", "nameless", "__HOST-a=1; Path=/; Secure") == []
+    assert confined("__Secure-a=1; Secure") == ["__Secure-a=1; Secure; Path=/n/1/"]
+    assert confined("a=1", rule=NO_COOKIES) == []
+    many = [f"c{i}=1" for i in range(MAX_SET_COOKIES + 5)]
+    assert len(confined(*many)) == MAX_SET_COOKIES
+    assert cookies_over_limit([("set-cookie", c) for c in many], CookieRule("/n/1/")) == 5
+    assert cookies_over_limit([("set-cookie", c) for c in many], NO_COOKIES) == 0
+    assert confined_path("/w/a;b c/") == "/w/a%3Bb%20c/"
 
 
 def test_a_redirect_to_the_workloads_own_address_becomes_a_path() -> None:

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Request, Response
 
 from gpupool.api.access import Rule, allow, declare
-from gpupool.api.deps import SESSION_COOKIE, PlatformDep, client_address
+from gpupool.api.deps import PlatformDep, client_address, session_cookie_name, session_secret
 from gpupool.api.schemas import LoginIn
 from gpupool.domain.views import HealthView, WhoAmIView
 from gpupool.services import cluster, identity
@@ -40,7 +40,7 @@ def sign_out(
     ctx: PlatformDep,
     _who: Annotated[Principal, allow(Rule.SIGNED_IN)],
 ) -> None:
-    identity.sign_out(ctx, request.cookies.get(SESSION_COOKIE))
+    identity.sign_out(ctx, session_secret(request))
     set_session_cookie(response, None, 0, ctx.settings.secure_cookies)
 
 
@@ -48,18 +48,14 @@ def set_session_cookie(
     response: Response, secret: str | None, seconds: float, secure: bool
 ) -> None:
     """Set (or, with None, delete) the session cookie: never readable by scripts, never sent
-    by another site's page, and over HTTPS only when users reach the server by https."""
-    if secret is None:
-        response.delete_cookie(SESSION_COOKIE, secure=secure, httponly=True, samesite="strict")
-        return
-    response.set_cookie(
-        SESSION_COOKIE,
-        secret,
-        max_age=int(seconds),
-        secure=secure,
-        httponly=True,
-        samesite="strict",
-    )
+    by another site's page, for every path of this host and no other host; over HTTPS only,
+    as a ``__Host-`` cookie, when users reach the server by https (``session_cookie_name``).
+    ``Priority=High``: a browser whose jar for this host is full drops other cookies first
+    (a workload's, which the proxy passes on without a Priority of their own)."""
+    value = f"{secret}; Max-Age={int(seconds)}" if secret is not None else '""; Max-Age=0'
+    attributes = "; Path=/; HttpOnly; SameSite=Strict; Priority=High"
+    cookie = f"{session_cookie_name(secure)}={value}{attributes}"
+    response.raw_headers.append((b"set-cookie", (cookie + ("; Secure" if secure else "")).encode()))
 
 
 @router.get("/whoami", response_model=WhoAmIView)
