@@ -162,7 +162,9 @@ class StorageWatch(Watch):
         low_mark = self.reserve.limits()[1] if disk_low else None
         with self.db.session() as session:
             stopped = apply(session, found, self.clock.now(), low_mark, self.reserve.free())
-        if stopped:
+        # also when none was recorded now: an attempt launched since a stop was recorded for
+        # it may not have been sent its stop yet
+        if stopped or disk_low or any(usage.over for usage in found):
             self.on_stops()
         return found
 
