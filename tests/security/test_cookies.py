@@ -76,6 +76,14 @@ def test_a_workloads_cookies_stay_under_its_own_path(proxied: Proxied) -> None:
     ]
 
 
+def test_a_cookie_in_utf8_passes_byte_for_byte(proxied: Proxied) -> None:
+    """httpx reads a workload's headers as UTF-8 where they are: the proxy passes on their
+    bytes (it failed with a 500 to encode them back)."""
+    assert set_cookies(proxied, "city=Z\u00fcrich \u20ac") == [
+        f"city=Z\u00fcrich \u20ac; Path=/w/{proxied.job_id}/"
+    ]
+
+
 def test_a_workload_cannot_flood_a_browsers_cookie_jar(
     proxied: Proxied, caplog: pytest.LogCaptureFixture
 ) -> None:

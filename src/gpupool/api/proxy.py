@@ -398,8 +398,9 @@ def _streamed(
         status_code=answer.status_code,
         background=BackgroundTask(answer.aclose),
     )
-    headers = _headers_back(answer.headers.multi_items(), target, upstream, cookies)
-    response.raw_headers = _raw(headers)
+    # as sent, byte for byte: httpx's own decoding (UTF-8 where it can) would not encode back
+    received = [(n.decode("latin-1"), v.decode("latin-1")) for n, v in answer.headers.raw]
+    response.raw_headers = _raw(_headers_back(received, target, upstream, cookies))
     return response
 
 
