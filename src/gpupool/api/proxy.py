@@ -267,10 +267,8 @@ def proxy_of(connection: HTTPConnection) -> Proxy:
 def cookie_rule(connection: HTTPConnection, keep: bool) -> CookieRule:
     """What becomes of a workload's cookies: confined to ``route_prefix`` when ``keep``,
     else (or where the route has no ``path`` parameter to tell the prefix) dropped."""
-    prefix = route_prefix(connection)
-    if not keep or prefix is None:
-        return NO_COOKIES
-    return CookieRule(path=confined_path(prefix))
+    prefix = route_prefix(connection) if keep else None  # /serve's requests: no work
+    return NO_COOKIES if prefix is None else CookieRule(path=confined_path(prefix))
 
 
 def route_prefix(connection: HTTPConnection) -> str | None:
