@@ -81,6 +81,61 @@ def test_a_deployments_page_shows_its_replica_and_sends_a_test_request(
     assert admin.get("/deployments/echo").json()["traffic"]["requests"] == 1
 
 
+def test_the_deployments_page_scales_updates_and_stops_it(
+    server: ServerProcess,
+    browser,  # noqa: ANN001
+) -> None:
+    """A deployment of a model's version 1 served by a command: its page's buttons scale it
+    to 2 replicas, roll it to version 2, and stop it, through the REST API."""
+    carol = _member(_api(server, server.token), "carol", "ops")
+    api = _api(server, carol)
+    for _ in range(2):
+        _register(api, "weights")
+    body = {"name": "managed", "model": "weights", "version": 1, "command": echo_command()}
+    made = api.post("/deployments", json=body)
+    assert made.status_code == 201, made.text
+    wait_for(lambda: _ready_replica(api, "managed"), 30, "its replica to be ready", 0.1)
+
+    page, errors = _signed_in(browser, server, "carol", carol)
+    page.goto("/deployments/managed")
+    manage = page.get_by_role("region", name="Manage")
+    manage.get_by_label("Replicas").fill("2")
+    manage.get_by_role("button", name="Scale").click()
+    expect(page.locator("#manage-status")).to_have_text("Scaled to 2 replicas.", timeout=SLOW)
+    expect(page.locator("#asked")).to_have_text("2")
+    expect(page.locator("#replica-rows tr")).to_have_count(2, timeout=SLOW)  # live
+    assert api.get("/deployments/managed").json()["replicas"] == 2
+
+    manage.get_by_label("Version of weights").fill("2")
+    manage.get_by_role("button", name="Update").click()
+    expect(page.locator("#manage-status")).to_have_text(
+        "Rolling to weights:2, replica by replica.", timeout=SLOW
+    )
+    assert api.get("/deployments/managed").json()["version"] == 2
+
+    page.once("dialog", lambda dialog: dialog.accept())
+    manage.get_by_role("button", name="Stop deployment").click()
+    expect(page.locator("#manage-status")).to_have_text(
+        "Deployment managed is stopped.", timeout=SLOW
+    )
+    expect(page.locator("#state")).to_have_text("stopped")
+    expect(manage.get_by_role("button", name="Scale")).to_be_disabled()
+    stopped = api.get("/deployments", params={"stopped": True}).json()
+    assert [d["state"] for d in stopped if d["name"] == "managed"] == ["stopped"]
+    page.context.close()
+    assert not errors, f"JavaScript errors: {errors}"
+
+
+def _register(api: httpx.Client, model: str) -> None:
+    """A new version of ``model`` from a job that wrote one file."""
+    script = 'printf w > "$GPUPOOL_OUTPUT_DIR/w.bin"'
+    job = api.post("/jobs", json={"command": ["sh", "-c", script]}).json()["id"]
+    ended = {"succeeded", "failed", "cancelled", "lost"}
+    wait_for(lambda: api.get(f"/jobs/{job}").json()["status"] in ended, 60, "the job", 0.1)
+    answer = api.post(f"/models/{model}/versions", json={"job_id": job})
+    assert answer.status_code == 201, answer.text
+
+
 def _api(server: ServerProcess, token: str | None) -> httpx.Client:
     headers = {"Authorization": f"Bearer {token}"}
     return httpx.Client(base_url=f"{server.url}/api/v1", headers=headers, timeout=30)
@@ -94,8 +149,8 @@ def _member(admin: httpx.Client, name: str, team: str) -> str:
     return made.json()["token"]
 
 
-def _ready_replica(admin: httpx.Client) -> dict | None:
-    shown = admin.get("/deployments/echo").json()
+def _ready_replica(admin: httpx.Client, name: str = "echo") -> dict | None:
+    shown = admin.get(f"/deployments/{name}").json()
     ready = [r for r in shown["replica_list"] if r["state"] == "ready"]
     return ready[0] if ready else None
 
@@ -110,5 +165,6 @@ def _signed_in(browser, server: ServerProcess, user: str, password: str):  # noq
     page.get_by_label("User name").fill(user)
     page.get_by_label("Password or API token").fill(password)
     page.get_by_role("button", name="Sign in").click()
-    expect(page).to_have_url(re.compile(r"/$"), timeout=SLOW)
+    # the front page itself: "/login?next=/" ends with "/" too
+    expect(page).to_have_url(re.compile(re.escape(server.url) + r"/$"), timeout=SLOW)
     return page, errors

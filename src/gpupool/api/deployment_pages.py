@@ -1,6 +1,7 @@
 """The deployments' web pages: the deployments of the caller's teams, and one deployment's
 page (its replicas with their node, state, health and restarts; its version; its requests
-and latency; a form that sends a test request through /serve). Read through the same
+and latency; a form that sends a test request through /serve; buttons that scale, update
+and stop it through the REST API). Read through the same
 service functions as the REST API; another team's deployment is a 404 page."""
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from fastapi.responses import HTMLResponse, Response
 from gpupool.api.access import Rule, declare
 from gpupool.api.deps import PlatformDep
 from gpupool.api.ui import SignedIn, render, to_login
+from gpupool.domain.deployments import MAX_REPLICAS
 from gpupool.domain.jobs import Role
 from gpupool.errors import AmbiguousDeployment, ClientError
 from gpupool.services import deployments
@@ -79,8 +81,9 @@ def deployment_page(
         csrf,
         page=PAGE,
         deployment=shown.model_dump(mode="json"),
-        can_call=who.role != Role.VIEWER,
+        can_call=who.role != Role.VIEWER,  # send test requests, scale, update and stop
         sample=json.dumps(SAMPLE_BODY),
+        max_replicas=MAX_REPLICAS,
     )
 
 
