@@ -36,13 +36,13 @@ def bare_spawn(n: int) -> list[float]:
     return times
 
 
-def executor_only(n: int, sandboxed: bool = False) -> list[float]:
+def executor_only(n: int, sandboxed: bool = False, network: str = "host") -> list[float]:
     data = Path(tempfile.mkdtemp(prefix="gpupool-bench-exec-"))
     isolation = Isolation(Settings(data_dir=data)) if sandboxed else None
     executor = LocalExecutor(data / "jobs", isolation=isolation)
     times = []
     for job_id in range(1, n + 1):
-        task = TaskSpec(job_id, 1, "local", ["true"], {}, None, [], 1 << 20, 1.0)
+        task = TaskSpec(job_id, 1, "local", ["true"], {}, None, [], 1 << 20, 1.0, network=network)
         start = time.time()
         handle = executor.start(task)
         wait_until(lambda h=handle: executor.poll(h).observed in (Observed.EXITED,), 30, 0.001)
@@ -51,8 +51,8 @@ def executor_only(n: int, sandboxed: bool = False) -> list[float]:
     return times
 
 
-def platform(n: int, isolation: str = "on") -> list[float]:
-    server = start_server({"GPUPOOL_ISOLATION": isolation})
+def platform(n: int, isolation: str = "on", network: str = "on") -> list[float]:
+    server = start_server({"GPUPOOL_ISOLATION": isolation, "GPUPOOL_NETWORK_ISOLATION": network})
     try:
         with client(server) as api:
             times = []
@@ -63,6 +63,10 @@ def platform(n: int, isolation: str = "on") -> list[float]:
             return times
     finally:
         server.stop()
+
+
+def _added(times: list[float], baseline: list[float], q: int) -> str:
+    return f"{1000 * (percentile(times, q) - percentile(baseline, q)):+.1f} ms"
 
 
 def _wait_final(api, job_id: int) -> dict:  # noqa: ANN001
@@ -81,13 +85,18 @@ def main() -> None:
     print(f"  baseline: local executor alone    {summary(runner)}")
     boxed = executor_only(JOBS, sandboxed=True)
     print(f"  local executor, sandboxed         {summary(boxed)}")
+    netns = executor_only(JOBS, sandboxed=True, network="isolated")
+    print(f"  local executor, own network       {summary(netns)}")
+    print(f"  own network adds (executor): p50 {_added(netns, boxed, 50)}")
     off = platform(JOBS, "off")
     print(f"  gpupool, isolation off            {summary(off)}")
+    shared = platform(JOBS, "on", network="off")
+    print(f"  gpupool, sandbox, node's network  {summary(shared)}")
     full = platform(JOBS, "on")
     print(f"  gpupool, isolation on (default)   {summary(full)}")
-    p50, p95 = percentile(full, 50), percentile(full, 95)
-    added = (1000 * (p50 - percentile(off, 50)), 1000 * (p95 - percentile(off, 95)))
-    print(f"  isolation adds: p50 {added[0]:+.1f} ms, p95 {added[1]:+.1f} ms")
+    p50 = percentile(full, 50)
+    print(f"  isolation adds: p50 {_added(full, off, 50)}, p95 {_added(full, off, 95)}")
+    print(f"  own network adds: p50 {_added(full, shared, 50)}, p95 {_added(full, shared, 95)}")
     print(f"  ratio p50 gpupool / executor alone: {p50 / percentile(runner, 50):.2f}")
     print("  reference (Slurm 22.05, same kind of machine): 2.27 s default, 0.26 s tuned")
     print(f"  ratio Slurm tuned / gpupool p50: {0.26 / p50:.1f}x")

@@ -8,8 +8,11 @@ A real server runs two deployments of one replica each:
 - ``ten-ms``: a replica of a command of its own (standard library HTTP) that takes ~10 ms a
   request, as a small real model does.
 
-For each, the baseline is the replica's own address (what the proxy forwards to, read from the
-server's database); the measured path is the server's /serve address with an API token. Both
+For each, the baseline is the replica itself (what the proxy forwards to, read from the
+server's database): a replica has a network of its own, so the baseline's connections are
+sockets handed over by its runner's bridge, straight to the replica's port with nothing in
+between, as the proxy's own are; the measured path is the server's /serve address with an
+API token. Both
 are measured in the same run, interleaved (direct, proxied, direct, proxied, ... one request
 after another, each over its own kept-alive connection), after a warm-up that is not counted:
 latency (p50, p99) and the absolute time the proxy adds. Requests/s: several clients at once,
@@ -20,17 +23,21 @@ direct.
 from __future__ import annotations
 
 import os
+import socket
 import statistics
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+import httpcore
 import httpx
 from harness import FINAL, percentile, start_server, stop_on_sigterm, wait_until
+from httpcore._backends.sync import SyncStream
 from sqlalchemy import select
 
 from gpupool.domain.deployments import REPLICA_TOKEN_HEADER
+from gpupool.runner import bridge
 from gpupool.services.endpoints import endpoint_of
 from gpupool.settings import Settings
 from gpupool.store.db import Database
@@ -118,6 +125,35 @@ class Target:
 
     url: str
     headers: dict[str, str]
+    socket: str | None = None  # the runner's socket of a replica with a network of its own
+
+    def client(self) -> httpx.Client:
+        """A client of this target: to a replica in its own network over handed-over
+        sockets (``runner.bridge.handoff``), else over TCP as usual."""
+        if self.socket is None:
+            return httpx.Client(headers=self.headers, timeout=60)
+        transport = httpx.HTTPTransport()
+        transport._pool = httpcore.ConnectionPool(network_backend=_Handoff(self.socket))
+        return httpx.Client(headers=self.headers, timeout=60, transport=transport)
+
+
+class _Handoff(httpcore.NetworkBackend):
+    """httpcore's connections to a replica in its own network: each one a TCP socket handed
+    over by the replica's runner, no relay in the path."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def connect_tcp(self, host, port, timeout=None, local_address=None, socket_options=None):  # noqa: ANN001, ANN201
+        sock = bridge.handoff(self.path, timeout or 10.0)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return SyncStream(sock)
+
+    def connect_unix_socket(self, path, timeout=None, socket_options=None):  # noqa: ANN001, ANN201
+        raise NotImplementedError
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
 
 
 def deploy_model(api: httpx.Client, data_dir) -> Target:  # noqa: ANN001 - a Path
@@ -150,13 +186,14 @@ def replica_url(api: httpx.Client, data_dir, name: str) -> Target:  # noqa: ANN0
     database = Database(Settings(data_dir=data_dir).database)
     try:
         with database.reader() as session:
-            url = f"{endpoint_of(session, replica_job).url}/predict"
+            found = endpoint_of(session, replica_job)
+            url = f"{found.url}/predict"
             token = session.scalar(
                 select(DeploymentReplicaModel.token).where(
                     DeploymentReplicaModel.job_id == replica_job
                 )
             )
-        return Target(url, {REPLICA_TOKEN_HEADER: token} if token else {})
+        return Target(url, {REPLICA_TOKEN_HEADER: token} if token else {}, found.socket)
     finally:
         database.dispose()
 
@@ -194,8 +231,8 @@ def interleaved(
     direct_ms: list[float] = []
     proxied_ms: list[float] = []
     with (
-        httpx.Client(headers=to_replica.headers, timeout=60) as direct,
-        httpx.Client(headers=to_serve.headers, timeout=60) as proxied,
+        to_replica.client() as direct,
+        to_serve.client() as proxied,
     ):
         for _ in range(WARM_UP):
             timed(direct, to_replica.url)
@@ -227,7 +264,7 @@ def rates(to_replica: Target, to_serve: Target, per_client: int) -> tuple[float,
 def concurrent(target: Target, per_client: int) -> float:
     """Seconds for CLIENTS clients to make ``per_client`` requests each (connections made
     and warmed before the clock starts)."""
-    clients = [httpx.Client(headers=target.headers, timeout=60) for _ in range(CLIENTS)]
+    clients = [target.client() for _ in range(CLIENTS)]
     try:
         for client in clients:
             timed(client, target.url)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the system packages gpupool uses when they are missing and we may: as root with apt.
-#   install-system-deps.sh serve  -> bubblewrap (every job runs in its sandbox)
-#   install-system-deps.sh test   -> bubblewrap, PostgreSQL, Debian's chromium, Open MPI (mpirun,
+#   install-system-deps.sh serve  -> bubblewrap (every job runs in its sandbox), passt (pasta:
+#                                    egress for each job's own network namespace)
+#   install-system-deps.sh test   -> the same, PostgreSQL, Debian's chromium, Open MPI (mpirun,
 #                                    for the MPI example; mpi4py's wheel loads its libmpi)
 # Elsewhere it says what is missing: the server then refuses to run jobs until bubblewrap is
 # there (or GPUPOOL_ISOLATION=off), and the tests that need the others skip.
@@ -10,6 +11,7 @@ set -euo pipefail
 want="${1:-test}"
 missing=()
 command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
+command -v pasta >/dev/null 2>&1 || missing+=(passt)
 if [ "$want" = test ]; then
   ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
   [ -x /usr/bin/chromium ] || missing+=(chromium)

@@ -91,6 +91,13 @@ class PriorityNotAllowed(Forbidden):
     code = "priority_not_allowed"
 
 
+class HostNetworkNotAllowed(Forbidden):
+    """This pool runs every job on a network of its own: leave network out (or use
+    isolated), or ask an admin to allow the node's network (GPUPOOL_ALLOW_HOST_NETWORK)."""
+
+    code = "host_network_not_allowed"
+
+
 class NotFound(ClientError):
     """No such resource, or not one you can see."""
 
@@ -266,6 +273,13 @@ class CodeWithWorkdir(InvalidRequest):
     either code or workdir."""
 
     code = "code_with_workdir"
+
+
+class InvalidNetwork(InvalidRequest):
+    """A job over several nodes uses the nodes' network (its tasks talk over NCCL, RDMA or
+    MPI between nodes): leave network out, or run it on one node."""
+
+    code = "invalid_network"
 
 
 class CodeNotFound(NotFound):

@@ -167,6 +167,13 @@ class Settings(BaseSettings):
     job_pids_max: int = Field(default=4096, ge=16)
     job_default_memory: str | None = None
     mps_pipe_directory: Path = Path("/tmp/nvidia-mps")  # CUDA_MPS_PIPE_DIRECTORY
+    # Networks (docs/isolation.md): every sandboxed job on one node gets a network namespace
+    # of its own, with egress through pasta (Debian's passt; none where it is missing);
+    # "off" keeps every job on the node's network. Whether a job may ask for the node's
+    # network (network: host) is the admin's call: admins' own jobs always may.
+    network_isolation: Literal["on", "off"] = "on"
+    pasta_path: str = "pasta"  # looked up on PATH unless absolute
+    allow_host_network: bool = False
 
     @field_validator("public_url")
     @classmethod
@@ -201,6 +208,12 @@ class Settings(BaseSettings):
     @property
     def jobs_dir(self) -> Path:
         return self.data_dir / "jobs"
+
+    @property
+    def api_socket(self) -> Path:
+        """The server's Unix socket (mode 0600): the API for jobs with a network of their
+        own, relayed to their loopback by their runners (``runner.bridge``)."""
+        return self.data_dir / "api.sock"
 
     @property
     def code_dir(self) -> Path:

@@ -128,10 +128,50 @@ ACTIONS: tuple[Action, ...] = (
         "    return found\n"
         "raise PermissionError('no other job in its view of /sys/fs/cgroup')",
     ),
+    Action(
+        "call the other team's workload on its port",
+        # a notebook's kernel channels, a replica's or a listening job's port: on the node's
+        # loopback they answered any process of the node, past the platform's checks
+        "with socket.create_connection(('127.0.0.1', T['victim_port']), timeout=5) as s:\n"
+        "    return s.recv(64).decode()",
+    ),
+    Action(
+        "take the port the other team's workload serves on",
+        "s = socket.create_server(('127.0.0.1', T['victim_port']))\n"
+        "with socket.create_connection(('127.0.0.1', T['victim_port']), timeout=5) as c:\n"
+        "    got = c.recv(64)\n"
+        "if b'team-a' in got:\n"
+        "    return got.decode()\n"
+        "raise PermissionError('it holds a port of its own network only')",
+    ),
+    Action(
+        "reach a service of the node's loopback",
+        # the server's own port is offered to a job (its API); any other listener of the
+        # node (Ray, the node's agents, another team's port) is out of reach
+        "with socket.create_connection(('127.0.0.1', T['node_port']), timeout=5) as s:\n"
+        "    return 'connected'",
+    ),
+    Action(
+        "lock the other clients out with bad tokens",
+        # failed tokens count against their sender alone: the test then signs in as others
+        "import urllib.error, urllib.request\n"
+        "codes = []\n"
+        "for i in range(40):\n"
+        "    bad = {'Authorization': f'Bearer gpt_bad{i}'}\n"
+        "    bad = urllib.request.Request(T['api'] + '/jobs', headers=bad)\n"
+        "    try:\n"
+        "        urllib.request.urlopen(bad, timeout=10)\n"
+        "        codes.append(200)\n"
+        "    except urllib.error.HTTPError as e:\n"
+        "        codes.append(e.code)\n"
+        "if 200 in codes:\n"
+        "    return codes\n"
+        "raise PermissionError(f'refused: {sorted(set(codes))}')",
+    ),
 )
 
 PROLOGUE = """
-import json, os, signal, sys
+import json, os, signal, socket, sys
 T = json.loads(sys.argv[1])
 results = {}
 """

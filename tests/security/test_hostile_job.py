@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import sys
 from pathlib import Path
 
@@ -11,14 +12,23 @@ import psutil
 
 from tests.security import hostile
 from tests.security.conftest import Pool
+from tests.support.server import free_port
 from tests.support.waiting import wait_for
 
 # Team A's job: writes a checkpoint, says so, and waits for its release file; then checks
 # that nobody touched its checkpoint or working directory, and exits 0 only if so.
 VICTIM = """
-import os, sys, time
+import os, socket, sys, threading, time
 ckpt = os.path.join(os.environ["GPUPOOL_CHECKPOINT_DIR"], "model.ckpt")
 open(ckpt, "w").write("weights-of-team-a")
+if os.environ.get("VICTIM_PORT"):  # a port it serves on its loopback (a kernel's, a model's)
+    server = socket.create_server(("127.0.0.1", int(os.environ["VICTIM_PORT"])))
+    def answer():
+        while True:
+            conn, _ = server.accept()
+            conn.sendall(b"secret-of-team-a")
+            conn.close()
+    threading.Thread(target=answer, daemon=True).start()
 print("victim ready", flush=True)
 while not os.path.exists("release"):
     time.sleep(0.05)
@@ -33,15 +43,23 @@ sys.exit(0 if intact and clean else 1)
 def test_a_hostile_job_of_another_team_reaches_nothing(pool: Pool, exchange: Path) -> None:
     victim_user, team_a = pool.member("team-a")
     _, team_b = pool.member("team-b")
+    port = free_port()
     victim = pool.submit(
-        team_a, [sys.executable, "-c", VICTIM], resources={"gpus": 1}, workdir=str(exchange)
+        team_a,
+        [sys.executable, "-c", VICTIM],
+        resources={"gpus": 1},
+        workdir=str(exchange),
+        env={"VICTIM_PORT": str(port)},
     )
     wait_for(lambda: "victim ready" in pool.log(victim["id"]), 60, "team A's job to run")
     targets = _targets(pool, victim["id"], exchange) | {"victim_user": victim_user}
+    node_service = socket.create_server(("127.0.0.1", 0))  # another listener of the node's
+    targets |= {"victim_port": port, "node_port": node_service.getsockname()[1]}
 
     own_token = {"HOSTILE_TOKEN": team_b.headers["Authorization"]}  # B's own, not on argv
     attacker = pool.submit(team_b, hostile.command(targets), resources={"gpus": 1}, env=own_token)
-    done = pool.wait(attacker["id"], {"succeeded", "failed", "lost"})
+    with node_service:
+        done = pool.wait(attacker["id"], {"succeeded", "failed", "lost"})
     assert done["status"] == "succeeded", pool.log(attacker["id"])
     found = hostile.outcomes(pool.log(attacker["id"]))
 
@@ -55,6 +73,9 @@ def test_a_hostile_job_of_another_team_reaches_nothing(pool: Pool, exchange: Pat
     else:  # the server's own account, in a user namespace
         assert server_uid != 0 and job_uid == server_uid
     assert pool.job(victim["id"])["status"] == "running"
+    # its 40 bad tokens lock nobody else out: A's member and the admin still get in
+    assert team_a.get("/jobs").status_code == 200
+    assert pool.admin.get("/nodes").status_code == 200
     assert psutil.pid_exists(targets["victim_pid"]) and psutil.pid_exists(targets["server_pid"])
     assert "exit_code" not in pool.state(victim["id"]), "A's attempt state was not forged"
     (exchange / "release").touch()

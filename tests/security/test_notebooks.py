@@ -32,6 +32,12 @@ IN_KERNEL = (
 )
 
 
+KERNEL_IOPUB = (
+    "from ipykernel import get_connection_info\n"
+    "print('IOPUB=' + str(get_connection_info(unpack=True)['iopub_port']))"
+)
+
+
 @pytest.mark.parametrize("pool", ["root"], indirect=True)
 def test_notebooks_are_their_owners_alone_and_a_hostile_kernel_reaches_nothing(
     pool: Pool, exchange: Path
@@ -57,6 +63,10 @@ def test_notebooks_are_their_owners_alone_and_a_hostile_kernel_reaches_nothing(
     hostile_lab = Lab(pool.server.url, theirs["id"], _token(team_b))
     hostile_lab.answering()
     targets = _targets(pool, victim["id"], exchange) | {"victim_user": owner}
+    # the owner's kernel's iopub channel: on the node's loopback, any subscriber got every
+    # output of it (the HMAC key signs messages, it keeps no one out)
+    iopub = lab.run(kernel, KERNEL_IOPUB).split("IOPUB=")[1].split()[0]
+    targets |= {"victim_port": int(iopub)}
     code = IN_KERNEL.format(token=team_b.headers["Authorization"], targets=json.dumps(targets))
     printed = hostile_lab.run(hostile_lab.start_kernel(), code + hostile.script(), timeout=120)
     found = hostile.outcomes(printed)

@@ -78,8 +78,9 @@ class Proxied:
         if found is None:
             return False
         try:
-            return httpx.get(f"{found.url}/ready", timeout=2).status_code == 200
-        except httpx.HTTPError:
+            with found.client(2) as client:  # through its runner's socket: the only way in
+                return client.get(f"{found.url}/ready").status_code == 200
+        except (httpx.HTTPError, OSError):
             return False
 
 
@@ -116,13 +117,14 @@ def proxy_app(platform: Platform) -> FastAPI:
         except GpupoolError as error:
             return refusal(request, error)
         target = _target(found.url, path, request.url.query)
-        return await proxy_of(request).http(request, target, WORKLOAD_HEADERS)
+        return await proxy_of(request).http(request, target, WORKLOAD_HEADERS, via=found.socket)
 
     @app.api_route("/whole/{job_id}/{path:path}", methods=PROXIED_METHODS)
     async def whole_to_job(request: Request, job_id: int, path: str) -> Response:
         found = await _endpoint(platform, job_id)
         target = _target(found.url, path, request.url.query)
-        return _marked(await proxy_of(request).http(request, target, whole=True))
+        answer = await proxy_of(request).http(request, target, whole=True, via=found.socket)
+        return _marked(answer)
 
     @app.websocket("/w/{job_id}/{path:path}")
     async def ws_to_job(websocket: WebSocket, job_id: int, path: str) -> None:
@@ -133,7 +135,7 @@ def proxy_app(platform: Platform) -> FastAPI:
             await refuse_websocket(websocket, error)
             return
         target = _target(found.url.replace("http://", "ws://"), path, websocket.url.query)
-        await proxy_of(websocket).websocket(websocket, target, WORKLOAD_HEADERS)
+        await proxy_of(websocket).websocket(websocket, target, WORKLOAD_HEADERS, via=found.socket)
 
     @app.api_route("/port/{port}/{path:path}", methods=PROXIED_METHODS)
     async def to_port(request: Request, port: int, path: str) -> Response:

@@ -15,7 +15,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -24,7 +26,7 @@ from fastapi import Request, WebSocket
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.background import BackgroundTask
 from starlette.requests import ClientDisconnect, HTTPConnection
-from websockets.asyncio.client import ClientConnection, connect
+from websockets.asyncio.client import ClientConnection, connect, unix_connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 from websockets.typing import Origin, Subprotocol
 
@@ -46,10 +48,12 @@ from gpupool.errors import (
     UpstreamTimeout,
     UpstreamUnavailable,
 )
+from gpupool.runner import bridge
 
 log = logging.getLogger(__name__)
 
 # the methods the proxied routes take (every one a workload may serve)
+MAX_SOCKET_TRANSPORTS = 256  # workloads with a network of their own, reached at once
 PROXIED_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 # close codes that are never sent in a close frame (RFC 6455 7.4.1), and what is sent instead
 UNSENDABLE_CLOSE = {1005: 1000, 1006: 1011, 1015: 1011}
@@ -109,10 +113,12 @@ class Proxy:
                 idle_per_replica=limits.max_keepalive,
             )
         )
+        self.sockets = SocketTransports(limits)
 
     async def aclose(self) -> None:
         await self.transport.aclose()
         await self.upstreams.aclose()
+        await self.sockets.aclose()
 
     # -- HTTP ---------------------------------------------------------------------------------
 
@@ -125,6 +131,7 @@ class Proxy:
         raise_refused: bool = False,
         whole: bool = False,
         keep_cookies: bool = True,
+        via: str | None = None,
     ) -> Response:
         """Forward ``request`` to ``target`` (``http://host:port`` and the path and query);
         the workload's answer back with its status and headers. A request's body travels
@@ -136,10 +143,12 @@ class Proxy:
         answer that says it is small passed on whole, as a plain Response (without it,
         every answer is a StreamingResponse, for a caller that reads or rewrites it).
         ``keep_cookies``: pass on the workload's cookies, confined to the path it is reached
-        under (``route_prefix``); False: drop them all."""
+        under (``route_prefix``); False: drop them all. ``via``: the runner's socket of a
+        workload with a network of its own, the only way to it (``runner.bridge``)."""
         cookies = cookie_rule(request, keep_cookies)
         if whole:
-            return await self._whole(request, target, headers, raise_refused, cookies)
+            return await self._whole(request, target, headers, raise_refused, cookies, via)
+        transport = self.transport if via is None else await self.sockets.get(via)
         upstream = _origin(target)
         sent = request_headers(request.headers.items(), caller_of(request), upstream, headers)
         try:
@@ -147,7 +156,7 @@ class Proxy:
             outgoing = httpx.Request(
                 request.method, target, headers=sent, content=content, extensions=self.extensions
             )
-            answer = await self.transport.handle_async_request(outgoing)
+            answer = await transport.handle_async_request(outgoing)
         except _BodyTooLarge:
             return _failed(_too_large(self.limits.max_body_bytes), target, None)
         except ClientDisconnect:  # nobody is left to answer
@@ -169,6 +178,7 @@ class Proxy:
         headers: Mapping[str, str] | None,
         raise_refused: bool,
         cookies: CookieRule,
+        via: str | None = None,
     ) -> Response:
         """``http`` for /serve, through ``api.upstream``: the request's body whole, and the
         answer too when it says it is small."""
@@ -185,6 +195,7 @@ class Proxy:
                 sent,
                 body,
                 self.limits.whole_answer_bytes,
+                via,
             )
         except _BodyTooLarge:
             return _failed(_too_large(self.limits.max_body_bytes), target, None)
@@ -208,6 +219,7 @@ class Proxy:
         target: str,
         headers: Mapping[str, str] | None = None,
         subprotocols: Sequence[str] | None = None,
+        via: str | None = None,
     ) -> None:
         """Connect to ``target`` (``ws://host:port/path?query``), then accept the client
         with the subprotocol the workload chose, and pass text and binary messages both ways
@@ -217,7 +229,7 @@ class Proxy:
         does one that answers the handshake with anything but a switch to WebSocket (502: a
         browser's script is told no more than that its WebSocket failed)."""
         try:
-            upstream = await self._connect(websocket, target, headers, subprotocols)
+            upstream = await self._connect(websocket, target, headers, subprotocols, via)
         except GpupoolError as error:
             await refuse_websocket(websocket, error)
             return
@@ -231,6 +243,7 @@ class Proxy:
         target: str,
         headers: Mapping[str, str] | None,
         subprotocols: Sequence[str] | None,
+        via: str | None = None,
     ) -> ClientConnection:
         upstream = _origin(target)
         caller = caller_of(websocket)
@@ -239,18 +252,21 @@ class Proxy:
             subprotocols if subprotocols is not None else websocket.scope.get("subprotocols", ())
         )
         origin = Origin(upstream) if "origin" in websocket.headers else None
+        options = {
+            "additional_headers": sent,
+            "subprotocols": [Subprotocol(p) for p in offered] or None,
+            "origin": origin,
+            "proxy": None,  # never through a proxy of the server's environment
+            "compression": None,  # a hop on the node's network: not worth the CPU
+            "open_timeout": self.limits.connect_seconds,
+            "max_size": self.limits.max_message_bytes,
+            "user_agent_header": None,
+        }
         try:
-            return await connect(
-                target,
-                additional_headers=sent,
-                subprotocols=[Subprotocol(p) for p in offered] or None,
-                origin=origin,
-                proxy=None,  # never through a proxy of the server's environment
-                compression=None,  # a hop on the node's network: not worth the CPU
-                open_timeout=self.limits.connect_seconds,
-                max_size=self.limits.max_message_bytes,
-                user_agent_header=None,
-            )
+            if via is None:
+                return await connect(target, **options)
+            with bridge.unix_address(via) as address:  # relayed by the runner's bridge
+                return await unix_connect(address, target, **options)
         except TimeoutError as error:
             raise _logged(UpstreamTimeout(), target, error) from error
         except InvalidStatus as error:
@@ -497,3 +513,42 @@ def _failed(error: GpupoolError, target: str, cause: Exception | None) -> ProxyA
 def _logged(error: GpupoolError, target: str, cause: Exception | None) -> GpupoolError:
     log.info("proxy to %s: %s (%s)", target, error.code, cause)
     return error
+
+
+class SocketTransports:
+    """httpx transports to workloads with a network of their own, one per runner's socket
+    (each keeps its connections alive), owned by the proxy; past ``MAX_SOCKET_TRANSPORTS``
+    the least recently used is closed (a notebook long gone)."""
+
+    def __init__(self, limits: ProxyLimits) -> None:
+        self.limits = limits
+        self._open: OrderedDict[str, tuple[httpx.AsyncHTTPTransport, AbstractContextManager]] = (
+            OrderedDict()
+        )
+
+    async def get(self, path: str) -> httpx.AsyncHTTPTransport:
+        if path in self._open:
+            self._open.move_to_end(path)
+            return self._open[path][0]
+        address = bridge.unix_address(path)  # held open as long as the transport
+        transport = httpx.AsyncHTTPTransport(
+            uds=address.__enter__(),
+            limits=httpx.Limits(max_keepalive_connections=32),
+            trust_env=False,
+        )
+        self._open[path] = (transport, address)
+        while len(self._open) > MAX_SOCKET_TRANSPORTS:
+            await self._close(*self._open.popitem(last=False)[1])
+        return transport
+
+    async def aclose(self) -> None:
+        opened, self._open = self._open, OrderedDict()
+        for transport, address in opened.values():
+            await self._close(transport, address)
+
+    @staticmethod
+    async def _close(transport: httpx.AsyncHTTPTransport, address: AbstractContextManager) -> None:
+        try:
+            await transport.aclose()
+        finally:
+            address.__exit__(None, None, None)

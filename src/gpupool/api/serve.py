@@ -79,7 +79,9 @@ async def serve_websocket(websocket: WebSocket, name: str, path: str) -> None:
         await refuse_websocket(websocket, NoHealthyReplica())
         return
     target = "ws" + picked[1].url.removeprefix("http") + upstream_path
-    await proxy_of(websocket).websocket(websocket, target, route.headers_for(picked[0]))
+    await proxy_of(websocket).websocket(
+        websocket, target, route.headers_for(picked[0]), via=picked[1].socket
+    )
 
 
 async def _route(ctx: Platform, connection: HTTPConnection, name: str) -> Route:
@@ -110,6 +112,7 @@ async def _forward(
                 raise_refused=True,
                 whole=True,
                 keep_cookies=False,
+                via=endpoint.socket,
             )
         except UpstreamRefused as error:  # nothing was sent: the next replica gets it
             answer = JSONResponse(error_body(error.code, error.message), status_code=error.status)

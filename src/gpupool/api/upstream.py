@@ -27,6 +27,8 @@ from typing import TypeVar
 
 import h11
 
+from gpupool.runner import bridge
+
 Headers = list[tuple[str, str]]
 
 NO_BODY_STATUSES = frozenset({204, 304})
@@ -106,11 +108,12 @@ class _Connection:
 
 
 class Upstreams:
-    """Kept-alive connections to replicas, by (host, port); one per app, closed with it."""
+    """Kept-alive connections to replicas, by (host, port), or by the runner's socket of a
+    replica with a network of its own; one per app, closed with it."""
 
     def __init__(self, limits: UpstreamLimits = UpstreamLimits()) -> None:
         self.limits = limits
-        self._idle: dict[tuple[str, int], list[_Connection]] = {}
+        self._idle: dict[tuple[str, int] | str, list[_Connection]] = {}
 
     async def request(
         self,
@@ -120,14 +123,18 @@ class Upstreams:
         headers: Headers,
         body: bytes,
         whole_bytes: int,
+        via: str | None = None,
     ) -> Answer:
         """Send the request; its answer, read whole when it says it is at most
-        ``whole_bytes`` long. Refused, TimedOut or Broken when no answer came."""
+        ``whole_bytes`` long. Refused, TimedOut or Broken when no answer came. ``via``: the
+        runner's socket that hands over a connection to the replica's ``address`` inside
+        its own network namespace (``runner.bridge``)."""
         head = _request(method, address, target, headers, body)  # checked before any sending
-        connection = self._idle_one(address) or await self._connect(address)
+        key = via or address
+        connection = self._idle_one(key) or await self._connect(address, via)
         try:
             await self._send(connection, head, body)
-            return await self._answer(connection, address, method, whole_bytes)
+            return await self._answer(connection, key, method, whole_bytes)
         except BaseException:
             connection.close()
             raise
@@ -140,7 +147,7 @@ class Upstreams:
 
     # -- connections --------------------------------------------------------------------------
 
-    def _idle_one(self, address: tuple[str, int]) -> _Connection | None:
+    def _idle_one(self, address: tuple[str, int] | str) -> _Connection | None:
         idle = self._idle.get(address, [])
         while idle:
             connection = idle.pop()
@@ -150,13 +157,17 @@ class Upstreams:
         self._idle.pop(address, None)  # no key left behind for a replica gone for good
         return None
 
-    async def _connect(self, address: tuple[str, int]) -> _Connection:
+    async def _connect(self, address: tuple[str, int], via: str | None) -> _Connection:
         try:
             async with asyncio.timeout(self.limits.connect_seconds):
-                reader, writer = await asyncio.open_connection(*address, limit=READ_SIZE)
+                if via is None:
+                    reader, writer = await asyncio.open_connection(*address, limit=READ_SIZE)
+                else:
+                    sock = await _handed_over(via)
+                    reader, writer = await asyncio.open_connection(sock=sock, limit=READ_SIZE)
         except TimeoutError as error:
             raise TimedOut(f"no connection to {address} in time") from error
-        except ConnectionRefusedError as error:
+        except (ConnectionRefusedError, FileNotFoundError) as error:  # no socket: not yet
             raise Refused(str(error)) from error
         except OSError as error:
             raise Broken(str(error)) from error
@@ -164,7 +175,7 @@ class Upstreams:
             writer.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return _Connection(reader, writer, self.limits.max_head_bytes)
 
-    def _release(self, address: tuple[str, int], connection: _Connection) -> None:
+    def _release(self, address: tuple[str, int] | str, connection: _Connection) -> None:
         """Keep the connection of an answer read to its end, if h11 says it may be reused."""
         idle = self._idle.setdefault(address, [])
         if len(idle) < self.limits.idle_per_replica and connection.reusable():
@@ -188,7 +199,11 @@ class Upstreams:
             raise Broken(str(error)) from error
 
     async def _answer(
-        self, connection: _Connection, address: tuple[str, int], method: str, whole_bytes: int
+        self,
+        connection: _Connection,
+        address: tuple[str, int] | str,
+        method: str,
+        whole_bytes: int,
     ) -> Answer:
         response = await self._response(connection)
         status = response.status_code
@@ -267,6 +282,24 @@ class Upstreams:
             raise TimedOut("the replica was silent too long") from error
         except OSError as error:
             raise Broken(f"the answer was cut: {error!r}") from error
+
+
+async def _handed_over(path: str) -> socket.socket:
+    """A connection to a replica inside its own network namespace, handed over by its
+    runner's bridge (``runner.bridge.handoff``, without blocking the event loop)."""
+    loop = asyncio.get_running_loop()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as unix:
+        unix.setblocking(False)
+        with bridge.unix_address(path) as address:
+            await loop.sock_connect(unix, address)
+        await loop.sock_sendall(unix, bridge.HANDOFF)
+        readable = loop.create_future()
+        loop.add_reader(unix.fileno(), lambda: readable.done() or readable.set_result(None))
+        try:
+            await readable
+        finally:
+            loop.remove_reader(unix.fileno())
+        return bridge.received(*socket.recv_fds(unix, 64, 1)[:2], path)
 
 
 def _request(

@@ -54,6 +54,7 @@ class NodeAgent:
             isolation=self.isolation,
             model_limits=self.settings.model_limits(),
             listen_host=None,  # a task that listens binds its node's address, as the pool has it
+            socket_listeners=False,  # the server reaches no runner's socket on this node
         )
         self.started_at = time.time()
         self.inventory_data: dict[str, Any] | None = None

@@ -20,7 +20,7 @@ from pydantic_core import PydanticCustomError
 from gpupool.domain.code import REF_EXAMPLE, is_ref
 from gpupool.domain.text import STORABLE, Text, is_stored, stored_context
 from gpupool.domain.units import parse_bytes
-from gpupool.errors import CodeWithWorkdir, GpuTypeWithoutGpus, InvalidLauncher
+from gpupool.errors import CodeWithWorkdir, GpuTypeWithoutGpus, InvalidLauncher, InvalidNetwork
 
 SPEC_VERSION = 1
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -279,6 +279,14 @@ class JobSpec(BaseModel):
         "node in PORT (and GPUPOOL_LISTEN_HOST, the address to bind: the node's address), and "
         "the platform's proxy reaches it there",
     )
+    network: Literal["isolated", "host"] | None = Field(
+        default=None,
+        description="isolated: a network namespace of the job's own (its own loopback, egress "
+        "through a user-space NAT; nothing else on the node reaches its ports, and it reaches "
+        "none of the node's); host: the node's network, where an admin allows it "
+        "(GPUPOOL_ALLOW_HOST_NETWORK). Default: isolated on one node, host for a job over "
+        "several nodes (NCCL and RDMA need the node's interfaces)",
+    )
     workspace: bool = Field(
         default=False,
         description="run in the submitter's workspace: a directory of their own on the node "
@@ -367,6 +375,21 @@ class JobSpec(BaseModel):
     @property
     def is_gang(self) -> bool:
         return self.nodes > 1 or self.launcher is not None
+
+    @property
+    def network_mode(self) -> str:
+        """The network the job gets: its own, unless it asked for the node's or spans
+        nodes."""
+        return self.network or ("host" if self.nodes > 1 else "isolated")
+
+    @model_validator(mode="after")
+    def _network_fits(self) -> JobSpec:
+        """A job over several nodes talks to its other tasks over the nodes' own network."""
+        if self.network == "isolated" and self.nodes > 1:
+            raise PydanticCustomError(
+                InvalidNetwork.code, " ".join(InvalidNetwork().message.split())
+            )
+        return self
 
     @model_validator(mode="after")
     def _display_name(self) -> JobSpec:

@@ -79,6 +79,9 @@ class TaskSpec:
     # the task runs in its user's workspace (JobSpec.workspace): a directory of that user's
     # on the node, kept across jobs, that the executor resolves and the sandbox shows
     workspace: bool = False
+    # "isolated": a network namespace of its own, reached only through its runner's socket
+    # (executors.listening); "host": the node's network (a gang over several nodes)
+    network: str = "host"
 
     @property
     def in_gang(self) -> bool:

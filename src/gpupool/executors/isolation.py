@@ -28,6 +28,7 @@ from gpupool.domain.isolation import IsolationMode, IsolationStatus
 from gpupool.domain.units import parse_bytes
 from gpupool.executors.accounts import AccountError, Accounts
 from gpupool.executors.base import LaunchError, TaskSpec
+from gpupool.executors.listening import ISOLATED_PORT
 from gpupool.runner.tenancy import conflict, within
 from gpupool.settings import Settings
 
@@ -104,9 +105,18 @@ class DeviceMap:
 
 
 class Isolation:
-    """The tenancy settings of a node, turned into each runner's spec; probes bubblewrap."""
+    """The tenancy settings of a node, turned into each runner's spec; probes bubblewrap.
 
-    def __init__(self, settings: Settings, accounts: Accounts | None = None) -> None:
+    ``api``: (port, Unix socket) of the server on this node: a job with a network of its own
+    finds the platform's API on its own loopback at that port (its runner's bridge relays it
+    to the socket); None on a pool's node, whose jobs reach the server by its address."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        accounts: Accounts | None = None,
+        api: tuple[int, str] | None = None,
+    ) -> None:
         self.settings = settings
         self.enabled = settings.isolated
         self.root = os.geteuid() == 0
@@ -116,6 +126,10 @@ class Isolation:
         self.devices = DeviceMap(settings.device_dir)
         self.bwrap = _which(settings.bwrap_path)
         self.setpriv = _which("setpriv")
+        self.network_on = settings.network_isolation == "on"
+        self.pasta = _which(settings.pasta_path)  # None: jobs get no egress (they are told)
+        # (port, server's Unix socket): the platform's API on each job's own loopback
+        self.api = api
         self.protected = protected_paths(settings)
         # what every sandbox shows: fixed by the settings, so worked out once, not per start
         self.readonly = self.readonly_paths()
@@ -215,6 +229,19 @@ class Isolation:
             return psutil.virtual_memory().total
         return inventory.memory_bytes // max(1, len(inventory.gpus))
 
+    def isolates_network(self, task: TaskSpec) -> bool:
+        """Whether the task gets a network namespace of its own: sandboxed, asked for (the
+        default on one node), and not switched off by the admin."""
+        return self.enabled and self.network_on and task.network == "isolated"
+
+    def network(self, task: TaskSpec) -> dict[str, Any]:
+        """spec.json's ``sandbox.network`` (``runner.network.NetworkPolicy``)."""
+        if not self.isolates_network(task):
+            return {"mode": "host"}
+        port = ISOLATED_PORT if task.listen else None
+        api = {"port": self.api[0], "socket": self.api[1]} if self.api else None
+        return {"mode": "isolated", "egress": self.pasta, "port": port, "api": api}
+
     def job_path(self, path: str) -> str:
         """The PATH a sandboxed job gets when it sets none: the Python the sandbox shows first
         (so that ``python`` is one that runs there), then the entries of the server's PATH
@@ -243,6 +270,7 @@ class Isolation:
             "readwrite": self.readwrite,
             "hidden": self.protected,
             "devices": self.devices.devices(list(task.gpu_uuids)),
+            "network": self.network(task),
         }
 
     def readonly_paths(self) -> list[str]:

@@ -23,6 +23,7 @@ import signal
 import subprocess
 import sys
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,7 @@ from gpupool.executors import code as archives
 from gpupool.executors import outputs
 from gpupool.executors.base import Executor, Handle, LaunchError, Observed, PollResult, TaskSpec
 from gpupool.executors.isolation import Isolation
-from gpupool.executors.listening import listen, recorded
+from gpupool.executors.listening import listen, listen_inside, recorded
 from gpupool.executors.outputs import Writable
 from gpupool.executors.remains import Remains, find_process
 from gpupool.runner import layout
@@ -76,6 +77,9 @@ class LocalExecutor(Executor):
     own tests; the server always passes one). ``code_limits``: what a code snapshot may
     unpack to (the server's ``max_code_*``). ``listen_host``: the address a task that listens
     binds (None: the task's ``node_address``, as a pool's node agent has it).
+    ``socket_listeners``: a task that listens with a network of its own is reached through
+    its runner's socket; False (a pool's node, whose sockets the server cannot reach) keeps
+    such a task on the node's network.
     """
 
     def __init__(
@@ -89,9 +93,11 @@ class LocalExecutor(Executor):
         code_limits: CodeLimits | None = None,
         model_limits: CodeLimits | None = None,
         listen_host: str | None = "127.0.0.1",
+        socket_listeners: bool = True,
     ) -> None:
         self.jobs_dir = Path(jobs_dir)
         self.listen_host = listen_host
+        self.socket_listeners = socket_listeners
         self.code_limits = code_limits or CodeLimits()
         self.model_limits = model_limits or CodeLimits()
         self._isolation = isolation
@@ -154,8 +160,14 @@ class LocalExecutor(Executor):
         _validate(task)
         attempt_dir = self.attempt_dir(task.job_id, task.attempt)
         spec = self._spec(task)
+        if task.listen and not self.socket_listeners:
+            task = replace(task, network="host")  # the server reaches no socket of this node
+        isolated = self._isolation is not None and self._isolation.isolates_network(task)
         host = self.listen_host or task.node_address
-        listening = listen(task, host, spec["env"]) if task.listen else {}
+        listening = {}
+        if task.listen:
+            env = spec["env"]
+            listening = listen_inside(attempt_dir, env) if isolated else listen(task, host, env)
         if self._isolation is not None:
             job_dirs = [spec["output_dir"], spec["checkpoint_dir"]]
             spec.update(self._isolation.runner_spec(task, job_dirs))

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 
+from gpupool.runner.network import NetworkPolicy
 from gpupool.runner.spec import SpecError
 from gpupool.runner.tenancy import within
 
@@ -40,10 +41,20 @@ class SandboxPolicy:
     ``hidden``: paths never shown, even below a path that is (the data directory).
     ``devices``: ``[host path, path inside]`` of each device node (the job's GPUs and the
     NVIDIA control devices). ``mps_pipe_dir``: an MPS control daemon's directory, shown when
-    one runs.
+    one runs. ``network``: the job's own network namespace or the node's
+    (``runner.network.NetworkPolicy``).
     """
 
-    __slots__ = ("bwrap", "setpriv", "shell", "readonly", "readwrite", "hidden", "devices")
+    __slots__ = (
+        "bwrap",
+        "setpriv",
+        "shell",
+        "readonly",
+        "readwrite",
+        "hidden",
+        "devices",
+        "network",
+    )
 
     def __init__(self, raw: object) -> None:
         if not isinstance(raw, dict):
@@ -55,6 +66,12 @@ class SandboxPolicy:
         self.readwrite: list[str] = _paths(raw, "readwrite")
         self.hidden: list[str] = _paths(raw, "hidden")
         self.devices: list[tuple[str, str]] = _devices(raw.get("devices"))
+        self.network = NetworkPolicy(raw.get("network"))
+
+
+def makes_user_namespace(account: dict[str, object] | None) -> bool:
+    """Whether the sandbox gets a user namespace of its own (the runner is not root)."""
+    return account is None and os.geteuid() != 0
 
 
 def bwrap_argv(
@@ -76,7 +93,8 @@ def bwrap_argv(
     version's files), shown like its own directories even inside a hidden path.
     ``cgroup_views``: ``(host directory, path inside)`` of the job's own cgroup, the only
     one its ``/sys/fs/cgroup`` shows (read-only)."""
-    argv = [policy.bwrap, *_namespaces(account), "--die-with-parent", "--new-session"]
+    argv = [policy.bwrap, *_namespaces(account, policy.network.isolated)]
+    argv += ["--die-with-parent", "--new-session"]
     argv += _filesystem(policy, job_dirs, readonly_dirs or [], cgroup_views or [])
     argv += ["--perms", "0444", "--ro-bind-data", str(env_fd), SANDBOX_ENV_FILE]
     argv += ["--chdir", cwd, "--clearenv", "--json-status-fd", str(status_fd)]
@@ -114,9 +132,11 @@ def members(namespace: int) -> list[int]:
     return found
 
 
-def _namespaces(account: dict[str, object] | None) -> list[str]:
+def _namespaces(account: dict[str, object] | None, own_network: bool = False) -> list[str]:
     shared = ["--unshare-pid", "--unshare-ipc", "--unshare-cgroup-try"]
-    if account is None and os.geteuid() != 0:
+    if own_network:  # only its own loopback, which bwrap brings up; egress comes from pasta
+        shared.append("--unshare-net")
+    if makes_user_namespace(account):
         # Unprivileged: a user namespace mapping the runner's account, and no further ones.
         return ["--unshare-user", "--disable-userns", *shared]
     return shared

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 
-from gpupool.runner import cgroups, gpusamples, metricsink, sandbox, tenancy
+from gpupool.runner import cgroups, gpusamples, metricsink, network, sandbox, tenancy
 from gpupool.runner.layout import (
     CODE_NOT_EXECUTABLE,
     CODE_NOT_FOUND,
@@ -110,6 +110,7 @@ class Runner:
         self.next_pids_check = 0.0
         self.exceeded: dict[str, object] | None = None
         self.metrics: metricsink.MetricSink | None = None
+        self.network: network.Network | None = None  # the workload's own namespace
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
@@ -166,6 +167,7 @@ class Runner:
             return 1
         finally:
             self._close_metrics()
+            self._close_network()
             self._close_cgroup()
             if self.log is not None:
                 self.log.close()
@@ -218,14 +220,15 @@ class Runner:
             workload_create_time=process_create_time(workload.proc.pid),
         )
         if status_r is not None:
-            self._enter_sandbox(workload, status_r)
+            self._enter_sandbox(workload, status_r, spec)
+            self._network_ready()
         self.record["started_at"] = time.time()
         self._write_state()
         if status_r is not None:
             workload.release()  # recorded: now the job may run
         return workload, pipe_r, status_r
 
-    def _enter_sandbox(self, workload: Sandboxed, status_r: int) -> None:
+    def _enter_sandbox(self, workload: Sandboxed, status_r: int, spec: RunnerSpec) -> None:
         """Wait for bwrap to report its sandbox (it waits for us before the job runs), put
         the sandbox in the attempt's cgroup, and record both in one write."""
         deadline = time.monotonic() + SANDBOX_REPORT_SECONDS
@@ -235,6 +238,8 @@ class Runner:
             if not data:
                 break  # bwrap failed before making the sandbox: its exit and log tell
             workload.on_status(data)
+        if workload.init_pid is not None:
+            self._attach_network(spec, workload.init_pid)
         if self.cgroup is not None and workload.init_pid is not None:
             try:
                 self.cgroup.join(workload.init_pid)
@@ -242,6 +247,29 @@ class Runner:
                 notes = self.record.setdefault("notes", [])
                 notes.append(f"CPU, memory and task limits are not enforced: cannot join: {e}")
         self.record.update(workload.record())
+
+    def _attach_network(self, spec: RunnerSpec, init_pid: int) -> None:
+        """Egress and the bridge for a sandbox with a network namespace of its own, started
+        while the sandbox waits (pasta configures it side by side with the recording)."""
+        policy = spec.sandbox.network  # type: ignore[attr-defined]
+        if not policy.isolated:
+            return
+        userns = sandbox.makes_user_namespace(spec.account)
+        self.network = network.Network(policy, self.dir, userns)
+        self.network.attach(init_pid)
+        self.record.update(self.network.record())
+
+    def _network_ready(self) -> None:
+        if self.network is None:
+            return
+        self.network.ready()
+        if self.network.notes:
+            self.record.setdefault("notes", []).extend(self.network.notes)
+
+    def _close_network(self) -> None:
+        if self.network is not None:
+            net, self.network = self.network, None
+            net.close()
 
     def _limit(self, spec: RunnerSpec) -> None:
         """A cgroup for the CPUs, memory and tasks the spec allows, a GPU memory watch for a

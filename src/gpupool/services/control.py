@@ -703,6 +703,7 @@ class ControlLoop:
             code=spec.code,
             code_archive=str(archive_path(self.settings, spec.code)) if spec.code else None,
             listen=spec.listen,
+            network=spec.network_mode,
             workspace=spec.workspace,
             model=spec.model,
             model_archive=str(model_archive(self.settings.models_dir, spec.model))

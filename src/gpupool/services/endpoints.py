@@ -1,8 +1,9 @@
 """Where a job that listens (``JobSpec.listen``) serves: the proxy's upstream.
 
-Its executor gave the running attempt a free port on its node at start, and kept it, with
-the address it binds, in the attempt's executor state (so a restarted server finds it
-again). A job that is not running, or that does not listen, has no endpoint.
+Its executor kept, in the attempt's executor state (so a restarted server finds it again),
+the address and port it listens on and, for a workload with a network of its own, the
+runner's socket through which alone it is reached (``runner.bridge``). A job that is not
+running, or that does not listen, has no endpoint.
 """
 
 from __future__ import annotations
@@ -11,10 +12,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gpupool.domain.jobs import JobStatus
+from gpupool.runner import bridge
 from gpupool.services.control import node_addresses
 from gpupool.store.models import AttemptModel, JobModel
 
@@ -23,10 +26,25 @@ LOOPBACK = "127.0.0.1"
 
 @dataclass(frozen=True)
 class Endpoint:
-    """An address and TCP port a running workload listens on."""
+    """An address and TCP port a running workload listens on; ``socket``: the runner's
+    socket to connect to instead, when the address is inside the workload's own network
+    namespace (the address then only names the workload's own view, for its Host header)."""
 
     host: str
     port: int
+    socket: str | None = None
+
+    def client(self, timeout: httpx.Timeout | float) -> httpx.Client:
+        """An HTTP client of this endpoint alone (health checks, the notebook watch): through
+        the runner's socket where there is one. Close it after use."""
+        if self.socket is None:
+            return httpx.Client(timeout=timeout, trust_env=False, follow_redirects=False)
+        return httpx.Client(
+            transport=_SocketTransport(self.socket),
+            timeout=timeout,
+            trust_env=False,
+            follow_redirects=False,
+        )
 
     @property
     def url(self) -> str:
@@ -59,15 +77,18 @@ def endpoints_of(session: Session, job_ids: list[int]) -> dict[int, Endpoint]:
     listening = {job_id: found for job_id, found in listening.items() if found[1] is not None}
     addresses = node_addresses(session, sorted({node for node, _ in listening.values()}))
     found = {}
-    for job_id, (node, (host, port)) in listening.items():
-        found[job_id] = Endpoint(host or addresses.get(node) or LOOPBACK, port)
+    for job_id, (node, (host, port, via)) in listening.items():
+        found[job_id] = Endpoint(host or addresses.get(node) or LOOPBACK, port, via)
     return found
 
 
-def listens_at(executor_state: Mapping[str, Any] | None) -> tuple[str | None, int] | None:
-    """The (host, port) an executor recorded for an attempt (a job over several nodes: its
-    first task's), or None. The host is None when the executor did not say (then the node's
-    address is used)."""
+def listens_at(
+    executor_state: Mapping[str, Any] | None,
+) -> tuple[str | None, int, str | None] | None:
+    """The (host, port, runner's socket) an executor recorded for an attempt (a job over
+    several nodes: its first task's), or None. The host is None when the executor did not
+    say (then the node's address is used); the socket None for a workload on the node's
+    network."""
     if not executor_state:
         return None
     state = executor_state.get("state") or {}
@@ -77,4 +98,20 @@ def listens_at(executor_state: Mapping[str, Any] | None) -> tuple[str | None, in
     if not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536:
         return None
     host = state.get("host")
-    return (host if isinstance(host, str) and host else None), port
+    via = state.get("socket")
+    via = via if isinstance(via, str) and via.startswith("/") else None
+    return (host if isinstance(host, str) and host else None), port, via
+
+
+class _SocketTransport(httpx.HTTPTransport):
+    """httpx over the runner's socket (relayed by its bridge), its long path made short."""
+
+    def __init__(self, path: str) -> None:
+        self._address = bridge.unix_address(path)
+        super().__init__(uds=self._address.__enter__(), trust_env=False)
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self._address.__exit__(None, None, None)

@@ -25,6 +25,7 @@ from gpupool.domain.views import (
 )
 from gpupool.errors import (
     Conflict,
+    HostNetworkNotAllowed,
     InvalidRequest,
     NotFound,
     PriorityNotAllowed,
@@ -53,12 +54,17 @@ class JobLimits:
     # no working directory may lie in these, nor above them when no sandbox hides them
     protected: tuple[str, ...] = ()
     sandboxed: bool = True
+    allow_host_network: bool = False
 
     @classmethod
     def of(cls, settings: Settings) -> JobLimits:
         protected = tuple(protected_paths(settings))
         return cls(
-            settings.member_max_priority, settings.max_grace_seconds, protected, settings.isolated
+            settings.member_max_priority,
+            settings.max_grace_seconds,
+            protected,
+            settings.isolated,
+            settings.allow_host_network,
         )
 
 
@@ -247,6 +253,8 @@ def check_limits(principal: Principal, spec: JobSpec, limits: JobLimits) -> None
             f"{-MAX_PRIORITY}..{highest}",
             allowed={"min": -MAX_PRIORITY, "max": highest},
         )
+    if spec.network == "host" and not (principal.is_admin or limits.allow_host_network):
+        raise HostNetworkNotAllowed()
     grace = spec.grace_period_seconds
     if grace is not None and grace > limits.max_grace_seconds:
         raise InvalidRequest(

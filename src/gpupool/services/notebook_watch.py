@@ -26,7 +26,7 @@ from sqlalchemy import select
 from gpupool.domain.notebooks import Kernel, StopCause, Verdict, base_path, idle_message, judge
 from gpupool.services import metrics, notebooks
 from gpupool.services.context import Context
-from gpupool.services.endpoints import endpoints_of
+from gpupool.services.endpoints import Endpoint, endpoints_of
 from gpupool.services.watch import Watch
 from gpupool.store.models import JobModel, NotebookModel
 
@@ -45,6 +45,7 @@ class Look:
     url: str  # its JupyterLab's kernels, through its own port
     token: str
     active_at: float | None  # None: its JupyterLab never answered the watch yet
+    socket: str | None = None  # its runner's socket, when it has a network of its own
 
 
 @dataclass(frozen=True)
@@ -105,6 +106,7 @@ class IdleWatch(Watch):
                     self._kernels_url(found[job.id].url, nb.id),
                     nb.token,
                     nb.active_at,
+                    found[job.id].socket,
                 )
                 for nb, job in rows
                 if job.id in found
@@ -119,11 +121,16 @@ class IdleWatch(Watch):
     def kernels(self, look: Look) -> list[Kernel] | None:
         """The notebook's kernels, or None when its JupyterLab does not answer (still
         starting, or gone: nothing is concluded from silence)."""
+        headers = {"Authorization": f"token {look.token}"}
         try:
-            answer = self.client.get(look.url, headers={"Authorization": f"token {look.token}"})
+            if look.socket is None:
+                answer = self.client.get(look.url, headers=headers)
+            else:  # a network of its own: through its runner's socket
+                with Endpoint("", 0, look.socket).client(ASK_TIMEOUT) as client:
+                    answer = client.get(look.url, headers=headers)
             answer.raise_for_status()
             return [_kernel(item) for item in answer.json()]
-        except (httpx.HTTPError, ValueError, TypeError, KeyError) as error:
+        except (httpx.HTTPError, OSError, ValueError, TypeError, KeyError) as error:
             log.info("notebook %d: no answer from its JupyterLab (%s)", look.notebook_id, error)
             return None
 

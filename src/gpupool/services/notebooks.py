@@ -57,6 +57,7 @@ class Upstream:
 
     url: str
     token: str
+    socket: str | None = None  # its runner's socket: a notebook has a network of its own
 
     def headers(self) -> dict[str, str]:
         return {"Authorization": f"token {self.token}"}
@@ -134,7 +135,7 @@ def upstream(ctx: Context, who: Principal, notebook_id: int) -> Upstream:
         if notebook.stopped_at is not None or notebook.token is None or found is None:
             shown = view(notebook, _job(session, notebook), ctx.clock.now())
             raise NotebookNotRunning(_not_serving(shown), state=shown.state.value)
-        return Upstream(found.url, notebook.token)
+        return Upstream(found.url, notebook.token, found.socket)
 
 
 def idle_gpus(ctx: Context, who: Principal, shown_after: float) -> list[IdleGpuView]:

@@ -179,7 +179,7 @@ def open_platform(
         first = auth.bootstrap(session, clock.now())
     if settings.ray_enabled and executor is None:
         return _open_pool(settings, db, clock, decide, first)
-    isolation = Isolation(settings)
+    isolation = Isolation(settings, api=(settings.port, str(settings.api_socket)))
     executor = executor or LocalExecutor(
         settings.jobs_dir,
         base_env=_base_env(),

@@ -67,6 +67,7 @@ class Probe:
     job_id: int
     url: str
     token: str | None
+    socket: str | None = None  # the runner's socket of a replica with a network of its own
 
 
 class DeploymentLoop(Watch):
@@ -140,7 +141,13 @@ class DeploymentLoop(Watch):
             ).all()
             endpoints = endpoints_of(session, [row.job_id for row in rows])
             return [
-                Probe(replica_id, job_id, _url(endpoints[job_id], deployment.template), token)
+                Probe(
+                    replica_id,
+                    job_id,
+                    _url(endpoints[job_id], deployment.template),
+                    token,
+                    endpoints[job_id].socket,
+                )
                 for replica_id, job_id, token, deployment in rows
                 if job_id in endpoints
             ]
@@ -153,10 +160,14 @@ class DeploymentLoop(Watch):
         return {(p.replica_id, p.job_id): ok for p, ok in zip(probes, answers, strict=True)}
 
     def _passes(self, probe: Probe) -> bool:
+        headers = {REPLICA_TOKEN_HEADER: probe.token} if probe.token else None
         try:
-            headers = {REPLICA_TOKEN_HEADER: probe.token} if probe.token else None
-            return 200 <= self._http.get(probe.url, headers=headers).status_code < 300
-        except httpx.HTTPError:
+            if probe.socket is None:
+                return 200 <= self._http.get(probe.url, headers=headers).status_code < 300
+            timeout = min(PROBE_TIMEOUT_S, self.settings.deploy_health_interval_seconds)
+            with Endpoint("", 0, probe.socket).client(timeout) as client:
+                return 200 <= client.get(probe.url, headers=headers).status_code < 300
+        except (httpx.HTTPError, OSError):
             return False
 
 

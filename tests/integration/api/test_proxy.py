@@ -37,9 +37,12 @@ def web(proxied: Proxied) -> Iterator[httpx.Client]:
 
 def test_a_listening_job_is_told_its_port_and_endpoint_of_finds_it(proxied: Proxied) -> None:
     found = proxied.endpoint()
-    assert found is not None and found.host == "127.0.0.1"
-    said = httpx.get(f"{found.url}/hello").json()  # the workload itself, without the proxy
+    assert found is not None and found.host == "127.0.0.1" and found.socket is not None
+    with found.client(5) as client:  # the workload itself, through its runner's socket
+        said = client.get(f"{found.url}/hello").json()
     assert said["port"] == str(found.port) and said["listen_host"] == "127.0.0.1"
+    with pytest.raises(httpx.ConnectError):  # its own loopback: the node's has no such port
+        httpx.get(f"{found.url}/hello", timeout=2)
     with proxied.platform.db.reader() as session:
         state = session.query(AttemptModel).filter_by(job_id=proxied.job_id).one().executor_state
         assert state["state"]["port"] == found.port  # kept for a restarted server

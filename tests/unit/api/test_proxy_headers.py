@@ -176,10 +176,13 @@ def test_a_redirect_to_the_workloads_own_address_becomes_a_path() -> None:
 
 
 def test_where_an_attempt_listens_is_read_from_its_executor_state() -> None:
-    assert listens_at({"state": {"port": 41000, "host": "10.0.0.5"}}) == ("10.0.0.5", 41000)
-    assert listens_at({"state": {"port": 41000}}) == (None, 41000)  # the node's address
+    assert listens_at({"state": {"port": 41000, "host": "10.0.0.5"}}) == ("10.0.0.5", 41000, None)
+    assert listens_at({"state": {"port": 41000}}) == (None, 41000, None)  # the node's address
+    # a network of its own: reached through its runner's socket
+    inside = {"state": {"port": 8000, "host": "127.0.0.1", "socket": "/d/a/listen.sock"}}
+    assert listens_at(inside) == ("127.0.0.1", 8000, "/d/a/listen.sock")
     gang = {"state": {"gang": [{"node": "n1", "port": 5, "host": "10.0.0.7"}, {"port": 6}]}}
-    assert listens_at(gang) == ("10.0.0.7", 5)
+    assert listens_at(gang) == ("10.0.0.7", 5, None)
     for state in (None, {}, {"state": {}}, {"state": {"port": "80"}}, {"state": {"port": 0}}):
         assert listens_at(state) is None
     assert Endpoint("::1", 8000).url == "http://[::1]:8000"
