@@ -41,7 +41,8 @@ def started(
     if job.status != JobStatus.STARTING.value:
         return
     job.status, job.started_at = JobStatus.RUNNING.value, at
-    job.reason, job.message = Reason.STARTED.value, f"running on {attempt.node}"
+    if attempt.stop_reason is None:  # a stop asked for before its start was seen says why
+        job.reason, job.message = Reason.STARTED.value, f"running on {attempt.node}"
     message = f"attempt {attempt.number} started on {attempt.node}"
     job_service.record(session, job.id, at, Reason.STARTED, message)
     for note in notes:  # what the node could not hold the job to
