@@ -40,6 +40,7 @@ from gpupool.executors.listening import listen, listen_inside, recorded
 from gpupool.executors.outputs import Writable
 from gpupool.executors.remains import Remains, find_process
 from gpupool.runner import layout
+from gpupool.runner.network import leftover_egress
 
 NOTIFY_FIFO = ".notify"
 LAUNCH_DIR = ".gpupool"  # in the job's outputs: what its tasks start (launch plans)
@@ -112,6 +113,15 @@ class LocalExecutor(Executor):
         self._records: dict[str, tuple[tuple[int, int, int], dict[str, Any]]] = {}
         if isolation is not None:  # a node's executor: the cgroups its killed runners left
             self.remains.sweep(self.jobs_dir)
+            self._stop_leftover_egress()
+
+    def _stop_leftover_egress(self) -> None:
+        """The pasta daemons of runners killed with -9 (nothing else would stop them)."""
+        with contextlib.suppress(OSError):
+            for pid in leftover_egress(str(self.jobs_dir)):
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGTERM)
+                    log.info("stopped pasta %d, left by a runner that is gone", pid)
 
     # -- paths ----------------------------------------------------------------------------
 

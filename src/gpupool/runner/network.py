@@ -139,6 +139,7 @@ class Network:
                 pid = int(f.read().strip())
             if _is_pasta(pid):
                 os.kill(pid, signal.SIGTERM)
+            os.unlink(pid_file)
         with contextlib.suppress(OSError):
             os.unlink(os.path.join(self.dir, LISTEN_SOCKET))
 
@@ -180,6 +181,44 @@ class Network:
 
     def _pid_file(self) -> str:
         return os.path.join(self.dir, PASTA_PID_FILE)
+
+
+def leftover_egress(jobs_dir: str) -> list[int]:
+    """Pids of the pasta daemons of attempts under ``jobs_dir`` whose runner is gone: one
+    killed with -9 could not stop its pasta, which holds the dead namespace. Read from
+    /proc (a few hundred entries), not from every attempt directory."""
+    prefix = os.path.join(os.path.realpath(jobs_dir), "")
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or not _is_pasta(int(entry)):
+            continue
+        pid_file = _pid_file_of(int(entry))
+        if pid_file and pid_file.startswith(prefix) and not _runner_alive(pid_file):
+            found.append(int(entry))
+    return found
+
+
+def _pid_file_of(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            args = f.read().split(b"\0")
+    except OSError:
+        return None
+    if b"--pid" not in args or args.index(b"--pid") + 1 >= len(args):
+        return None
+    return os.path.realpath(args[args.index(b"--pid") + 1].decode(errors="replace"))
+
+
+def _runner_alive(pid_file: str) -> bool:
+    """Whether the runner of the attempt that wrote ``pid_file`` still runs."""
+    from gpupool.runner.layout import STATE_FILE, process_create_time, read_json
+
+    state = read_json(os.path.join(os.path.dirname(pid_file), STATE_FILE)) or {}
+    pid, created = state.get("runner_pid"), state.get("runner_create_time")
+    if not isinstance(pid, int) or "exit_code" in state:
+        return False
+    now = process_create_time(pid)
+    return now is not None and (created is None or abs(now - float(created)) < 1.0)
 
 
 def _port(raw: dict[str, object], key: str) -> int | None:

@@ -16,7 +16,7 @@ from typing import Any
 
 import psutil
 import pytest
-from runner_harness import RunnerHarness, bwrap, py
+from runner_harness import RunnerHarness, bwrap, py, wait_for
 
 from gpupool.runner import bridge
 
@@ -97,6 +97,38 @@ def test_egress_goes_out_through_the_nat_and_the_nodes_loopback_stays_out(
     assert "notes" not in boxed.state() or not any("egress" in n for n in boxed.state()["notes"])
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="a network namespace of the test's own: root")
+@pytest.mark.skipif(shutil.which("pasta") is None, reason="pasta (Debian's passt) is missing")
+def test_the_pasta_of_a_runner_killed_with_9_is_stopped_at_the_next_start(
+    boxed: RunnerHarness,
+) -> None:
+    from gpupool.executors.local import LocalExecutor
+    from gpupool.runner.network import leftover_egress
+
+    with _outside_world() as world:
+        policy = {"mode": "isolated", "egress": shutil.which("pasta"), "port": None}
+        boxed.write_spec(
+            py("import time; print('up', flush=True); time.sleep(60)"),
+            sandbox=_policy(boxed, policy),
+        )
+        runner = world.call(boxed.spawn)
+        boxed.wait_for_log("up")
+        pasta = int((boxed.dir / "pasta.pid").read_text())
+        assert leftover_egress(str(boxed.root)) == []  # its runner runs: not a leftover
+        runner.kill()
+        runner.wait()
+        wait_for(lambda: leftover_egress(str(boxed.root)) == [pasta], 10, "pasta left behind")
+        LocalExecutor(boxed.root, isolation=_isolation(boxed))
+        wait_for(lambda: not psutil.pid_exists(pasta) or _zombie(pasta), 10, "pasta stopped")
+
+
+def _isolation(h: RunnerHarness):  # noqa: ANN202 - an executors.isolation.Isolation
+    from gpupool.executors.isolation import Isolation
+    from gpupool.settings import Settings
+
+    return Isolation(Settings(data_dir=h.root / "data"))
+
+
 def _policy(h: RunnerHarness, network: dict[str, Any]) -> dict[str, Any]:
     from runner_harness import sandbox_policy
 
@@ -136,10 +168,14 @@ class _World:
         self.failure: BaseException | None = None
 
     def run(self, h: RunnerHarness) -> subprocess.CompletedProcess[str]:
-        """The runner, started from inside the namespace (it inherits it)."""
-        result: list[subprocess.CompletedProcess[str]] = []
+        """The runner, run from inside the namespace (it inherits it) to its end."""
+        return self.call(h.run)
+
+    def call(self, function: Any) -> Any:
+        """``function()`` called in the namespace's thread (what it starts is there)."""
+        result: list[Any] = []
         with self.work:
-            self.requests.append(("run", (h, result)))
+            self.requests.append(("call", (function, result)))
             self.work.notify()
             self.work.wait_for(lambda: result or self.failure, timeout=180)
         if self.failure:
@@ -172,11 +208,11 @@ class _World:
         with self.work:
             while True:
                 self.work.wait_for(lambda: self.requests)
-                kind, (h, result) = self.requests.pop()
+                kind, (function, result) = self.requests.pop()
                 if kind == "stop":
                     return
                 try:
-                    result.append(h.run())
+                    result.append(function())
                 except BaseException as error:  # noqa: BLE001
                     self.failure = error
                 self.work.notify_all()
