@@ -289,6 +289,15 @@ def node_join(
         str | None,
         typer.Option(help="The node's fabric group (default: derived from its network)."),
     ] = None,
+    start_tries: Annotated[
+        int,
+        typer.Option(
+            help="Tries of Ray's node start before giving up (a busy head, machines joining "
+            "at once), waiting 1 s, 2 s, 4 s... between them.",
+            min=1,
+            envvar="GPUPOOL_JOIN_START_TRIES",
+        ),
+    ] = 6,
 ) -> None:
     """Join this machine to a pool: start its Ray node, wait until it is schedulable, then
     run in the foreground until stopped (Ctrl-C or SIGTERM stops the node)."""
@@ -310,6 +319,7 @@ def node_join(
         name=name,
         data_dir=data_dir or default_data_dir() / "nodes" / name,
         declared={k: v for k, v in declared.items() if v is not None},
+        start_tries=start_tries,
     )
     try:
         joined = join(request, say=lambda text: console.print(text, highlight=False))

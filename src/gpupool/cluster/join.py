@@ -30,7 +30,7 @@ from pathlib import Path
 from gpupool.client.api import Client
 from gpupool.cluster.lost import stop_own_work
 from gpupool.cluster.probe import HeadProbe
-from gpupool.cluster.process import RayProcess, RayStartError
+from gpupool.cluster.process import RayProcess, RayStartError, last_line, start_node
 from gpupool.cluster.rayenv import (
     LOOPBACK,
     LOOPBACK_SWITCH,
@@ -48,6 +48,7 @@ LOST_GRACE_S = 5.0  # SIGTERM to SIGKILL for the work of a node that lost its he
 RESTART_FIRST_S = 1.0  # the wait before the first start of a node that ended; doubled
 RESTART_LONGEST_S = 30.0  # after each failed start, up to this
 RESTART_TIMEOUT_S = 60.0
+START_TRIES = 6  # `ray start` tries at join (gpupool node join --start-tries)
 LOOPBACK_ONLY = (
     "the pool's Ray head is at 127.0.0.1, which Ray rewrites to this machine's own address on "
     "a machine with other network interfaces: start the server with --host set to an address "
@@ -68,6 +69,7 @@ class JoinRequest:
     name: str
     data_dir: Path
     declared: dict[str, str] = field(default_factory=dict)  # GPUPOOL_* name -> value
+    start_tries: int = START_TRIES  # `ray start` tries before the join gives up
 
 
 @dataclass
@@ -106,7 +108,7 @@ def join(request: JoinRequest, say: Callable[[str], None] = print) -> Joined:
     node = RayProcess(node_args(request, answer), env, log_path)
     began = time.monotonic()
     say(f"starting the Ray node of {request.name}, joining {answer['ray_address']}")
-    node.start()
+    node = start_node(node, request.start_tries, say)
     node.save(record)
     ray_seconds = time.monotonic() - began
     wait_schedulable(client, request, node)
@@ -244,7 +246,7 @@ class NodeKeeper:
             node.start(RESTART_TIMEOUT_S, abort=self.stopping)
         except RayStartError as error:
             self.next_start = self.clock() + self.backoff
-            why = _last_line(error)
+            why = last_line(error)
             self.say(f"the Ray node did not start ({why}); again in {self.backoff:g} s")
             self.backoff = min(self.backoff * 2, RESTART_LONGEST_S)
             return
@@ -255,9 +257,3 @@ class NodeKeeper:
             f"again, {self.clock() - (self.ended_at or 0.0):.1f} s after it ended"
         )
         self.ended_at, self.backoff = None, RESTART_FIRST_S
-
-
-def _last_line(error: Exception) -> str:
-    """What went wrong: the end of ``ray start``'s output holds the error."""
-    lines = [line for line in str(error).splitlines() if line.strip()]
-    return (lines[-1] if lines else type(error).__name__)[:300]

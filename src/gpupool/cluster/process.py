@@ -11,17 +11,21 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
 
 READY_LINE = "Ray runtime started"
 STOP_WAIT_S = 10.0
+START_FIRST_WAIT_S = 1.0  # the wait after a first failed start; doubled, with jitter
+START_LONGEST_WAIT_S = 30.0
 
 
 class RayStartError(Exception):
@@ -125,6 +129,45 @@ class RayProcess:
             return process if same and running else None
         except (psutil.Error, TypeError):
             return None
+
+
+def start_node(
+    node: RayProcess,
+    tries: int,
+    say: Callable[[str], None],
+    sleep: Callable[[float], None] = time.sleep,
+    jitter: Callable[[float, float], float] = random.uniform,
+) -> RayProcess:
+    """``node`` started, or started again after a failed start, up to ``tries`` starts in
+    all (RayStartError after the last). Machines that join at once keep the head busy, and
+    Ray's ``ray start`` then gives up ("RPC error: Deadline Exceeded", "increase
+    RAY_raylet_start_wait_time_s"): each wait is twice the one before, times a random factor,
+    so that machines that failed together do not try again together."""
+    wait = START_FIRST_WAIT_S
+    for attempt in range(1, tries + 1):
+        try:
+            node.start()
+            return node
+        except RayStartError as error:
+            node.stop()  # what is left of its session
+            if attempt == tries:
+                times = "once" if tries == 1 else f"in {tries} tries"
+                raise RayStartError(f"the Ray node did not start {times}: {error}") from error
+            pause = wait * jitter(0.5, 1.5)
+            say(
+                f"the Ray node did not start ({last_line(error)}); trying again in "
+                f"{pause:.1f} s (try {attempt + 1} of {tries})"
+            )
+            sleep(pause)
+            wait = min(wait * 2, START_LONGEST_WAIT_S)
+            node = node.again()
+    raise RayStartError(f"the Ray node did not start: no tries ({tries})")
+
+
+def last_line(error: Exception) -> str:
+    """What went wrong: the end of ``ray start``'s output holds the error."""
+    lines = [line for line in str(error).splitlines() if line.strip()]
+    return (lines[-1] if lines else type(error).__name__)[:300]
 
 
 def kill_session(leader: int) -> list[int]:

@@ -25,7 +25,7 @@ from typing import Any
 import gpupool
 from gpupool.cluster.client import AgentUnavailable, CallFailed, ClusterClient, ClusterUnavailable
 from gpupool.cluster.probe import HeadProbe, gcs_answers
-from gpupool.cluster.process import RayProcess, RayStartError
+from gpupool.cluster.process import RayProcess, RayStartError, start_node
 from gpupool.cluster.rayenv import (
     LOOPBACK,
     ensure_token,
@@ -56,6 +56,7 @@ JOIN_TOKEN_FILE = "join-token"
 INVENTORY_TIMEOUT_S = 120.0
 HEAD_RESTART_FIRST_S = 2.0  # the wait before starting an ended head; doubled after a failure
 HEAD_RESTART_LONGEST_S = 60.0
+HEAD_START_TRIES = 4  # at the server's start: a busy machine's head may miss Ray's deadlines
 RECONNECT_TIMEOUT_S = 30.0
 
 
@@ -74,8 +75,17 @@ class Cluster:
     """Owned by the Platform in Ray mode: the head (when this server runs it), the bridge,
     the executor that runs attempts through the agents, the node watch and the head watch."""
 
-    def __init__(self, settings: Settings, head: RayProcess | None, client: ClusterClient) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        head: RayProcess | None,
+        client: ClusterClient,
+        owns_head: bool = False,
+    ) -> None:
+        """``owns_head``: this server started ``head`` (not found it running), so it stops
+        it when it stops."""
         self.settings, self.head, self.client = settings, head, client
+        self.owns_head = owns_head
         self.executor = RayExecutor(
             client, settings.jobs_dir, node_lost_seconds=settings.node_lost_seconds
         )
@@ -87,17 +97,19 @@ class Cluster:
         """Start (or find again) this server's head, or attach to ``ray_address``."""
         token = token_path(settings)
         settings.cluster_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        head = None
+        head, owns_head = None, False
         address = settings.ray_address
         if address is None:
-            head = start_head(settings, token)
+            head = found_head(settings, token)
+            if head is None:
+                head, owns_head = start_head(settings, token, tries=HEAD_START_TRIES), True
             address = f"{settings.host}:{settings.ray_port}"
         host, _ = split_address(address)
         env = ray_environment(
             token, host, settings.ray_health_period_ms, settings.ray_health_failures
         )
         client = ClusterClient(address, env, settings.cluster_dir / "bridge.log")
-        return cls(settings, head, client)
+        return cls(settings, head, client, owns_head)
 
     @property
     def address(self) -> str:
@@ -143,11 +155,18 @@ class Cluster:
         self.head_watch.start()
 
     def stop(self) -> None:
-        """Stop the watches; the head and the agents keep running, so that a restarted
-        server finds its running work again."""
+        """Stop the watches, then the head this server started (GCS, raylet, this machine's
+        agent: every process of its session), so that a stopped server leaves no Ray behind;
+        the joined nodes stop their work once the head has been gone ``node_lost_seconds``.
+        A head this server found running (a server killed before it started it: it keeps
+        the work it runs) and a cluster given by ``ray_address`` are left to run."""
         self.head_watch.stop()
         if self.watch is not None:
             self.watch.stop()
+        if self.head is not None and self.owns_head:
+            log.info("stopping the Ray head this server started (pid %s)", self.head.pid)
+            self.head.stop()
+            self.owns_head = False  # stopped once: a second stop finds nothing of it
 
     def close(self) -> None:
         """Stop the watches and the bridge."""
@@ -303,6 +322,7 @@ class HeadWatch(Watch):
         except RayStartError as error:
             self._wait_longer(str(error))
             return
+        self.cluster.owns_head = True
         log.warning("the Ray head runs again (pid %s)", self.cluster.head.pid)
         self.next_start, self.backoff = None, HEAD_RESTART_FIRST_S
         self.cluster.client.connect(RECONNECT_TIMEOUT_S)
@@ -316,27 +336,41 @@ class HeadWatch(Watch):
 # -- the head -----------------------------------------------------------------------------------
 
 
-def start_head(
-    settings: Settings, token: Path | None = None, abort: threading.Event | None = None
-) -> RayProcess:
-    """This server's Ray head: the one recorded in ``cluster_dir`` when it still runs (a
-    restarted server keeps its cluster, and the work running on it), else a new one
-    (RayStartError when it does not start, or ``abort`` is set meanwhile)."""
-    env = head_environment(settings, token or token_path(settings))
-    log_path = settings.cluster_dir / "head.log"
-    record = settings.cluster_dir / HEAD_RECORD
-    found = RayProcess.found(record, env, log_path)
+def found_head(settings: Settings, token: Path) -> RayProcess | None:
+    """The Ray head recorded in ``cluster_dir`` when it still runs: a server restarted after
+    it was killed keeps its cluster, and the work running on it."""
+    env = head_environment(settings, token)
+    found = RayProcess.found(settings.cluster_dir / HEAD_RECORD, env, head_log(settings))
     if found is not None:
         log.info("the Ray head of this server runs already (pid %s): using it", found.pid)
-        return found
+    return found
+
+
+def start_head(
+    settings: Settings,
+    token: Path | None = None,
+    abort: threading.Event | None = None,
+    tries: int = 1,
+) -> RayProcess:
+    """A new Ray head for this server, recorded in ``cluster_dir`` (RayStartError when it
+    does not start in ``tries``, or ``abort`` is set meanwhile)."""
+    env = head_environment(settings, token or token_path(settings))
+    record = settings.cluster_dir / HEAD_RECORD
     # Ray refuses to start a head at the address it recorded last while any raylet of this
     # machine names that address (a node of this pool on the same machine, still trying to
     # reach the head that ended): the record is ours alone (our temp dir), and stale.
     (ray_temp_dir(settings) / RAY_ADDRESS_RECORD).unlink(missing_ok=True)
-    head = RayProcess(head_args(settings), env, log_path)
-    head.start(abort=abort)
+    head = RayProcess(head_args(settings), env, head_log(settings))
+    if tries > 1:
+        head = start_node(head, tries, log.warning)
+    else:
+        head.start(abort=abort)
     head.save(record)
     return head
+
+
+def head_log(settings: Settings) -> Path:
+    return settings.cluster_dir / "head.log"
 
 
 def head_args(settings: Settings) -> list[str]:
