@@ -105,18 +105,22 @@ def serve(
         _cluster_banner(settings, platform.cluster)
     _isolation_banner(platform.isolation())
     app = create_app(platform)
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level=log_level,
+        access_log=False,
+        ws="websockets-sansio",  # the proxy's WebSockets (notebooks' kernels)
+        # every local client connects from 127.0.0.1: none may choose, with
+        # X-Forwarded-For, the address that throttles and workloads see
+        proxy_headers=False,
+    )
     try:
-        uvicorn.run(
-            app,
-            host=settings.host,
-            port=settings.port,
-            log_level=log_level,
-            access_log=False,
-            ws="websockets-sansio",  # the proxy's WebSockets (notebooks' kernels)
-            # every local client connects from 127.0.0.1: none may choose, with
-            # X-Forwarded-For, the address that throttles and workloads see
-            proxy_headers=False,
-        )
+        # the TCP address users reach, and the Unix socket that jobs with a network of
+        # their own reach through their runners
+        sockets = [config.bind_socket(), _api_socket(settings)]
+        uvicorn.Server(config).run(sockets=sockets)
     finally:
         platform.close()
         lock.release()
@@ -170,6 +174,12 @@ def db_current() -> None:
     console.print(
         f"current: {store.current_revision(database.engine)}  needed: {store.head_revision()}"
     )
+
+
+def _api_socket(settings: Settings):  # noqa: ANN202 - a bound socket.socket
+    from gpupool.runner import bridge
+
+    return bridge.listen(str(settings.api_socket))
 
 
 def _isolation_banner(status) -> None:  # noqa: ANN001 - IsolationStatus | None

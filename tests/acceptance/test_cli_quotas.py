@@ -152,3 +152,16 @@ def test_a_member_is_held_to_the_member_priority(admin: Cli) -> None:
 
 def _team(cli: Cli, name: str) -> dict:
     return next(team for team in cli.json("team") if team["name"] == name)
+
+
+def test_the_nodes_network_is_asked_for_by_admins_only(admin: Cli) -> None:
+    admin.ok("users", "create", "nia", "--team", "default")
+    nia = Cli(admin.url, admin.ok("tokens", "create", "--user", "nia").strip())
+    shared = nia("run", "--network", "host", "--", "true")
+    assert refused(shared, "host_network_not_allowed") and "GPUPOOL_ALLOW_HOST_NETWORK" in (
+        shared.stderr
+    )
+    assert nia("run", "--network", "isolated", "--", "true").returncode == 0
+    assert admin("run", "--network", "host", "--", "true").returncode == 0
+    spread = admin("run", "--nodes", "2", "--network", "isolated", "--", "true")
+    assert refused(spread, "invalid_network")

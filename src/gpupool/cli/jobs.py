@@ -57,6 +57,13 @@ LAUNCHER_NAMES = {
 }
 
 
+class Network(StrEnum):
+    """Whose network a job uses (JobSpec.network)."""
+
+    ISOLATED = "isolated"
+    HOST = "host"
+
+
 class Launcher(StrEnum):
     """What each node of a job over several nodes starts (JobSpec.launcher)."""
 
@@ -162,6 +169,7 @@ def build_spec(
     grace_period: float | None = None,
     code: str | None = None,
     gang: dict[str, Any] | None = None,
+    network: str | None = None,
 ) -> dict[str, Any]:
     """The JobSpec JSON; fields left out take the server's defaults. ``gang``: ``nodes``,
     ``launcher``, ``launcher_mode``, ``allow_cross_fabric``, ``retries``, as given."""
@@ -184,6 +192,7 @@ def build_spec(
         "gpu_types": gpu_types or None,
         "max_runtime_seconds": max_runtime,
         "grace_period_seconds": grace_period,
+        "network": network,
         **(gang or {}),
     }
     return {k: v for k, v in spec.items() if v is not None}
@@ -278,6 +287,14 @@ def run(
             min=0,
             metavar="N",
             rich_help_panel=NODES,
+        ),
+    ] = None,
+    network: Annotated[
+        Network | None,
+        typer.Option(
+            help="isolated: a network of its own (default on one node); host: the node's, "
+            "where an admin allows it.",
+            rich_help_panel=WHAT,
         ),
     ] = None,
     team: Annotated[
@@ -405,6 +422,7 @@ def run(
         max_runtime=_seconds(max_runtime),
         grace_period=_seconds(grace_period),
         gang=_gang_fields(nodes, launcher, torchrun, allow_cross_fabric, retries),
+        network=network.value if network else None,
     )
     with connect() as client:
         if code:

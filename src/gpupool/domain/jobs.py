@@ -437,6 +437,7 @@ class Reason(StrEnum):
     MEMORY_EXCEEDED = "MemoryExceeded"  # killed by the kernel over its host memory limit
     PIDS_EXCEEDED = "PidsExceeded"  # stopped at its limit of tasks (a fork bomb)
     LIMITS_NOT_ENFORCED = "LimitsNotEnforced"  # the node cannot hold it to what it asked
+    NO_EGRESS = "NoEgress"  # its own network has no way out (no pasta, no routable interface)
     GPUS_FENCED = "GpusFenced"  # runner gone, processes remain: its GPUs stay reserved
     STORAGE_FULL = "StorageFull"  # the node's disk was full when it was to start
     STORAGE_QUOTA_EXCEEDED = "StorageQuotaExceeded"  # its team's files passed its quota

@@ -25,6 +25,7 @@ import time
 from gpupool.runner.spec import SpecError
 
 LISTEN_SOCKET = "listen.sock"  # in the attempt directory
+NO_EGRESS = "the job has no network egress"  # how its notes begin (the NoEgress event)
 PASTA_PID_FILE = "pasta.pid"
 PASTA_LOG_FILE = "pasta.log"  # in the attempt directory: what pasta said
 EGRESS_SECONDS = 5.0  # how long pasta may take to configure the namespace
@@ -83,7 +84,7 @@ class Network:
         if self.policy.egress is not None:
             self._start_egress(init_pid)
         else:
-            self.notes.append("the job has no network egress: pasta (Debian's passt) is absent")
+            self.notes.append(f"{NO_EGRESS}: pasta (Debian's passt) is absent")
         if self.policy.port is None and self.policy.api is None:
             return
         from gpupool.runner import bridge  # here: a plain job without API needs no bridge
@@ -114,7 +115,7 @@ class Network:
         self.pasta = None
         if code != 0:
             self.notes.append(
-                "the job has no network egress: pasta could not configure its namespace"
+                f"{NO_EGRESS}: pasta could not configure its namespace"
                 + ("" if code is None else f" (exit {code}; see {PASTA_LOG_FILE})")
             )
 
@@ -174,7 +175,7 @@ class Network:
                     env={},
                 )
         except OSError as e:
-            self.notes.append(f"the job has no network egress: cannot run pasta: {e}")
+            self.notes.append(f"{NO_EGRESS}: cannot run pasta: {e}")
         finally:
             for fd in fds:
                 os.close(fd)

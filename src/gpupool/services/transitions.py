@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 
 from gpupool.domain.jobs import JobStatus, Reason, StopReason
 from gpupool.executors.base import Observed, PollResult
+from gpupool.runner.network import NO_EGRESS
 from gpupool.services import jobs as job_service
 from gpupool.services import stops
 from gpupool.store.models import AttemptModel, JobModel
@@ -45,8 +46,9 @@ def started(
         job.reason, job.message = Reason.STARTED.value, f"running on {attempt.node}"
     message = f"attempt {attempt.number} started on {attempt.node}"
     job_service.record(session, job.id, at, Reason.STARTED, message)
-    for note in notes:  # what the node could not hold the job to
-        job_service.record(session, job.id, at, Reason.LIMITS_NOT_ENFORCED, note)
+    for note in notes:  # what the node could not hold the job to, or give it
+        reason = Reason.NO_EGRESS if note.startswith(NO_EGRESS) else Reason.LIMITS_NOT_ENFORCED
+        job_service.record(session, job.id, at, reason, note)
 
 
 def fenced(
