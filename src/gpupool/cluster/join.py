@@ -93,7 +93,7 @@ def default_name() -> str:
 def join(request: JoinRequest, say: Callable[[str], None] = print) -> Joined:
     """Start this machine's Ray node and wait until the pool schedules on it."""
     client = Client(request.server)
-    answer = client.join(request.token)
+    answer = client.join(request.token, request.name)  # refused for a removed node
     host, _ = split_address(answer["ray_address"])
     if host == LOOPBACK and not only_loopback():
         raise JoinError(LOOPBACK_ONLY)

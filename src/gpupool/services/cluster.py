@@ -37,7 +37,7 @@ from gpupool.cluster.rayenv import (
 from gpupool.domain.inventory import NodeInventory
 from gpupool.domain.isolation import IsolationStatus
 from gpupool.domain.views import ClusterView, HealthView, JoinView
-from gpupool.errors import NotAPool, NotFound, Unauthenticated
+from gpupool.errors import Conflict, NotAPool, NotFound, Unauthenticated
 from gpupool.executors.ray import RayExecutor
 from gpupool.scheduler.types import Clock
 from gpupool.services import nodes
@@ -189,8 +189,7 @@ class NodeWatch(Watch):
         self.on_change, self.interval = on_change, interval
         self.up: dict[str, float] = {}  # node -> when its inventory was last read
         self.statuses: dict[str, IsolationStatus] = {}
-        self.ray_ids: dict[str, str] = {}  # node -> the Ray node it was last seen as
-        self.removed: set[str] = set()  # Ray node ids of removed nodes: not registered again
+        self.kept_out: set[str] = set()  # Ray node ids of removed nodes: said once
         super().__init__("gpupool-nodes", "the cluster's nodes", interval, look_first=True)
 
     def tick(self) -> None:
@@ -203,12 +202,7 @@ class NodeWatch(Watch):
             seen = self.cluster.client.nodes()
         except ClusterUnavailable:
             return False
-        alive = {
-            n["name"]: n
-            for n in seen
-            if n["name"] and n["alive"] and n["ray_id"] not in self.removed
-        }
-        self.ray_ids.update({name: node["ray_id"] for name, node in alive.items()})
+        alive = self._admitted({n["name"]: n for n in seen if n["name"] and n["alive"]})
         changed = False
         for name in [name for name in self.up if name not in alive]:
             changed |= self._down(name, "Ray reports the node dead or gone")
@@ -222,11 +216,27 @@ class NodeWatch(Watch):
         return changed
 
     def forget(self, name: str) -> None:
-        """``name`` was removed: its present Ray node is not taken for a join again."""
+        """``name`` was removed: it is no longer up (``look`` keeps it out from now on)."""
         self.up.pop(name, None)
         self.statuses.pop(name, None)
-        if name in self.ray_ids:
-            self.removed.add(self.ray_ids.pop(name))
+
+    def _admitted(self, alive: dict[str, dict]) -> dict[str, dict]:
+        """``alive`` without the nodes an admin removed: a removed node whose joiner still
+        runs (and joins again after a head restart) stays out until an admin lets it back.
+        Said once per Ray node (a new one after each restart of the head)."""
+        with self.db.reader() as session:
+            removed = nodes.removed_names(session) & alive.keys()
+        ray_ids = {alive[name]["ray_id"]: name for name in removed}
+        for ray_id in sorted(ray_ids.keys() - self.kept_out):
+            log.warning(
+                "node %s runs, but an admin removed it: kept out of the pool until an admin "
+                "lets it back (gpupool node undrain %s); Ray node %s",
+                ray_ids[ray_id],
+                ray_ids[ray_id],
+                ray_id,
+            )
+        self.kept_out = set(ray_ids)
+        return {name: node for name, node in alive.items() if name not in removed}
 
     def _discover(self, name: str, address: str | None) -> bool:
         client = self.cluster.client
@@ -466,6 +476,11 @@ def join(ctx: Context, address: str, token: str, name: str | None = None) -> Joi
         answer = cluster.join_answer(token)
     if name is not None:
         with ctx.db.reader() as session:
+            if name in nodes.removed_names(session):
+                raise Conflict(
+                    f"node '{name}' was removed from the pool: it stays out until an admin "
+                    f"lets it back (gpupool node undrain {name})"
+                )
             try:
                 node = nodes.get_node(session, name)
             except NotFound:

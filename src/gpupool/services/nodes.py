@@ -78,14 +78,26 @@ def drain(ctx: Context, who: Principal, name: str, reason: str | None = None) ->
 
 
 def undrain(ctx: Context, who: Principal, name: str) -> NodeView:
-    """Let new work on a drained node again (a node not drained is left as it is)."""
-    return _admin_change(ctx, who, name, lambda s, n, now: clear_drain(s, n, now, who.name))
+    """Let new work on a drained node again (a node not drained is left as it is). A removed
+    node is let back into the pool: listed as down, it joins again as soon as the cluster
+    sees it (its joiner still runs, or runs again)."""
+    with ctx.db.session() as session:
+        node = _live_node(session, name) or _removed_node(session, name)
+        node = node or get_node(session, name)  # none: NotFound, saying how to list them
+        now = ctx.clock.now()
+        if node.removed_at is not None:
+            let_back(session, node, now, who.name)
+        else:
+            clear_drain(session, node, now, who.name)
+        shown = node_view(node, holders(session, who), host_held(session, name, who))
+    ctx.loop.wake()
+    return shown
 
 
 def remove(ctx: Context, who: Principal, name: str) -> NodeRemovedView:
     """Take a node out of the pool: it is no longer listed nor schedulable, and the cluster
-    side is told (``ctx.on_node_removed``) after the commit, to stop it. Registering again
-    under its name is a new join.
+    side is told (``ctx.on_node_removed``) after the commit, to stop it. It stays out, its
+    joiner running or not, until an admin lets it back (``undrain``).
 
     Refused (NodeBusy, naming the jobs) while jobs hold resources there and the node is up:
     drain it and let them end first. A down node may be removed with jobs on it: the pool
@@ -199,6 +211,23 @@ def clear_drain(session: Session, node: NodeModel, now: float, actor: str | None
         record(session, node.name, now, NodeChange.UNDRAINED, _by(said, actor), actor)
 
     _changing(session, node, now, undrain_it)
+
+
+def let_back(session: Session, node: NodeModel, now: float, actor: str | None) -> None:
+    """A removed ``node`` may join again: down (and not drained) until the cluster sees it."""
+
+    def let_in() -> None:
+        node.removed_at, node.drain, node.drain_reason = None, False, None
+        node.state, node.down_at = NodeState.DOWN.value, now
+        said = "let back into the pool after its removal: it joins when its node is seen"
+        record(session, node.name, now, NodeChange.UNDRAINED, _by(said, actor), actor)
+
+    _changing(session, node, now, let_in)
+
+
+def removed_names(session: Session) -> set[str]:
+    """The nodes an admin removed and has not let back: the cluster keeps them out."""
+    return set(session.scalars(select(NodeModel.name).where(NodeModel.removed_at.is_not(None))))
 
 
 def take_out(session: Session, node: NodeModel, now: float, actor: str | None) -> None:
@@ -425,6 +454,12 @@ def _pool_part(node: NodeModel) -> int:
 
 def _live_node(session: Session, name: str) -> NodeModel | None:
     return session.scalar(LIVE_NODES.where(NodeModel.name == name))
+
+
+def _removed_node(session: Session, name: str) -> NodeModel | None:
+    return session.scalar(
+        select(NodeModel).where(NodeModel.name == name, NodeModel.removed_at.is_not(None))
+    )
 
 
 def _admin_change(
