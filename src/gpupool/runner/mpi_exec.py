@@ -21,20 +21,29 @@ The environment, set by the launch plan (``gpupool.domain.launchers``):
 * ``GPUPOOL_MPI_SECRET``: the attempt's secret, the same on all its tasks;
 * ``GPUPOOL_MPI_HOSTS``: JSON ``{alias: "host:port"}`` of the tasks that serve;
 * ``GPUPOOL_MPI_LISTEN``: ``host:port`` this task serves on (``[v6]:port`` for IPv6);
-* ``GPUPOOL_TASK_INDEX``: this task's index.
+* ``GPUPOOL_TASK_INDEX``: this task's index;
+* ``GPUPOOL_MPI_HEADER_SECONDS``: optional, HEADER_SECONDS for ``serve``.
 
-Protocol (version 1), one command per TCP connection:
+Protocol (version 2), one command per TCP connection. The secret never travels: the client
+proves it knows it, for a nonce the server chose, so that a header seen on the wire cannot be
+played again nor its command changed.
 
-1. The client sends one line of JSON (at most MAX_HEADER bytes, within HEADER_SECONDS):
-   ``{"version": 1, "secret": "<GPUPOOL_MPI_SECRET>", "command": "<shell command>"}\\n``.
-   A header that is late, malformed, of another version or with another secret (compared
-   with ``hmac.compare_digest``) gets the connection closed without a word.
-2. The server runs ``sh -c COMMAND`` (stdin ``/dev/null``, in a process group of its own)
+1. The server sends one line of JSON, its challenge:
+   ``{"version": 2, "nonce": "<64 hex digits, new for each connection>"}\\n``.
+2. The client answers one line of JSON (at most MAX_HEADER bytes; the server waits
+   HEADER_SECONDS in all for it):
+   ``{"version": 2, "proof": "<hex>", "command": "<shell command>"}\\n``, where ``proof``
+   is HMAC-SHA256, keyed with GPUPOOL_MPI_SECRET, of ``PROOF_CONTEXT + nonce + "\\n" +
+   command`` (see ``proof``). A header that is late, malformed, of another version or with
+   another proof (compared with ``hmac.compare_digest``) gets the connection closed without
+   a word. At most MAX_UNAUTHENTICATED connections wait for their header at once: one more
+   is closed at once.
+3. The server runs ``sh -c COMMAND`` (stdin ``/dev/null``, in a process group of its own)
    and sends frames: one byte of kind, four of payload length (big-endian), the payload.
    Kind ``1``: stdout bytes; ``2``: stderr bytes; ``x``: the exit status in ASCII decimal
    (128 + N after signal N), sent once both streams ended and the command exited, then the
    server closes the connection.
-3. The client sends nothing more and keeps its side open: closing it (the agent was killed)
+4. The client sends nothing more and keeps its side open: closing it (the agent was killed)
    hangs the command up, whose process group then gets SIGTERM, as sshd would send SIGHUP.
 
 ``serve`` answers any number of connections at once until SIGTERM (or SIGINT, SIGHUP):
@@ -46,6 +55,7 @@ the sandbox.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import hmac
 import json
 import os
@@ -61,9 +71,11 @@ from collections.abc import Mapping
 from typing import BinaryIO
 
 ALIAS_PREFIX = "gpupool-task-"  # as domain.launchers.MPI_ALIAS_PREFIX (a test holds them equal)
-VERSION = 1
+VERSION = 2
+PROOF_CONTEXT = b"gpupool-mpi-exec 2\n"  # what a proof is for: no other use of the secret
 MAX_HEADER = 1 << 20
-HEADER_SECONDS = 10.0  # a client that has not sent its header by then is dropped
+HEADER_SECONDS = 10.0  # a client that has not sent its whole header by then is dropped
+MAX_UNAUTHENTICATED = 16  # connections waiting for their header at once; more are closed
 CONNECT_SECONDS = 30.0  # how long rsh retries a task that does not answer yet
 CONNECT_RETRY_SECONDS = 0.2
 STOP_SECONDS = 5.0  # after SIGTERM: how long running commands have before SIGKILL
@@ -102,8 +114,9 @@ def rsh(alias: str, words: list[str], env: Mapping[str, str]) -> int:
         address = _address_of(alias, env)
         secret = _secret(env)
         with connect(address, time.monotonic() + CONNECT_SECONDS) as conn:
-            header = {"version": VERSION, "secret": secret, "command": command}
-            conn.sendall(json.dumps(header).encode() + b"\n")
+            nonce = read_challenge(conn)
+            header = {"version": VERSION, "proof": proof(secret, nonce, command)}
+            conn.sendall(json.dumps(header | {"command": command}).encode() + b"\n")
             return relay(conn)
     except (MpiExecError, OSError) as e:
         _say(f"gpupool mpi rsh {alias}: {e}")
@@ -119,6 +132,31 @@ def connect(address: tuple[str, int], deadline: float) -> socket.socket:
             if time.monotonic() >= deadline:
                 raise MpiExecError(f"cannot connect to {address[0]}:{address[1]}: {e}") from e
             time.sleep(CONNECT_RETRY_SECONDS)
+
+
+def proof(secret: str, nonce: str, command: str) -> str:
+    """What shows that the sender of ``command`` knows ``secret``, for this ``nonce`` only."""
+    message = PROOF_CONTEXT + nonce.encode() + b"\n" + command.encode()
+    return hmac.new(secret.encode(), message, hashlib.sha256).hexdigest()
+
+
+def read_challenge(conn: socket.socket) -> str:
+    """The server's nonce (MpiExecError when it sends none, or another protocol's line)."""
+    conn.settimeout(HEADER_SECONDS)
+    line = _read_line(conn, time.monotonic() + HEADER_SECONDS)
+    try:
+        challenge = json.loads(line or b"null")
+    except ValueError:
+        challenge = None
+    if not isinstance(challenge, dict) or challenge.get("version") != VERSION:
+        raise MpiExecError(
+            f"the task did not send a version-{VERSION} challenge (busy with other "
+            "connections, or another version of gpupool)"
+        )
+    nonce = challenge.get("nonce")
+    if not isinstance(nonce, str) or not nonce:
+        raise MpiExecError("the task sent a challenge without a nonce")
+    return nonce
 
 
 def relay(conn: socket.socket) -> int:
@@ -181,19 +219,25 @@ def serve(env: Mapping[str, str]) -> int:
     try:
         address, secret = parse_address(env.get("GPUPOOL_MPI_LISTEN", "")), _secret(env)
         listener = socket.create_server(address, family=_family(address[0]), reuse_port=False)
-    except (MpiExecError, OSError) as e:
+        header_seconds = float(env.get("GPUPOOL_MPI_HEADER_SECONDS", HEADER_SECONDS))
+    except (MpiExecError, OSError, ValueError) as e:
         _say(f"gpupool mpi serve: cannot listen: {e}")
         return 1
     with listener:
-        return Server(listener, secret.encode()).run()
+        return Server(listener, secret, header_seconds).run()
 
 
 class Server:
     """Accepts connections on ``listener``; each runs one command in a thread of its own."""
 
-    def __init__(self, listener: socket.socket, secret: bytes) -> None:
-        self.listener, self.secret = listener, secret
+    def __init__(
+        self, listener: socket.socket, secret: str, header_seconds: float = HEADER_SECONDS
+    ) -> None:
+        self.listener, self.secret, self.header_seconds = listener, secret, header_seconds
         self.lock = threading.Lock()
+        # connections that have not proven the secret yet: capped, so that nobody who can
+        # connect holds every thread and descriptor of the task
+        self.unauthenticated = threading.BoundedSemaphore(MAX_UNAUTHENTICATED)
         self.children: set[subprocess.Popen[bytes]] = set()
         self.threads: list[threading.Thread] = []
         self.stopping = False
@@ -228,6 +272,9 @@ class Server:
         except OSError as e:  # out of descriptors, a peer gone already: serve the next
             _say(f"gpupool mpi serve: cannot accept a connection: {e}")
             return
+        if not self.unauthenticated.acquire(blocking=False):
+            conn.close()  # too many waiting for their header: this one is not served
+            return
         self.threads = [t for t in self.threads if t.is_alive()]
         thread = threading.Thread(target=self._serve_one, args=(conn,), daemon=True)
         self.threads.append(thread)
@@ -235,7 +282,10 @@ class Server:
 
     def _serve_one(self, conn: socket.socket) -> None:
         with conn:
-            command = read_command(conn, self.secret)
+            try:
+                command = read_command(conn, self.secret, self.header_seconds)
+            finally:
+                self.unauthenticated.release()
             if command is None:
                 return
             try:
@@ -283,23 +333,48 @@ class Server:
                 _signal_group(child, sig)
 
 
-def read_command(conn: socket.socket, secret: bytes) -> str | None:
-    """The command of a well-formed header bearing ``secret``; None for anything else."""
-    conn.settimeout(HEADER_SECONDS)
+def read_command(
+    conn: socket.socket, secret: str, header_seconds: float = HEADER_SECONDS
+) -> str | None:
+    """Challenge the client with a new nonce; the command of a well-formed header, sent
+    whole within ``header_seconds``, whose proof shows ``secret``; None for anything else."""
+    deadline = time.monotonic() + header_seconds
+    nonce = os.urandom(32).hex()
     try:
-        with conn.makefile("rb") as reader:
-            header = json.loads(reader.readline(MAX_HEADER))
+        conn.settimeout(header_seconds)
+        conn.sendall(json.dumps({"version": VERSION, "nonce": nonce}).encode() + b"\n")
+        header = json.loads(_read_line(conn, deadline) or b"null")
     except (OSError, ValueError):
         return None
     if not isinstance(header, dict) or header.get("version") != VERSION:
         return None
-    given, command = header.get("secret"), header.get("command")
+    given, command = header.get("proof"), header.get("command")
     if not isinstance(given, str) or not isinstance(command, str):
         return None
-    if not hmac.compare_digest(given.encode(), secret):
+    if not hmac.compare_digest(given.encode(), proof(secret, nonce, command).encode()):
         return None
     conn.settimeout(None)
     return command
+
+
+def _read_line(conn: socket.socket, deadline: float, limit: int = MAX_HEADER) -> bytes | None:
+    """One line (without its end) received by ``deadline``: a peer that trickles bytes gets
+    no more time than one that sends nothing. None when late, too long, or cut short."""
+    data = bytearray()
+    while b"\n" not in data:
+        left = deadline - time.monotonic()
+        if left <= 0 or len(data) > limit:
+            return None
+        conn.settimeout(left)
+        try:
+            chunk = conn.recv(min(READ_CHUNK, limit + 1 - len(data)))
+        except TimeoutError:
+            return None
+        if not chunk:
+            return None
+        data += chunk
+    line, _, _ = bytes(data).partition(b"\n")
+    return line
 
 
 class Session:

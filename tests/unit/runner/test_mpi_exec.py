@@ -100,8 +100,9 @@ def test_a_wrong_secret_is_refused_without_running_anything(served: Served) -> N
 
 def test_a_header_that_is_not_the_protocols_gets_the_connection_closed(served: Served) -> None:
     with mpi_exec.connect(("127.0.0.1", served.port), time.monotonic() + WAIT) as conn:
-        conn.sendall(b"GET / HTTP/1.0\n\n")
         conn.settimeout(WAIT)
+        assert mpi_exec.read_challenge(conn)
+        conn.sendall(b"GET / HTTP/1.0\n\n")
         assert conn.recv(64) == b""
 
 
