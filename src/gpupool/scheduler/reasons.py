@@ -137,31 +137,31 @@ class Explainer:
         self._memo: dict[int, tuple[Reason, str]] = {}  # by id: the cache makes one per shape
         self._gangs: dict[tuple[int, int], tuple[Reason, str]] = {}
 
-    def gang_reason(self, request: ResourceRequest, tasks: int) -> tuple[Reason, str]:
+    def gang_reason(
+        self, request: ResourceRequest, tasks: int, distinct: bool = False
+    ) -> tuple[Reason, str]:
         """Why a gang of ``tasks`` tasks of ``request`` waits: the pool, or the free capacity
-        now, has room for fewer of its tasks at once than it has."""
+        now, has room for fewer of its tasks at once than it has. ``distinct``: each task
+        needs a node of its own (a job over several nodes)."""
         demand = self._demands.of(request)
-        key = (id(demand), tasks)
+        key = (id(demand), tasks, distinct)
         found = self._gangs.get(key)
         if found is None:
-            found = self._gangs[key] = self._gang_reason(demand, tasks)
+            found = self._gangs[key] = self._gang_reason(demand, tasks, distinct)
         return found
 
-    def _gang_reason(self, demand: Demand, tasks: int) -> tuple[Reason, str]:
+    def _gang_reason(self, demand: Demand, tasks: int, distinct: bool) -> tuple[Reason, str]:
         code, message = self.reason_of(demand)
         need = gpu_need(demand) if demand.uses_gpus else cpu_need(demand)
         gang = f"a gang of {tasks} tasks, each of {need}"
         if code in (Reason.NO_NODES, Reason.NO_NODE_BIG_ENOUGH) or self._empty_capacity is None:
             return code, f"a gang of {tasks} tasks, each {message}"
-        most = gang_slots(self._empty_capacity, demand)
+        most = gang_slots(self._empty_capacity, demand, distinct)
         if most.total < tasks:
-            return Reason.NO_NODE_BIG_ENOUGH, (
-                f"{gang}, can never start together: the pool holds at most {most.total} such "
-                f"{plural(most.total, 'task')} at once, even empty"
-            )
+            return Reason.NO_NODE_BIG_ENOUGH, never_together(gang, most.total, distinct)
         if code is not Reason.QUEUED:  # not even one task fits now
             return code, f"a gang of {tasks} tasks, each {message}"
-        now = gang_slots(self._capacity, demand)
+        now = gang_slots(self._capacity, demand, distinct)
         if now.total >= tasks:
             return Reason.QUEUED, (
                 f"{gang}: the free GPUs hold all its tasks only where they are reserved for "
@@ -249,6 +249,7 @@ class Explanations:
                 request.cpus,
                 request.memory_bytes,
                 job.tasks,
+                job.distinct_nodes,
                 job.gpu_types,
             )
             found = self._said.get(key)
@@ -276,7 +277,9 @@ class Explanations:
                 code, message = Reason.NO_GPU_OF_TYPE, no_type_message(types, self.schedulable)
             else:
                 if job.tasks > 1:
-                    code, message = explainer.gang_reason(job.request, job.tasks)
+                    code, message = explainer.gang_reason(
+                        job.request, job.tasks, job.distinct_nodes
+                    )
                 else:
                     code, message = explainer.reason(job.request)
                 code, message = self.fair_share(job, code, message)
@@ -423,6 +426,19 @@ class Explanations:
         return tuple(found)
 
 
+def never_together(gang: str, most: int, distinct: bool) -> str:
+    """A gang larger than the empty pool holds at once: how many of its tasks it holds."""
+    if distinct:
+        return (
+            f"{gang}, each on a node of its own, can never start together: only {most} "
+            f"schedulable {plural(most, 'node')} can hold such a task, even empty"
+        )
+    return (
+        f"{gang}, can never start together: the pool holds at most {most} such "
+        f"{plural(most, 'task')} at once, even empty"
+    )
+
+
 @dataclass(slots=True)
 class GangSlots:
     """How many tasks of one shape the capacity holds at once, and what limits them."""
@@ -433,11 +449,14 @@ class GangSlots:
     nodes: list[tuple[str, int]] = field(default_factory=list)  # (node, tasks), most first
 
 
-def gang_slots(capacity: FreeCapacity, demand: Demand) -> GangSlots:
-    """The tasks of ``demand`` each node of ``capacity`` holds, all nodes together."""
+def gang_slots(capacity: FreeCapacity, demand: Demand, distinct: bool = False) -> GangSlots:
+    """The tasks of ``demand`` each node of ``capacity`` holds, all nodes together;
+    ``distinct``: one task at most per node (a job over several nodes)."""
     slots = GangSlots()
     for node in capacity.nodes:
         gpus = _gpu_slots(node, demand)
+        if distinct:
+            gpus = min(gpus, 1)
         cpus = int((node.cpus + CPU_EPSILON) // demand.cpus) if demand.cpus > 0 else gpus
         memory = int(node.memory_bytes // demand.memory) if demand.memory else cpus
         count = max(0, min(gpus, cpus, memory))
