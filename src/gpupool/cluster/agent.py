@@ -30,7 +30,8 @@ from gpupool.errors import GpupoolError
 from gpupool.executors import outputs
 from gpupool.executors.base import GpuGrant, Handle, LaunchError, PollResult, TaskSpec
 from gpupool.executors.isolation import Isolation
-from gpupool.executors.local import LocalExecutor, default_base_env
+from gpupool.executors.local import LAUNCH_DIR, LocalExecutor, default_base_env
+from gpupool.runner import layout
 from gpupool.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -157,8 +158,14 @@ class NodeAgent:
         self.executor.release(_handle(handle))
 
     def recover(self, job_id: int, attempt: int) -> dict[str, Any] | None:
+        """The attempt's handle state if it was launched here, with its launch plan when it
+        is a gang's task (``launch``): the server rebuilds the gang from its tasks' plans."""
         handle = self.executor.recover(job_id, attempt)
-        return None if handle is None else handle.state
+        if handle is None:
+            return None
+        plan = self.executor.job_dir(job_id) / "outputs" / LAUNCH_DIR / f"attempt-{attempt}.json"
+        launch = layout.read_json(plan)
+        return handle.state | ({"launch": launch} if launch is not None else {})
 
     def checkpoint_at(self, handle: dict[str, Any]) -> float | None:
         return self.executor.checkpoint_at(_handle(handle))

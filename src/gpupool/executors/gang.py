@@ -13,6 +13,7 @@ from __future__ import annotations
 import secrets
 import sys
 from dataclasses import replace
+from typing import Any
 
 from gpupool.domain.launchers import (
     Gang,
@@ -99,19 +100,38 @@ def _gpus(task: TaskSpec) -> float:
 
 def deciding(task: TaskSpec) -> bool:
     """Whether the task's end decides the gang's (an MPI placeholder's does not)."""
-    return bool((task.launch or {}).get("decides_exit", True))
+    return launch_decides(task.launch or {})
 
 
 def label(task: TaskSpec) -> str:
     """How the task's lines are labelled in the attempt's log: by its rank when it runs one
     process of a rank, none when it runs several (the rank launcher labels them), else by
     its task."""
-    processes = (task.launch or {}).get("processes") or []
+    return launch_label(task.launch or {}, task.task_index)
+
+
+def launch_decides(launch: dict[str, Any]) -> bool:
+    """``deciding``, from a task's launch plan (as written on its node)."""
+    return bool(launch.get("decides_exit", True))
+
+
+def launch_label(launch: dict[str, Any], task_index: int) -> str:
+    """``label``, from a task's launch plan (as written on its node)."""
+    processes = launch.get("processes") or []
     if len(processes) > 1:
         return ""
     if len(processes) == 1 and processes[0].get("rank") is not None:
         return f"[rank {processes[0]['rank']}] "
-    return f"[task {task.task_index}] "
+    return f"[task {task_index}] "
+
+
+def launch_count(launch: dict[str, Any]) -> int:
+    """How many tasks the gang of a task's launch plan has (1: not a gang's)."""
+    processes = launch.get("processes") or [{}]
+    try:
+        return int((processes[0].get("env") or {}).get("GPUPOOL_TASK_COUNT", 1))
+    except (TypeError, ValueError):
+        return 1
 
 
 def combined(results: list[PollResult], deciders: list[bool]) -> tuple[PollResult, bool]:

@@ -38,7 +38,16 @@ from gpupool.executors.base import (
     PollResult,
     TaskSpec,
 )
-from gpupool.executors.gang import GangLog, combined, deciding, label, planned
+from gpupool.executors.gang import (
+    GangLog,
+    combined,
+    deciding,
+    label,
+    launch_count,
+    launch_decides,
+    launch_label,
+    planned,
+)
 from gpupool.executors.outputs import Writable
 from gpupool.runner import layout
 
@@ -51,6 +60,9 @@ NODE_STOP_SLACK_S = 10.0
 POLL_TIMEOUT_S = 10.0
 PACK_TIMEOUT_S = 600.0  # packing a model version's files on their node
 PARALLEL_POLLS = 16
+# how long a gang found again without its record gives its other tasks to stop, once one
+# ended (its job's own grace is in the record that was not written)
+RECOVERED_GANG_GRACE_S = 10.0
 
 
 class RayExecutor(Executor):
@@ -73,6 +85,7 @@ class RayExecutor(Executor):
         self._gang_logs: dict[Key, GangLog] = {}
         self._gangs_stopped: set[Key] = set()
         self._down: set[str] = set()  # nodes Ray reports dead (the node watch says)
+        self._up: set[str] = set()  # nodes the node watch has seen up
         self.isolation_status: IsolationStatus | None = None
 
     # -- paths --------------------------------------------------------------------------------
@@ -144,13 +157,61 @@ class RayExecutor(Executor):
         return Handle(tasks[0].job_id, tasks[0].attempt, state)
 
     def recover(self, job_id: int, attempt: int, node: str | None = None) -> Handle | None:
-        """Ask the node whether the attempt was launched before the server died."""
+        """Ask the node (its first task's, for a gang) whether the attempt was launched
+        before the server died. A gang's first task says how many tasks it has: the other
+        nodes up are asked for theirs, and the gang is taken back whole; a gang found in part
+        (the server died while starting it) has the tasks found stopped, and is not."""
         if node is None:
             return None
         state = self.cluster.call(node, "recover", job_id=job_id, attempt=attempt)
         if state is None:
             return None
-        return Handle(job_id, attempt, {"node": node, "local": state, **_listening(state)})
+        launch = state.pop("launch", None) or {}
+        count = launch_count(launch)
+        first = (node, state, launch)
+        if count <= 1:
+            return Handle(job_id, attempt, _task_state(node, state))
+        found = [first, *self._recover_elsewhere(job_id, attempt, node)]
+        tasks = {plan.get("task_index"): (name, local, plan) for name, local, plan in found}
+        if sorted(tasks) != list(range(count)):
+            self._stop_found(job_id, attempt, found, count)
+            return None
+        ordered = [tasks[index] for index in range(count)]
+        return Handle(job_id, attempt, _gang_state(ordered))
+
+    def _recover_elsewhere(
+        self, job_id: int, attempt: int, first: str
+    ) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+        """The attempt's tasks on the nodes up other than ``first``: (node, state, plan)."""
+        found = []
+        for node in sorted(self._up - self._down - {first}):
+            try:
+                state = self.cluster.call(node, "recover", job_id=job_id, attempt=attempt)
+            except (ClusterUnavailable, AgentUnavailable, CallFailed) as error:
+                log.warning("cannot ask node %s for job %s: %s", node, job_id, error)
+                continue
+            if state is not None:
+                found.append((node, state, state.pop("launch", None) or {}))
+        return found
+
+    def _stop_found(
+        self,
+        job_id: int,
+        attempt: int,
+        found: list[tuple[str, dict[str, Any], dict[str, Any]]],
+        count: int,
+    ) -> None:
+        """A gang found in part: its tasks found are stopped, so that none holds GPUs."""
+        log.warning(
+            "job %s attempt %s: %d of its %d tasks found after a restart; stopping them",
+            job_id,
+            attempt,
+            len(found),
+            count,
+        )
+        for node, state, _plan in found:
+            with contextlib.suppress(ClusterUnavailable, AgentUnavailable, CallFailed):
+                self.stop(Handle(job_id, attempt, _task_state(node, state)), 0.0)
 
     # -- poll ---------------------------------------------------------------------------------
 
@@ -205,10 +266,12 @@ class RayExecutor(Executor):
         """Ray reports ``node`` dead: its attempts are not asked about (each ask would wait
         for a timeout) and its silence counts from now."""
         self._down.add(node)
+        self._up.discard(node)
         self._unanswered.setdefault(node, self.clock())
 
     def node_up(self, node: str) -> None:
         self._down.discard(node)
+        self._up.add(node)
 
     def _poll_node(self, node: str, handles: list[Handle]) -> dict[Key, PollResult]:
         if node in self._down:
@@ -410,6 +473,22 @@ def _tasks(handle: Handle) -> list[Handle]:
         Handle(handle.job_id, handle.attempt, {**state, "task": index})
         for index, state in enumerate(handle.state["gang"])
     ]
+
+
+def _task_state(node: str, local: dict[str, Any]) -> dict[str, Any]:
+    """A task's handle state, as ``start`` makes it, from its node's state of it."""
+    return {"node": node, "local": local, **_listening(local)}
+
+
+def _gang_state(tasks: list[tuple[str, dict[str, Any], dict[str, Any]]]) -> dict[str, Any]:
+    """A gang's handle state, as ``start_gang`` makes it, from its tasks found again (in task
+    order: node, state, launch plan); its stop grace is the default's, its job's unknown."""
+    return {
+        "gang": [_task_state(node, local) for node, local, _plan in tasks],
+        "labels": [launch_label(plan, index) for index, (_n, _s, plan) in enumerate(tasks)],
+        "deciders": [launch_decides(plan) for _node, _local, plan in tasks],
+        "grace": RECOVERED_GANG_GRACE_S,
+    }
 
 
 def _listening(local: dict[str, Any]) -> dict[str, Any]:
