@@ -16,6 +16,7 @@ import json
 import re
 import secrets
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -27,6 +28,7 @@ from tests.support.cli import Cli
 from tests.support.notebooks import Lab, execute_request
 from tests.support.server import ServerProcess
 from tests.support.waiting import wait_for
+from tests.support.workloads import runner_client
 
 pytestmark = NEEDS_CHROMIUM
 sync_api = pytest.importorskip("playwright.sync_api")
@@ -78,7 +80,7 @@ def test_a_notebook_runs_behind_the_proxy_and_gives_its_gpu_back_when_idle(
     lab.run(kernel, "open('kept.txt', 'w').write('written before the idle stop')")
 
     _another_team_gets_404(server, Lab(server.url, notebook, bob), kernel)
-    _its_own_port_refuses_without_its_token(admin, made["job_id"], notebook)
+    _its_own_port_refuses_without_its_token(admin, made["job_id"], notebook, server.data_dir)
 
     page, errors = _signed_in(browser, server, "alice", alice)
     _start_and_stop_one_in_the_ui(page)
@@ -175,7 +177,7 @@ def _another_team_gets_404(server: ServerProcess, other: Lab, kernel: str) -> No
 
 
 def _its_own_port_refuses_without_its_token(
-    admin: httpx.Client, job_id: int, notebook: int
+    admin: httpx.Client, job_id: int, notebook: int, data_dir: Path
 ) -> None:
     log = admin.get(f"/jobs/{job_id}/logs").json()["text"]
     found = LISTENING.search(log)
@@ -183,10 +185,13 @@ def _its_own_port_refuses_without_its_token(
     port, shown = found.groups()
     assert shown == "...", "the notebook's token is never in its log"
     direct = f"http://127.0.0.1:{port}/notebooks/{notebook}"
-    for headers in ({}, {"Authorization": "token not-the-token"}):
-        for path in ("api/kernels", "api/contents/kept.txt"):
-            answer = httpx.get(f"{direct}/{path}", headers=headers, trust_env=False)
-            assert answer.status_code == 403, (path, answer.status_code)
+    with pytest.raises(httpx.ConnectError):  # on its own loopback: no process of the node's
+        httpx.get(f"{direct}/api/kernels", trust_env=False, timeout=5)
+    with runner_client(data_dir, job_id) as through_runner:  # the platform's way in
+        for headers in ({}, {"Authorization": "token not-the-token"}):
+            for path in ("api/kernels", "api/contents/kept.txt"):
+                answer = through_runner.get(f"{direct}/{path}", headers=headers)
+                assert answer.status_code == 403, (path, answer.status_code)
 
 
 def _signed_in(browser, server: ServerProcess, user: str, password: str):  # noqa: ANN001, ANN202

@@ -23,6 +23,7 @@ from tests.conftest import REPO
 from tests.support.cli import FINAL, Cli, hold, wait_status
 from tests.support.server import ServerProcess
 from tests.support.waiting import wait_for
+from tests.support.workloads import runner_client
 
 pytest.importorskip("torch")
 ROWS = {"inputs": [[0.1] * 8, [0.5] * 8]}
@@ -79,7 +80,7 @@ def test_deploy_survive_a_kill_roll_scale_and_stop(
     assert len(answer.json()["outputs"]) == 2 and answer.json()["model"]["sha256"] == versions[1]
     bad = api.post("/serve/tiny/predict", json={"rows": []})
     assert bad.status_code == 400 and bad.json()["error"]["code"] == "bad_inputs"
-    _direct_calls_are_refused(api, deployed)
+    _direct_calls_are_refused(api, deployed, pool.data_dir)
 
     victim = deployed["replica_list"][0]
     killed = [psutil.Process(pid) for pid, _ in _serving(victim["job_id"])]
@@ -111,17 +112,23 @@ def test_deploy_survive_a_kill_roll_scale_and_stop(
     assert cli.json("deploy", "ls") == []
 
 
-def _direct_calls_are_refused(api: httpx.Client, deployed: dict) -> None:
-    """A process of the node that finds a replica's port (here, from its environment) and
-    calls it past /serve gets 403, health included; /serve works, with a forged token header
-    too (dropped); the token is in no answer of the API about the deployment or its job."""
+def _direct_calls_are_refused(api: httpx.Client, deployed: dict, data_dir: Path) -> None:
+    """A process of the node that finds a replica's port (here, from its environment) cannot
+    even connect: the port is on the replica's own loopback. Behind the runner's socket
+    (root's and the server's alone) the built-in server still refuses a call without its
+    token, health included: /serve works, with a forged token header too (dropped); the
+    token is in no answer of the API about the deployment or its job."""
     job_id = deployed["replica_list"][0]["job_id"]
     env = _serving(job_id)[0][1]
     token, url = env["GPUPOOL_REPLICA_TOKEN"], f"http://{env['GPUPOOL_LISTEN_HOST']}:{env['PORT']}"
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"{url}/health", timeout=5)
     forged = {"X-Gpupool-Replica-Token": "forged"}
-    for headers in ({}, forged):
-        assert httpx.get(f"{url}/health", headers=headers).status_code == 403
-        assert httpx.post(f"{url}/predict", json=ROWS, headers=headers).status_code == 403
+    with runner_client(data_dir, job_id) as through_runner:
+        for headers in ({}, forged):
+            assert through_runner.get(f"{url}/health", headers=headers).status_code == 403
+            answer = through_runner.post(f"{url}/predict", json=ROWS, headers=headers)
+            assert answer.status_code == 403
     assert api.post("/serve/tiny/predict", json=ROWS, headers=forged).status_code == 200
     shown = [api.get(p).text for p in ("/api/v1/deployments/tiny", f"/api/v1/jobs/{job_id}")]
     shown.append(api.get("/api/v1/jobs").text)

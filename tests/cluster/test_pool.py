@@ -111,13 +111,27 @@ def test_a_job_finds_no_key_to_the_cluster(pool: Pool, pool_cli: Cli) -> None:
         "except Exception as e:\n"
         "    print('refused ray', type(e).__name__)\n"
     )
-    job_id = pool_cli.submit("--gpu-type", "H100", "--gpus", "1", "--", sys.executable, "-c", probe)
+    # on the node's network (a gang's tasks are), the GCS answers it, and refuses it
+    on_host = ("--gpu-type", "H100", "--gpus", "1", "--network", "host")
+    job_id = pool_cli.submit(*on_host, "--", sys.executable, "-c", probe)
     wait_status(pool_cli, job_id, {"succeeded", "failed"}, timeout=180)
     log = pool_cli.ok("logs", str(job_id))
     assert "READ" not in log and token not in log, log
     assert "ENV []" in log, log
     assert "CONNECTED" not in log, log
     assert "refused ray" in log or pool_cli.job(job_id)["status"] == "failed", log
+    # on a network of its own (every job on one node), the GCS is not even reachable
+    reach = (
+        "import socket\n"
+        "try:\n"
+        f"    socket.create_connection(('127.0.0.1', {address.split(':')[1]}), timeout=5)\n"
+        "    print('REACHED')\n"
+        "except OSError as e:\n"
+        "    print('unreachable', type(e).__name__)\n"
+    )
+    job_id = pool_cli.submit("--gpu-type", "H100", "--gpus", "1", "--", sys.executable, "-c", reach)
+    wait_status(pool_cli, job_id, {"succeeded", "failed"}, timeout=60)
+    assert "unreachable ConnectionRefusedError" in pool_cli.ok("logs", str(job_id))
 
 
 def test_code_sent_with_a_job_is_unpacked_on_its_node(pool_cli: Cli, tmp_path: Path) -> None:

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import httpx
+
+from gpupool.services.endpoints import Endpoint
+
 # Attempt 1 prints five lines, then runs until SIGTERM, which it answers with a last line;
 # attempt 2 prints twelve lines (more bytes than attempt 1: an offset carried over from
 # attempt 1 would skip the start of attempt 2's log) and ends.
@@ -22,3 +28,11 @@ for i in range(1, 13):
 FIRST = "".join(f"attempt 1 says line {i}\n" for i in range(1, 6))
 SECOND = "".join(f"attempt 2 says line {i}\n" for i in range(1, 13))
 ANNOUNCEMENT = "--- attempt 2 started (requeued after preemption) ---"
+
+
+def runner_client(data_dir: Path, job_id: int, timeout: float = 10.0) -> httpx.Client:
+    """An HTTP client of a serving job's running attempt through its runner's socket: the
+    only way to a workload on a network of its own (the platform's, and the root's here)."""
+    attempts = data_dir / "jobs" / str(job_id) / "attempts"
+    latest = max(attempts.iterdir(), key=lambda p: int(p.name))
+    return Endpoint("127.0.0.1", 8000, str(latest / "listen.sock")).client(timeout)
