@@ -113,11 +113,16 @@ def rsh(alias: str, words: list[str], env: Mapping[str, str]) -> int:
     try:
         address = _address_of(alias, env)
         secret = _secret(env)
-        with connect(address, time.monotonic() + CONNECT_SECONDS) as conn:
-            nonce = read_challenge(conn)
-            header = {"version": VERSION, "proof": proof(secret, nonce, command)}
-            conn.sendall(json.dumps(header | {"command": command}).encode() + b"\n")
-            return relay(conn)
+        deadline = time.monotonic() + CONNECT_SECONDS
+        while True:
+            with connect(address, deadline) as conn:
+                nonce = challenged(conn, deadline)
+                if nonce is None:  # turned away (too many waiting): try again
+                    time.sleep(CONNECT_RETRY_SECONDS)
+                    continue
+                header = {"version": VERSION, "proof": proof(secret, nonce, command)}
+                conn.sendall(json.dumps(header | {"command": command}).encode() + b"\n")
+                return relay(conn)
     except (MpiExecError, OSError) as e:
         _say(f"gpupool mpi rsh {alias}: {e}")
         return EXIT_UNREACHABLE
@@ -157,6 +162,17 @@ def read_challenge(conn: socket.socket) -> str:
     if not isinstance(nonce, str) or not nonce:
         raise MpiExecError("the task sent a challenge without a nonce")
     return nonce
+
+
+def challenged(conn: socket.socket, deadline: float) -> str | None:
+    """The task's nonce; None when it closed the connection without one before ``deadline``
+    (it serves MAX_UNAUTHENTICATED connections waiting at once), MpiExecError after it."""
+    try:
+        return read_challenge(conn)
+    except (MpiExecError, OSError):
+        if time.monotonic() >= deadline:
+            raise
+        return None
 
 
 def relay(conn: socket.socket) -> int:

@@ -36,10 +36,20 @@ def agent_env(port: int, **extra: str) -> dict[str, str]:
 @pytest.fixture
 def task(tmp_path: Path) -> Iterator[tuple[int, Path]]:
     """A serving task (its port and directory) that gives a header 2 s in all."""
+    yield from serving(tmp_path, "2")
+
+
+@pytest.fixture
+def slow_task(tmp_path: Path) -> Iterator[tuple[int, Path]]:
+    """The same, giving a header 5 s."""
+    yield from serving(tmp_path, "5")
+
+
+def serving(tmp_path: Path, header_seconds: str) -> Iterator[tuple[int, Path]]:
     port, cwd = free_port(), tmp_path / "task1"
     cwd.mkdir()
     env = agent_env(port, GPUPOOL_MPI_LISTEN=f"127.0.0.1:{port}", GPUPOOL_TASK_INDEX="1")
-    env["GPUPOOL_MPI_HEADER_SECONDS"] = "2"
+    env["GPUPOOL_MPI_HEADER_SECONDS"] = header_seconds
     process = subprocess.Popen([*AGENT, "serve"], cwd=cwd, env=env)
     wait_for(lambda: answers(port), WAIT, "the task to listen")
     yield port, cwd
@@ -90,6 +100,23 @@ def test_connections_that_do_not_prove_the_secret_are_capped(task: tuple[int, Pa
             assert one_more.recv(64) == b"", "closed at once, without a challenge"
     served = wait_for(lambda: rsh_true(port), WAIT, "the task to serve again")
     assert served.returncode == 0
+
+
+def test_an_agent_turned_away_while_the_task_is_full_tries_again(
+    slow_task: tuple[int, Path],
+) -> None:
+    """Connections that never prove the secret hold every place until the task drops them
+    (5 s here); an agent that comes meanwhile is turned away, and tries again."""
+    port, cwd = slow_task
+    with contextlib.ExitStack() as idle:
+        for _ in range(mpi_exec.MAX_UNAUTHENTICATED):
+            conn = idle.enter_context(socket.create_connection(("127.0.0.1", port), WAIT))
+            mpi_exec.read_challenge(conn)  # accepted: it holds a place
+        argv = [*AGENT, "rsh", "gpupool-task-1", "touch", "ran"]
+        env = agent_env(port, GPUPOOL_TASK_INDEX="0")
+        agent = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=WAIT)
+    assert agent.returncode == 0, agent.stderr
+    assert (cwd / "ran").exists()
 
 
 def test_a_header_sent_a_byte_at_a_time_is_dropped_at_the_deadline(
