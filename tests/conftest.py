@@ -20,6 +20,11 @@ settings.register_profile("repeatable", derandomize=True, print_blob=True)
 settings.register_profile("explore", print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
 
+# Every server a test starts (in process or not) keeps no disk reserve: each would hold 256 MiB
+# of allocated blocks in its data directory, and a run starts hundreds of servers, whose
+# directories pytest keeps (tens of GB). The reserve's own tests ask for one.
+os.environ.setdefault("GPUPOOL_DISK_RESERVE_BYTES", "0")
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 

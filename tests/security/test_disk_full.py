@@ -114,7 +114,10 @@ def test_a_team_filling_the_disk_is_stopped_and_reads_and_other_teams_go_on(
     """The server keeps a reserve for its database (a twentieth of this small disk): when a
     team's job fills the disk, the server gives it back, stops that team's jobs
     (StorageQuotaExceeded), and every read and the other team's job go on."""
-    server = ServerProcess(small_disk / "data", env={"GPUPOOL_STORAGE_SCAN_SECONDS": "0.5"})
+    reserve = {"GPUPOOL_DISK_RESERVE_BYTES": str(256 * 1024**2)}  # the default (tests: 0)
+    server = ServerProcess(
+        small_disk / "data", env={"GPUPOOL_STORAGE_SCAN_SECONDS": "0.5", **reserve}
+    )
     server.log_path = tmp_path / "server-output.log"
     server.start()
     try:

@@ -398,24 +398,8 @@ def _cpu_holder(
     """``job`` as a holder of its ``task``'s CPUs (added to its other tasks' on that node)."""
     cpus = task.get("cpus", 0.0) + (before.cpus if before else 0.0)
     memory = task.get("memory_bytes", 0) + (before.memory_bytes if before else 0)
-    if who is None or not who.can_see_team(job.team_id):
-        return CpuHolderView(
-            job_id=None,
-            job_name=None,
-            user=None,
-            team=None,
-            cpus=cpus,
-            memory_bytes=memory,
-            other_team=True,
-        )
-    return CpuHolderView(
-        job_id=job.id,
-        job_name=job.name,
-        user=job.user.name,
-        team=job.team.name,
-        cpus=cpus,
-        memory_bytes=memory,
-    )
+    visible = who is not None and who.can_see_team(job.team_id)
+    return CpuHolderView(**_holding(job, visible), cpus=cpus, memory_bytes=memory)
 
 
 def _host(jobs: Iterable[CpuHolderView], named: bool) -> HostHeld:
@@ -425,25 +409,17 @@ def _host(jobs: Iterable[CpuHolderView], named: bool) -> HostHeld:
 
 
 def _holder(job: JobModel, gpu: dict[str, Any], visible: bool) -> HolderView:
-    share, memory = gpu["share"], gpu["memory_bytes"]
-    if not visible:
-        return HolderView(
-            job_id=None,
-            job_name=None,
-            user=None,
-            team=None,
-            share=share,
-            memory_bytes=memory,
-            other_team=True,
-        )
     return HolderView(
-        job_id=job.id,
-        job_name=job.name,
-        user=job.user.name,
-        team=job.team.name,
-        share=share,
-        memory_bytes=memory,
+        **_holding(job, visible), share=gpu["share"], memory_bytes=gpu["memory_bytes"]
     )
+
+
+def _holding(job: JobModel, visible: bool) -> dict[str, Any]:
+    """Who holds a GPU or CPUs, as the caller may see it: a job of a team it cannot see is
+    "another team's job", known by what it holds only."""
+    if not visible:
+        return {"job_id": None, "job_name": None, "user": None, "team": None, "other_team": True}
+    return {"job_id": job.id, "job_name": job.name, "user": job.user.name, "team": job.team.name}
 
 
 def _pool_part(node: NodeModel) -> int:
