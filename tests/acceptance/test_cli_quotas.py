@@ -31,6 +31,11 @@ def test_team_create_with_a_quota_and_the_table(admin: Cli) -> None:
 def test_set_quota_changes_only_what_is_given(admin: Cli) -> None:
     admin.ok("team", "create", "rl", "--guarantee", "1", "--limit", "3")
     assert "weight 2" in admin.ok("team", "set-quota", "rl", "--weight", "2")
+    rl = _team(admin, "rl")
+    assert (rl["guarantee"], rl["limit"], rl["weight"]) == ({"*": 1}, 3, 2)
+    admin.ok("team", "set-quota", "rl", "--guarantee", "0", "--no-limit")
+    rl = _team(admin, "rl")
+    assert (rl["guarantee"], rl["limit"], rl["weight"]) == ({}, None, 2)
 
 
 def test_a_storage_quota_is_set_kept_shown_and_removed(admin: Cli) -> None:
@@ -45,11 +50,6 @@ def test_a_storage_quota_is_set_kept_shown_and_removed(admin: Cli) -> None:
     assert _team(admin, "data")["storage"]["quota"] is None
     bad = admin("team", "set-quota", "data", "--storage", "lots")
     assert bad.returncode == 2 and "is not a size" in bad.stderr, bad.stderr
-    rl = _team(admin, "rl")
-    assert (rl["guarantee"], rl["limit"], rl["weight"]) == ({"*": 1}, 3, 2)
-    admin.ok("team", "set-quota", "rl", "--guarantee", "0", "--no-limit")
-    rl = _team(admin, "rl")
-    assert (rl["guarantee"], rl["limit"], rl["weight"]) == ({}, None, 2)
 
 
 def test_quota_refusals_keep_their_codes(admin: Cli) -> None:

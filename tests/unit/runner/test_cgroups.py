@@ -16,7 +16,7 @@ from gpupool.runner import cgroups
 from gpupool.runner.sandbox import SandboxPolicy, bwrap_argv
 
 GIB = 1024**3
-NAME = "job-7-attempt-1-0123456789"
+NAME = f"job-7-attempt-1-{os.getpid():010d}"  # a name of its own for each test process
 
 
 @pytest.fixture
@@ -68,8 +68,17 @@ def test_v1_holds_a_fork_bomb_to_its_task_limit_and_counts_the_refusals() -> Non
         assert Path(made.pids_dir or "", "pids.max").read_text().strip() == "8"
         views = made.views()
         assert views == [(made.pids_dir, "/sys/fs/cgroup/pids")]
-        bomb = "import os, time\nfor _ in range(20):\n    os.fork() == 0 and time.sleep(30)\n"
-        proc = subprocess.Popen([sys.executable, "-c", bomb], preexec_fn=made.join)
+        # the program joins the cgroup itself before it forks (no preexec_fn: the test's
+        # process has threads, and a preexec_fn can fail or hang there)
+        join = (
+            f"for d in {made.dirs!r}:\n    open(d + '/cgroup.procs', 'w').write(str(os.getpid()))\n"
+        )
+        bomb = (
+            "import os, time\n"
+            + join
+            + "for _ in range(20):\n    os.fork() == 0 and time.sleep(30)\n"
+        )
+        proc = subprocess.Popen([sys.executable, "-c", bomb])
         proc.wait(timeout=30)
         assert made.pids_refused() > 0
         assert len(made.processes()) <= 8
@@ -95,7 +104,8 @@ def test_close_waits_for_killed_processes_to_leave() -> None:
     made, why = cgroups.create(NAME, None, 64 * 1024**2, 16)
     assert made is not None, why
     # a process that left its group (setsid) stays in the cgroup after the job's end
-    proc = subprocess.Popen(["sleep", "60"], preexec_fn=made.join, start_new_session=True)
+    proc = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    made.join(proc.pid)  # it forks nothing: joining it once started holds it all the same
     deadline = time.monotonic() + 10
     while proc.pid not in made.processes() and time.monotonic() < deadline:
         time.sleep(0.01)
