@@ -160,7 +160,8 @@ NODE_COMMANDS: Mapping[str, Lazy] = MappingProxyType(
             "goes on to its end.",
         ),
         "undrain": Lazy(
-            "gpupool.cli.nodes:undrain", "Let new work on a drained node again (admins)."
+            "gpupool.cli.nodes:undrain",
+            "Let new work on a drained node again, or a removed one back (admins).",
         ),
         "remove": Lazy(
             "gpupool.cli.nodes:remove",

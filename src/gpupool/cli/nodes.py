@@ -217,7 +217,7 @@ def drain(
 
 
 def undrain(name: NodeName, output: OutputOption = Output.TABLE) -> None:
-    """Let new work on a drained node again (admins)."""
+    """Let new work on a drained node again, or a removed one back (admins)."""
     with connect() as client:
         found = client.undrain_node(name)
     if output == Output.JSON:

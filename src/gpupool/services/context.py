@@ -79,11 +79,14 @@ class TokenMemory(Protocol):
 
 
 class Throttle(Protocol):
-    """Failed sign-ins (and wrong current passwords) per user and address, refused with a
-    429 while too many (``services.throttle.SignInThrottle``)."""
+    """Failed sign-ins (and wrong current passwords) per user and source, and unknown random
+    secrets per source, refused with a 429 while too many; a valid secret is never refused
+    (``services.throttle.SignInThrottle``)."""
 
     def guard(self, address: str, user: str | None = None) -> AbstractContextManager[None]:
-        """Refuse while throttled; count the failure if the block raises Unauthenticated."""
+        """Check a credential in the block: a password is refused first while throttled, a
+        random secret only once found unknown; count the failure if the block raises
+        Unauthenticated."""
         ...
 
     def check(self, address: str, user: str | None = None) -> None: ...

@@ -39,13 +39,14 @@ def drain_node(name: str, ctx: PlatformDep, who: Admin, body: NodeDrain | None =
 
 @router.post("/{name}/undrain", response_model=NodeView)
 def undrain_node(name: str, ctx: PlatformDep, who: Admin) -> NodeView:
-    """Let new work on a drained node again."""
+    """Let new work on a drained node again; a removed node may join again."""
     return nodes.undrain(ctx, who, name)
 
 
 @router.delete("/{name}", response_model=NodeRemovedView)
 def remove_node(name: str, ctx: PlatformDep, who: Admin) -> NodeRemovedView:
-    """Take a node out of the pool (registering again is a new join). Refused with 409
+    """Take a node out of the pool: it stays out, its joiner refused, until an admin lets
+    it back with undrain. Refused with 409
     node_busy, naming the jobs, while jobs hold resources on it and it is up; with 409
     own_node for the server's own node."""
     return nodes.remove(ctx, who, name)
