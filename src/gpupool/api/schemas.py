@@ -65,7 +65,8 @@ class QuotaIn(Strict):
         ge=0,
         le=2**62,
         description="the most bytes the team's files may take (outputs, checkpoints, "
-        "workspaces, logs, model and code archives); none",
+        "workspaces, logs, model and code archives); null: none. Left out of a PUT of the "
+        "quota, the team keeps the one it has",
         examples=[10 * 1024**3],
     )
 

@@ -11,7 +11,7 @@ An empty pool accepts anything: its nodes have not joined yet.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -68,10 +68,18 @@ def create_team(
 
 
 def set_quota(
-    session: Session, name: str, quota: Quota, nodes: Sequence[NodeCapacity], now: float
+    session: Session,
+    name: str,
+    quota: Quota,
+    nodes: Sequence[NodeCapacity],
+    now: float,
+    keep_storage: bool = False,
 ) -> TeamModel:
-    """Replace a team's quota (every field: what is left out takes its default)."""
+    """Replace a team's quota (every field: what is left out takes its default), but for its
+    storage quota where ``keep_storage``: a change of its GPUs never drops that by omission."""
     team = users.get_team(session, name)
+    if keep_storage:
+        quota = replace(quota, storage=team.storage_quota)
     quota = normalized(quota)
     check(session, name, quota, nodes)
     _store(session, team, quota, now)

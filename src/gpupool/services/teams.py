@@ -68,11 +68,13 @@ def create_team(ctx: Context, name: str, quota: quotas.Quota) -> TeamView:
     return shown
 
 
-def set_quota(ctx: Context, name: str, quota: quotas.Quota) -> TeamView:
-    """Replace a team's quota: what ``quota`` leaves out takes its default."""
+def set_quota(ctx: Context, name: str, quota: quotas.Quota, keep_storage: bool = False) -> TeamView:
+    """Replace a team's quota: what ``quota`` leaves out takes its default; with
+    ``keep_storage``, the team keeps its storage quota whatever ``quota.storage`` says."""
     nodes = ctx.loop.recent_nodes()
     with ctx.db.session() as session:
-        team = quotas.set_quota(session, name, quota, nodes, ctx.clock.now())
+        now = ctx.clock.now()
+        team = quotas.set_quota(session, name, quota, nodes, now, keep_storage)
         used = quotas.usage(session, nodes, [team.id])[team.id]
         shown = team_view(team, used, users.team_admins(session, [team.id])[team.id])
     ctx.loop.quotas_changed()

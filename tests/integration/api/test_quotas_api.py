@@ -144,3 +144,16 @@ def test_an_empty_pool_accepts_any_guarantee(tmp_path: Path) -> None:
     with running_app(settings) as (client, _platform):
         body = {"name": "ml", "guarantee": {"*": 64, "A100": 8}}
         assert client.post(TEAMS, json=body).status_code == 201
+
+
+def test_a_quota_put_without_storage_keeps_the_storage_quota(client: TestClient) -> None:
+    created = client.post(TEAMS, json={"name": "data", "storage": 10 * 1024**3})
+    assert created.status_code == 201, created.text
+    changed = client.put(f"{TEAMS}/data/quota", json={"limit": 2, "weight": 3})
+    assert changed.status_code == 200, changed.text
+    assert changed.json()["storage"]["quota"] == 10 * 1024**3, "left out: kept"
+    assert (changed.json()["limit"], changed.json()["weight"]) == (2, 3)
+    assert team(client, "data")["storage"]["quota"] == 10 * 1024**3
+    cleared = client.put(f"{TEAMS}/data/quota", json={"limit": 2, "storage": None})
+    assert cleared.json()["storage"]["quota"] is None, "an explicit null removes it"
+    assert team(client, "data")["storage"]["quota"] is None

@@ -59,8 +59,11 @@ def create_team(body: TeamCreate, ctx: PlatformDep, _who: Admin) -> TeamView:
 
 @router.put("/teams/{name}/quota", response_model=TeamView)
 def set_quota(name: str, body: QuotaIn, ctx: PlatformDep, _who: Admin) -> TeamView:
-    """Replace a team's quota: what the body leaves out takes its default."""
-    return teams.set_quota(ctx, name, body.quota())
+    """Replace a team's quota: what the body leaves out takes its default, but for
+    ``storage``, which stays as it is unless given (``null`` removes it)."""
+    return teams.set_quota(
+        ctx, name, body.quota(), keep_storage="storage" not in body.model_fields_set
+    )
 
 
 @router.delete("/teams/{name}", response_model=TeamDeletedView)
