@@ -42,6 +42,13 @@ CALM = (
     "open(os.path.join(out, 'done.bin'), 'wb').write(os.urandom(1 << 20))\n"
 )
 
+# writes 2 MiB into its outputs and ends
+WRITE_2_MIB = (
+    "import os\n"
+    "out = os.environ['GPUPOOL_OUTPUT_DIR']\n"
+    "open(os.path.join(out, 'two.bin'), 'wb').write(os.urandom(2 << 20))\n"
+)
+
 
 @pytest.fixture
 def server() -> Iterator[ServerProcess]:
@@ -92,6 +99,34 @@ def test_a_team_past_its_storage_quota_is_stopped_refused_and_sees_why(
         ref = "sha256:" + hashlib.sha256(archive).hexdigest()
         _refused(fill.put(f"/code/{ref}", content=archive))
         assert fill.get("/jobs").status_code == 200, "reads answer"
+
+
+def test_a_team_past_its_storage_quota_submits_no_job_and_gpupool_run_says_why(
+    server: ServerProcess,
+) -> None:
+    with _client(server, server.token) as admin:
+        made = admin.post("/teams", json={"name": "full", "storage": MIB})
+        assert made.status_code == 201, made.text
+        full, full_token = _member(server, admin, "full")
+        other, _ = _member(server, admin, "roomy")
+        writer = _submit(full, WRITE_2_MIB)
+        wait_for(lambda: _final(admin, writer), 60, "the 2 MiB job to end")
+        over = wait_for(lambda: full.get("/teams").json()[0]["storage"]["over"], 30, "a scan")
+        assert over
+
+        refused = full.post("/jobs", json={"command": ["true"]})
+        assert refused.status_code == 403, refused.text
+        error = refused.json()["error"]
+        assert error["code"] == "storage_quota_exceeded", error
+        assert "over its storage quota of 1 MiB" in error["message"], error
+        assert "delete outputs" in error["message"] and "ask an admin" in error["message"]
+        run = Cli(server.url, full_token)("run", "--", "echo", "never")
+        assert run.returncode != 0, run.stdout
+        assert "storage_quota_exceeded" in run.stderr, run.stderr
+        assert "delete outputs" in " ".join(run.stderr.split()), run.stderr
+        assert "Traceback" not in run.stderr
+        assert full.get(f"/jobs/{writer}").status_code == 200, "its jobs still read"
+        assert other.post("/jobs", json={"command": ["true"]}).status_code == 201
 
 
 def test_another_teams_member_neither_sees_nor_sets_a_teams_storage(

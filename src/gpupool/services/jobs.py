@@ -35,7 +35,7 @@ from gpupool.errors import (
 from gpupool.executors.isolation import protected_paths, within, workdir_conflict
 from gpupool.scheduler import infeasible_reason
 from gpupool.scheduler.types import NodeCapacity
-from gpupool.services import code, model_files, users
+from gpupool.services import code, model_files, quotas, users
 from gpupool.services.access import Principal
 from gpupool.services.context import Context
 from gpupool.services.views import attempt_view, event_view, job_view
@@ -194,12 +194,13 @@ def admit(
     nodes: Sequence[NodeCapacity],
     limits: JobLimits,
 ) -> TeamModel:
-    """The checks every submit passes (role, priority, grace, workdir, code, size); the team
-    to charge."""
+    """The checks every submit passes (role, priority, grace, workdir, the team's storage,
+    code, size); the team to charge."""
     principal.require_member()
     check_limits(principal, spec, limits)
     check_workdir(spec.workdir, limits.protected, limits.sandboxed)
     team = _team_for(session, principal, spec.team)
+    quotas.refuse_over_storage(team)  # it would be stopped at the next scan, files written
     if spec.code is not None:
         code.require_usable(session, principal, spec.code, team.id, team.name)
     if spec.model is not None:
