@@ -26,6 +26,7 @@ from tests.security import hostile
 from tests.security.conftest import Pool
 from tests.security.test_hostile_job import VICTIM, _targets
 from tests.support import replica_probe
+from tests.support.cli import Cli
 from tests.support.proxying import echo_command
 from tests.support.server import ServerProcess
 from tests.support.waiting import wait_for
@@ -398,3 +399,33 @@ def test_a_replica_answering_a_websocket_with_a_page_is_a_502(world: World) -> N
     answer = refused.value.response
     assert answer.status_code == 502, answer.body
     assert json.loads(answer.body)["error"]["code"] == "upstream_unavailable"
+
+
+def test_deploy_key_create_prints_the_address_that_reaches_the_deployment(world: World) -> None:
+    """Where two of the user's teams each deploy a name, 'gpupool deploy key create' prints
+    the team's address (/serve/NAME@TEAM/, as 'deploy show' does), and the key works there;
+    a name only one of the user's teams has keeps its plain address."""
+    member, outsider = world.clients["member"], world.clients["outsider"]
+    for api, model in ((member, "probe-a"), (outsider, "probe-b")):
+        body = {"name": "pair", "model": model, "command": PROBE}
+        assert api.post("/deployments", json=body).status_code == 201
+    body = {"name": "keyholder", "teams": ["owners", "others"], "role": "member"}
+    assert world.admin.post("/users", json=body).status_code == 201
+    token = world.admin.post("/tokens", json={"user": "keyholder", "name": "t"}).json()["token"]
+    cli = Cli(world.server.url, token)
+    try:
+        made = cli("deploy", "key", "create", "pair", "--team", "owners")
+        assert made.returncode == 0, made.stderr
+        printed = " ".join(made.stdout.split())
+        assert "to /serve/pair@owners/ (it is not shown again)" in printed, made.stdout
+        key = made.stdout.split()[0]
+        wait_for(lambda: world.admin.get("/deployments/pair?team=owners").json()["ready"], 90, "")
+        answer = world.serve("pair@owners", secret=key)
+        assert answer.status_code == 200, answer.text
+        own = Cli(world.server.url, world.tokens["member"])("deploy", "key", "create", "pair")
+        assert own.returncode == 0, own.stderr
+        assert "to /serve/pair/ (it is not shown again)" in " ".join(own.stdout.split())
+    finally:
+        for team in ("owners", "others"):
+            stopped = world.admin.post("/deployments/pair/stop", params={"team": team})
+            assert stopped.status_code == 200, stopped.text

@@ -225,13 +225,14 @@ def key_create(
     """Make a key that may call the deployment; it is printed once: keep it now."""
     with connect() as client:
         made = client.create_deployment_key(name, key_name, team)
-    if output == Output.JSON:
-        print_json(made)
-        return
+        if output == Output.JSON:
+            print_json(made)
+            return
+        url = client.deployment(name, team)["url"]  # NAME@TEAM where your teams share NAME
     out.print(made["key"], soft_wrap=True)
     out.print(
         f"key {made['id']} of {escape(name)}: send it as 'Authorization: Bearer <key>' to "
-        f"/serve/{escape(name)}/ (it is not shown again)",
+        f"{escape(url)} (it is not shown again)",
         style="dim",
     )
 
