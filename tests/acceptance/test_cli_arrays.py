@@ -53,6 +53,9 @@ def test_ls_shows_the_array_as_one_row_and_cancel_ends_a_task_or_all(
     assert f"array {array_id} runs at most 1 of its tasks at once (%1)" in answer
     task_2 = tasks(admin, array_id)[2]["id"]
     assert answer.startswith(f"task {array_id}_2 (job {task_2}) pending: ")  # named as asked
+    by_id = admin.ok("why", str(task_2))  # by its job id: still named as the array's task
+    assert by_id.startswith(f"task {array_id}_2 (job {task_2}) pending: "), by_id
+    assert f"task {array_id}_2 (job {task_2}) has not started" in admin("logs", str(task_2)).stderr
     not_started = admin("logs", f"{array_id}_2")
     assert not_started.returncode == 0 and not_started.stdout == ""
     assert f"task {array_id}_2 (job {task_2}) has not started yet (ArrayLimit: " in (

@@ -49,13 +49,12 @@ def job_id_of(client: Client, target: str) -> int:
     return client.array_task(number, index)["id"]
 
 
-def label_of(target: str, job_id: int) -> str:
-    """How to name what a target addressed: 'task 12_7 (job 19)' for a task of an array
-    asked for by its address, 'job 19' otherwise."""
-    number, index = parse_target(target)
-    if index is None:
-        return f"job {job_id}"
-    return f"task {number}_{index} (job {job_id})"
+def label_of(job: dict[str, Any]) -> str:
+    """How to name a job: 'task 12_7 (job 19)' for a task of an array, whether it was asked
+    for by its address or by its job id; 'job 19' otherwise."""
+    if job.get("array_id") is None:
+        return f"job {job['id']}"
+    return f"task {task_id_text(job)} (job {job['id']})"
 
 
 def cancel_target(client: Client, target: str) -> str:

@@ -934,7 +934,7 @@ def not_started_text(target: str, job: dict[str, Any], follow: bool) -> str:
     does about it."""
     reason = job.get("reason") or "Queued"
     message = f": {job['message']}" if job.get("message") else ""
-    said = f"{arrays.label_of(target, job['id'])} has not started yet ({reason}{message})"
+    said = f"{arrays.label_of(job)} has not started yet ({reason}{message})"
     if follow:
         return f"{said}; its log follows once it starts"
     return f"{said}; gpupool logs -f {target.strip()} waits for it and follows its log"
@@ -997,11 +997,12 @@ def why(
 ) -> None:
     """Why a job waits: reason, place in its team's queue, what blocks it, estimated start."""
     with connect() as client:
-        answer = client.why(arrays.job_id_of(client, target))
+        job = client.job(arrays.job_id_of(client, target))  # an array's task is named so
+        answer = client.why(job["id"])
     if output == Output.JSON:
         print_json(answer)
         return
-    label = arrays.label_of(target, answer["job_id"])
+    label = arrays.label_of(job)
     out.print(f"{label} {status_text(answer['status'])}: {escape(answer['summary'])}")
     for line in why_lines(answer):
         out.print(line)
