@@ -5,6 +5,7 @@ shows no other job and does not outlive it."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -20,6 +21,7 @@ from gpupool.runner import cgroups
 from gpupool.runner.sandbox import members
 from gpupool.runner.spec import cgroup_name
 from tests.security.conftest import GPUS, Pool, _remove_account, stand_in_devices
+from tests.support.cli import Cli
 from tests.support.server import ServerProcess
 from tests.support.waiting import wait_for
 
@@ -145,6 +147,19 @@ LOOK = (
 def limited() -> Iterator[Pool]:
     """A root server whose node declares 2 GiB over 4 GPUs (a job's default memory: 512 MiB)
     and whose jobs may hold 64 tasks each."""
+    with _limits_pool(64) as found:
+        yield found
+
+
+@pytest.fixture
+def capped() -> Iterator[Pool]:
+    """As ``limited``, but whose jobs may hold up to 256 tasks each."""
+    with _limits_pool(256) as found:
+        yield found
+
+
+@contextlib.contextmanager
+def _limits_pool(pids_max: int) -> Iterator[Pool]:
     if shutil.which("bwrap") is None or os.geteuid() != 0:
         pytest.skip("limits are enforced by a root server with bubblewrap (CI has both)")
     base = Path(tempfile.mkdtemp(prefix="gpupool-sec-", dir="/tmp"))
@@ -157,7 +172,7 @@ def limited() -> Iterator[Pool]:
         "GPUPOOL_DEVICE_DIR": str(stand_in_devices(base / "dev")),
         "GPUPOOL_CREATE_UNIX_USERS": "true",
         "GPUPOOL_DECLARED_MEMORY": "2GiB",
-        "GPUPOOL_JOB_PIDS_MAX": "64",
+        "GPUPOOL_JOB_PIDS_MAX": str(pids_max),
     }
     server = ServerProcess(data, gpus=GPUS, env=env).start()
     found = Pool(server, home, base / "dev", as_root=True)
@@ -188,6 +203,31 @@ def test_a_fork_bomb_ends_at_its_task_limit_and_another_team_runs_on(
     (exchange / "release").touch()
     assert limited.wait(victim["id"], {"succeeded", "failed"})["status"] == "succeeded"
     assert _cgroup_gone(limited, victim["id"])
+
+
+def test_a_job_asks_for_its_own_task_limit_under_the_nodes(capped: Pool, exchange: Path) -> None:
+    """gpupool run --pids 64 on a node that allows 256: the fork bomb ends at 64 tasks
+    (PidsExceeded); asking for more than the node allows is refused, naming its limit."""
+    _, team_b = capped.member("team-b")
+    cli = Cli(capped.server.url, team_b.headers["Authorization"].removeprefix("Bearer "))
+    over = cli("run", "--pids", "300", "--workdir", str(exchange), "--", "true")
+    assert over.returncode != 0, over.stdout
+    said = " ".join(over.stderr.split())
+    assert "invalid_request" in said and "at most 256 tasks" in said, said
+    assert "GPUPOOL_JOB_PIDS_MAX" in said
+    printed = cli(
+        "run", "--pids", "64", "--workdir", str(exchange), "--", sys.executable, "-c", BOMB
+    )
+    assert printed.returncode == 0, printed.stderr
+    job_id = int(printed.stdout.strip())
+    ended = capped.wait(job_id, {"succeeded", "failed", "lost"})
+    assert (ended["status"], ended["reason"]) == ("failed", "PidsExceeded"), ended
+    assert "reached its limit of 64 tasks" in ended["message"], ended["message"]
+    assert (
+        json.loads((capped.attempt_dir(job_id) / "spec.json").read_text())["limits"]["pids_max"]
+        == 64
+    )
+    assert "bombed" not in capped.log(job_id)
 
 
 def test_a_job_without_memory_is_held_to_the_nodes_default(limited: Pool) -> None:

@@ -158,6 +158,7 @@ def build_spec(
     gpu_memory: str | None = None,
     cpus: float | None = None,
     memory_: str | None = None,
+    pids: int | None = None,
     name: str | None = None,
     team: str | None = None,
     priority: int | None = None,
@@ -178,6 +179,7 @@ def build_spec(
         "gpu_memory_bytes": gpu_memory,
         "cpus": cpus,
         "memory_bytes": memory_,
+        "pids": pids,
     }
     spec: dict[str, Any] = {
         "command": command,
@@ -233,6 +235,16 @@ def run(
         str | None,
         typer.Option(
             "--memory", help="Host memory, e.g. 16GiB.", metavar="BYTES", rich_help_panel=RESOURCES
+        ),
+    ] = None,
+    pids: Annotated[
+        int | None,
+        typer.Option(
+            help="The most processes and threads at once (default and most: the server's "
+            "GPUPOOL_JOB_PIDS_MAX); past it, the job ends with PidsExceeded.",
+            min=16,
+            metavar="N",
+            rich_help_panel=RESOURCES,
         ),
     ] = None,
     nodes: Annotated[
@@ -412,6 +424,7 @@ def run(
         gpu_memory=gpu_memory,
         cpus=cpus,
         memory_=memory_,
+        pids=pids,
         name=name,
         team=team,
         priority=priority,

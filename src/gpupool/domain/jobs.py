@@ -93,6 +93,7 @@ def _byte_field(value: Any) -> int | None:
 
 
 ByteCount = Annotated[int | None, Field(default=None, ge=0)]
+MIN_PIDS = 16  # a job's own limit of tasks: its sandbox's init and a shell fit well under it
 
 
 class ResourceRequest(BaseModel):
@@ -102,6 +103,8 @@ class ResourceRequest(BaseModel):
     out (None) for a job without a GPU.
     ``gpu_memory_bytes``: with a fraction or no ``gpus``, the GPU memory to reserve on one
     shared GPU; with whole GPUs, the least memory each GPU must have.
+    ``pids``: the most tasks (processes and threads) it may hold at once; None: the node's
+    limit (GPUPOOL_JOB_PIDS_MAX), which also caps what a job may ask for.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -110,6 +113,7 @@ class ResourceRequest(BaseModel):
     gpu_memory_bytes: ByteCount = None
     cpus: float = Field(default=1.0, gt=0, le=4096, allow_inf_nan=False)
     memory_bytes: ByteCount = None
+    pids: int | None = Field(default=None, ge=MIN_PIDS, le=2**22, strict=True)
 
     @field_validator("gpu_memory_bytes", "memory_bytes", mode="before")
     @classmethod

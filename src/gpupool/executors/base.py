@@ -55,6 +55,7 @@ class TaskSpec:
     unix_user: str | None = None
     cpus: float | None = None
     memory_bytes: int | None = None
+    pids: int | None = None  # its own limit of tasks (None: the node's, GPUPOOL_JOB_PIDS_MAX)
     gpu_grants: tuple[GpuGrant, ...] = ()
     code: str | None = None
     code_archive: str | None = None

@@ -216,9 +216,10 @@ class Isolation:
 
     def limits(self, task: TaskSpec) -> dict[str, Any]:
         """Every attempt's cgroup limits: its CPUs, its --memory or the node's default, and
-        the node's task limit (so a fork bomb or a leak stays its own)."""
+        its --pids or the node's task limit (so a fork bomb or a leak stays its own)."""
         memory = task.memory_bytes or self.default_memory()
-        return {"cpus": task.cpus, "memory_bytes": memory, "pids_max": self.settings.job_pids_max}
+        pids = min(task.pids or self.settings.job_pids_max, self.settings.job_pids_max)
+        return {"cpus": task.cpus, "memory_bytes": memory, "pids_max": pids}
 
     def default_memory(self) -> int:
         """GPUPOOL_JOB_DEFAULT_MEMORY, else the node's memory divided by its GPUs (or by 1)."""

@@ -699,6 +699,7 @@ class ControlLoop:
             stop_grace_seconds=self._grace(spec),
             cpus=spec.resources.cpus,
             memory_bytes=spec.resources.memory_bytes,
+            pids=spec.resources.pids,
             gpu_grants=tuple(GpuGrant(g.uuid, g.share, g.memory_bytes) for g in placement.gpus),
             code=spec.code,
             code_archive=str(archive_path(self.settings, spec.code)) if spec.code else None,

@@ -55,6 +55,7 @@ class JobLimits:
     protected: tuple[str, ...] = ()
     sandboxed: bool = True
     allow_host_network: bool = False
+    pids_max: int = 4096  # the most tasks a job may ask to hold (GPUPOOL_JOB_PIDS_MAX)
 
     @classmethod
     def of(cls, settings: Settings) -> JobLimits:
@@ -65,6 +66,7 @@ class JobLimits:
             protected,
             settings.isolated,
             settings.allow_host_network,
+            settings.job_pids_max,
         )
 
 
@@ -246,7 +248,8 @@ def submitted_message(principal: Principal, team: TeamModel) -> str:
 
 
 def check_limits(principal: Principal, spec: JobSpec, limits: JobLimits) -> None:
-    """Refuse a priority above the caller's role, or a grace period above the server's."""
+    """Refuse a priority above the caller's role, a grace period above the server's, or a
+    limit of tasks above the node's."""
     highest = MAX_PRIORITY if principal.is_admin else limits.member_max_priority
     if not -MAX_PRIORITY <= spec.priority <= highest:
         raise PriorityNotAllowed(
@@ -261,6 +264,18 @@ def check_limits(principal: Principal, spec: JobSpec, limits: JobLimits) -> None
         raise InvalidRequest(
             f"grace_period_seconds: at most {limits.max_grace_seconds:g} s on this server",
             fields=[{"field": "grace_period_seconds", "message": "too long"}],
+        )
+    check_pids(spec.resources.pids, limits.pids_max)
+
+
+def check_pids(pids: int | None, pids_max: int) -> None:
+    """Refuse a job's limit of tasks above the one an admin set for every job."""
+    if pids is not None and pids > pids_max:
+        raise InvalidRequest(
+            f"resources.pids: at most {pids_max} tasks (processes and threads) on this server "
+            "(GPUPOOL_JOB_PIDS_MAX, an admin's setting): ask for fewer, or leave --pids out "
+            "to get that limit",
+            fields=[{"field": "resources.pids", "message": f"at most {pids_max}"}],
         )
 
 

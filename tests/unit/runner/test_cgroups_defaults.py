@@ -80,3 +80,9 @@ def test_an_older_spec_without_a_task_limit_is_still_valid() -> None:
     }
     assert RunnerSpec(raw).pids_max is None
     assert RunnerSpec(raw | {"limits": {"pids_max": 64}}).pids_max == 64
+
+
+def test_a_job_that_asks_keeps_its_task_limit_under_the_nodes(tmp_path: Path) -> None:
+    isolation = Isolation(Settings(data_dir=tmp_path / "data", job_pids_max=512))
+    assert isolation.limits(cpu_task(pids=64))["pids_max"] == 64
+    assert isolation.limits(cpu_task(pids=4096))["pids_max"] == 512  # never above the node's
