@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the system packages gpupool uses when they are missing and we may: as root with apt.
 #   install-system-deps.sh serve  -> bubblewrap (every job runs in its sandbox), passt (pasta:
-#                                    egress for each job's own network namespace)
+#                                    egress for each job's own network namespace), nftables
+#                                    (nft: the node's fence for jobs over several nodes)
 #   install-system-deps.sh test   -> the same, PostgreSQL, Debian's chromium, Open MPI (mpirun,
 #                                    for the MPI example; mpi4py's wheel loads its libmpi)
 # Elsewhere it says what is missing: the server then refuses to run jobs until bubblewrap is
@@ -12,6 +13,7 @@ want="${1:-test}"
 missing=()
 command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
 command -v pasta >/dev/null 2>&1 || missing+=(passt)
+command -v nft >/dev/null 2>&1 || [ -x /usr/sbin/nft ] || missing+=(nftables)
 if [ "$want" = test ]; then
   ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
   [ -x /usr/bin/chromium ] || missing+=(chromium)

@@ -60,9 +60,19 @@ def planned(
     )
     launches = _launches(gang, first, python)
     return [
-        replace(task, launch=launch.model_dump(mode="json"))
-        for task, launch in zip(tasks, launches, strict=True)
+        replace(task, launch=launch.model_dump(mode="json") | {"fence": fenced(gang, placed)})
+        for task, launch, placed in zip(tasks, launches, gang.tasks, strict=True)
     ]
+
+
+def fenced(gang: Gang, task: GangTask) -> dict[str, Any]:
+    """What the fence of ``task``'s node keeps to the gang (``executors.fence``): the ports
+    the task serves the gang there (the rendezvous on task 0's node, its own port where it
+    has one: an MPI agent's) and the addresses of the gang's nodes."""
+    ports = [gang.rendezvous_port] if task.index == 0 else []
+    if task.port is not None and task.port not in ports:
+        ports.append(task.port)
+    return {"rendezvous": ports, "peers": sorted({t.address for t in gang.tasks})}
 
 
 def _launches(gang: Gang, first: TaskSpec, python: str) -> tuple[TaskLaunch, ...]:

@@ -28,6 +28,7 @@ from gpupool.domain.isolation import IsolationMode, IsolationStatus
 from gpupool.domain.units import parse_bytes
 from gpupool.executors.accounts import AccountError, Accounts
 from gpupool.executors.base import LaunchError, TaskSpec
+from gpupool.executors.fence import fence_spec
 from gpupool.executors.listening import ISOLATED_PORT
 from gpupool.runner.tenancy import conflict, within
 from gpupool.settings import Settings
@@ -127,9 +128,8 @@ class Isolation:
         self.bwrap = _which(settings.bwrap_path)
         self.setpriv = _which("setpriv")
         self.network_on = settings.network_isolation == "on"
-        # None: jobs get no egress (they are told); the link's own name, not its target's:
-        # Debian's pasta is a link to passt, which runs as pasta only when called so
-        self.pasta = _which(settings.pasta_path, resolve=False)
+        self.pasta = _which(settings.pasta_path)  # None: jobs get no egress (they are told)
+        self.nft = _which("nft")  # None: a gang's tasks on the node's network are unfenced
         # (port, server's Unix socket): the platform's API on each job's own loopback
         self.api = api
         self.protected = protected_paths(settings)
@@ -214,6 +214,9 @@ class Isolation:
             }
         if self.enabled:
             spec["sandbox"] = self._sandbox(task, job_dirs)
+        fence = fence_spec(task, self.settings, self.nft)
+        if fence is not None:  # a gang's task over several nodes, on the node's network
+            spec["fence"] = fence
         return spec
 
     def limits(self, task: TaskSpec) -> dict[str, Any]:
@@ -327,11 +330,9 @@ def _probe(bwrap: str, root: bool) -> str | None:
     return f"jobs cannot be isolated: bubblewrap cannot make a sandbox here ({said[0]}).{hint}"
 
 
-def _which(program: str, resolve: bool = True) -> str | None:
+def _which(program: str) -> str | None:
     found = shutil.which(program, path=os.environ.get("PATH", os.defpath) + ":/usr/sbin:/usr/bin")
-    if not found:
-        return None
-    return os.path.realpath(found) if resolve else os.path.abspath(found)
+    return os.path.realpath(found) if found else None
 
 
 def _account_name() -> str:

@@ -43,6 +43,7 @@ class RunnerSpec:
         "gpu_memory",
         "mps_pipe_dir",
         "gpu_sampler",
+        "fence",
     )
 
     def __init__(self, raw: dict[str, object]) -> None:
@@ -84,6 +85,8 @@ class RunnerSpec:
         self.mps_pipe_dir: str | None = _optional_str(raw, "mps_pipe_dir")
         # where the job's GPU samples come from (nvml, file:PATH); None: no samples
         self.gpu_sampler: str | None = _optional_str(raw, "gpu_sampler")
+        # a task of a gang over several nodes (on the node's network): the node's fence
+        self.fence = _fence(raw.get("fence"))
 
     def workload_env(self) -> dict[str, str]:
         """The base env from the spec plus the variables gpupool owns (these always win)."""
@@ -207,6 +210,14 @@ def _sandbox(value: object) -> object:
     from gpupool.runner.sandbox import SandboxPolicy  # here: sandbox imports this module
 
     return SandboxPolicy(value)
+
+
+def _fence(value: object) -> object:
+    if value is None:
+        return None
+    from gpupool.runner.fence import FencePolicy  # here: fence imports this module
+
+    return FencePolicy(value)
 
 
 def _account(value: object) -> dict[str, object] | None:

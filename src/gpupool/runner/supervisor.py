@@ -51,15 +51,11 @@ RECORD_RETRY_SECONDS = (0.2, 0.5, 1.0, 2.0, 5.0)  # an exit record that cannot b
 PIDS_CHECK_SECONDS = 0.5  # how often the cgroup is asked whether a fork was refused
 
 
-def main(argv: list[str], warm=None) -> int:  # noqa: ANN001 - warm: a warmnet.Slot
-    """Run the attempt in ``argv[0]``; return the runner's own exit code (0: recorded).
-    ``warm``: a network namespace the fork server made ready, now this runner's to use for
-    a workload with a network of its own, or to discard."""
-    if warm is not None:
-        warm.own()  # first: from here on a sweep sees its pasta as this runner's
+def main(argv: list[str]) -> int:
+    """Run the attempt in ``argv[0]``; return the runner's own exit code (0: recorded)."""
     if len(argv) != 1:
         print("usage: python -m gpupool.runner ATTEMPT_DIR", file=sys.stderr)
-        return _discarded(warm, EXIT_USAGE)
+        return EXIT_USAGE
     attempt_dir = argv[0]
     # A stop that arrives before the handlers are installed stays pending until then.
     previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
@@ -70,20 +66,14 @@ def main(argv: list[str], warm=None) -> int:  # noqa: ANN001 - warm: a warmnet.S
             f"gpupool runner: {attempt_dir} was already started; refusing to run it again",
             file=sys.stderr,
         )
-        return _discarded(warm, EXIT_REFUSED)
+        return EXIT_REFUSED
     except OSError as e:
         print(f"gpupool runner: cannot claim {attempt_dir}: {e}", file=sys.stderr)
-        return _discarded(warm, 1)
-    runner = Runner(attempt_dir, warm)
+        return 1
+    runner = Runner(attempt_dir)
     runner.install_signal_handlers()
     signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
     return runner.run()
-
-
-def _discarded(warm, code: int) -> int:  # noqa: ANN001
-    if warm is not None:
-        warm.discard()
-    return code
 
 
 def claim(attempt_dir: str) -> None:
@@ -99,9 +89,8 @@ def claim(attempt_dir: str) -> None:
 class Runner:
     """Supervises one workload (a process group, or a sandbox) for one attempt directory."""
 
-    def __init__(self, attempt_dir: str, warm=None) -> None:  # noqa: ANN001
+    def __init__(self, attempt_dir: str) -> None:
         self.dir = attempt_dir
-        self.warm = warm  # a warm network namespace not yet handed to self.network
         self.log: CappedLog | None = None
         self.record: dict[str, object] = {
             "runner_pid": os.getpid(),
@@ -122,6 +111,7 @@ class Runner:
         self.exceeded: dict[str, object] | None = None
         self.metrics: metricsink.MetricSink | None = None
         self.network: network.Network | None = None  # the workload's own namespace
+        self.fence = None  # fence.Fence: a gang task's part of the node's fence
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
@@ -179,10 +169,8 @@ class Runner:
         finally:
             self._close_metrics()
             self._close_network()
-            if self.warm is not None:  # not used: this workload needed none, or failed first
-                self.warm.discard()
-                self.warm = None
             self._close_cgroup()
+            self._close_fence()
             if self.log is not None:
                 self.log.close()
 
@@ -213,6 +201,7 @@ class Runner:
             self._fail(*missing)
             return None
         self._limit(spec)
+        self._apply_fence(spec)
         self._open_metrics(spec)
         pipe_r, pipe_w = os.pipe()
         with contextlib.suppress(OSError, AttributeError):
@@ -269,8 +258,7 @@ class Runner:
         if not policy.isolated:
             return
         userns = sandbox.makes_user_namespace(spec.account)
-        warm, self.warm = self.warm, None  # the namespace bwrap was started in, if warm
-        self.network = network.Network(policy, self.dir, userns, warm)
+        self.network = network.Network(policy, self.dir, userns)
         self.network.attach(init_pid)
         self.record.update(self.network.record())
 
@@ -303,6 +291,24 @@ class Runner:
         if notes:
             self.record["notes"] = notes
 
+    def _apply_fence(self, spec: RunnerSpec) -> None:
+        """A task of a gang over several nodes (on the node's network): its part of the
+        node's fence, before it runs; what cannot be enforced is noted for its events."""
+        if spec.fence is None:
+            return
+        from gpupool.runner.fence import Fence
+
+        owner = spec.account["uid"] if spec.account else None
+        self.fence = Fence(spec.fence, spec.cgroup_name(), owner)  # type: ignore[arg-type]
+        self.fence.apply()
+        if self.fence.notes:
+            self.record.setdefault("notes", []).extend(self.fence.notes)
+
+    def _close_fence(self) -> None:
+        if self.fence is not None:
+            fence, self.fence = self.fence, None
+            fence.close()
+
     def _start_direct(self, spec: RunnerSpec, env: dict[str, str], pipe_w: int) -> Direct:
         proc = subprocess.Popen(
             spec.command,
@@ -324,29 +330,17 @@ class Runner:
         try:
             os.write(env_fd, sandbox.env_file(env))
             os.lseek(env_fd, 0, os.SEEK_SET)
-            warm = self._warm_network(spec)
-            argv = tenancy.sandbox_argv(
-                spec, env_fd, status_w, block_r, self.cgroup, network_given=warm is not None
+            argv = tenancy.sandbox_argv(spec, env_fd, status_w, block_r, self.cgroup)
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=pipe_w,
+                stderr=pipe_w,
+                env={},
+                start_new_session=True,
+                close_fds=True,
+                pass_fds=(env_fd, status_w, block_r),
             )
-
-            def spawn() -> subprocess.Popen[bytes]:
-                return subprocess.Popen(
-                    argv,
-                    stdin=subprocess.DEVNULL,
-                    stdout=pipe_w,
-                    stderr=pipe_w,
-                    env={},
-                    start_new_session=True,
-                    close_fds=True,
-                    pass_fds=(env_fd, status_w, block_r),
-                )
-
-            if warm is None:
-                proc = spawn()
-            else:
-                from gpupool.runner import warmnet
-
-                proc = warmnet.spawn_in(warm.fd, spawn)
         except BaseException:
             os.close(status_r)
             os.close(block_w)
@@ -356,20 +350,6 @@ class Runner:
             os.close(status_w)
             os.close(block_r)
         return Sandboxed(proc, self.cgroup, block_w), status_r
-
-    def _warm_network(self, spec: RunnerSpec):  # noqa: ANN202 - warmnet.Slot | None
-        """The warm namespace to start the sandbox in, if this workload has a network of
-        its own with egress and pasta configured that namespace; else it is discarded
-        (the runner makes the namespace itself, as without one)."""
-        warm, policy = self.warm, spec.sandbox.network  # type: ignore[union-attr]
-        if warm is None:
-            return None
-        usable = policy.isolated and policy.egress is not None
-        if usable and not sandbox.makes_user_namespace(spec.account) and warm.wait_ready():
-            return warm
-        self.warm = None
-        warm.discard()
-        return None
 
     def _supervise(self, workload, pipe_r: int, status_r: int | None, spec: RunnerSpec) -> None:  # noqa: ANN001
         """Pump the log and act on stops until the workload ended and its pipe is drained."""
