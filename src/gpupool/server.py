@@ -115,6 +115,7 @@ def serve(
         # every local client connects from 127.0.0.1: none may choose, with
         # X-Forwarded-For, the address that throttles and workloads see
         proxy_headers=False,
+        http=_http_with_peer_pids(),
     )
     try:
         # the TCP address users reach, and the Unix socket that jobs with a network of
@@ -180,6 +181,24 @@ def _api_socket(settings: Settings):  # noqa: ANN202 - a bound socket.socket
     from gpupool.runner import bridge
 
     return bridge.listen(str(settings.api_socket))
+
+
+def _http_with_peer_pids():  # noqa: ANN202 - an asyncio protocol class
+    """uvicorn's HTTP protocol, which also keeps the pid of a caller on the Unix socket (a
+    job's runner's bridge: SO_PEERCRED) in each request's state, where ``api.deps`` finds
+    the job the call comes from; ASGI tells a Unix socket's caller no address."""
+    from uvicorn.protocols.http.auto import AutoHTTPProtocol
+
+    from gpupool.api import peers
+
+    class PeerPidProtocol(AutoHTTPProtocol):
+        def connection_made(self, transport) -> None:  # noqa: ANN001 - asyncio's transport
+            super().connection_made(transport)
+            pid = peers.unix_peer_pid(transport.get_extra_info("socket"))
+            if pid is not None:
+                self.app_state = {**self.app_state, peers.PEER_PID: pid}
+
+    return PeerPidProtocol
 
 
 def _isolation_banner(status) -> None:  # noqa: ANN001 - IsolationStatus | None

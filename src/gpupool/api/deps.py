@@ -52,10 +52,20 @@ def client_address(request: Request) -> str:
     127.0.0.1. Reads /proc for a local caller: call it in a thread, where a password or
     a token not seen lately is checked."""
     if request.client is None:
-        return "unknown"
+        return relayed_source(request)
     server = request.scope.get("server")
     owner = peers.socket_owner(tuple(request.client), server) if server else None
     return request.client.host if owner is None else f"{request.client.host} uid {owner}"
+
+
+def relayed_source(request: Request) -> str:
+    """A caller on the server's Unix socket: a job's runner's bridge, named by its job and
+    owner ("job 12 (ann)"), so that one job's failures hold back no other job; "unknown" for
+    a caller that is not a job's bridge."""
+    pid = request.scope.get("state", {}).get(peers.PEER_PID)
+    ctx: Platform = request.app.state.platform
+    job_id = peers.bridged_job(pid, ctx.settings.jobs_dir) if pid else None
+    return "unknown" if job_id is None else identity.job_source(ctx, job_id)
 
 
 def token_caller(ctx: Platform, secret: str, request: Request) -> Principal:

@@ -7,15 +7,27 @@ network namespace in ``/proc/net/tcp``: the caller's end of a local connection i
 by its two addresses, with its owner's uid. The throttle counts such a caller as its address
 *and* its account, so that one account's failures (a job's: it runs under its owner's Unix
 account, or the job account) hold back no other account on the same address.
+
+A job with a network of its own reaches the API through its runner's bridge, which relays
+its loopback's port to the server's Unix socket: there the kernel tells the connecting
+process (SO_PEERCRED), the bridge, which its runner forked in the attempt's directory
+(``JOBS_DIR/<job>/attempts/<n>``, the runner's working directory, which no job can change).
+Such a caller is counted as its job.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import os
+import socket
+import struct
 import sys
 from pathlib import Path
+from typing import Any
 
 TABLES = {4: Path("/proc/net/tcp"), 6: Path("/proc/net/tcp6")}
+# where the server keeps the pid of a caller on its Unix socket, in each request's state
+PEER_PID = "gpupool.peer_pid"
 
 
 def socket_owner(peer: tuple[str, int], local: tuple[str, int]) -> int | None:
@@ -33,6 +45,48 @@ def socket_owner(peer: tuple[str, int], local: tuple[str, int]) -> int | None:
     except OSError:
         return None
     return _owner(lines, wanted)
+
+
+def unix_peer_pid(sock: Any) -> int | None:  # noqa: ANN401 - a socket or asyncio's wrapper
+    """The pid of the process that connected ``sock``, a Unix socket (SO_PEERCRED); None for
+    another kind of socket, or none."""
+    if sock is None or sock.family != socket.AF_UNIX:
+        return None
+    try:
+        creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    except OSError:
+        return None
+    pid, _uid, _gid = struct.unpack("3i", creds)
+    return pid or None
+
+
+def bridged_job(pid: int, jobs_dir: Path) -> int | None:
+    """The job whose runner's bridge is ``pid``: the bridge's parent is its runner, whose
+    working directory is the attempt's, ``jobs_dir/<job>/attempts/<n>``. None for another
+    process (or one that ended)."""
+    runner = _parent(pid)
+    if runner is None:
+        return None
+    try:
+        where = Path(os.readlink(f"/proc/{runner}/cwd"))
+        parts = where.relative_to(os.path.realpath(jobs_dir)).parts
+    except (OSError, ValueError):
+        return None
+    if len(parts) != 3 or parts[1] != "attempts" or not all(p.isdigit() for p in parts[::2]):
+        return None
+    return int(parts[0])
+
+
+def _parent(pid: int) -> int | None:
+    """The parent of ``pid``, from /proc/PID/status (readable by every account)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("PPid:"):
+                    return int(line.split()[1]) or None
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
 
 
 def _owner(lines: list[str], wanted: tuple[str, str]) -> int | None:

@@ -14,7 +14,7 @@ from gpupool.services import auth
 from gpupool.services.access import Principal
 from gpupool.services.context import Context
 from gpupool.services.views import who_am_i
-from gpupool.store.models import UserModel
+from gpupool.store.models import JobModel, UserModel
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,14 @@ def page_session(ctx: Context, cookie: str | None) -> tuple[Principal, str] | No
     except Unauthenticated:
         return None
     return who, web.csrf_token
+
+
+def job_source(ctx: Context, job_id: int) -> str:
+    """How the throttle (and its log) names a caller that is a job: "job 12 (ann)", its
+    owner's name, so that an admin reading the log knows whom to ask."""
+    with ctx.db.reader() as session:
+        job = session.get(JobModel, job_id)
+        return f"job {job_id}" if job is None else f"job {job_id} ({job.user.name})"
 
 
 def sign_in(ctx: Context, user: str, password: str, address: str) -> WebSignIn:

@@ -3,6 +3,7 @@ lock another caller out."""
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Iterator
@@ -16,6 +17,7 @@ from gpupool.errors import TooManyAttempts, Unauthenticated
 from gpupool.settings import Settings
 
 Key = tuple[RateLimitItem, tuple[str, ...]]
+log = logging.getLogger(__name__)
 
 # How long a name that signed in from an address stays exempt from that address's own limit:
 # long enough that a user who comes back days later is not locked out by a neighbour.
@@ -48,7 +50,9 @@ class SignInThrottle:
     Token failures and password failures are counted apart: bad tokens never hold back a
     password. An ``address`` is where the caller is, as the API tells it: for a caller on
     this machine, its address and the account owning its socket (``api.deps.client_address``),
-    so that a job's failures count against its owner's account, not against 127.0.0.1.
+    so that a job's failures count against its owner's account, not against 127.0.0.1; for a
+    job that reaches the API through its runner's bridge, the job ("job 12 (ann)"). A count
+    that reaches its limit is logged (a warning naming the source), once per time it does.
     Successful attempts are not counted. The counts live in this object's memory
     (the Platform owns it): a restart forgets them, and each server counts its own.
     """
@@ -97,7 +101,8 @@ class SignInThrottle:
     def failed(self, address: str, user: str | None = None) -> None:
         """Count one failed attempt from ``address`` (with the password of ``user``)."""
         for item, key in self._counted(address, user):
-            self._limiter.hit(item, *key)
+            if self._limiter.hit(item, *key) and self._is_full(item, key):
+                log.warning("throttled: %s", _throttled_text(item, key))
 
     # -- helpers --------------------------------------------------------------------------
 
@@ -124,6 +129,9 @@ class SignInThrottle:
             (self._per_user, ("user", name)),
         ]
 
+    def _is_full(self, item: RateLimitItem, key: tuple[str, ...]) -> bool:
+        return self._limiter.get_window_stats(item, *key).remaining == 0
+
     def _has_failed(self, name: str, address: str) -> bool:
         stats = self._limiter.get_window_stats(self._per_user, "pair", name, address)
         return stats.remaining < self._per_user.amount
@@ -142,3 +150,15 @@ class SignInThrottle:
         library keeps wall-clock times)."""
         reset = self._limiter.get_window_stats(item, *key).reset_time
         return max(1, math.ceil(reset - time.time()))
+
+
+def _throttled_text(item: RateLimitItem, key: tuple[str, ...]) -> str:
+    """What an admin reads when a count reaches its limit: which, from where, for how long."""
+    kind, *names = key
+    what = {
+        "token": "unknown tokens from {0}",
+        "address": "failed sign-ins from {0}",
+        "pair": "failed sign-ins as {0} from {1}",
+        "user": "failed sign-ins as {0}",
+    }[kind].format(*names)
+    return f"{item.amount} {what} in {item.get_expiry()} s: its next are refused (429)"
