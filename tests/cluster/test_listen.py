@@ -1,12 +1,22 @@
-"""A job that listens, placed on a joined node, is given a port on that node (by the node's
-agent, bound to the address the pool has for the node), and ``endpoint_of`` on the server
-finds it there: the workload answers at that address and port."""
+"""A job that listens, placed on a joined node, runs on a network of its own there, as on one
+machine: the server reaches it only through its node agent's relay (``cluster.relay``), which
+takes a connection to the attempt's runner socket for a client that proves the attempt's key.
+No port of the node is the workload's: a process on the node can neither call it directly nor
+take its port, and a client without the key (or naming anything but an attempt) gets nothing.
+"""
 
 from __future__ import annotations
 
-import httpx
+import json
+import socket
+import threading
+from collections.abc import Iterator
 
-from gpupool.services.endpoints import endpoint_of
+import httpx
+import pytest
+
+from gpupool.cluster import relay
+from gpupool.services.endpoints import Endpoint, endpoint_of
 from gpupool.settings import Settings
 from gpupool.store.db import Database
 from tests.support.cli import Cli, wait_for, wait_status
@@ -14,9 +24,10 @@ from tests.support.pool import Pool
 from tests.support.proxying import echo_command
 
 
-def test_a_listening_job_on_a_joined_node_serves_where_endpoint_of_says(
-    pool: Pool, pool_cli: Cli
-) -> None:
+@pytest.fixture(scope="module")
+def on_n1(pool: Pool) -> Iterator[tuple[int, Endpoint]]:
+    """The echo server as a listening job on n1, running; where the server finds it."""
+    pool_cli = Cli(pool.server.url, pool.server.token)
     bearer = {"Authorization": f"Bearer {pool.server.token}"}
     spec = {
         "command": echo_command(),
@@ -36,16 +47,95 @@ def test_a_listening_job_on_a_joined_node_serves_where_endpoint_of_says(
                 found = endpoint_of(session, job_id)
         finally:
             database.dispose()
-        assert found is not None and found.host == "127.0.0.1"  # n1's address on loopback
-
-        def said() -> dict | None:
-            try:
-                return httpx.get(f"{found.url}/hello", timeout=5).json()
-            except httpx.HTTPError:
-                return None
-
-        answered = wait_for(said, what="the job on n1 to answer")
-        assert answered["port"] == str(found.port)
+        assert found is not None
+        yield job_id, found
     finally:
         pool_cli.ok("cancel", str(job_id))
         wait_status(pool_cli, job_id, {"cancelled", "failed", "succeeded", "lost"})
+
+
+def hello(endpoint: Endpoint) -> dict | None:
+    try:
+        with endpoint.client(5) as client:
+            return client.get(f"{endpoint.url}/hello").json()
+    except (httpx.HTTPError, OSError):
+        return None
+
+
+def test_a_listening_job_on_a_joined_node_is_reached_through_its_agents_relay(
+    on_n1: tuple[int, Endpoint],
+) -> None:
+    job_id, found = on_n1
+    assert found.socket is None and found.relay is not None, found
+    assert found.relay.host == "127.0.0.1"  # n1's address, as the pool has it
+    assert (found.relay.job_id, found.relay.attempt) == (job_id, 1)
+    answered = wait_for(lambda: hello(found), what="the job on n1 to answer through the relay")
+    assert answered["port"] == str(found.port)  # its own port, on its own loopback
+
+
+def test_no_process_on_the_node_calls_the_workload_directly_or_takes_its_port(
+    on_n1: tuple[int, Endpoint],
+) -> None:
+    _, found = on_n1
+    wait_for(lambda: hello(found), what="the job on n1 to answer through the relay")
+    with pytest.raises(httpx.ConnectError):  # nothing of the node's listens there
+        httpx.get(f"http://127.0.0.1:{found.port}/hello", timeout=5)
+    squatter = socket.create_server(("127.0.0.1", found.port))  # the port is the node's to take
+    taken = threading.Event()
+
+    def answer_forged() -> None:
+        try:
+            conn, _ = squatter.accept()
+        except OSError:
+            return
+        taken.set()
+        with conn:
+            conn.sendall(b'HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n{"forged":1}')
+
+    threading.Thread(target=answer_forged, daemon=True).start()
+    try:
+        answered = hello(found)  # the workload still answers, not the squatter
+        assert answered is not None and "forged" not in answered, answered
+        assert answered["port"] == str(found.port)
+        assert not taken.is_set()
+    finally:
+        squatter.close()
+
+
+def test_the_relay_refuses_a_client_that_does_not_prove_the_attempts_key(
+    on_n1: tuple[int, Endpoint],
+) -> None:
+    job_id, found = on_n1
+    target = found.relay
+    assert target is not None
+    wait_for(lambda: hello(found), what="the job on n1 to answer through the relay")
+
+    def told(header: bytes) -> bytes:
+        """What the relay says after its challenge to a client that sends ``header``."""
+        with socket.create_connection((target.host, target.port), 10) as conn:
+            challenge = json.loads(conn.makefile("rb").readline())
+            assert set(challenge) == {"version", "nonce"}
+            conn.sendall(header.replace(b"NONCE", challenge["nonce"].encode()))
+            return conn.recv(1024)
+
+    def header(key: str, job: object, attempt: object, nonce_proof: bool = True) -> bytes:
+        proof = relay.proof(key, "NONCE", job, attempt) if nonce_proof else "00" * 32  # type: ignore[arg-type]
+        return json.dumps({"version": 1, "job": job, "attempt": attempt, "proof": proof}).encode()
+
+    assert told(b"GET /hello HTTP/1.1\r\nHost: x\r\n\r\n") == b""  # no key: not a word
+    assert told(header(target.key, job_id, 1, nonce_proof=False) + b"\n") == b""
+    other = "ab" * 32  # a key of the client's own making
+    assert told(header(other, job_id, 1) + b"\n") == b""
+    # the right key's proof for another nonce than the one the relay chose
+    stale = relay.proof(target.key, "00" * 32, job_id, 1)
+    replayed = json.dumps({"version": 1, "job": job_id, "attempt": 1, "proof": stale})
+    assert told(replayed.encode() + b"\n") == b""
+    # a path in place of the attempt's numbers, with a proof made for that very path
+    for named in ("../../../etc", "/tmp/listen.sock", 1.5, True):
+        assert told(header(target.key, named, 1) + b"\n") == b""
+        assert told(header(target.key, job_id, named) + b"\n") == b""
+    # the attempt's key opens that attempt only
+    moved = relay.RelayTarget(target.host, target.port, target.key, job_id + 1, 1)
+    with pytest.raises(relay.RelayError):
+        relay.connect(moved, 10).close()
+    assert hello(found) is not None  # the real client gets through all the same

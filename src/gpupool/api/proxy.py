@@ -21,9 +21,12 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+import anyio
+import httpcore
 import httpx
 from fastapi import Request, WebSocket
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from httpcore._backends.anyio import AnyIOStream
 from starlette.background import BackgroundTask
 from starlette.requests import ClientDisconnect, HTTPConnection
 from websockets.asyncio.client import ClientConnection, connect, unix_connect
@@ -41,6 +44,7 @@ from gpupool.api.forwarding import (
     response_headers,
 )
 from gpupool.api.upstream import Answer, Broken, Refused, TimedOut, UpstreamLimits, Upstreams
+from gpupool.cluster.relay import RelayTarget, connect_async
 from gpupool.errors import (
     GpupoolError,
     PayloadTooLarge,
@@ -49,6 +53,7 @@ from gpupool.errors import (
     UpstreamUnavailable,
 )
 from gpupool.runner import bridge
+from gpupool.services.endpoints import Via
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +136,7 @@ class Proxy:
         raise_refused: bool = False,
         whole: bool = False,
         keep_cookies: bool = True,
-        via: str | None = None,
+        via: Via = None,
     ) -> Response:
         """Forward ``request`` to ``target`` (``http://host:port`` and the path and query);
         the workload's answer back with its status and headers. A request's body travels
@@ -144,7 +149,8 @@ class Proxy:
         every answer is a StreamingResponse, for a caller that reads or rewrites it).
         ``keep_cookies``: pass on the workload's cookies, confined to the path it is reached
         under (``route_prefix``); False: drop them all. ``via``: the runner's socket of a
-        workload with a network of its own, the only way to it (``runner.bridge``)."""
+        workload with a network of its own, the only way to it (``runner.bridge``), or its
+        node agent's relay to that socket (``cluster.relay``)."""
         cookies = cookie_rule(request, keep_cookies)
         if whole:
             return await self._whole(request, target, headers, raise_refused, cookies, via)
@@ -178,7 +184,7 @@ class Proxy:
         headers: Mapping[str, str] | None,
         raise_refused: bool,
         cookies: CookieRule,
-        via: str | None = None,
+        via: Via = None,
     ) -> Response:
         """``http`` for /serve, through ``api.upstream``: the request's body whole, and the
         answer too when it says it is small."""
@@ -219,7 +225,7 @@ class Proxy:
         target: str,
         headers: Mapping[str, str] | None = None,
         subprotocols: Sequence[str] | None = None,
-        via: str | None = None,
+        via: Via = None,
     ) -> None:
         """Connect to ``target`` (``ws://host:port/path?query``), then accept the client
         with the subprotocol the workload chose, and pass text and binary messages both ways
@@ -243,7 +249,7 @@ class Proxy:
         target: str,
         headers: Mapping[str, str] | None,
         subprotocols: Sequence[str] | None,
-        via: str | None = None,
+        via: Via = None,
     ) -> ClientConnection:
         upstream = _origin(target)
         caller = caller_of(websocket)
@@ -265,6 +271,10 @@ class Proxy:
         try:
             if via is None:
                 return await connect(target, **options)
+            if isinstance(via, RelayTarget):  # through its node agent's relay
+                async with asyncio.timeout(self.limits.connect_seconds):
+                    sock = await connect_async(via)
+                return await connect(target, sock=sock, **options)
             with bridge.unix_address(via) as address:  # relayed by the runner's bridge
                 return await unix_connect(address, target, **options)
         except TimeoutError as error:
@@ -517,25 +527,29 @@ def _logged(error: GpupoolError, target: str, cause: Exception | None) -> Gpupoo
 
 class SocketTransports:
     """httpx transports to workloads with a network of their own, one per runner's socket
-    (each keeps its connections alive), owned by the proxy; past ``MAX_SOCKET_TRANSPORTS``
-    the least recently used is closed (a notebook long gone)."""
+    or node agent's relay to it (each keeps its connections alive), owned by the proxy;
+    past ``MAX_SOCKET_TRANSPORTS`` the least recently used is closed (a notebook long gone)."""
 
     def __init__(self, limits: ProxyLimits) -> None:
         self.limits = limits
-        self._open: OrderedDict[str, tuple[httpx.AsyncHTTPTransport, AbstractContextManager]] = (
-            OrderedDict()
-        )
+        self._open: OrderedDict[
+            str | RelayTarget, tuple[httpx.AsyncHTTPTransport, AbstractContextManager]
+        ] = OrderedDict()
 
-    async def get(self, path: str) -> httpx.AsyncHTTPTransport:
+    async def get(self, path: str | RelayTarget) -> httpx.AsyncHTTPTransport:
         if path in self._open:
             self._open.move_to_end(path)
             return self._open[path][0]
-        address = bridge.unix_address(path)  # held open as long as the transport
-        transport = httpx.AsyncHTTPTransport(
-            uds=address.__enter__(),
-            limits=httpx.Limits(max_keepalive_connections=32),
-            trust_env=False,
-        )
+        if isinstance(path, RelayTarget):
+            transport: httpx.AsyncHTTPTransport = _RelayTransport(path)
+            address: AbstractContextManager = contextlib.nullcontext()
+        else:
+            address = bridge.unix_address(path)  # held open as long as the transport
+            transport = httpx.AsyncHTTPTransport(
+                uds=address.__enter__(),
+                limits=httpx.Limits(max_keepalive_connections=32),
+                trust_env=False,
+            )
         self._open[path] = (transport, address)
         while len(self._open) > MAX_SOCKET_TRANSPORTS:
             await self._close(*self._open.popitem(last=False)[1])
@@ -552,3 +566,31 @@ class SocketTransports:
             await transport.aclose()
         finally:
             address.__exit__(None, None, None)
+
+
+class _RelayTransport(httpx.AsyncHTTPTransport):
+    """httpx through a node agent's relay: each new connection is one the relay handed to
+    the workload (``cluster.relay``); kept alive as any other."""
+
+    def __init__(self, target: RelayTarget) -> None:
+        super().__init__(trust_env=False)
+        self._pool = httpcore.AsyncConnectionPool(
+            max_keepalive_connections=32, network_backend=_RelayBackend(target)
+        )
+
+
+class _RelayBackend(httpcore.AnyIOBackend):
+    def __init__(self, target: RelayTarget) -> None:
+        self.target = target
+
+    async def connect_tcp(  # type: ignore[override]  # the target is the backend's own
+        self, host: str, port: int, timeout: float | None = None, **_: object
+    ) -> AnyIOStream:
+        try:
+            with anyio.fail_after(timeout):
+                sock = await connect_async(self.target)
+        except TimeoutError as error:
+            raise httpcore.ConnectTimeout(str(error)) from error
+        except OSError as error:
+            raise httpcore.ConnectError(str(error)) from error
+        return AnyIOStream(await anyio.abc.SocketStream.from_socket(sock))

@@ -80,7 +80,7 @@ async def serve_websocket(websocket: WebSocket, name: str, path: str) -> None:
         return
     target = "ws" + picked[1].url.removeprefix("http") + upstream_path
     await proxy_of(websocket).websocket(
-        websocket, target, route.headers_for(picked[0]), via=picked[1].socket
+        websocket, target, route.headers_for(picked[0]), via=picked[1].via
     )
 
 
@@ -112,7 +112,7 @@ async def _forward(
                 raise_refused=True,
                 whole=True,
                 keep_cookies=False,
-                via=endpoint.socket,
+                via=endpoint.via,
             )
         except UpstreamRefused as error:  # nothing was sent: the next replica gets it
             answer = JSONResponse(error_body(error.code, error.message), status_code=error.status)

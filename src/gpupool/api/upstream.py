@@ -27,9 +27,12 @@ from typing import TypeVar
 
 import h11
 
+from gpupool.cluster.relay import RelayTarget, connect_async
 from gpupool.runner import bridge
+from gpupool.services.endpoints import Via
 
 Headers = list[tuple[str, str]]
+Key = tuple[str, int] | str | RelayTarget  # a replica's kept-alive connections: how reached
 
 NO_BODY_STATUSES = frozenset({204, 304})
 # not sent as the caller gave them: the replica's own Host, and the body's own length
@@ -108,12 +111,13 @@ class _Connection:
 
 
 class Upstreams:
-    """Kept-alive connections to replicas, by (host, port), or by the runner's socket of a
-    replica with a network of its own; one per app, closed with it."""
+    """Kept-alive connections to replicas, by (host, port), or by the way to a replica with
+    a network of its own (its runner's socket, its node agent's relay); one per app, closed
+    with it."""
 
     def __init__(self, limits: UpstreamLimits = UpstreamLimits()) -> None:
         self.limits = limits
-        self._idle: dict[tuple[str, int] | str, list[_Connection]] = {}
+        self._idle: dict[Key, list[_Connection]] = {}
 
     async def request(
         self,
@@ -123,12 +127,13 @@ class Upstreams:
         headers: Headers,
         body: bytes,
         whole_bytes: int,
-        via: str | None = None,
+        via: Via = None,
     ) -> Answer:
         """Send the request; its answer, read whole when it says it is at most
         ``whole_bytes`` long. Refused, TimedOut or Broken when no answer came. ``via``: the
         runner's socket that hands over a connection to the replica's ``address`` inside
-        its own network namespace (``runner.bridge``)."""
+        its own network namespace (``runner.bridge``), or its node agent's relay to that
+        socket (``cluster.relay``: a connection per new kept-alive one)."""
         head = _request(method, address, target, headers, body)  # checked before any sending
         key = via or address
         connection = self._idle_one(key) or await self._connect(address, via)
@@ -147,7 +152,7 @@ class Upstreams:
 
     # -- connections --------------------------------------------------------------------------
 
-    def _idle_one(self, address: tuple[str, int] | str) -> _Connection | None:
+    def _idle_one(self, address: Key) -> _Connection | None:
         idle = self._idle.get(address, [])
         while idle:
             connection = idle.pop()
@@ -157,13 +162,14 @@ class Upstreams:
         self._idle.pop(address, None)  # no key left behind for a replica gone for good
         return None
 
-    async def _connect(self, address: tuple[str, int], via: str | None) -> _Connection:
+    async def _connect(self, address: tuple[str, int], via: Via) -> _Connection:
         try:
             async with asyncio.timeout(self.limits.connect_seconds):
                 if via is None:
                     reader, writer = await asyncio.open_connection(*address, limit=READ_SIZE)
                 else:
-                    sock = await _handed_over(via)
+                    relayed = isinstance(via, RelayTarget)
+                    sock = await (connect_async(via) if relayed else _handed_over(via))
                     reader, writer = await asyncio.open_connection(sock=sock, limit=READ_SIZE)
         except TimeoutError as error:
             raise TimedOut(f"no connection to {address} in time") from error
@@ -175,7 +181,7 @@ class Upstreams:
             writer.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return _Connection(reader, writer, self.limits.max_head_bytes)
 
-    def _release(self, address: tuple[str, int] | str, connection: _Connection) -> None:
+    def _release(self, address: Key, connection: _Connection) -> None:
         """Keep the connection of an answer read to its end, if h11 says it may be reused."""
         idle = self._idle.setdefault(address, [])
         if len(idle) < self.limits.idle_per_replica and connection.reusable():
@@ -201,7 +207,7 @@ class Upstreams:
     async def _answer(
         self,
         connection: _Connection,
-        address: tuple[str, int] | str,
+        address: Key,
         method: str,
         whole_bytes: int,
     ) -> Answer:
@@ -231,9 +237,7 @@ class Upstreams:
             raise Broken(f"not an HTTP/1.x answer: {event!r:.120}")
         return event
 
-    async def _chunks(
-        self, connection: _Connection, address: tuple[str, int]
-    ) -> AsyncIterator[bytes]:
+    async def _chunks(self, connection: _Connection, address: Key) -> AsyncIterator[bytes]:
         """The body as it comes; the connection kept once it was read to its end."""
         done = False
         try:

@@ -24,6 +24,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from gpupool.cluster import relay
 from gpupool.discovery import discover_node
 from gpupool.domain.code import CodeLimits
 from gpupool.errors import GpupoolError
@@ -54,11 +55,14 @@ class NodeAgent:
             base_env=_job_base_env(),
             isolation=self.isolation,
             model_limits=self.settings.model_limits(),
-            listen_host=None,  # a task that listens binds its node's address, as the pool has it
-            socket_listeners=False,  # the server reaches no runner's socket on this node
+            listen_host=None,  # a task on the node's network binds its node's address
+            socket_listeners=True,  # reached through its runner's socket, by the relay
         )
         self.started_at = time.time()
         self.inventory_data: dict[str, Any] | None = None
+        # the server reaches a serving attempt's socket through it (cluster/relay.py); started
+        # with the first such attempt, or at once by an agent that Ray restarted
+        self.relay = relay.open_kept(self._relay_record(), self.settings.jobs_dir, None)
 
     # -- the node ------------------------------------------------------------------------------
 
@@ -121,7 +125,22 @@ class NodeAgent:
                     "reason": error.reason,
                 }
             }
-        return {"state": handle.state, "fabric": fabric}
+        return {"state": handle.state, "fabric": fabric, **self._reached(handle, task)}
+
+    def _reached(self, handle: Handle, task: dict[str, Any]) -> dict[str, Any]:
+        """``{"relay": ...}``: how the server reaches an attempt that serves through its
+        runner's socket (this agent's relay, the attempt's key); nothing for another."""
+        if "socket" not in handle.state:
+            return {}
+        if self.relay is None:
+            host = task.get("node_address") or self.settings.host
+            self.relay = relay.open_kept(self._relay_record(), self.settings.jobs_dir, host)
+        if self.relay is None:
+            return {}
+        return {"relay": self.relay.target(handle.job_id, handle.attempt).to_json()}
+
+    def _relay_record(self) -> Path:
+        return self.settings.data_dir / "cluster" / "relay.json"
 
     def _nccl(self, task: dict[str, Any]) -> str | None:
         """NCCL's settings for a task of a job over several nodes, from this node's NICs
@@ -159,13 +178,15 @@ class NodeAgent:
 
     def recover(self, job_id: int, attempt: int) -> dict[str, Any] | None:
         """The attempt's handle state if it was launched here, with its launch plan when it
-        is a gang's task (``launch``): the server rebuilds the gang from its tasks' plans."""
+        is a gang's task (``launch``): the server rebuilds the gang from its tasks' plans;
+        with ``relay`` for one that serves through its runner's socket."""
         handle = self.executor.recover(job_id, attempt)
         if handle is None:
             return None
         plan = self.executor.job_dir(job_id) / "outputs" / LAUNCH_DIR / f"attempt-{attempt}.json"
         launch = layout.read_json(plan)
-        return handle.state | ({"launch": launch} if launch is not None else {})
+        found = handle.state | ({"launch": launch} if launch is not None else {})
+        return found | self._reached(handle, {})
 
     def checkpoint_at(self, handle: dict[str, Any]) -> float | None:
         return self.executor.checkpoint_at(_handle(handle))

@@ -124,7 +124,7 @@ class RayExecutor(Executor):
                 error["log"], user_message=error["user_message"], reason=error["reason"]
             )
         self.log_path(Handle(task.job_id, task.attempt)).parent.mkdir(parents=True, exist_ok=True)
-        state = {"node": task.node, "local": answer["state"], **_listening(answer["state"])}
+        state = _task_state(task.node, answer["state"], answer.get("relay"))
         if answer.get("fabric"):
             state["fabric"] = answer["fabric"]
         return Handle(task.job_id, task.attempt, state)
@@ -167,10 +167,11 @@ class RayExecutor(Executor):
         if state is None:
             return None
         launch = state.pop("launch", None) or {}
+        relay = state.pop("relay", None)
         count = launch_count(launch)
         first = (node, state, launch)
         if count <= 1:
-            return Handle(job_id, attempt, _task_state(node, state))
+            return Handle(job_id, attempt, _task_state(node, state, relay))
         found = [first, *self._recover_elsewhere(job_id, attempt, node)]
         tasks = {plan.get("task_index"): (name, local, plan) for name, local, plan in found}
         if sorted(tasks) != list(range(count)):
@@ -191,6 +192,7 @@ class RayExecutor(Executor):
                 log.warning("cannot ask node %s for job %s: %s", node, job_id, error)
                 continue
             if state is not None:
+                state.pop("relay", None)  # a gang's tasks serve on their nodes' network
                 found.append((node, state, state.pop("launch", None) or {}))
         return found
 
@@ -475,9 +477,17 @@ def _tasks(handle: Handle) -> list[Handle]:
     ]
 
 
-def _task_state(node: str, local: dict[str, Any]) -> dict[str, Any]:
-    """A task's handle state, as ``start`` makes it, from its node's state of it."""
-    return {"node": node, "local": local, **_listening(local)}
+def _task_state(
+    node: str, local: dict[str, Any], relay: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """A task's handle state from its node's state of it, and for one that serves through
+    its runner's socket, how the server reaches it: ``relay`` (``cluster.relay``)."""
+    return {
+        "node": node,
+        "local": local,
+        **_listening(local),
+        **({"relay": relay} if relay else {}),
+    }
 
 
 def _gang_state(tasks: list[tuple[str, dict[str, Any], dict[str, Any]]]) -> dict[str, Any]:
@@ -493,7 +503,8 @@ def _gang_state(tasks: list[tuple[str, dict[str, Any], dict[str, Any]]]) -> dict
 
 def _listening(local: dict[str, Any]) -> dict[str, Any]:
     """Where a task that listens serves on its node (what its agent's executor chose), kept
-    at the top of the handle's state, as the local executor's (services.endpoints reads it)."""
+    at the top of the handle's state, as the local executor's (services.endpoints reads it).
+    Its runner's socket is on its node: the server reaches it through the node's relay."""
     return {key: local[key] for key in ("host", "port") if key in local}
 
 

@@ -26,7 +26,7 @@ from sqlalchemy import select
 from gpupool.domain.notebooks import Kernel, StopCause, Verdict, base_path, idle_message, judge
 from gpupool.services import metrics, notebooks
 from gpupool.services.context import Context
-from gpupool.services.endpoints import Endpoint, endpoints_of
+from gpupool.services.endpoints import Via, client_via, endpoints_of
 from gpupool.services.watch import Watch
 from gpupool.store.models import JobModel, NotebookModel
 
@@ -45,7 +45,7 @@ class Look:
     url: str  # its JupyterLab's kernels, through its own port
     token: str
     active_at: float | None  # None: its JupyterLab never answered the watch yet
-    socket: str | None = None  # its runner's socket, when it has a network of its own
+    via: Via = None  # the way to it, when it has a network of its own (services.endpoints)
 
 
 @dataclass(frozen=True)
@@ -106,7 +106,7 @@ class IdleWatch(Watch):
                     self._kernels_url(found[job.id].url, nb.id),
                     nb.token,
                     nb.active_at,
-                    found[job.id].socket,
+                    found[job.id].via,
                 )
                 for nb, job in rows
                 if job.id in found
@@ -123,10 +123,10 @@ class IdleWatch(Watch):
         starting, or gone: nothing is concluded from silence)."""
         headers = {"Authorization": f"token {look.token}"}
         try:
-            if look.socket is None:
+            if look.via is None:
                 answer = self.client.get(look.url, headers=headers)
             else:  # a network of its own: through its runner's socket
-                with Endpoint("", 0, look.socket).client(ASK_TIMEOUT) as client:
+                with client_via(look.via, ASK_TIMEOUT) as client:
                     answer = client.get(look.url, headers=headers)
             answer.raise_for_status()
             return [_kernel(item) for item in answer.json()]

@@ -38,7 +38,7 @@ from gpupool.scheduler.types import NodeCapacity
 from gpupool.services import jobs as job_service
 from gpupool.services.access import Principal
 from gpupool.services.context import Context
-from gpupool.services.endpoints import endpoint_of
+from gpupool.services.endpoints import Via, endpoint_of
 from gpupool.store.models import JobModel, NotebookModel
 
 MAX_LIST = 500
@@ -57,7 +57,7 @@ class Upstream:
 
     url: str
     token: str
-    socket: str | None = None  # its runner's socket: a notebook has a network of its own
+    via: Via = None  # the way to it: a notebook has a network of its own (services.endpoints)
 
     def headers(self) -> dict[str, str]:
         return {"Authorization": f"token {self.token}"}
@@ -135,7 +135,7 @@ def upstream(ctx: Context, who: Principal, notebook_id: int) -> Upstream:
         if notebook.stopped_at is not None or notebook.token is None or found is None:
             shown = view(notebook, _job(session, notebook), ctx.clock.now())
             raise NotebookNotRunning(_not_serving(shown), state=shown.state.value)
-        return Upstream(found.url, notebook.token, found.socket)
+        return Upstream(found.url, notebook.token, found.via)
 
 
 def idle_gpus(ctx: Context, who: Principal, shown_after: float) -> list[IdleGpuView]:

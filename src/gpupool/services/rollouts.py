@@ -39,7 +39,7 @@ from gpupool.errors import GpupoolError
 from gpupool.scheduler.types import Clock
 from gpupool.services import deployments
 from gpupool.services.context import LoopSide
-from gpupool.services.endpoints import Endpoint, endpoints_of
+from gpupool.services.endpoints import Endpoint, Via, client_via, endpoints_of
 from gpupool.services.jobs import JobLimits
 from gpupool.services.replicas import stop_replica_job, submit_replica
 from gpupool.services.routing import RoutingTable, Traffic, load_routes
@@ -67,7 +67,7 @@ class Probe:
     job_id: int
     url: str
     token: str | None
-    socket: str | None = None  # the runner's socket of a replica with a network of its own
+    via: Via = None  # the way to a replica with a network of its own (services.endpoints)
 
 
 class DeploymentLoop(Watch):
@@ -146,7 +146,7 @@ class DeploymentLoop(Watch):
                     job_id,
                     _url(endpoints[job_id], deployment.template),
                     token,
-                    endpoints[job_id].socket,
+                    endpoints[job_id].via,
                 )
                 for replica_id, job_id, token, deployment in rows
                 if job_id in endpoints
@@ -162,10 +162,10 @@ class DeploymentLoop(Watch):
     def _passes(self, probe: Probe) -> bool:
         headers = {REPLICA_TOKEN_HEADER: probe.token} if probe.token else None
         try:
-            if probe.socket is None:
+            if probe.via is None:
                 return 200 <= self._http.get(probe.url, headers=headers).status_code < 300
             timeout = min(PROBE_TIMEOUT_S, self.settings.deploy_health_interval_seconds)
-            with Endpoint("", 0, probe.socket).client(timeout) as client:
+            with client_via(probe.via, timeout) as client:
                 return 200 <= client.get(probe.url, headers=headers).status_code < 300
         except (httpx.HTTPError, OSError):
             return False

@@ -103,7 +103,7 @@ async def proxy(notebook_id: Id, path: str, request: Request, ctx: PlatformDep) 
         return refusal(request, error)
     target = upstream.url + _upstream_path(request)
     answer = await proxy_of(request).http(
-        request, target, _sent(request, upstream), via=upstream.socket
+        request, target, _sent(request, upstream), via=upstream.via
     )
     if answer.status_code == 502 and not isinstance(answer, StreamingResponse):
         # not answering yet: JupyterLab takes a few seconds to start listening
@@ -124,7 +124,7 @@ async def proxy_websocket(websocket: WebSocket, notebook_id: Id, path: str) -> N
         await refuse_websocket(websocket, error)
         return
     target = "ws" + upstream.url.removeprefix("http") + _upstream_path(websocket)
-    await proxy_of(websocket).websocket(websocket, target, upstream.headers(), via=upstream.socket)
+    await proxy_of(websocket).websocket(websocket, target, upstream.headers(), via=upstream.via)
 
 
 async def _upstream(
