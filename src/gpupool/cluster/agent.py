@@ -31,7 +31,8 @@ from gpupool.errors import GpupoolError
 from gpupool.executors import outputs
 from gpupool.executors.base import GpuGrant, Handle, LaunchError, PollResult, TaskSpec
 from gpupool.executors.isolation import Isolation
-from gpupool.executors.local import LAUNCH_DIR, LocalExecutor, default_base_env
+from gpupool.executors.local import LAUNCH_DIR, WORKSPACES, LocalExecutor, default_base_env
+from gpupool.executors.usage import FilesScan
 from gpupool.runner import layout
 from gpupool.settings import Settings
 
@@ -60,9 +61,14 @@ class NodeAgent:
         )
         self.started_at = time.time()
         self.inventory_data: dict[str, Any] | None = None
+        self.files: FilesScan | None = None  # the storage scan's walker, made when first asked
         # the server reaches a serving attempt's socket through it (cluster/relay.py); started
         # with the first such attempt, or at once by an agent that Ray restarted
         self.relay = relay.open_kept(self._relay_record(), self.settings.jobs_dir, None)
+        # the platform's API for the node's jobs with a network of their own (as api.sock
+        # on one machine): the server says where it is with each start
+        self.api: relay.ApiForward | None = None
+        self._forward_api(None)
 
     # -- the node ------------------------------------------------------------------------------
 
@@ -115,6 +121,9 @@ class NodeAgent:
         if model is not None:  # a model version's files, sent along the same way
             task["model_archive"] = str(self._keep_archive(task["model"], model, "models"))
         fabric = self._nccl(task) if task.get("launch") and task.get("task_count", 1) > 1 else None
+        api = task.pop("api_address", None)
+        if api is not None and (self.api is None or self.api.address != tuple(api)):
+            self._forward_api((str(api[0]), int(api[1])))
         try:
             handle = self.executor.start(task_from_json(task))
         except LaunchError as error:
@@ -141,6 +150,16 @@ class NodeAgent:
 
     def _relay_record(self) -> Path:
         return self.settings.data_dir / "cluster" / "relay.json"
+
+    def _forward_api(self, address: tuple[str, int] | None) -> None:
+        """Serve the API's socket for the node's jobs, forwarded to the server at
+        ``address`` (None: where an agent before this one forwarded it)."""
+        cluster = self.settings.data_dir / "cluster"
+        if self.api is not None:
+            self.api.close()
+        self.api = relay.open_api_forward(cluster / "api.json", cluster / "api.sock", address)
+        if self.api is not None:  # the port a job finds it at: the server's own, as on one machine
+            self.isolation.api = (self.api.address[1], str(self.api.path))
 
     def _nccl(self, task: dict[str, Any]) -> str | None:
         """NCCL's settings for a task of a job over several nodes, from this node's NICs
@@ -190,6 +209,14 @@ class NodeAgent:
 
     def checkpoint_at(self, handle: dict[str, Any]) -> float | None:
         return self.executor.checkpoint_at(_handle(handle))
+
+    def storage(self, jobs: dict[str, bool], users: list[str]) -> dict[str, Any]:
+        """What this node's disk holds of these jobs' directories (id -> finished: a
+        finished one is walked once) and users' workspaces, for the teams' storage quotas."""
+        if self.files is None:
+            self.files = FilesScan(self.settings.jobs_dir, self.settings.data_dir / WORKSPACES)
+        wanted = {int(job_id): bool(done) for job_id, done in jobs.items()}
+        return self.files.measure(wanted, users).to_json()
 
     def read_log(
         self, handle: dict[str, Any], offset: int, metrics: bool = False

@@ -425,3 +425,72 @@ def _write_record(record: Path, kept: dict[str, Any]) -> None:
     with os.fdopen(fd, "w") as file:
         json.dump(kept, file)
     os.replace(tmp, record)
+
+
+# -- the platform's API for the node's jobs -----------------------------------------------------
+
+
+class ApiForward:
+    """The platform's API for the jobs of a pool's node: a Unix socket of the node (mode
+    0600, in the agent's data directory) that forwards each connection to the server's
+    ``address``. A job with a network of its own finds the API on its own loopback, which
+    its runner's bridge relays to this socket (``sandbox.network.api``), as to the server's
+    own DATA_DIR/api.sock on one machine."""
+
+    def __init__(self, path: Path, address: tuple[str, int]) -> None:
+        self.path, self.address = path, address
+        self.listener = bridge.listen(str(path))
+        self.slots = threading.BoundedSemaphore(MAX_RELAYED)
+        threading.Thread(target=self._accept, name="api-forward", daemon=True).start()
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.listener.shutdown(socket.SHUT_RDWR)
+        self.listener.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                if self.listener.fileno() < 0:
+                    return  # closed
+                time.sleep(0.1)
+                continue
+            if not self.slots.acquire(blocking=False):
+                conn.close()
+                continue
+            threading.Thread(target=self._forward, args=(conn,), daemon=True).start()
+
+    def _forward(self, conn: socket.socket) -> None:
+        try:
+            with conn, socket.create_connection(self.address, CONNECT_SECONDS) as server:
+                pipe(conn, server)
+        except OSError:
+            pass
+        finally:
+            self.slots.release()
+
+
+def open_api_forward(
+    record: Path, path: Path, address: tuple[str, int] | None
+) -> ApiForward | None:
+    """The node's API forward to the server at ``address`` (None: the one recorded at
+    ``record`` by an agent before this one, if any), recorded for the next."""
+    if address is None:
+        kept = _read_json(record)
+        host, port = kept.get("host"), kept.get("port")
+        if not isinstance(host, str) or not _number(port):
+            return None
+        address = (host, port)
+    forward = ApiForward(path, address)
+    _write_record(record, {"host": address[0], "port": address[1]})
+    return forward
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        found = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}

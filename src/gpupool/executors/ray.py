@@ -49,7 +49,9 @@ from gpupool.executors.gang import (
     planned,
 )
 from gpupool.executors.outputs import Writable
+from gpupool.executors.usage import NodeFiles
 from gpupool.runner import layout
+from gpupool.settings import WILDCARD_ADDRESSES
 
 log = logging.getLogger(__name__)
 
@@ -60,13 +62,16 @@ NODE_STOP_SLACK_S = 10.0
 POLL_TIMEOUT_S = 10.0
 PACK_TIMEOUT_S = 600.0  # packing a model version's files on their node
 PARALLEL_POLLS = 16
+STORAGE_TIMEOUT_S = 120.0  # a node walking its jobs' directories for the storage scan
 # how long a gang found again without its record gives its other tasks to stop, once one
 # ended (its job's own grace is in the record that was not written)
 RECOVERED_GANG_GRACE_S = 10.0
 
 
 class RayExecutor(Executor):
-    """``cluster``: the bridge to Ray; ``jobs_dir``: the server's copies of the logs."""
+    """``cluster``: the bridge to Ray; ``jobs_dir``: the server's copies of the logs;
+    ``api_address``: where the nodes reach the server's API (``api_address``), told to each
+    agent with each start so that its jobs find the API on their own loopback."""
 
     capabilities = Capabilities(multi_node=True)
 
@@ -76,8 +81,10 @@ class RayExecutor(Executor):
         jobs_dir: Path,
         node_lost_seconds: float = 30.0,
         clock: Callable[[], float] = time.time,
+        api_address: tuple[str, int] | None = None,
     ) -> None:
         self.cluster, self.jobs_dir = cluster, Path(jobs_dir)
+        self.api_address = api_address
         self.node_lost_seconds, self.clock = node_lost_seconds, clock
         self._seen: dict[tuple[int, int], PollResult] = {}
         self._unanswered: dict[str, float] = {}  # node -> since when its agent has not answered
@@ -87,6 +94,7 @@ class RayExecutor(Executor):
         self._down: set[str] = set()  # nodes Ray reports dead (the node watch says)
         self._up: set[str] = set()  # nodes the node watch has seen up
         self.isolation_status: IsolationStatus | None = None
+        self._files_seen: dict[str, NodeFiles] = {}  # node -> what its files took, last said
 
     # -- paths --------------------------------------------------------------------------------
 
@@ -102,6 +110,8 @@ class RayExecutor(Executor):
 
     def start(self, task: TaskSpec) -> Handle:
         sent = task_to_json(task)
+        if self.api_address is not None:
+            sent["api_address"] = list(self.api_address)
         if task.code and task.code_archive:  # the node has no access to the server's disk
             what = f"the job's code snapshot {task.code} is"
             sent["code_archive_data"] = _archive_data(task.code_archive, what, "code_missing")
@@ -433,6 +443,32 @@ class RayExecutor(Executor):
             with contextlib.suppress(ClusterUnavailable, AgentUnavailable, CallFailed):
                 self.cluster.call(node, "drop_pack", pack=pack)
 
+    def node_files(self, jobs: dict[int, bool], users: set[str]) -> NodeFiles:
+        """Each live node's agent walks its own disk, side by side; a node that does not
+        answer counts what it said last (its files did not go away with its agent)."""
+        try:
+            nodes = [n["name"] for n in self.cluster.nodes() if n["name"] and n["alive"]]
+        except (ClusterUnavailable, AgentUnavailable, CallFailed):
+            nodes = list(self._files_seen)
+        asked = {"jobs": {str(job_id): done for job_id, done in jobs.items()}}
+        asked["users"] = sorted(users)  # type: ignore[assignment]
+        found = NodeFiles()
+        if not nodes:
+            return found
+        with ThreadPoolExecutor(max_workers=min(len(nodes), PARALLEL_POLLS)) as pool:
+            for files in pool.map(lambda node: self._files_of(node, asked), nodes):
+                found.add(files)
+        return found
+
+    def _files_of(self, node: str, asked: dict[str, Any]) -> NodeFiles:
+        if node not in self._down:
+            try:
+                answer = self.cluster.call(node, "storage", STORAGE_TIMEOUT_S, **asked)
+                self._files_seen[node] = NodeFiles.from_json(answer)
+            except (ClusterUnavailable, AgentUnavailable, CallFailed) as error:
+                log.info("node %s did not say what its files take: %s", node, error)
+        return self._files_seen.get(node, NodeFiles())
+
     def checkpoint_at(self, handle: Handle) -> float | None:
         if "gang" in handle.state:
             times = [self.checkpoint_at(task) for task in _tasks(handle)]
@@ -446,6 +482,14 @@ class RayExecutor(Executor):
 
     def close(self) -> None:
         self.cluster.close()
+
+
+def api_address(host: str, port: int, head: str) -> tuple[str, int]:
+    """Where the nodes reach the server's API: its own address, or its Ray head's host
+    (``head``: host:port) when it listens on every address."""
+    if host in WILDCARD_ADDRESSES:
+        host = head.rpartition(":")[0].strip("[]")
+    return host, port
 
 
 def _archive_data(archive: str, what: str, reason: str) -> str:

@@ -38,7 +38,7 @@ from gpupool.domain.inventory import NodeInventory
 from gpupool.domain.isolation import IsolationStatus
 from gpupool.domain.views import ClusterView, HealthView, JoinView
 from gpupool.errors import Conflict, NotAPool, NotFound, Unauthenticated
-from gpupool.executors.ray import RayExecutor
+from gpupool.executors.ray import RayExecutor, api_address
 from gpupool.scheduler.types import Clock
 from gpupool.services import nodes
 from gpupool.services.access import Principal
@@ -87,7 +87,10 @@ class Cluster:
         self.settings, self.head, self.client = settings, head, client
         self.owns_head = owns_head
         self.executor = RayExecutor(
-            client, settings.jobs_dir, node_lost_seconds=settings.node_lost_seconds
+            client,
+            settings.jobs_dir,
+            node_lost_seconds=settings.node_lost_seconds,
+            api_address=api_address(settings.host, settings.port, client.address),
         )
         self.watch: NodeWatch | None = None
         self.head_watch = HeadWatch(self)
