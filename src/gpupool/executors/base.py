@@ -17,6 +17,7 @@ from gpupool.domain.code import CodeLimits
 from gpupool.domain.isolation import IsolationStatus
 from gpupool.errors import NoModelFiles
 from gpupool.executors.outputs import Writable
+from gpupool.executors.usage import NodeFiles
 from gpupool.runner.layout import METRICS_FILE
 
 
@@ -187,6 +188,12 @@ class Executor(ABC):
         """How this executor keeps jobs apart, and whether it may run them now; None for an
         executor without a sandbox of its own (the fakes of the tests)."""
         return None
+
+    def node_files(self, jobs: dict[int, bool], users: set[str]) -> NodeFiles:
+        """What nodes other than the server's own disk hold of these jobs' directories (job
+        id -> finished) and these users' workspaces: a pool's nodes, walked by their agents;
+        nothing for one machine, whose files the server walks itself."""
+        return NodeFiles()
 
     def checkpoint_at(self, handle: Handle) -> float | None:
         """When the attempt's job last wrote into its checkpoint directory (the newest

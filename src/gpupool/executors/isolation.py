@@ -128,7 +128,9 @@ class Isolation:
         self.bwrap = _which(settings.bwrap_path)
         self.setpriv = _which("setpriv")
         self.network_on = settings.network_isolation == "on"
-        self.pasta = _which(settings.pasta_path)  # None: jobs get no egress (they are told)
+        # None: jobs get no egress (they are told); the link's own name, not its target's:
+        # Debian's pasta is a link to passt, which runs as pasta only when called so
+        self.pasta = _which(settings.pasta_path, resolve=False)
         self.nft = _which("nft")  # None: a gang's tasks on the node's network are unfenced
         # (port, server's Unix socket): the platform's API on each job's own loopback
         self.api = api
@@ -330,9 +332,11 @@ def _probe(bwrap: str, root: bool) -> str | None:
     return f"jobs cannot be isolated: bubblewrap cannot make a sandbox here ({said[0]}).{hint}"
 
 
-def _which(program: str) -> str | None:
+def _which(program: str, resolve: bool = True) -> str | None:
     found = shutil.which(program, path=os.environ.get("PATH", os.defpath) + ":/usr/sbin:/usr/bin")
-    return os.path.realpath(found) if found else None
+    if not found:
+        return None
+    return os.path.realpath(found) if resolve else os.path.abspath(found)
 
 
 def _account_name() -> str:

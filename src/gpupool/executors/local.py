@@ -41,6 +41,7 @@ from gpupool.executors.outputs import Writable
 from gpupool.executors.remains import Remains, find_process
 from gpupool.runner import layout
 from gpupool.runner.network import leftover_egress
+from gpupool.runner.warmnet import WARM_DIR, sweep_warm
 
 NOTIFY_FIFO = ".notify"
 LAUNCH_DIR = ".gpupool"  # in the job's outputs: what its tasks start (launch plans)
@@ -105,7 +106,7 @@ class LocalExecutor(Executor):
         self.remains = remains or Remains()
         self.base_env = dict(base_env) if base_env is not None else default_base_env()
         self.python = python
-        self._fork_server = ForkServer(python) if fork_server else None
+        self._fork_server = ForkServer(python, self._warm_network()) if fork_server else None
         self._changes: int | None = None  # read end of jobs_dir/.notify
         self._children: dict[str, subprocess.Popen[bytes]] = {}  # attempt dir -> runner
         self._unreaped: list[subprocess.Popen[bytes]] = []
@@ -115,6 +116,18 @@ class LocalExecutor(Executor):
             self.remains.sweep(self.jobs_dir)
             self._stop_leftover_egress()
 
+    def _warm_network(self) -> list[str]:
+        """The fork server's options for keeping network namespaces warm (root only, with
+        pasta and network isolation on): a job with a network of its own then starts
+        without waiting for pasta to configure one."""
+        isolation = self._isolation
+        if isolation is None or isolation.pasta is None or os.geteuid() != 0:
+            return []
+        count = isolation.settings.warm_networks
+        if not isolation.network_on or count == 0:
+            return []
+        return ["--warm-network", str(self.jobs_dir / WARM_DIR), isolation.pasta, str(count)]
+
     def _stop_leftover_egress(self) -> None:
         """The pasta daemons of runners killed with -9 (nothing else would stop them)."""
         with contextlib.suppress(OSError):
@@ -122,6 +135,7 @@ class LocalExecutor(Executor):
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGTERM)
                     log.info("stopped pasta %d, left by a runner that is gone", pid)
+            sweep_warm(str(self.jobs_dir / WARM_DIR))
 
     # -- paths ----------------------------------------------------------------------------
 
@@ -195,7 +209,7 @@ class LocalExecutor(Executor):
         if task.model is not None:
             spec["model_dir"] = str(self._unpack_model(task))
         _write_spec_once(attempt_dir, spec)
-        pid = self._spawn(attempt_dir)
+        pid = self._spawn(attempt_dir, isolated)
         state = {
             "attempt_dir": str(attempt_dir),
             "runner_pid": pid,
@@ -290,11 +304,13 @@ class LocalExecutor(Executor):
         for directory in (self.jobs_dir.parent, self.jobs_dir, self.job_dir(job_id)):
             directory.chmod(directory.stat().st_mode | 0o111)
 
-    def _spawn(self, attempt_dir: Path) -> int:
-        """Launch the runner: forked by the fork server when it answers, else a new process."""
+    def _spawn(self, attempt_dir: Path, own_network: bool = False) -> int:
+        """Launch the runner: forked by the fork server when it answers, else a new process.
+        ``own_network``: its workload gets a network namespace of its own (a warm one, if
+        the fork server has one)."""
         if self._fork_server is not None:
             try:
-                return self._fork_server.spawn(attempt_dir)
+                return self._fork_server.spawn(attempt_dir, own_network)
             except OSError as e:
                 log.warning("runner fork server failed (%s); starting runners directly", e)
                 self._fork_server = None
@@ -567,15 +583,17 @@ class ForkServer:
     """The executor's side of ``gpupool.runner.forkserver``: started on first use, restarted
     once if it went away. Requests are serialised; each answer is the new runner's pid."""
 
-    def __init__(self, python: str) -> None:
+    def __init__(self, python: str, options: list[str] | None = None) -> None:
         self.python = python
+        self.options = options or []  # e.g. --warm-network DIR PASTA
         self._process: subprocess.Popen[bytes] | None = None
         self._lock = threading.Lock()
 
-    def spawn(self, attempt_dir: Path) -> int:
+    def spawn(self, attempt_dir: Path, own_network: bool = False) -> int:
+        request = f"{attempt_dir}\tnet\n" if own_network else f"{attempt_dir}\n"
         with self._lock:
             for _ in range(2):
-                answer = self._ask(f"{attempt_dir}\n".encode())
+                answer = self._ask(request.encode())
                 if answer is not None:
                     return answer
                 self._discard()
@@ -598,7 +616,7 @@ class ForkServer:
     def _ensure(self) -> subprocess.Popen[bytes]:
         if self._process is None or self._process.poll() is not None:
             self._process = subprocess.Popen(
-                [self.python, "-m", "gpupool.runner", "--fork-server"],
+                [self.python, "-m", "gpupool.runner", "--fork-server", *self.options],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 start_new_session=True,

@@ -18,22 +18,53 @@ from gpupool.runner import supervisor
 from gpupool.runner.layout import RUNNER_LOG_FILE
 
 
-def serve() -> int:
-    """Answer launch requests until stdin closes."""
+def main(argv: list[str]) -> int:
+    """``[--warm-network DIR PASTA COUNT]``: keep COUNT network namespaces warm under DIR
+    with PASTA's egress attached (as root only; elsewhere the option is ignored)."""
+    warm = None
+    if len(argv) == 4 and argv[0] == "--warm-network" and os.geteuid() == 0:
+        from gpupool.runner.warmnet import WarmPool
+
+        try:
+            warm = WarmPool(argv[1], argv[2], int(argv[3]))
+        except OSError as e:
+            print(f"gpupool fork server: no warm network namespaces: {e}", file=sys.stderr)
+    elif argv and argv[0] != "--warm-network":
+        usage = "usage: python -m gpupool.runner --fork-server [--warm-network DIR PASTA N]"
+        print(usage, file=sys.stderr)  # stdout is the answer pipe
+        return 2
+    try:
+        return serve(warm)
+    finally:
+        if warm is not None:
+            warm.close()
+
+
+def serve(warm=None) -> int:  # noqa: ANN001 - warm: a warmnet.WarmPool
+    """Answer launch requests until stdin closes. A request is an attempt directory, with
+    ``\tnet`` after it when its workload gets a network of its own: it is then given a
+    warm namespace if one is ready."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server decides when this ends
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps finished runners
     requests, answers = sys.stdin.buffer, sys.stdout.buffer
+    if warm is not None:
+        warm.fill()
     while line := requests.readline():
-        attempt_dir = line.decode().strip()
+        attempt_dir, _, wants = line.decode().rstrip("\n").partition("\t")
+        slot = warm.take() if warm is not None and wants == "net" else None
         pid = os.fork()
         if pid == 0:
-            _run_child(attempt_dir)
+            _run_child(attempt_dir, slot)
         answers.write(f"{pid}\n".encode())
         answers.flush()
+        if slot is not None:
+            os.close(slot.fd)  # the runner's now
+        if warm is not None:
+            warm.fill()  # after answering: the launch does not wait for the next one
     return 0
 
 
-def _run_child(attempt_dir: str) -> None:
+def _run_child(attempt_dir: str, slot=None) -> None:  # noqa: ANN001 - warmnet.Slot
     """In the forked child: become a runner exactly as ``python -m gpupool.runner`` would."""
     code = 1
     try:
@@ -41,8 +72,8 @@ def _run_child(attempt_dir: str) -> None:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.setsid()
         os.chdir(attempt_dir)
-        _redirect_stdio(os.path.join(attempt_dir, RUNNER_LOG_FILE))
-        code = supervisor.main([attempt_dir])
+        _redirect_stdio(os.path.join(attempt_dir, RUNNER_LOG_FILE), slot)
+        code = supervisor.main([attempt_dir], slot)
     except BaseException:  # noqa: BLE001 - the child must never return into the server loop
         traceback.print_exc()
     finally:
@@ -51,10 +82,17 @@ def _run_child(attempt_dir: str) -> None:
         os._exit(code)
 
 
-def _redirect_stdio(log_path: str) -> None:
+def _redirect_stdio(log_path: str, slot=None) -> None:  # noqa: ANN001
+    """Standard streams to the runner's log; every other descriptor closed (the request
+    and answer pipes, the other warm namespaces), but the warm namespace it was given."""
     devnull = os.open(os.devnull, os.O_RDONLY)
     log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(devnull, 0)
     os.dup2(log, 1)
     os.dup2(log, 2)
-    os.closerange(3, 256)  # the request and answer pipes, and anything else inherited
+    if slot is None:
+        os.closerange(3, 256)
+        return
+    kept = os.dup2(slot.fd, 3, inheritable=False)
+    slot.fd = kept
+    os.closerange(4, 256)

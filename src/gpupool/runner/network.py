@@ -70,10 +70,17 @@ class NetworkPolicy:
 class Network:
     """The egress daemon and the bridge of one attempt; ``attach`` once the sandbox exists."""
 
-    def __init__(self, policy: NetworkPolicy, attempt_dir: str, user_namespace: bool) -> None:
+    def __init__(
+        self,
+        policy: NetworkPolicy,
+        attempt_dir: str,
+        user_namespace: bool,
+        warm=None,  # noqa: ANN001 - a warmnet.Slot the sandbox was started in, egress ready
+    ) -> None:
         self.policy = policy
         self.dir = attempt_dir
         self.user_namespace = user_namespace  # the sandbox made one (runner not root)
+        self.warm = warm
         self.pasta: subprocess.Popen[bytes] | None = None
         self.pasta_started = 0.0
         self.bridge_pid: int | None = None
@@ -81,7 +88,9 @@ class Network:
 
     def attach(self, init_pid: int) -> None:
         """Start egress and the bridge on the namespace of the sandbox's init."""
-        if self.policy.egress is not None:
+        if self.warm is not None:
+            pass  # pasta configured the namespace before the job was asked for
+        elif self.policy.egress is not None:
             self._start_egress(init_pid)
         else:
             self.notes.append(f"{NO_EGRESS}: pasta (Debian's passt) is absent")
@@ -120,7 +129,10 @@ class Network:
             )
 
     def record(self) -> dict[str, object]:
-        return {"network": {"bridge_pid": self.bridge_pid, "mode": "isolated"}}
+        network = {"bridge_pid": self.bridge_pid, "mode": "isolated"}
+        if self.warm is not None:
+            network["warm"] = os.path.basename(self.warm.dir)
+        return {"network": network}
 
     def close(self) -> None:
         """Stop the bridge and pasta (the namespace is gone or going with the workload)."""
@@ -134,11 +146,14 @@ class Network:
                 os.kill(self.bridge_pid, signal.SIGKILL)
                 os.waitpid(self.bridge_pid, 0)
             self.bridge_pid = None
+        if self.warm is not None:
+            warm, self.warm = self.warm, None
+            warm.discard()
         pid_file = os.path.join(self.dir, PASTA_PID_FILE)
         with contextlib.suppress(OSError, ValueError):
             with open(pid_file) as f:
                 pid = int(f.read().strip())
-            if _is_pasta(pid):
+            if is_pasta(pid):
                 os.kill(pid, signal.SIGTERM)
             os.unlink(pid_file)
         with contextlib.suppress(OSError):
@@ -191,10 +206,10 @@ def leftover_egress(jobs_dir: str) -> list[int]:
     prefix = os.path.join(os.path.realpath(jobs_dir), "")
     found = []
     for entry in os.listdir("/proc"):
-        if not entry.isdigit() or not _is_pasta(int(entry)):
+        if not entry.isdigit() or not is_pasta(int(entry)):
             continue
         pid_file = _pid_file_of(int(entry))
-        if pid_file and pid_file.startswith(prefix) and not _runner_alive(pid_file):
+        if pid_file and pid_file.startswith(prefix) and not runner_alive(pid_file):
             found.append(int(entry))
     return found
 
@@ -210,7 +225,7 @@ def _pid_file_of(pid: int) -> str | None:
     return os.path.realpath(args[args.index(b"--pid") + 1].decode(errors="replace"))
 
 
-def _runner_alive(pid_file: str) -> bool:
+def runner_alive(pid_file: str) -> bool:
     """Whether the runner of the attempt that wrote ``pid_file`` still runs."""
     from gpupool.runner.layout import STATE_FILE, process_create_time, read_json
 
@@ -239,7 +254,7 @@ def _api(raw: object) -> tuple[int, str] | None:
     return port, path
 
 
-def _is_pasta(pid: int) -> bool:
+def is_pasta(pid: int) -> bool:
     """Whether ``pid`` is still a pasta process (the pid file may be stale)."""
     try:
         with open(f"/proc/{pid}/comm") as f:

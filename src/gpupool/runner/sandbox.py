@@ -85,6 +85,7 @@ def bwrap_argv(
     block_fd: int | None = None,
     readonly_dirs: list[str] | None = None,
     cgroup_views: list[tuple[str, str]] | None = None,
+    network_given: bool = False,
 ) -> list[str]:
     """The whole command line: bwrap, its mounts, the account switch, the shim, the command.
     With ``block_fd``, bwrap makes the sandbox, reports it, and waits for a byte there
@@ -92,8 +93,10 @@ def bwrap_argv(
     ``readonly_dirs``: directories of the job's own that it may read, not change (its model
     version's files), shown like its own directories even inside a hidden path.
     ``cgroup_views``: ``(host directory, path inside)`` of the job's own cgroup, the only
-    one its ``/sys/fs/cgroup`` shows (read-only)."""
-    argv = [policy.bwrap, *_namespaces(account, policy.network.isolated)]
+    one its ``/sys/fs/cgroup`` shows (read-only). ``network_given``: bwrap is started
+    inside the workload's own network namespace already (a warm one), and makes none."""
+    own_network = policy.network.isolated and not network_given
+    argv = [policy.bwrap, *_namespaces(account, own_network)]
     argv += ["--die-with-parent", "--new-session"]
     argv += _filesystem(policy, job_dirs, readonly_dirs or [], cgroup_views or [])
     argv += ["--perms", "0444", "--ro-bind-data", str(env_fd), SANDBOX_ENV_FILE]

@@ -51,11 +51,15 @@ RECORD_RETRY_SECONDS = (0.2, 0.5, 1.0, 2.0, 5.0)  # an exit record that cannot b
 PIDS_CHECK_SECONDS = 0.5  # how often the cgroup is asked whether a fork was refused
 
 
-def main(argv: list[str]) -> int:
-    """Run the attempt in ``argv[0]``; return the runner's own exit code (0: recorded)."""
+def main(argv: list[str], warm=None) -> int:  # noqa: ANN001 - warm: a warmnet.Slot
+    """Run the attempt in ``argv[0]``; return the runner's own exit code (0: recorded).
+    ``warm``: a network namespace the fork server made ready, now this runner's to use for
+    a workload with a network of its own, or to discard."""
+    if warm is not None:
+        warm.own()  # first: from here on a sweep sees its pasta as this runner's
     if len(argv) != 1:
         print("usage: python -m gpupool.runner ATTEMPT_DIR", file=sys.stderr)
-        return EXIT_USAGE
+        return _discarded(warm, EXIT_USAGE)
     attempt_dir = argv[0]
     # A stop that arrives before the handlers are installed stays pending until then.
     previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
@@ -66,14 +70,20 @@ def main(argv: list[str]) -> int:
             f"gpupool runner: {attempt_dir} was already started; refusing to run it again",
             file=sys.stderr,
         )
-        return EXIT_REFUSED
+        return _discarded(warm, EXIT_REFUSED)
     except OSError as e:
         print(f"gpupool runner: cannot claim {attempt_dir}: {e}", file=sys.stderr)
-        return 1
-    runner = Runner(attempt_dir)
+        return _discarded(warm, 1)
+    runner = Runner(attempt_dir, warm)
     runner.install_signal_handlers()
     signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
     return runner.run()
+
+
+def _discarded(warm, code: int) -> int:  # noqa: ANN001
+    if warm is not None:
+        warm.discard()
+    return code
 
 
 def claim(attempt_dir: str) -> None:
@@ -89,8 +99,9 @@ def claim(attempt_dir: str) -> None:
 class Runner:
     """Supervises one workload (a process group, or a sandbox) for one attempt directory."""
 
-    def __init__(self, attempt_dir: str) -> None:
+    def __init__(self, attempt_dir: str, warm=None) -> None:  # noqa: ANN001
         self.dir = attempt_dir
+        self.warm = warm  # a warm network namespace not yet handed to self.network
         self.log: CappedLog | None = None
         self.record: dict[str, object] = {
             "runner_pid": os.getpid(),
@@ -169,6 +180,9 @@ class Runner:
         finally:
             self._close_metrics()
             self._close_network()
+            if self.warm is not None:  # not used: this workload needed none, or failed first
+                self.warm.discard()
+                self.warm = None
             self._close_cgroup()
             self._close_fence()
             if self.log is not None:
@@ -258,7 +272,8 @@ class Runner:
         if not policy.isolated:
             return
         userns = sandbox.makes_user_namespace(spec.account)
-        self.network = network.Network(policy, self.dir, userns)
+        warm, self.warm = self.warm, None  # the namespace bwrap was started in, if warm
+        self.network = network.Network(policy, self.dir, userns, warm)
         self.network.attach(init_pid)
         self.record.update(self.network.record())
 
@@ -330,17 +345,29 @@ class Runner:
         try:
             os.write(env_fd, sandbox.env_file(env))
             os.lseek(env_fd, 0, os.SEEK_SET)
-            argv = tenancy.sandbox_argv(spec, env_fd, status_w, block_r, self.cgroup)
-            proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=pipe_w,
-                stderr=pipe_w,
-                env={},
-                start_new_session=True,
-                close_fds=True,
-                pass_fds=(env_fd, status_w, block_r),
+            warm = self._warm_network(spec)
+            argv = tenancy.sandbox_argv(
+                spec, env_fd, status_w, block_r, self.cgroup, network_given=warm is not None
             )
+
+            def spawn() -> subprocess.Popen[bytes]:
+                return subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=pipe_w,
+                    stderr=pipe_w,
+                    env={},
+                    start_new_session=True,
+                    close_fds=True,
+                    pass_fds=(env_fd, status_w, block_r),
+                )
+
+            if warm is None:
+                proc = spawn()
+            else:
+                from gpupool.runner import warmnet
+
+                proc = warmnet.spawn_in(warm.fd, spawn)
         except BaseException:
             os.close(status_r)
             os.close(block_w)
@@ -350,6 +377,20 @@ class Runner:
             os.close(status_w)
             os.close(block_r)
         return Sandboxed(proc, self.cgroup, block_w), status_r
+
+    def _warm_network(self, spec: RunnerSpec):  # noqa: ANN202 - warmnet.Slot | None
+        """The warm namespace to start the sandbox in, if this workload has a network of
+        its own with egress and pasta configured that namespace; else it is discarded
+        (the runner makes the namespace itself, as without one)."""
+        warm, policy = self.warm, spec.sandbox.network  # type: ignore[union-attr]
+        if warm is None:
+            return None
+        usable = policy.isolated and policy.egress is not None
+        if usable and not sandbox.makes_user_namespace(spec.account) and warm.wait_ready():
+            return warm
+        self.warm = None
+        warm.discard()
+        return None
 
     def _supervise(self, workload, pipe_r: int, status_r: int | None, spec: RunnerSpec) -> None:  # noqa: ANN001
         """Pump the log and act on stops until the workload ended and its pipe is drained."""

@@ -125,6 +125,7 @@ def sandbox_argv(
     status_fd: int,
     block_fd: int,
     cgroup=None,  # noqa: ANN001
+    network_given: bool = False,
 ) -> list[str]:
     from gpupool.runner import sandbox
 
@@ -143,6 +144,7 @@ def sandbox_argv(
         block_fd,
         shown,
         cgroup.views() if cgroup is not None else [],
+        network_given,
     )
 
 

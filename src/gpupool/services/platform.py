@@ -115,7 +115,9 @@ class Platform:
         self.ingester = Ingester(self.db, self.executor, self.clock)
         self.deployments = DeploymentLoop(self.db, self.settings, self.clock, self.loop)
         self.idle_watch = IdleWatch(self)
-        self.storage = StorageWatch(self.db, self.settings, self.clock, self.loop.stops_recorded)
+        self.storage = StorageWatch(
+            self.db, self.settings, self.clock, self.loop.stops_recorded, self.executor.node_files
+        )
 
     def start(self) -> None:
         """Start the background work: the control loop and the node watcher."""

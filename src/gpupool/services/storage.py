@@ -8,7 +8,9 @@ upload counts for each team of its uploader). The database knows (3) and (4); (1
 are summed as ``du`` counts them (blocks allocated, a file linked twice once) by the
 ``StorageWatch``, every ``storage_scan_seconds``, in three steps that hold no transaction
 across the walk: load the teams' files, walk them, record. A finished job's directory no
-longer changes: it is walked once and its size kept by the watch.
+longer changes: it is walked once and its size kept by the watch. On a pool, (1) and (2)
+are also on the nodes that ran the jobs: each node's agent walks its own disk when asked
+(``executors.usage``), and a node that does not answer counts as it did last.
 
 The watch records each team's usage on its row (``storage_used``), so that the API shows it
 without walking anything. A team past its quota has its running jobs stopped
@@ -25,12 +27,9 @@ same way.
 from __future__ import annotations
 
 import logging
-import os
-import stat
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from pathlib import Path
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -38,6 +37,7 @@ from sqlalchemy.orm import Session
 from gpupool.domain.jobs import FINAL_STATUSES
 from gpupool.domain.units import format_bytes
 from gpupool.executors.local import WORKSPACES
+from gpupool.executors.usage import FilesScan, NodeFiles
 from gpupool.scheduler.types import Clock
 from gpupool.services import stops, users
 from gpupool.services.datadir import Reserve
@@ -57,6 +57,9 @@ from gpupool.store.models import (
 )
 
 log = logging.getLogger(__name__)
+
+# what the nodes of a pool hold of the jobs (id -> finished) and workspaces (user names) asked
+NodesFiles = Callable[[dict[int, bool], set[str]], NodeFiles]
 
 DISK_CHECK_SECONDS = 1.0  # the disk's free space is looked at this often (a statvfs)
 FINISHED = frozenset(status.value for status in FINAL_STATUSES)
@@ -91,45 +94,55 @@ class TeamUsage:
 
 
 class StorageScan:
-    """Sums the teams' files under ``settings.data_dir``; keeps the size of each finished
-    job's directory, which no longer changes, so that it is walked once."""
+    """Sums the teams' files under ``settings.data_dir``, and on a pool what the nodes say
+    they hold of them (``nodes``: the executor's ``node_files``, None on one machine)."""
 
-    def __init__(self, settings: Settings) -> None:
-        self.jobs_dir = settings.jobs_dir
-        self.workspaces = settings.data_dir / WORKSPACES
-        self._finished: dict[int, int] = {}
+    def __init__(self, settings: Settings, nodes: NodesFiles | None = None) -> None:
+        self.files = FilesScan(settings.jobs_dir, settings.data_dir / WORKSPACES)
+        self.nodes = nodes
 
     def measure(self, teams: Iterable[TeamFiles]) -> list[TeamUsage]:
-        return [self._usage(team) for team in teams]
+        teams = list(teams)
+        remote = self._on_nodes(teams)
+        return [self._usage(team, remote) for team in teams]
 
-    def _usage(self, team: TeamFiles) -> TeamUsage:
-        jobs = {job_id: self._job_bytes(job_id, done) for job_id, done in team.jobs.items()}
+    def _on_nodes(self, teams: list[TeamFiles]) -> NodeFiles:
+        if self.nodes is None:
+            return NodeFiles()
+        jobs = {job_id: done for team in teams for job_id, done in team.jobs.items()}
+        users = {user for team in teams for user in team.users}
+        return self.nodes(jobs, users) if jobs or users else NodeFiles()
+
+    def _usage(self, team: TeamFiles, remote: NodeFiles) -> TeamUsage:
+        jobs = {
+            job_id: self.files.job_bytes(job_id, done) + remote.jobs.get(job_id, 0)
+            for job_id, done in team.jobs.items()
+        }
         running = sum(size for job_id, size in jobs.items() if not team.jobs[job_id])
-        spaces = sum(tree_bytes(self.workspaces / user) for user in team.users)
+        spaces = sum(
+            self.files.workspace_bytes(user) + remote.workspaces.get(user, 0) for user in team.users
+        )
         used = sum(jobs.values()) + spaces + team.known_bytes
         return TeamUsage(team.team_id, team.name, team.quota, used, running)
-
-    def _job_bytes(self, job_id: int, finished: bool) -> int:
-        if job_id in self._finished:
-            return self._finished[job_id]
-        size = tree_bytes(self.jobs_dir / str(job_id))
-        if finished:
-            self._finished[job_id] = size
-        return size
 
 
 class StorageWatch(Watch):
     """Looks at the disk's free space every second and sums the teams' files every
     ``storage_scan_seconds`` (at once when the disk runs low); stops the running jobs of
     teams over their quota. ``on_stops``: told when stops were recorded (the control loop
-    sends them)."""
+    sends them). ``nodes``: on a pool, what the nodes hold (their agents walk their disks)."""
 
     def __init__(
-        self, db: Database, settings: Settings, clock: Clock, on_stops: Callable[[], None]
+        self,
+        db: Database,
+        settings: Settings,
+        clock: Clock,
+        on_stops: Callable[[], None],
+        nodes: NodesFiles | None = None,
     ) -> None:
         self.db, self.clock, self.on_stops = db, clock, on_stops
         self.scan_seconds = settings.storage_scan_seconds
-        self.files = StorageScan(settings)
+        self.files = StorageScan(settings, nodes)
         self.reserve = Reserve(
             settings.data_dir, settings.disk_reserve_bytes, settings.disk_low_bytes
         )
@@ -256,31 +269,6 @@ def disk_low_message(usage: TeamUsage, free: int) -> str:
         f"{format_bytes(usage.used)}{quota}): stopping its running jobs so that everyone "
         "else's work goes on"
     )
-
-
-def tree_bytes(root: Path) -> int:
-    """The bytes ``root`` takes on disk, as ``du`` counts them (0 when it is missing);
-    symbolic links are not followed, a file linked several times counts once."""
-    total, seen, todo = 0, set(), [str(root)]
-    while todo:
-        path = todo.pop()
-        try:
-            entries = list(os.scandir(path))
-        except (FileNotFoundError, NotADirectoryError, PermissionError):
-            continue
-        for entry in entries:
-            try:
-                info = entry.stat(follow_symlinks=False)
-            except OSError:
-                continue  # gone meanwhile
-            if info.st_nlink > 1 and not stat.S_ISDIR(info.st_mode):
-                if (info.st_dev, info.st_ino) in seen:
-                    continue
-                seen.add((info.st_dev, info.st_ino))
-            total += info.st_blocks * 512
-            if stat.S_ISDIR(info.st_mode):
-                todo.append(entry.path)
-    return total
 
 
 def _workspace_users(session: Session, ids: list[int]) -> dict[int, set[str]]:

@@ -256,3 +256,103 @@ def test_json_state_of_an_isolated_job_names_its_network(boxed: RunnerHarness) -
     assert state["exit_code"] == 0 and "hi" in boxed.log()
     notes = " ".join(state.get("notes", []))
     assert "no network egress" in notes, "without pasta in its policy it says so"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a network namespace of the test's own: root")
+@pytest.mark.skipif(shutil.which("pasta") is None, reason="pasta (Debian's passt) is missing")
+def test_the_executor_starts_isolated_jobs_in_warm_namespaces_with_egress(tmp_path) -> None:  # noqa: ANN001
+    """The node's executor, as the server makes it: its fork server keeps namespaces warm
+    with pasta attached; each isolated job starts in one (used once), reaches the outside
+    through it, and its pasta ends with the job; the warm ones end with the executor."""
+    from gpupool.runner.warmnet import WARM_DIR
+
+    with _outside_world() as world:
+        executor = world.call(lambda: _executor(tmp_path))
+        try:
+            command = py(REACH) + [world.outside, str(world.port), str(world.loopback_port)]
+            seen = []
+            for job in (1, 2):
+                handle = world.call(lambda j=job: executor.start(_task(j, command)))
+                _wait_exit(executor, handle)
+                state = json.loads((executor.attempt_dir(job, 1) / "state.json").read_text())
+                log = (executor.attempt_dir(job, 1) / "output.log").read_text()
+                assert f"REACHED {world.outside} outside" in log, (log, state)
+                assert "NOT 127.0.0.1 ConnectionRefusedError" in log, log
+                assert state["exit_code"] == 0 and not state.get("notes"), state
+                seen.append(state["network"]["warm"])
+                executor.release(handle)
+            assert seen[0] != seen[1], "a warm namespace serves one job only"
+            warm = tmp_path / "jobs" / WARM_DIR
+            wait_for(lambda: not {*seen} & {p.name for p in warm.iterdir()}, 10, "taken slots")
+            waiting = _pastas_under(warm)
+            assert waiting, "the next jobs' namespaces are warm already"
+        finally:
+            executor.close()
+        wait_for(lambda: not any(psutil.pid_exists(p) for p in waiting), 10, "warm pasta ends")
+        wait_for(lambda: not warm.exists(), 10, "the warm directory goes with its server")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a network namespace of the test's own: root")
+@pytest.mark.skipif(shutil.which("pasta") is None, reason="pasta (Debian's passt) is missing")
+def test_a_warm_namespace_of_a_runner_killed_with_9_is_swept_at_the_next_start(
+    tmp_path,  # noqa: ANN001
+) -> None:
+    from gpupool.runner.warmnet import WARM_DIR
+
+    with _outside_world() as world:
+        executor = world.call(lambda: _executor(tmp_path))
+        try:
+            command = py("import time; print('up', flush=True); time.sleep(60)")
+            handle = world.call(lambda: executor.start(_task(1, command)))
+            attempt = executor.attempt_dir(1, 1)
+            wait_for(lambda: "up" in _read(attempt / "output.log"), 30, "the job runs")
+            slot = (
+                tmp_path
+                / "jobs"
+                / WARM_DIR
+                / json.loads(_read(attempt / "state.json"))["network"]["warm"]
+            )
+            pasta = int((slot / "pasta.pid").read_text())
+            os.kill(handle.state["runner_pid"], 9)
+            os.killpg(json.loads(_read(attempt / "state.json"))["pgid"], 9)
+        finally:
+            executor.close()
+        assert psutil.pid_exists(pasta) and not _zombie(pasta), "nothing else stops it"
+        again = world.call(lambda: _executor(tmp_path))
+        try:
+            wait_for(lambda: not psutil.pid_exists(pasta) or _zombie(pasta), 10, "pasta stopped")
+            assert not slot.exists()
+        finally:
+            again.close()
+
+
+def _executor(root):  # noqa: ANN001, ANN202 - a LocalExecutor as a node's server makes it
+    from gpupool.executors.isolation import Isolation
+    from gpupool.executors.local import LocalExecutor
+    from gpupool.settings import Settings
+
+    settings = Settings(data_dir=root / "data")
+    return LocalExecutor(root / "jobs", isolation=Isolation(settings))
+
+
+def _task(job: int, command: list[str]):  # noqa: ANN202 - a TaskSpec with a network of its own
+    from gpupool.executors.base import TaskSpec
+
+    return TaskSpec(job, 1, "local", command, {}, None, [], 1 << 20, 1.0, network="isolated")
+
+
+def _wait_exit(executor, handle) -> None:  # noqa: ANN001
+    from gpupool.executors.base import Observed
+
+    wait_for(lambda: executor.poll(handle).observed == Observed.EXITED, 30, "the job exits")
+
+
+def _pastas_under(root) -> list[int]:  # noqa: ANN001
+    return [int(p.read_text()) for p in root.glob("*/pasta.pid") if p.read_text().strip()]
+
+
+def _read(path) -> str:  # noqa: ANN001
+    try:
+        return path.read_text()
+    except OSError:
+        return ""

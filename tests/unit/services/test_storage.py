@@ -6,8 +6,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from gpupool.executors.usage import FilesScan, NodeFiles, tree_bytes
 from gpupool.services.datadir import RESERVE_FILE, Reserve
-from gpupool.services.storage import StorageScan, TeamFiles, TeamUsage, tree_bytes
+from gpupool.services.storage import StorageScan, TeamFiles, TeamUsage
 from gpupool.settings import Settings
 
 MIB = 1024**2
@@ -97,3 +98,34 @@ def test_the_reserve_is_made_once_given_back_once_and_made_again(tmp_path: Path)
 def test_no_reserve_when_its_size_is_0(tmp_path: Path) -> None:
     assert not Reserve(tmp_path, 0, 1024).keep()
     assert not (tmp_path / RESERVE_FILE).exists()
+
+
+def test_on_a_pool_what_the_nodes_hold_is_added_and_a_node_walks_only_what_it_has(
+    tmp_path: Path,
+) -> None:
+    """The server's own copies (logs) plus what each node's agent found of the same jobs
+    and workspaces on its disk; a node lists its directories once, and walks only the jobs
+    and users it has."""
+    settings = Settings(data_dir=tmp_path / "server")
+    write(settings.jobs_dir / "1" / "attempts" / "1" / "output.log", MIB)  # the server's copy
+    node_a = FilesScan(tmp_path / "a" / "jobs", tmp_path / "a" / "workspaces")
+    node_b = FilesScan(tmp_path / "b" / "jobs", tmp_path / "b" / "workspaces")
+    write(tmp_path / "a" / "jobs" / "1" / "outputs" / "w.bin", 2 * MIB)
+    write(tmp_path / "b" / "jobs" / "1" / "outputs" / "w.bin", 3 * MIB)  # a gang: both nodes
+    write(tmp_path / "b" / "workspaces" / "ann" / "nb.ipynb", MIB)
+    write(tmp_path / "b" / "jobs" / "9" / "outputs" / "other.bin", 4 * MIB)  # not asked about
+    asked: list[tuple[dict[int, bool], set[str]]] = []
+
+    def nodes(jobs: dict[int, bool], users: set[str]) -> NodeFiles:
+        asked.append((jobs, users))
+        found = NodeFiles()
+        for node in (node_a, node_b):
+            found.add(NodeFiles.from_json(node.measure(jobs, users).to_json()))  # as sent
+        return found
+
+    [usage] = StorageScan(settings, nodes).measure([team({1: False}, ("ann",))])
+
+    assert asked == [({1: False}, {"ann"})]
+    assert 7 * MIB <= usage.used < 7 * MIB + 256 * 1024
+    assert 6 * MIB <= usage.running < 6 * MIB + 256 * 1024
+    assert node_a.measure({2: True}, {"bob"}).to_json() == {"jobs": {}, "workspaces": {}}

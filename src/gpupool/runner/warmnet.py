@@ -1,0 +1,233 @@
+"""Network namespaces made ahead of need, with egress already attached (stdlib only).
+
+Configuring pasta on a fresh namespace takes 20-40 ms (it runs one netlink exchange after
+another), which a job would otherwise wait for before it starts. The fork server of a root
+executor therefore keeps a few namespaces warm: each made with ``unshare(CLONE_NEWNET)``
+and handed straight back (the fork server stays in the node's namespace), with its pasta
+started at once, in the background. A runner for a job with a network of its own takes
+one, starts bwrap inside it (instead of ``--unshare-net``), and owns it from then on: its
+pasta stops when the attempt ends, as a pasta the runner started itself would.
+
+Each warm namespace has a directory ``JOBS_DIR/.warm-network/FORKSERVERPID-N`` holding
+pasta's pid file and a ``state.json`` naming the process that owns it (the fork server,
+then the runner that took it), so that the executor's sweep of pasta left by killed
+runners (``network.leftover_egress``) finds these too. Used once, never given to a second
+job. Where pasta fails (a node without a routable interface), warming stops for a while
+and runners make their namespace themselves, as without this.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import shutil
+import signal
+import subprocess
+import time
+
+from gpupool.runner.layout import STATE_FILE, atomic_write_json, process_create_time
+from gpupool.runner.network import (
+    PASTA_LOG_FILE,
+    PASTA_OPTIONS,
+    PASTA_PID_FILE,
+    is_pasta,
+    runner_alive,
+)
+
+WARM_DIR = ".warm-network"  # under the executor's jobs directory
+CLONE_NEWNET = 0x40000000
+SLOTS = 2  # namespaces kept ready: a launch takes one, the next is being made meanwhile
+FAILED_PAUSE_SECONDS = 60.0  # after pasta failed: how long launches make their own
+BACKGROUND_NICE = 10  # pasta's priority while it makes a namespace ahead of need
+READY_SECONDS = 5.0  # how long a runner waits for a slot's pasta still configuring
+
+
+class Slot:
+    """One warm namespace: its directory and the descriptor that keeps it alive."""
+
+    __slots__ = ("dir", "fd", "starter")
+
+    def __init__(self, directory: str, fd: int, starter: int | None = None) -> None:
+        self.dir = directory
+        self.fd = fd
+        self.starter = starter  # pasta's foreground process while it configures
+
+    def pid_file(self) -> str:
+        return os.path.join(self.dir, PASTA_PID_FILE)
+
+    def pasta_pid(self) -> int | None:
+        """pasta's pid once it has configured the namespace (it writes the file when it
+        goes to the background, after configuring), else None."""
+        with contextlib.suppress(OSError, ValueError):
+            with open(self.pid_file()) as f:
+                pid = int(f.read().strip())
+            return pid if is_pasta(pid) else None
+        return None
+
+    def own(self) -> None:
+        """Name the calling process as the owner (a runner that took the slot): a pasta
+        whose owner is gone is stopped by the next sweep."""
+        record = {"runner_pid": os.getpid(), "runner_create_time": process_create_time()}
+        atomic_write_json(os.path.join(self.dir, STATE_FILE), record)
+
+    def failed(self) -> bool:
+        """Whether pasta gave up (its foreground process ended without going to the
+        background: no routable interface, most likely)."""
+        return self.pasta_pid() is None and (self.starter is None or not _alive(self.starter))
+
+    def wait_ready(self, seconds: float = READY_SECONDS) -> bool:
+        """Whether pasta configured the namespace, waiting while it still configures; a
+        ready pasta gets the normal priority back (it carries the job's traffic now)."""
+        deadline = time.monotonic() + seconds
+        while (pid := self.pasta_pid()) is None:
+            if self.starter is not None and _alive(self.starter):
+                with contextlib.suppress(OSError):  # the job waits for it now
+                    os.setpriority(os.PRIO_PROCESS, self.starter, 0)
+            if self.failed() or time.monotonic() >= deadline:
+                return self.pasta_pid() is not None  # it may have written the file and gone
+            time.sleep(0.001)
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, pid, 0)
+        return True
+
+    def discard(self) -> None:
+        """Stop its pasta, close the namespace, remove the directory."""
+        pid = self.pasta_pid()
+        if pid is not None:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGTERM)
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class WarmPool:
+    """The fork server's warm namespaces (root only: an unprivileged namespace would need
+    a user namespace of its own, which bwrap's nesting does not allow here)."""
+
+    def __init__(self, root: str, pasta: str, size: int = SLOTS) -> None:
+        self.root = root
+        self.pasta = pasta
+        self.size = size
+        self.slots: list[Slot] = []
+        self.paused_until = 0.0
+        self.made = 0
+        self._host = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+        self._libc = ctypes.CDLL(None, use_errno=True)
+        os.makedirs(root, mode=0o700, exist_ok=True)
+
+    def take(self) -> Slot | None:
+        """The oldest slot not known to have failed (still configuring, perhaps: the
+        runner waits for it), or None; the caller refills afterwards."""
+        while self.slots:
+            slot = self.slots.pop(0)
+            if slot.failed():
+                slot.discard()  # pasta gave up: no routable interface, most likely
+                self.paused_until = time.monotonic() + FAILED_PAUSE_SECONDS
+                continue
+            return slot
+        return None
+
+    def fill(self) -> None:
+        """Make slots until there are ``size`` (none while paused after a failure)."""
+        while len(self.slots) < self.size and time.monotonic() >= self.paused_until:
+            made = self._make()
+            if made is None:
+                self.paused_until = time.monotonic() + FAILED_PAUSE_SECONDS
+                return
+            self.slots.append(made)
+
+    def close(self) -> None:
+        """Discard every slot not taken (the fork server is ending)."""
+        for slot in self.slots:
+            slot.discard()
+        self.slots = []
+        with contextlib.suppress(OSError):
+            os.rmdir(self.root)  # only if empty: taken slots belong to their runners
+
+    def _make(self) -> Slot | None:
+        self.made += 1
+        directory = os.path.join(self.root, f"{os.getpid()}-{self.made}")
+        try:
+            os.mkdir(directory, 0o700)
+            fd = self._unshare()
+        except OSError:
+            shutil.rmtree(directory, ignore_errors=True)
+            return None
+        slot = Slot(directory, fd)
+        slot.own()
+        argv = [self.pasta, *PASTA_OPTIONS, "--runas", "0"]
+        argv += ["--netns", f"/proc/self/fd/{fd}", "--pid", slot.pid_file()]
+        try:
+            with open(os.path.join(directory, PASTA_LOG_FILE), "ab") as log:
+                starter = subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=log,
+                    close_fds=True,
+                    pass_fds=(fd,),
+                    env={},
+                    preexec_fn=_background,  # the fork server has no threads
+                )
+        except OSError:
+            slot.discard()
+            return None
+        slot.starter = starter.pid
+        return slot
+
+    def _unshare(self) -> int:
+        """A new network namespace, and a descriptor on it; the caller stays in its own."""
+        if self._libc.unshare(CLONE_NEWNET) != 0:
+            raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNET) failed")
+        try:
+            return os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+        finally:
+            if self._libc.setns(self._host, CLONE_NEWNET) != 0:
+                # still in the new namespace: nothing this process forks may run there
+                os._exit(1)
+
+
+def sweep_warm(root: str) -> None:
+    """Remove the directories of warm namespaces whose owner (a fork server or a runner)
+    is gone; their pasta was stopped by the sweep of ``network.leftover_egress``."""
+    with contextlib.suppress(OSError):
+        for name in os.listdir(root):
+            directory = os.path.join(root, name)
+            if not runner_alive(os.path.join(directory, PASTA_PID_FILE)):
+                shutil.rmtree(directory, ignore_errors=True)
+
+
+def spawn_in(fd: int, spawn):  # noqa: ANN001, ANN201 - spawn: () -> Popen
+    """Run ``spawn()`` with the calling thread in the network namespace ``fd``, and come
+    back: what it forks (bwrap) is born in that namespace."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    host = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        if libc.setns(fd, CLONE_NEWNET) != 0:
+            raise OSError(ctypes.get_errno(), "setns into the warm namespace failed")
+        try:
+            return spawn()
+        finally:
+            if libc.setns(host, CLONE_NEWNET) != 0:
+                os._exit(1)  # the runner must not go on inside the job's namespace
+    finally:
+        os.close(host)
+
+
+def _background() -> None:
+    """pasta configures a namespace nobody waits for yet: let launches go first (the
+    runner that takes it gives it back its normal priority, for the job's traffic)."""
+    os.nice(BACKGROUND_NICE)
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` still runs (the fork server's children are reaped by the kernel)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
