@@ -50,7 +50,6 @@ from gpupool.executors.gang import (
 )
 from gpupool.executors.outputs import Writable
 from gpupool.executors.usage import NodeFiles
-from gpupool.executors.usage import NodeFiles
 from gpupool.runner import layout
 from gpupool.settings import WILDCARD_ADDRESSES
 
@@ -63,7 +62,6 @@ NODE_STOP_SLACK_S = 10.0
 POLL_TIMEOUT_S = 10.0
 PACK_TIMEOUT_S = 600.0  # packing a model version's files on their node
 PARALLEL_POLLS = 16
-STORAGE_TIMEOUT_S = 120.0  # a node walking its jobs' directories for the storage scan
 STORAGE_TIMEOUT_S = 120.0  # a node walking its jobs' directories for the storage scan
 # how long a gang found again without its record gives its other tasks to stop, once one
 # ended (its job's own grace is in the record that was not written)
@@ -96,7 +94,6 @@ class RayExecutor(Executor):
         self._down: set[str] = set()  # nodes Ray reports dead (the node watch says)
         self._up: set[str] = set()  # nodes the node watch has seen up
         self.isolation_status: IsolationStatus | None = None
-        self._files_seen: dict[str, NodeFiles] = {}  # node -> what its files took, last said
         self._files_seen: dict[str, NodeFiles] = {}  # node -> what its files took, last said
 
     # -- paths --------------------------------------------------------------------------------
@@ -445,32 +442,6 @@ class RayExecutor(Executor):
         finally:
             with contextlib.suppress(ClusterUnavailable, AgentUnavailable, CallFailed):
                 self.cluster.call(node, "drop_pack", pack=pack)
-
-    def node_files(self, jobs: dict[int, bool], users: set[str]) -> NodeFiles:
-        """Each live node's agent walks its own disk, side by side; a node that does not
-        answer counts what it said last (its files did not go away with its agent)."""
-        try:
-            nodes = [n["name"] for n in self.cluster.nodes() if n["name"] and n["alive"]]
-        except (ClusterUnavailable, AgentUnavailable, CallFailed):
-            nodes = list(self._files_seen)
-        asked = {"jobs": {str(job_id): done for job_id, done in jobs.items()}}
-        asked["users"] = sorted(users)  # type: ignore[assignment]
-        found = NodeFiles()
-        if not nodes:
-            return found
-        with ThreadPoolExecutor(max_workers=min(len(nodes), PARALLEL_POLLS)) as pool:
-            for files in pool.map(lambda node: self._files_of(node, asked), nodes):
-                found.add(files)
-        return found
-
-    def _files_of(self, node: str, asked: dict[str, Any]) -> NodeFiles:
-        if node not in self._down:
-            try:
-                answer = self.cluster.call(node, "storage", STORAGE_TIMEOUT_S, **asked)
-                self._files_seen[node] = NodeFiles.from_json(answer)
-            except (ClusterUnavailable, AgentUnavailable, CallFailed) as error:
-                log.info("node %s did not say what its files take: %s", node, error)
-        return self._files_seen.get(node, NodeFiles())
 
     def node_files(self, jobs: dict[int, bool], users: set[str]) -> NodeFiles:
         """Each live node's agent walks its own disk, side by side; a node that does not
