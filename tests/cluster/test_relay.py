@@ -113,3 +113,32 @@ def test_the_secret_is_kept_for_an_agent_that_comes_back(tmp_path: Path) -> None
         assert again.target(JOB, ATTEMPT) == key  # same address, port and key
     finally:
         again.close()
+
+
+def test_the_server_reads_a_relay_from_an_attempts_state_and_nothing_else() -> None:
+    from gpupool.services.endpoints import listens_at
+
+    recorded = {"host": "10.0.0.5", "port": 41000, "key": "ab" * 32, "job_id": 7, "attempt": 2}
+    state = {"node": "n1", "host": "127.0.0.1", "port": 8000, "relay": recorded}
+    assert listens_at({"state": state}) == (
+        "127.0.0.1",
+        8000,
+        relay.RelayTarget("10.0.0.5", 41000, "ab" * 32, 7, 2),
+    )
+    for bad in ({**recorded, "port": 70000}, {**recorded, "job_id": "../7"}, {}, "x"):
+        # never the address instead: on the server's machine, that port is anybody's
+        assert listens_at({"state": {**state, "relay": bad}}) is None
+
+
+def test_a_serving_attempt_whose_agent_gave_no_relay_has_no_endpoint() -> None:
+    from gpupool.executors.ray import _task_state
+    from gpupool.services.endpoints import listens_at
+
+    local = {"attempt_dir": "/d", "host": "127.0.0.1", "port": 8000, "socket": "/d/listen.sock"}
+    assert listens_at({"state": _task_state("n1", local)}) is None  # not the server's 8000
+    on_the_nodes_network = {"attempt_dir": "/d", "host": "10.0.0.5", "port": 41000}
+    assert listens_at({"state": _task_state("n1", on_the_nodes_network)}) == (
+        "10.0.0.5",
+        41000,
+        None,
+    )

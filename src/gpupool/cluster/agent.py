@@ -125,6 +125,8 @@ class NodeAgent:
         if api is not None and (self.api is None or self.api.address != tuple(api)):
             self._forward_api((str(api[0]), int(api[1])))
         try:
+            if task.get("listen"):
+                self._open_relay(task.get("node_address"))
             handle = self.executor.start(task_from_json(task))
         except LaunchError as error:
             return {
@@ -134,17 +136,27 @@ class NodeAgent:
                     "reason": error.reason,
                 }
             }
-        return {"state": handle.state, "fabric": fabric, **self._reached(handle, task)}
+        return {"state": handle.state, "fabric": fabric, **self._reached(handle)}
 
-    def _reached(self, handle: Handle, task: dict[str, Any]) -> dict[str, Any]:
+    def _open_relay(self, address: str | None) -> None:
+        """The relay, on the node's ``address`` as the pool has it, before a task that
+        listens starts: LaunchError when it cannot listen (the task is not started)."""
+        if self.relay is not None:
+            return
+        host = address or self.settings.host
+        try:
+            self.relay = relay.open_kept(self._relay_record(), self.settings.jobs_dir, host)
+        except OSError as e:
+            raise LaunchError(
+                f"the node agent's relay cannot listen on {host}: {e}",
+                user_message=f"node {self.settings.node_name} could not open its relay on {host}",
+                reason="no_port",
+            ) from e
+
+    def _reached(self, handle: Handle) -> dict[str, Any]:
         """``{"relay": ...}``: how the server reaches an attempt that serves through its
         runner's socket (this agent's relay, the attempt's key); nothing for another."""
-        if "socket" not in handle.state:
-            return {}
-        if self.relay is None:
-            host = task.get("node_address") or self.settings.host
-            self.relay = relay.open_kept(self._relay_record(), self.settings.jobs_dir, host)
-        if self.relay is None:
+        if "socket" not in handle.state or self.relay is None:
             return {}
         return {"relay": self.relay.target(handle.job_id, handle.attempt).to_json()}
 
@@ -157,9 +169,13 @@ class NodeAgent:
         cluster = self.settings.data_dir / "cluster"
         if self.api is not None:
             self.api.close()
-        self.api = relay.open_api_forward(cluster / "api.json", cluster / "api.sock", address)
-        if self.api is not None:  # the port a job finds it at: the server's own, as on one machine
-            self.isolation.api = (self.api.address[1], str(self.api.path))
+        try:
+            self.api = relay.open_api_forward(cluster / "api.json", cluster / "api.sock", address)
+        except OSError as e:  # its jobs then run without the API on their loopback
+            log.warning("cannot serve the platform's API to this node's jobs: %s", e)
+            self.api = None
+        # the port a job finds it at: the server's own, as on one machine
+        self.isolation.api = (self.api.address[1], str(self.api.path)) if self.api else None
 
     def _nccl(self, task: dict[str, Any]) -> str | None:
         """NCCL's settings for a task of a job over several nodes, from this node's NICs
@@ -205,7 +221,7 @@ class NodeAgent:
         plan = self.executor.job_dir(job_id) / "outputs" / LAUNCH_DIR / f"attempt-{attempt}.json"
         launch = layout.read_json(plan)
         found = handle.state | ({"launch": launch} if launch is not None else {})
-        return found | self._reached(handle, {})
+        return found | self._reached(handle)
 
     def checkpoint_at(self, handle: dict[str, Any]) -> float | None:
         return self.executor.checkpoint_at(_handle(handle))

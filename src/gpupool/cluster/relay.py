@@ -104,7 +104,7 @@ class RelayTarget:
         job_id, attempt = raw.get("job_id"), raw.get("attempt")
         if not (isinstance(host, str) and host and isinstance(key, str) and key):
             return None
-        if not all(_number(n) for n in (job_id, attempt)) or not _number(port):
+        if not all(_number(n) for n in (job_id, attempt)) or not _number(port) or port > 65535:
             return None
         return cls(host, port, key, job_id, attempt)  # type: ignore[arg-type]
 

@@ -526,6 +526,8 @@ def _task_state(
 ) -> dict[str, Any]:
     """A task's handle state from its node's state of it, and for one that serves through
     its runner's socket, how the server reaches it: ``relay`` (``cluster.relay``)."""
+    if "socket" in local and not relay:  # its address is its own loopback: no way to it
+        return {"node": node, "local": local}
     return {
         "node": node,
         "local": local,

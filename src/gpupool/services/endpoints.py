@@ -126,6 +126,8 @@ def listens_at(
     via = via if isinstance(via, str) and via.startswith("/") else None
     if "relay" in state:  # on a pool's node: its runner's socket is reached by its agent
         via = RelayTarget.from_json(state["relay"])
+        if via is None:  # never its address instead: that is the workload's own loopback
+            return None
     return (host if isinstance(host, str) and host else None), port, via
 
 
