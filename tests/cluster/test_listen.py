@@ -13,6 +13,7 @@ import threading
 from collections.abc import Iterator
 
 import httpx
+import psutil
 import pytest
 
 from gpupool.cluster import relay
@@ -139,3 +140,23 @@ def test_the_relay_refuses_a_client_that_does_not_prove_the_attempts_key(
     with pytest.raises(relay.RelayError):
         relay.connect(moved, 10).close()
     assert hello(found) is not None  # the real client gets through all the same
+
+
+def test_a_workload_stays_reachable_when_its_nodes_agent_comes_back(
+    pool: Pool, on_n1: tuple[int, Endpoint]
+) -> None:
+    job_id, found = on_n1
+    target = found.relay
+    assert target is not None
+    wait_for(lambda: hello(found), what="the job on n1 to answer through the relay")
+    agent = next(
+        psutil.Process(c.pid)
+        for c in psutil.net_connections(kind="tcp")
+        if c.status == psutil.CONN_LISTEN and c.laddr.port == target.port and c.pid
+    )
+    agent.kill()  # Ray makes it again on its node: same secret, same address and port
+    agent.wait(30)
+    answered = wait_for(lambda: hello(found), 120, "the job to answer through the agent again")
+    assert answered["port"] == str(found.port)
+    job = Cli(pool.server.url, pool.server.token).job(job_id)
+    assert job["status"] == "running", job  # its runner was not touched

@@ -75,6 +75,7 @@ def talk(target: relay.RelayTarget) -> bytes:
 
 def test_a_client_with_the_attempts_key_reaches_its_workload(served: Served) -> None:
     assert talk(served.target) == b"HELLO"
+    assert served.target.key not in repr(served.target)  # a target logged keeps its key
 
 
 def test_clients_that_prove_nothing_are_capped_and_given_a_deadline(served: Served) -> None:

@@ -48,7 +48,7 @@ import select
 import socket
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -82,7 +82,7 @@ class RelayTarget:
 
     host: str
     port: int
-    key: str
+    key: str = field(repr=False)  # never in a log line
     job_id: int
     attempt: int
 
