@@ -2,10 +2,13 @@
 
 Each job is submitted through the REST API to a real server, one after the other; the latency
 is the runner's recorded start of the workload minus the server's acknowledged submit time.
-The server runs twice in the same run: with isolation on (every job in its bubblewrap
-sandbox, under its own account when run as root) and with it off. Baselines in the same
-run: the bare cost of spawning a process, and the local executor alone (runner launch without
-server, database or scheduler), unsandboxed and sandboxed.
+The server runs several times in the same run: with isolation on (every job in its bubblewrap
+sandbox, under its own account when run as root, on a network of its own: a warm namespace
+with pasta's egress attached), on the node's network, without warm namespaces (each job's
+made and pasta configured at its start), and with isolation off. Run it where the node has
+a route (not in ``scripts/loopback-only``'s namespace), or pasta gives up at once.
+Baselines in the same run: the bare cost of spawning a process, and the local executor alone
+(runner launch without server, database or scheduler), unsandboxed and sandboxed.
 """
 
 from __future__ import annotations
@@ -51,8 +54,9 @@ def executor_only(n: int, sandboxed: bool = False, network: str = "host") -> lis
     return times
 
 
-def platform(n: int, isolation: str = "on", network: str = "on") -> list[float]:
-    server = start_server({"GPUPOOL_ISOLATION": isolation, "GPUPOOL_NETWORK_ISOLATION": network})
+def platform(n: int, isolation: str = "on", network: str = "on", warm: int = 2) -> list[float]:
+    env = {"GPUPOOL_ISOLATION": isolation, "GPUPOOL_NETWORK_ISOLATION": network}
+    server = start_server(env | {"GPUPOOL_WARM_NETWORKS": str(warm)})
     try:
         with client(server) as api:
             times = []
@@ -92,11 +96,14 @@ def main() -> None:
     print(f"  gpupool, isolation off            {summary(off)}")
     shared = platform(JOBS, "on", network="off")
     print(f"  gpupool, sandbox, node's network  {summary(shared)}")
+    cold = platform(JOBS, "on", warm=0)
+    print(f"  gpupool, no warm namespaces       {summary(cold)}")
     full = platform(JOBS, "on")
     print(f"  gpupool, isolation on (default)   {summary(full)}")
     p50 = percentile(full, 50)
     print(f"  isolation adds: p50 {_added(full, off, 50)}, p95 {_added(full, off, 95)}")
     print(f"  own network adds: p50 {_added(full, shared, 50)}, p95 {_added(full, shared, 95)}")
+    print(f"  without warm namespaces it adds: p50 {_added(cold, shared, 50)}")
     print(f"  ratio p50 gpupool / executor alone: {p50 / percentile(runner, 50):.2f}")
     print("  reference (Slurm 22.05, same kind of machine): 2.27 s default, 0.26 s tuned")
     print(f"  ratio Slurm tuned / gpupool p50: {0.26 / p50:.1f}x")
