@@ -208,13 +208,13 @@ def leftover_egress(jobs_dir: str) -> list[int]:
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or not is_pasta(int(entry)):
             continue
-        pid_file = _pid_file_of(int(entry))
+        pid_file = pid_file_of(int(entry))
         if pid_file and pid_file.startswith(prefix) and not runner_alive(pid_file):
             found.append(int(entry))
     return found
 
 
-def _pid_file_of(pid: int) -> str | None:
+def pid_file_of(pid: int) -> str | None:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             args = f.read().split(b"\0")

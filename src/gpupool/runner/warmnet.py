@@ -32,6 +32,7 @@ from gpupool.runner.network import (
     PASTA_OPTIONS,
     PASTA_PID_FILE,
     is_pasta,
+    pid_file_of,
     runner_alive,
 )
 
@@ -46,12 +47,13 @@ READY_SECONDS = 5.0  # how long a runner waits for a slot's pasta still configur
 class Slot:
     """One warm namespace: its directory and the descriptor that keeps it alive."""
 
-    __slots__ = ("dir", "fd", "starter")
+    __slots__ = ("dir", "fd", "starter", "pid")
 
     def __init__(self, directory: str, fd: int, starter: int | None = None) -> None:
         self.dir = directory
         self.fd = fd
         self.starter = starter  # pasta's foreground process while it configures
+        self.pid: int | None = None  # pasta's, once read from its pid file
 
     def pid_file(self) -> str:
         return os.path.join(self.dir, PASTA_PID_FILE)
@@ -59,10 +61,14 @@ class Slot:
     def pasta_pid(self) -> int | None:
         """pasta's pid once it has configured the namespace (it writes the file when it
         goes to the background, after configuring), else None."""
+        if self.pid is not None:
+            return self.pid if is_pasta(self.pid) else None
         with contextlib.suppress(OSError, ValueError):
             with open(self.pid_file()) as f:
                 pid = int(f.read().strip())
-            return pid if is_pasta(pid) else None
+            if is_pasta(pid):
+                self.pid = pid
+                return pid
         return None
 
     def own(self) -> None:
@@ -92,9 +98,15 @@ class Slot:
         return True
 
     def discard(self) -> None:
-        """Stop its pasta, close the namespace, remove the directory."""
-        pid = self.pasta_pid()
-        if pid is not None:
+        """Stop its pasta, close the namespace, remove the directory. A pasta still
+        configuring, or whose pid file is gone (its directory removed under it), is found by
+        the pid file named on its command line."""
+        pids = [pid for pid in (self.pasta_pid(),) if pid is not None]
+        if not pids or (self.starter is not None and _alive(self.starter)):
+            if self.starter is not None and is_pasta(self.starter):
+                pids.append(self.starter)
+            pids += pastas_writing(self.pid_file())
+        for pid in pids:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGTERM)
         with contextlib.suppress(OSError):
@@ -197,6 +209,16 @@ def sweep_warm(root: str) -> None:
             directory = os.path.join(root, name)
             if not runner_alive(os.path.join(directory, PASTA_PID_FILE)):
                 shutil.rmtree(directory, ignore_errors=True)
+
+
+def pastas_writing(pid_file: str) -> list[int]:
+    """The pasta processes started with ``--pid pid_file`` (read from /proc)."""
+    wanted = os.path.realpath(pid_file)
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and is_pasta(int(entry)) and pid_file_of(int(entry)) == wanted:
+            found.append(int(entry))
+    return found
 
 
 def spawn_in(fd: int, spawn):  # noqa: ANN001, ANN201 - spawn: () -> Popen

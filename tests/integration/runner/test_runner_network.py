@@ -356,3 +356,24 @@ def _read(path) -> str:  # noqa: ANN001
         return path.read_text()
     except OSError:
         return ""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a network namespace of the test's own: root")
+@pytest.mark.skipif(shutil.which("pasta") is None, reason="pasta (Debian's passt) is missing")
+def test_warm_namespaces_end_with_their_server_even_when_their_directory_is_gone(
+    tmp_path,  # noqa: ANN001
+) -> None:
+    """A server stopped and its data directory removed at once (as a test's clean-up does):
+    the fork server still finds its warm pasta daemons, by the command line."""
+    from gpupool.runner.warmnet import WARM_DIR
+
+    with _outside_world() as world:
+        executor = world.call(lambda: _executor(tmp_path))
+        command = py("print('hi')")
+        handle = world.call(lambda: executor.start(_task(1, command)))
+        _wait_exit(executor, handle)
+        warm = tmp_path / "jobs" / WARM_DIR
+        waiting = wait_for(lambda: _pastas_under(warm) or None, 10, "warm namespaces")
+        shutil.rmtree(tmp_path / "jobs")
+        executor.close()
+        wait_for(lambda: not any(psutil.pid_exists(p) for p in waiting), 10, "warm pasta ends")
