@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import json
 import os
 import shutil
 import signal
 import subprocess
 import time
 
-from gpupool.runner.layout import STATE_FILE, atomic_write_json, process_create_time
+from gpupool.runner.layout import STATE_FILE, process_create_time
 from gpupool.runner.network import (
     PASTA_LOG_FILE,
     PASTA_OPTIONS,
@@ -73,9 +74,14 @@ class Slot:
 
     def own(self) -> None:
         """Name the calling process as the owner (a runner that took the slot): a pasta
-        whose owner is gone is stopped by the next sweep."""
+        whose owner is gone is stopped by the next sweep. Not synced to disk: after a
+        crash of the machine there is no namespace left to own."""
         record = {"runner_pid": os.getpid(), "runner_create_time": process_create_time()}
-        atomic_write_json(os.path.join(self.dir, STATE_FILE), record)
+        path = os.path.join(self.dir, STATE_FILE)
+        partial = f"{path}.{os.getpid()}"
+        with open(partial, "w") as f:
+            json.dump(record, f)
+        os.replace(partial, path)
 
     def failed(self) -> bool:
         """Whether pasta gave up (its foreground process ended without going to the
@@ -140,6 +146,10 @@ class WarmPool:
                 continue
             return slot
         return None
+
+    def wanting(self) -> bool:
+        """Whether a slot is missing and may be made now (not paused after a failure)."""
+        return len(self.slots) < self.size and time.monotonic() >= self.paused_until
 
     def fill(self) -> None:
         """Make slots until there are ``size`` (none while paused after a failure)."""
