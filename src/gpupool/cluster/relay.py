@@ -44,7 +44,6 @@ import hmac
 import json
 import logging
 import os
-import select
 import socket
 import threading
 import time
@@ -68,7 +67,6 @@ CONNECT_SECONDS = 10.0
 ANSWER_OK = b"\x00"
 ANSWER_FAILED = b"\x01"
 MAX_NUMBER = 2**62
-RELAY_CHUNK = 256 * 1024
 
 
 class RelayError(OSError):
@@ -355,29 +353,10 @@ def _read_header(conn: socket.socket, deadline: float) -> tuple[bytes | None, by
 
 
 def pipe(a: socket.socket, b: socket.socket) -> None:
-    """Copy both ways until both sides have ended; an end is passed on as a half-close."""
+    """Copy both ways (the runner bridge's relay), small writes sent at once."""
     for sock in (a, b):
-        sock.settimeout(None)
         _no_delay(sock)
-    peers = {a.fileno(): (a, b), b.fileno(): (b, a)}
-    poller = select.poll()
-    for fd in peers:
-        poller.register(fd, select.POLLIN)
-    open_ends = 2
-    while open_ends:
-        for fd, _ in poller.poll():
-            source, sink = peers[fd]
-            try:
-                data = source.recv(RELAY_CHUNK)
-            except ConnectionResetError:
-                data = b""
-            if data:
-                sink.sendall(data)
-                continue
-            poller.unregister(fd)
-            open_ends -= 1
-            with contextlib.suppress(OSError):
-                sink.shutdown(socket.SHUT_WR)
+    bridge.relay(a, b)
 
 
 def listen(host: str, port: int = 0) -> socket.socket:

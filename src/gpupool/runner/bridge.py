@@ -248,7 +248,7 @@ def _serve_one(client: socket.socket, port: int, slots: threading.BoundedSemapho
                     return
                 upstream.settimeout(None)
                 upstream.sendall(first)
-                _relay(client, upstream)
+                relay(client, upstream)
     except OSError:
         pass
     finally:
@@ -267,16 +267,18 @@ def _api_one(client: socket.socket, path: str, slots: threading.BoundedSemaphore
     try:
         with client, connect(path, CONNECT_SECONDS) as server:
             server.settimeout(None)
-            _relay(client, server)
+            relay(client, server)
     except OSError:
         pass
     finally:
         slots.release()
 
 
-def _relay(a: socket.socket, b: socket.socket) -> None:
-    """Copy both ways until both sides have ended; an end is passed on as a half-close."""
+def relay(a: socket.socket, b: socket.socket) -> None:
+    """Copy both ways until both sides have ended; an end is passed on as a half-close (a
+    reset as an end)."""
     a.settimeout(None)
+    b.settimeout(None)
     peers = {a.fileno(): (a, b), b.fileno(): (b, a)}
     poller = select.poll()
     for fd in peers:
@@ -285,7 +287,10 @@ def _relay(a: socket.socket, b: socket.socket) -> None:
     while open_ends:
         for fd, _ in poller.poll():
             source, sink = peers[fd]
-            data = source.recv(RELAY_CHUNK)
+            try:
+                data = source.recv(RELAY_CHUNK)
+            except ConnectionResetError:
+                data = b""
             if data:
                 sink.sendall(data)
                 continue
