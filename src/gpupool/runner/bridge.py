@@ -136,13 +136,15 @@ def start(
     listener: socket.socket | None,
     port: int | None,
     api: tuple[int, str] | None = None,
+    api_listener: socket.socket | None = None,
 ) -> int:
     """Fork the bridge: it enters the network namespace of ``init_pid`` (first its user
     namespace, when the sandbox made one) and, until it is killed or the runner dies, serves
     ``listener`` (connections to the workload's ``port``) and, with ``api`` = (port, Unix
     socket), the platform's API on the workload's own loopback at that port, relayed to the
     server's Unix socket (reached by its path, which no network namespace hides). Returns
-    its pid; the listener stays the bridge's alone."""
+    its pid; the listener stays the bridge's alone. ``api_listener``: the API's port,
+    already listening inside the namespace (``listen_inside``), else the bridge opens it."""
     namespaces = open_namespaces(init_pid, user_namespace)
     runner = os.getpid()
     try:
@@ -154,16 +156,18 @@ def start(
     if pid:
         for fd in namespaces:
             os.close(fd)
-        if listener is not None:
-            listener.close()
+        for sock in (listener, api_listener):
+            if sock is not None:
+                sock.close()
         return pid
     code = 1
     try:
-        _close_all_but({*([listener.fileno()] if listener else []), *namespaces})
+        kept = [sock.fileno() for sock in (listener, api_listener) if sock is not None]
+        _close_all_but({*kept, *namespaces})
         _become_bridge(runner, namespaces)
         slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
         if api is not None:
-            inside = socket.create_server(("127.0.0.1", api[0]), backlog=128)
+            inside = api_listener or socket.create_server(("127.0.0.1", api[0]), backlog=128)
             threading.Thread(target=_serve_api, args=(inside, api[1], slots), daemon=True).start()
         if listener is not None and port is not None:
             serve(listener, port, slots)
@@ -183,6 +187,28 @@ def serve(listener: socket.socket, port: int, slots: threading.BoundedSemaphore)
         client, _ = listener.accept()
         slots.acquire()
         threading.Thread(target=_serve_one, args=(client, port, slots), daemon=True).start()
+
+
+def listen_inside(init_pid: int, port: int) -> socket.socket:
+    """A socket listening on 127.0.0.1:``port`` of the network namespace of ``init_pid``,
+    made by entering it and coming back (root only: that namespace is the caller's to
+    enter); connections made before anyone accepts wait in its backlog."""
+    import ctypes  # here only: the runner's own start does not pay for it
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    own = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+    target = os.open(f"/proc/{init_pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        if libc.setns(target, CLONE_NEWNET) != 0:
+            raise OSError(ctypes.get_errno(), "setns into the workload's namespace failed")
+        try:
+            return socket.create_server(("127.0.0.1", port), backlog=128)
+        finally:
+            if libc.setns(own, CLONE_NEWNET) != 0:
+                os._exit(1)  # the runner must not go on inside the job's namespace
+    finally:
+        os.close(own)
+        os.close(target)
 
 
 def open_namespaces(init_pid: int, user_namespace: bool) -> list[int]:

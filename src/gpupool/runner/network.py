@@ -84,10 +84,16 @@ class Network:
         self.pasta: subprocess.Popen[bytes] | None = None
         self.pasta_started = 0.0
         self.bridge_pid: int | None = None
+        self._bridge: tuple[int, object, object] | None = None  # listeners, until forked
         self.notes: list[str] = []
 
     def attach(self, init_pid: int) -> None:
-        """Start egress and the bridge on the namespace of the sandbox's init."""
+        """Start egress on the namespace of the sandbox's init, and make the bridge's
+        listeners. A root runner opens the API's port inside the namespace itself, so that
+        a connection made as soon as the job runs waits in its backlog: the bridge is then
+        forked once the job was let go (``start_bridge``), off the start's path. Without
+        root (the namespace is in a user namespace the runner cannot leave again) the
+        bridge is forked now and opens it."""
         if self.warm is not None:
             pass  # pasta configured the namespace before the job was asked for
         elif self.policy.egress is not None:
@@ -98,16 +104,38 @@ class Network:
             return
         from gpupool.runner import bridge  # here: a plain job without API needs no bridge
 
-        listener = None
-        if self.policy.port is not None:
-            listener = bridge.listen(os.path.join(self.dir, LISTEN_SOCKET))
+        listener = api = None
+        try:
+            if self.policy.port is not None:
+                listener = bridge.listen(os.path.join(self.dir, LISTEN_SOCKET))
+            if self.policy.api is not None and not self.user_namespace:
+                api = bridge.listen_inside(init_pid, self.policy.api[0])
+        except BaseException:
+            for sock in (listener, api):
+                if sock is not None:
+                    sock.close()
+            raise
+        self._bridge = (init_pid, listener, api)
+        if self.user_namespace:
+            self.start_bridge()
+
+    def start_bridge(self) -> bool:
+        """Fork the bridge on the listeners ``attach`` made, if not forked yet; whether it
+        was forked now."""
+        if self._bridge is None:
+            return False
+        from gpupool.runner import bridge
+
+        (init_pid, listener, api), self._bridge = self._bridge, None
         try:
             self.bridge_pid = bridge.start(
-                init_pid, self.user_namespace, listener, self.policy.port, self.policy.api
+                init_pid, self.user_namespace, listener, self.policy.port, self.policy.api, api
             )
         finally:
-            if listener is not None:
-                listener.close()
+            for sock in (listener, api):
+                if sock is not None:
+                    sock.close()
+        return True
 
     def ready(self) -> None:
         """Wait until pasta has configured the namespace (it forks into the background
@@ -136,6 +164,11 @@ class Network:
 
     def close(self) -> None:
         """Stop the bridge and pasta (the namespace is gone or going with the workload)."""
+        if self._bridge is not None:  # never forked: the workload did not get that far
+            for sock in self._bridge[1:]:
+                if sock is not None:
+                    sock.close()  # type: ignore[attr-defined]
+            self._bridge = None
         if self.pasta is not None:
             with contextlib.suppress(OSError):
                 self.pasta.kill()

@@ -243,6 +243,7 @@ class Runner:
         self._write_state()
         if status_r is not None:
             workload.release()  # recorded: now the job may run
+            self._start_bridge()
         return workload, pipe_r, status_r
 
     def _enter_sandbox(self, workload: Sandboxed, status_r: int, spec: RunnerSpec) -> None:
@@ -283,6 +284,12 @@ class Runner:
         self.network.ready()
         if self.network.notes:
             self.record.setdefault("notes", []).extend(self.network.notes)
+
+    def _start_bridge(self) -> None:
+        """The bridge of a root runner, forked once the job runs (its listeners wait)."""
+        if self.network is not None and self.network.start_bridge():
+            self.record.update(self.network.record())
+            self._write_state()  # its pid, for whoever looks (the job runs meanwhile)
 
     def _close_network(self) -> None:
         if self.network is not None:
