@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import httpx
+import psutil
 
 from gpupool.services.endpoints import Endpoint
 
@@ -36,3 +37,14 @@ def runner_client(data_dir: Path, job_id: int, timeout: float = 10.0) -> httpx.C
     attempts = data_dir / "jobs" / str(job_id) / "attempts"
     latest = max(attempts.iterdir(), key=lambda p: int(p.name))
     return Endpoint("127.0.0.1", 8000, str(latest / "listen.sock")).client(timeout)
+
+
+def node_listeners(pids: set[int], port: int) -> list[int]:
+    """Which of ``pids`` listen on TCP ``port`` in the caller's (the node's) network
+    namespace: a workload on a network of its own holds none, whatever else of the
+    machine may hold that port (asking the port itself would prove nothing)."""
+    return [
+        conn.pid
+        for conn in psutil.net_connections("tcp")
+        if conn.status == psutil.CONN_LISTEN and conn.laddr.port == port and conn.pid in pids
+    ]

@@ -22,6 +22,7 @@ from gpupool.store.models import AttemptModel
 from tests.support.platform import refused, wait_job
 from tests.support.proxying import MAX_BODY_BYTES, Proxied, proxied_echo
 from tests.support.server import free_port
+from tests.support.workloads import node_listeners
 
 
 @pytest.fixture(scope="module")
@@ -164,13 +165,15 @@ def test_a_websocket_passes_text_binary_its_subprotocol_and_close_code(proxied: 
 
 def test_a_workload_that_is_gone_answers_502(proxied: Proxied) -> None:
     job_id = proxied.start_echo()
-    port = proxied.endpoint(job_id).port
+    assert proxied.endpoint(job_id) is not None
     assert proxied.client.post(f"/api/v1/jobs/{job_id}/cancel").status_code == 200
     wait_job(proxied.client, job_id, {"cancelled"})
     assert proxied.endpoint(job_id) is None
     bearer = {"Authorization": f"Bearer {proxied.token}"}
     refused(httpx.get(f"{proxied.url}/w/{job_id}/x", headers=bearer), 404, "not_found")
-    refused(httpx.get(f"{proxied.url}/port/{port}/x"), 502, "upstream_unavailable")
+    # nothing listens there: a free port of the node (the workload's own port, 8000, was
+    # on its own loopback; on the node's, another test's job may hold it)
+    refused(httpx.get(f"{proxied.url}/port/{free_port()}/x"), 502, "upstream_unavailable")
     with pytest.raises(InvalidStatus) as denied:
         connect(f"{proxied.url.replace('http', 'ws')}/port/{free_port()}/ws")
     assert denied.value.response.status_code == 502
@@ -181,9 +184,4 @@ def _node_listeners_of(attempt_dir: str, port: int) -> list[int]:
     namespace (the test's)."""
     record = json.loads((Path(attempt_dir) / "state.json").read_text())
     workload = psutil.Process(record["pid"])
-    pids = {workload.pid, *(child.pid for child in workload.children(recursive=True))}
-    return [
-        conn.pid
-        for conn in psutil.net_connections("tcp")
-        if conn.status == psutil.CONN_LISTEN and conn.laddr.port == port and conn.pid in pids
-    ]
+    return node_listeners({workload.pid, *(c.pid for c in workload.children(recursive=True))}, port)
