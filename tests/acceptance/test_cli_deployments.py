@@ -114,9 +114,9 @@ def test_deploy_survive_a_kill_roll_scale_and_stop(
 
 def _direct_calls_are_refused(api: httpx.Client, deployed: dict, data_dir: Path) -> None:
     """A process of the node that finds a replica's port (here, from its environment) finds
-    no listener of the replica there: the port is on the replica's own loopback. Behind the runner's socket
-    (root's and the server's alone) the built-in server still refuses a call without its
-    token, health included: /serve works, with a forged token header too (dropped); the
+    no listener of the replica there: the port is on the replica's own loopback. Behind the
+    runner's socket (root's and the server's alone) the built-in server still refuses a call
+    without its token, health included: /serve works, with a forged token header too (dropped); the
     token is in no answer of the API about the deployment or its job."""
     job_id = deployed["replica_list"][0]["job_id"]
     serving = _serving(job_id)
