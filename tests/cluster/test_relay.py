@@ -132,7 +132,7 @@ def test_the_server_reads_a_relay_from_an_attempts_state_and_nothing_else() -> N
 
 
 def test_a_serving_attempt_whose_agent_gave_no_relay_has_no_endpoint() -> None:
-    from gpupool.executors.ray import _task_state
+    from gpupool.cluster.executor import _task_state
     from gpupool.services.endpoints import listens_at
 
     local = {"attempt_dir": "/d", "host": "127.0.0.1", "port": 8000, "socket": "/d/listen.sock"}

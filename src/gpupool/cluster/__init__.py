@@ -1,5 +1,6 @@
-"""The multi-node pool on Ray: the head, the bridge the server talks to Ray through, the node
-agents that run jobs on each node, and `gpupool node join`.
+"""The multi-node pool on Ray: the executor that runs attempts on the pool's nodes
+(``cluster.executor``), the head, the bridge the server talks to Ray through, the node agents
+that run jobs on each node, and `gpupool node join`. ``executors/`` never imports this package.
 
 Ray gives node membership, failure detection and process placement; gpupool keeps every
 decision (which nodes, which GPUs, when), its records and its sandbox. Nothing here but the

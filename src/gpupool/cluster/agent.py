@@ -29,7 +29,7 @@ from gpupool.discovery import discover_node
 from gpupool.domain.code import CodeLimits
 from gpupool.errors import GpupoolError
 from gpupool.executors import outputs
-from gpupool.executors.base import GpuGrant, Handle, LaunchError, PollResult, TaskSpec
+from gpupool.executors.base import Handle, LaunchError, PollResult, task_from_json
 from gpupool.executors.isolation import Isolation
 from gpupool.executors.local import LAUNCH_DIR, WORKSPACES, LocalExecutor, default_base_env
 from gpupool.executors.usage import FilesScan
@@ -313,15 +313,6 @@ class NodeAgent:
             return os.stat(self.executor.metrics_path(handle)).st_size
         except OSError:
             return 0
-
-
-def task_to_json(task: TaskSpec) -> dict[str, Any]:
-    return asdict(task)
-
-
-def task_from_json(data: dict[str, Any]) -> TaskSpec:
-    grants = tuple(GpuGrant(**grant) for grant in data.get("gpu_grants") or ())
-    return TaskSpec(**{**data, "gpu_grants": grants})
 
 
 def poll_to_json(result: PollResult) -> dict[str, Any]:

@@ -8,7 +8,7 @@ re-adopts running work instead of losing it.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -88,6 +88,17 @@ class TaskSpec:
     @property
     def in_gang(self) -> bool:
         return self.task_count > 1 or self.launcher is not None
+
+
+def task_to_json(task: TaskSpec) -> dict[str, Any]:
+    """The task as JSON, as the server sends it to a node's agent."""
+    return asdict(task)
+
+
+def task_from_json(data: dict[str, Any]) -> TaskSpec:
+    """The task ``task_to_json`` wrote."""
+    grants = tuple(GpuGrant(**grant) for grant in data.get("gpu_grants") or ())
+    return TaskSpec(**{**data, "gpu_grants": grants})
 
 
 @dataclass(frozen=True)

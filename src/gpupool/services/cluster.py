@@ -24,6 +24,7 @@ from typing import Any
 
 import gpupool
 from gpupool.cluster.client import AgentUnavailable, CallFailed, ClusterClient, ClusterUnavailable
+from gpupool.cluster.executor import RayExecutor, api_address
 from gpupool.cluster.probe import HeadProbe, gcs_answers
 from gpupool.cluster.process import RayProcess, RayStartError, start_node
 from gpupool.cluster.rayenv import (
@@ -38,7 +39,6 @@ from gpupool.domain.inventory import NodeInventory
 from gpupool.domain.isolation import IsolationStatus
 from gpupool.domain.views import ClusterView, HealthView, JoinView
 from gpupool.errors import Conflict, NotAPool, NotFound, Unauthenticated
-from gpupool.executors.ray import RayExecutor, api_address
 from gpupool.scheduler.types import Clock
 from gpupool.services import nodes
 from gpupool.services.access import Principal

@@ -15,10 +15,10 @@ import pytest
 from gpupool.cluster import agent as agent_module
 from gpupool.cluster.agent import NodeAgent
 from gpupool.cluster.client import AgentUnavailable
+from gpupool.cluster.executor import RayExecutor
 from gpupool.domain.code import CodeLimits
 from gpupool.errors import BadModelPath, NoModelFiles, OutputsUnreachable
 from gpupool.executors.outputs import index
-from gpupool.executors.ray import RayExecutor
 
 
 class Bridge:

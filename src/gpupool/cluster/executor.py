@@ -23,7 +23,6 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from gpupool.cluster.agent import task_to_json
 from gpupool.cluster.client import AgentUnavailable, CallFailed, ClusterClient, ClusterUnavailable
 from gpupool.domain.code import CodeLimits
 from gpupool.domain.isolation import IsolationStatus
@@ -37,6 +36,7 @@ from gpupool.executors.base import (
     Observed,
     PollResult,
     TaskSpec,
+    task_to_json,
 )
 from gpupool.executors.gang import (
     GangLog,
