@@ -24,7 +24,7 @@ from gpupool.scheduler.types import NodeCapacity
 from gpupool.services import jobs
 from gpupool.services.access import Principal
 from gpupool.services.context import Context
-from gpupool.services.views import array_view, job_view
+from gpupool.services.job_views import array_view, job_view
 from gpupool.store.models import EventModel, JobArrayModel, JobModel, TeamModel
 
 LIVE = tuple(status.value for status in JobStatus if status not in FINAL_STATUSES)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from gpupool.domain.isolation import IsolationStatus
 from gpupool.domain.waiting import PendingReason
@@ -24,9 +24,6 @@ from gpupool.services.estimates import Forecast
 from gpupool.services.loop_stats import LoopStats
 from gpupool.settings import Settings
 from gpupool.store.db import Database
-
-if TYPE_CHECKING:
-    from gpupool.services.routing import RoutingTable, Traffic
 
 # what the cluster side is told when an admin removes a node: its name, after the commit
 NodeRemoved = Callable[[str], None]
@@ -107,25 +104,6 @@ class ClusterSide(Protocol):
     def removed(self, name: str) -> None: ...
 
 
-class DeploymentSide(Protocol):
-    """The deployments' loop as services see it (``services.rollouts.DeploymentLoop``)."""
-
-    @property
-    def routes(self) -> RoutingTable:
-        """Live deployments and their ready replicas, as the /serve route reaches them."""
-        ...
-
-    @property
-    def traffic(self) -> Traffic:
-        """Requests and latency per deployment and replica (in memory)."""
-        ...
-
-    def changed(self, name: str) -> None:
-        """A user changed deployment ``name`` (made, scaled, updated, stopped it, or its
-        keys): publish its route now, and reconcile it at once."""
-        ...
-
-
 class Context(Protocol):
     """The running server as a service call sees it."""
 
@@ -163,11 +141,6 @@ class Context(Protocol):
     @property
     def own_node(self) -> str | None:
         """The name of the server's own node (None until it is discovered)."""
-        ...
-
-    @property
-    def deployments(self) -> DeploymentSide:
-        """The deployments' loop: its routing table and traffic counts."""
         ...
 
     @property

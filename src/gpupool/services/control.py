@@ -48,6 +48,7 @@ from gpupool.services.estimates import Forecast
 from gpupool.services.eta import EtaPredictor
 from gpupool.services.loop_stats import LoopStats
 from gpupool.services.models import archive_path as model_archive
+from gpupool.services.nodes import node_addresses
 from gpupool.services.snapshots import SnapshotBuilder, gang_json
 from gpupool.settings import Settings
 from gpupool.store.db import Database
@@ -57,7 +58,6 @@ from gpupool.store.models import (
     EventModel,
     JobArrayModel,
     JobModel,
-    NodeModel,
     NotebookModel,
     UserModel,
 )
@@ -758,14 +758,6 @@ def secret_env(session, job_id: int) -> dict[str, str]:  # noqa: ANN001
         select(DeploymentReplicaModel.token).where(DeploymentReplicaModel.job_id == job_id)
     )
     return {REPLICA_TOKEN_ENV: replica} if replica else {}
-
-
-def node_addresses(session, names: list[str]) -> dict[str, str | None]:  # noqa: ANN001
-    """How the other nodes of a gang reach each of its nodes (as the cluster reported)."""
-    rows = session.execute(
-        select(NodeModel.name, NodeModel.address).where(NodeModel.name.in_(names))
-    )
-    return dict(rows.all())
 
 
 def describe_all(placements: list[Placement]) -> str:

@@ -25,7 +25,7 @@ from gpupool.domain.deployments import (
 )
 from gpupool.errors import AmbiguousDeployment, Forbidden, NoHealthyReplica, NotFound
 from gpupool.services.access import Principal
-from gpupool.services.context import Context
+from gpupool.services.deployment_ports import DeploymentContext
 from gpupool.services.deployments import get_deployment
 from gpupool.services.passwords import new_secret, secret_hash
 from gpupool.services.routing import Route
@@ -39,7 +39,7 @@ def is_key(secret: str) -> bool:
     return secret.startswith(f"{KEY_PREFIX}_")
 
 
-def route_for_key(ctx: Context, address: str, secret: str) -> Route:
+def route_for_key(ctx: DeploymentContext, address: str, secret: str) -> Route:
     """The route at ``address`` (NAME or NAME@TEAM) for the holder of key ``secret``;
     NotFound unless it is a live key of that deployment (another deployment's key, a
     revoked one, a made-up one). A key is of one deployment: it settles which."""
@@ -50,7 +50,7 @@ def route_for_key(ctx: Context, address: str, secret: str) -> Route:
     raise NotFound(_unknown(address))
 
 
-def route_for(ctx: Context, who: Principal, address: str) -> Route:
+def route_for(ctx: DeploymentContext, who: Principal, address: str) -> Route:
     """The route at ``address`` (NAME or NAME@TEAM) for a signed-in caller: its team's
     members and admins; a viewer of the team is refused (403); others are told it does not
     exist (404); several of the caller's teams with NAME: 409 ambiguous_deployment."""
@@ -64,7 +64,7 @@ def route_for(ctx: Context, who: Principal, address: str) -> Route:
     return _serving(route)
 
 
-def _named(ctx: Context, address: str) -> list[Route]:
+def _named(ctx: DeploymentContext, address: str) -> list[Route]:
     """The live deployments at ``address``: those of its name, of its team if it names one."""
     name, team = split_address(address)
     found = ctx.deployments.routes.named(name)
@@ -103,7 +103,7 @@ def _serving(route: Route) -> Route:
 
 
 def create_key(
-    ctx: Context, who: Principal, name: str, key_name: str, team: str | None = None
+    ctx: DeploymentContext, who: Principal, name: str, key_name: str, team: str | None = None
 ) -> KeyCreatedView:
     """A new key for deployment ``name`` (of ``team``): its secret is in this answer only."""
     secret, now = new_secret(KEY_PREFIX), ctx.clock.now()
@@ -124,7 +124,9 @@ def create_key(
     return shown
 
 
-def list_keys(ctx: Context, who: Principal, name: str, team: str | None = None) -> list[KeyView]:
+def list_keys(
+    ctx: DeploymentContext, who: Principal, name: str, team: str | None = None
+) -> list[KeyView]:
     with ctx.db.reader() as session:
         deployment = _own(session, who, name, team)
         rows = session.execute(
@@ -137,7 +139,7 @@ def list_keys(ctx: Context, who: Principal, name: str, team: str | None = None) 
 
 
 def revoke_key(
-    ctx: Context, who: Principal, name: str, key_id: int, team: str | None = None
+    ctx: DeploymentContext, who: Principal, name: str, key_id: int, team: str | None = None
 ) -> KeyView:
     """Revoke a key of ``name``: it stops working before this returns."""
     now = ctx.clock.now()

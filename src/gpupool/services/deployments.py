@@ -40,7 +40,7 @@ from gpupool.errors import (
 from gpupool.services import jobs as job_service
 from gpupool.services import models
 from gpupool.services.access import Principal
-from gpupool.services.context import Context
+from gpupool.services.deployment_ports import DeploymentContext
 from gpupool.services.replicas import replica_spec
 from gpupool.store.models import (
     DeploymentEventModel,
@@ -58,7 +58,9 @@ MAX_EVENTS = 50
 # -- what the API calls ------------------------------------------------------------------------
 
 
-def create_deployment(ctx: Context, who: Principal, spec: DeploymentSpec) -> DeploymentDetailView:
+def create_deployment(
+    ctx: DeploymentContext, who: Principal, spec: DeploymentSpec
+) -> DeploymentDetailView:
     """Record a new deployment (its replicas start soon after); refused with the submit
     path's own errors when its replicas could not run (role, team, size, model)."""
     name = spec.name or spec.model
@@ -82,7 +84,7 @@ def create_deployment(ctx: Context, who: Principal, spec: DeploymentSpec) -> Dep
 
 
 def list_deployments(
-    ctx: Context, who: Principal, team: str | None = None, stopped: bool = False
+    ctx: DeploymentContext, who: Principal, team: str | None = None, stopped: bool = False
 ) -> list[DeploymentView]:
     """The deployments ``who`` can see (of ``team`` only), live ones by name; ``stopped``:
     the stopped ones too, after them."""
@@ -101,7 +103,7 @@ def list_deployments(
 
 
 def show_deployment(
-    ctx: Context, who: Principal, name: str, team: str | None = None
+    ctx: DeploymentContext, who: Principal, name: str, team: str | None = None
 ) -> DeploymentDetailView:
     """The deployment ``name`` (of ``team``, where several of the caller's teams have one)
     with its replicas (why each waits, if it does), latest events and traffic."""
@@ -111,7 +113,7 @@ def show_deployment(
 
 
 def scale_deployment(
-    ctx: Context, who: Principal, name: str, replicas: int, team: str | None = None
+    ctx: DeploymentContext, who: Principal, name: str, replicas: int, team: str | None = None
 ) -> DeploymentView:
     now = ctx.clock.now()
     with ctx.db.session() as session:
@@ -126,7 +128,7 @@ def scale_deployment(
 
 
 def update_deployment(
-    ctx: Context, who: Principal, name: str, version: int | None, team: str | None = None
+    ctx: DeploymentContext, who: Principal, name: str, version: int | None, team: str | None = None
 ) -> DeploymentView:
     """Roll the deployment to ``version`` of its model (the latest when None), replica by
     replica; a version it serves already changes nothing."""
@@ -147,7 +149,7 @@ def update_deployment(
 
 
 def stop_deployment(
-    ctx: Context, who: Principal, name: str, team: str | None = None
+    ctx: DeploymentContext, who: Principal, name: str, team: str | None = None
 ) -> DeploymentView:
     """Stop serving: the deployment leaves the routing table at once, its replicas are
     stopped, and its name is free again. Stopping a stopped deployment changes nothing."""
@@ -279,7 +281,7 @@ def _new(
     return row
 
 
-def _detail(ctx: Context, who: Principal, deployment_id: int) -> DeploymentDetailView:
+def _detail(ctx: DeploymentContext, who: Principal, deployment_id: int) -> DeploymentDetailView:
     traffic = ctx.deployments.traffic
     with ctx.db.reader() as session:
         row = session.get(DeploymentModel, deployment_id)

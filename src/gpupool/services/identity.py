@@ -13,7 +13,7 @@ from gpupool.errors import CsrfFailed, NotFound, Unauthenticated
 from gpupool.services import auth
 from gpupool.services.access import Principal
 from gpupool.services.context import Context
-from gpupool.services.views import who_am_i
+from gpupool.services.user_views import who_am_i
 from gpupool.store.models import JobModel, UserModel
 
 

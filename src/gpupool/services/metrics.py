@@ -26,7 +26,7 @@ from gpupool.errors import InvalidRequest, NotFound
 from gpupool.services import jobs
 from gpupool.services.access import Principal
 from gpupool.services.context import Context
-from gpupool.services.views import job_view
+from gpupool.services.job_views import job_view
 from gpupool.store.models import AttemptModel, JobMetricModel, MetricCursorModel
 
 UTILIZATION_SUFFIX = ".utilization"

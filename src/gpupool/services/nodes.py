@@ -30,7 +30,7 @@ from gpupool.errors import NodeBusy, NotFound, OwnNodeKept
 from gpupool.scheduler.types import GpuCapacity, NodeCapacity
 from gpupool.services.access import Principal
 from gpupool.services.context import Context
-from gpupool.services.views import HostHeld, node_event_view, node_view
+from gpupool.services.node_views import HostHeld, node_event_view, node_view
 from gpupool.store.models import (
     AttemptModel,
     JobModel,
@@ -488,3 +488,11 @@ def nothing_to_stop(name: str) -> None:
 
 LIVE_NODES = select(NodeModel).where(NodeModel.removed_at.is_(None))
 NOTHING_HELD = HostHeld()
+
+
+def node_addresses(session: Session, names: list[str]) -> dict[str, str | None]:
+    """How the other nodes of a gang reach each of its nodes (as the cluster reported)."""
+    rows = session.execute(
+        select(NodeModel.name, NodeModel.address).where(NodeModel.name.in_(names))
+    )
+    return dict(rows.all())

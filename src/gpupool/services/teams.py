@@ -20,7 +20,7 @@ from gpupool.errors import Conflict
 from gpupool.services import history, quotas, users
 from gpupool.services.access import Principal
 from gpupool.services.context import Context
-from gpupool.services.views import user_view
+from gpupool.services.user_views import user_view
 from gpupool.store.models import TeamModel
 
 

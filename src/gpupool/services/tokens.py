@@ -8,7 +8,7 @@ from gpupool.errors import NotFound
 from gpupool.services import auth, users
 from gpupool.services.access import Principal
 from gpupool.services.context import Context
-from gpupool.services.views import token_view
+from gpupool.services.user_views import token_view
 from gpupool.store.models import UserModel
 
 DAY = 86400.0

@@ -21,17 +21,6 @@ from gpupool.store.models import AttemptModel, JobModel, UserModel
 HORIZON_HALF_LIVES = 20
 
 
-def attained_gpu_seconds(job: JobModel, now: float) -> float:
-    """The GPU-seconds a job has received so far: its earlier attempts' (added to
-    ``job.attained`` when each was requeued) and its current or last attempt's, counted up to
-    ``now`` while it runs."""
-    counted = job.attained or 0.0
-    if job.started_at is None or (job.queued_at is not None and job.queued_at >= job.started_at):
-        return counted  # it has not run since it was last (re)queued
-    end = job.ended_at if job.ended_at is not None else now
-    return counted + (job.gpus or 0.0) * max(0.0, end - job.started_at)
-
-
 def decayed_gpu_seconds(
     gpus: float, start: float, end: float, now: float, half_life: float
 ) -> float:

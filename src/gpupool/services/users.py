@@ -37,7 +37,7 @@ from gpupool.executors import accounts
 from gpupool.services.access import Principal
 from gpupool.services.context import Context
 from gpupool.services.passwords import hash_password, verify_password
-from gpupool.services.views import user_view, who_am_i
+from gpupool.services.user_views import user_view, who_am_i
 from gpupool.services.web_sessions import end_web_sessions
 from gpupool.store.models import JobModel, MembershipModel, TeamModel, UserModel
 

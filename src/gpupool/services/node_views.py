@@ -1,4 +1,4 @@
-"""Database rows turned into read models (``gpupool.domain.views``).
+"""Nodes' rows and inventories turned into read models (``gpupool.domain.views``).
 
 Each function reads only what its row has loaded or can load, so services call them while
 their transaction is open; what they return holds no row and loads nothing later.
@@ -11,100 +11,18 @@ from dataclasses import dataclass
 
 from gpupool.domain.fabric import natural_key
 from gpupool.domain.inventory import GpuLink, LinkKind, NodeInventory
-from gpupool.domain.jobs import JobKind, JobStatus, Role
 from gpupool.domain.nodes import NodeState
 from gpupool.domain.topology import gpu_domains
 from gpupool.domain.views import (
-    ArrayView,
-    AttemptView,
     CpuHolderView,
-    EventView,
     GpuView,
     HolderView,
-    JobView,
     NodeEventView,
     NodeUsageView,
     NodeView,
-    PlacementView,
-    TokenView,
     TopologyView,
-    UserView,
-    WhoAmIView,
 )
-from gpupool.domain.waiting import PendingReason
-from gpupool.services.usage import attained_gpu_seconds
-from gpupool.store.models import (
-    AttemptModel,
-    EventModel,
-    JobArrayModel,
-    JobModel,
-    NodeEventModel,
-    NodeModel,
-    TeamModel,
-    TokenModel,
-    UserModel,
-)
-
-
-def job_view(
-    job: JobModel, now: float, waiting: PendingReason | None = None, user: str | None = None
-) -> JobView:
-    """``now``: up to when a running attempt's GPU time counts as attained; ``waiting``: the
-    scheduler's latest word on it; ``user``: the owner's name when the caller knows it
-    (saves loading the user)."""
-    pending = job.status == JobStatus.PENDING and waiting is not None
-    return JobView(
-        id=job.id,
-        name=job.name,
-        user=user or job.user.name,
-        team=team_label(job.team),
-        status=JobStatus(job.status),
-        priority=job.priority,
-        spec=job.spec,
-        submitted_at=job.submitted_at,
-        started_at=job.started_at,
-        ended_at=job.ended_at,
-        exit_code=job.exit_code,
-        reason=job.reason,
-        message=job.message,
-        position=waiting.position if pending else None,
-        blockers=list(waiting.blockers) if pending else [],
-        attempts=job.attempts,
-        cancel_requested=job.cancel_requested_at is not None,
-        placement=PlacementView.model_validate(job.placement) if job.placement else None,
-        preemptible=job.preemptible,
-        attained_gpu_seconds=attained_gpu_seconds(job, now),
-        queued_at=job.queued_at,
-        checkpoint_at=job.checkpoint_at,
-        preemptions=job.preemptions or 0,
-        array_id=job.array_id,
-        array_index=job.array_index,
-        kind=job.kind or JobKind.JOB,
-    )
-
-
-def event_view(event: EventModel) -> EventView:
-    return EventView(id=event.id, at=event.at, reason=event.reason, message=event.message)
-
-
-def attempt_view(attempt: AttemptModel) -> AttemptView:
-    return AttemptView.model_validate(attempt, from_attributes=True)
-
-
-def array_view(array: JobArrayModel, first: JobModel, counts: Mapping[str, int]) -> ArrayView:
-    """An array from its row, its first task (name, owner, team, spec) and its counts."""
-    return ArrayView(
-        id=array.id,
-        name=first.name,
-        user=first.user.name,
-        team=team_label(first.team),
-        spec=first.spec,
-        submitted_at=array.submitted_at,
-        indexes=array.indexes,
-        size=array.size,
-        max_running=array.max_running,
-        counts=dict(counts),
-    )
+from gpupool.store.models import NodeEventModel, NodeModel
 
 
 @dataclass(frozen=True)
@@ -223,45 +141,3 @@ def _link_label(link: GpuLink) -> str:
     if link.kind is LinkKind.NVLINK:
         return f"NV{link.nvlinks}" if link.nvlinks else "NV"
     return link.kind.value
-
-
-def user_view(user: UserModel) -> UserView:
-    return UserView(
-        id=user.id,
-        name=user.name,
-        role=Role(user.role),
-        teams=sorted(t.name for t in user.teams),
-        disabled=user.disabled,
-        has_password=user.password_hash is not None,
-        weight=user.weight,
-        unix_user=user.unix_user,
-        admin_of=sorted(t.name for t in user.admin_of),
-    )
-
-
-def token_view(token: TokenModel, owner: str) -> TokenView:
-    return TokenView(
-        id=token.id,
-        user=owner,
-        name=token.name,
-        prefix=token.prefix,
-        created_at=token.created_at,
-        last_used_at=token.last_used_at,
-        expires_at=token.expires_at,
-        revoked=token.revoked_at is not None,
-    )
-
-
-def who_am_i(user: UserModel, csrf_token: str | None = None) -> WhoAmIView:
-    """The user as it sees itself (``csrf_token``: its web session's, just after sign-in)."""
-    teams = sorted(t.name for t in user.teams)
-    admin_of = sorted(t.name for t in user.admin_of)
-    return WhoAmIView(
-        user=user.name, role=Role(user.role), teams=teams, admin_of=admin_of, csrf_token=csrf_token
-    )
-
-
-def team_label(team: TeamModel) -> str:
-    """A team's name as jobs show it: 'ml (deleted)' for a deleted team, whose name a new
-    team may have taken since."""
-    return team.name if team.deleted_at is None else f"{team.name} (deleted)"

@@ -1,0 +1,41 @@
+"""What the deployments' services need of the running server beyond ``Context``: the
+deployments' loop, which holds the /serve routing table and the traffic counts.
+
+It lives with the deployments (not in ``services.context``) because its types are theirs:
+the shared context stays free of any capability's types, so every capability may import it.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from gpupool.services.context import Context
+from gpupool.services.routing import RoutingTable, Traffic
+
+
+class DeploymentSide(Protocol):
+    """The deployments' loop as services see it (``services.rollouts.DeploymentLoop``)."""
+
+    @property
+    def routes(self) -> RoutingTable:
+        """Live deployments and their ready replicas, as the /serve route reaches them."""
+        ...
+
+    @property
+    def traffic(self) -> Traffic:
+        """Requests and latency per deployment and replica (in memory)."""
+        ...
+
+    def changed(self, name: str) -> None:
+        """A user changed deployment ``name`` (made, scaled, updated, stopped it, or its
+        keys): publish its route now, and reconcile it at once."""
+        ...
+
+
+class DeploymentContext(Context, Protocol):
+    """The running server as a deployments' service call sees it."""
+
+    @property
+    def deployments(self) -> DeploymentSide:
+        """The deployments' loop: its routing table and traffic counts."""
+        ...
