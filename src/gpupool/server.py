@@ -14,7 +14,7 @@ from gpupool.cli.output import CliError
 
 if TYPE_CHECKING:
     from gpupool.domain.inventory import NodeInventory
-    from gpupool.services.datadir import DataDirLock
+    from gpupool.services.core import DataDirLock
     from gpupool.services.platform import Platform
     from gpupool.services.recovery import RecoveredToken
     from gpupool.settings import Settings
@@ -221,7 +221,7 @@ def _open(settings: Settings) -> tuple[DataDirLock, Platform]:
     'error [code]: ...' line and exit code 2, before a database or an admin is created."""
     from gpupool.discovery import DeclaredSettingError, check_declared
     from gpupool.errors import GpupoolError
-    from gpupool.services.datadir import DataDirLock
+    from gpupool.services.core import DataDirLock
     from gpupool.services.platform import open_platform
 
     lock = DataDirLock(settings.data_dir)

@@ -14,7 +14,7 @@ from fastapi import Depends
 from fastapi.routing import APIRoute
 
 from gpupool.api.deps import principal
-from gpupool.services.access import Principal
+from gpupool.services.core import Principal
 
 
 class Rule(StrEnum):

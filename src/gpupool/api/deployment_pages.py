@@ -19,7 +19,7 @@ from gpupool.domain.deployments import MAX_REPLICAS
 from gpupool.domain.jobs import Role
 from gpupool.errors import AmbiguousDeployment, ClientError
 from gpupool.services import deployments
-from gpupool.services.access import Principal
+from gpupool.services.core import Principal
 
 router = APIRouter(include_in_schema=False)
 PAGE = "deployments"  # the part of the menu these pages are under

@@ -10,7 +10,7 @@ from starlette.requests import HTTPConnection
 
 from gpupool.api import peers
 from gpupool.services import identity
-from gpupool.services.access import Principal
+from gpupool.services.core import Principal
 from gpupool.services.platform import Platform
 
 SESSION_COOKIE = "gpupool_session"

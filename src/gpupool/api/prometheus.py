@@ -23,8 +23,7 @@ from starlette.concurrency import run_in_threadpool
 
 from gpupool.api.access import Rule, allow
 from gpupool.services import pool_metrics
-from gpupool.services.access import Principal
-from gpupool.services.context import Context
+from gpupool.services.core import Context, Principal
 
 PATH = "/metrics"
 

@@ -30,7 +30,7 @@ from gpupool.api.deps import SAFE_METHODS, session_secret, token_caller
 from gpupool.api.errors import error_body
 from gpupool.errors import CsrfFailed, GpupoolError, TooManyAttempts
 from gpupool.services import identity
-from gpupool.services.access import Principal
+from gpupool.services.core import Principal
 from gpupool.services.platform import Platform
 
 CROSS_SITE = CsrfFailed(

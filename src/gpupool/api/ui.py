@@ -31,8 +31,7 @@ from gpupool.domain.units import format_bytes, format_duration
 from gpupool.domain.views import SubmitOptionsView
 from gpupool.errors import InvalidRequest, NotFound
 from gpupool.services import code, jobs, metrics, pool, teams, why
-from gpupool.services.access import Principal
-from gpupool.services.context import Context
+from gpupool.services.core import Context, Principal
 
 HERE = Path(__file__).resolve().parent
 TEMPLATES = HERE / "templates"

@@ -22,8 +22,7 @@ from gpupool.domain.views import ArrayView, JobView, SubmittedArrayView
 from gpupool.errors import Conflict, InvalidArray, NotFound
 from gpupool.scheduler.types import NodeCapacity
 from gpupool.services import jobs
-from gpupool.services.access import Principal
-from gpupool.services.context import Context
+from gpupool.services.core import Context, Principal
 from gpupool.services.job_views import array_view, job_view
 from gpupool.store.models import EventModel, JobArrayModel, JobModel, TeamModel
 

@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 from gpupool.domain.jobs import Role
 from gpupool.errors import NotFound, StorageFull, Unauthenticated
 from gpupool.services import quotas, users
-from gpupool.services.access import Principal
+from gpupool.services.core import Principal
 from gpupool.services.passwords import DUMMY_HASH, new_secret, secret_hash, verify_password
 from gpupool.services.web_sessions import end_token_sessions
 from gpupool.store.db import Database

@@ -41,9 +41,7 @@ from gpupool.domain.views import ClusterView, HealthView, JoinView
 from gpupool.errors import Conflict, NotAPool, NotFound, Unauthenticated
 from gpupool.scheduler.types import Clock
 from gpupool.services import nodes
-from gpupool.services.access import Principal
-from gpupool.services.context import Context
-from gpupool.services.watch import Watch
+from gpupool.services.core import Context, Principal, Watch
 from gpupool.settings import Settings
 from gpupool.store.db import Database
 

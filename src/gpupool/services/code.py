@@ -29,8 +29,7 @@ from gpupool.domain.views import CodeLimitsView, CodeView
 from gpupool.errors import CodeHashMismatch, CodeNotFound, CodeTooLarge
 from gpupool.executors import code as archives
 from gpupool.services import quotas
-from gpupool.services.access import Principal
-from gpupool.services.context import Context
+from gpupool.services.core import Context, Principal
 from gpupool.services.incoming import Incoming
 from gpupool.settings import Settings
 from gpupool.store.models import CodeUploadModel, MembershipModel

@@ -44,9 +44,8 @@ from gpupool.services import jobs as job_service
 from gpupool.services import nodes as node_service
 from gpupool.services.checkpoints import CheckpointWatcher, Watched
 from gpupool.services.code import archive_path
-from gpupool.services.estimates import Forecast
+from gpupool.services.core import Forecast, LoopStats
 from gpupool.services.eta import EtaPredictor
-from gpupool.services.loop_stats import LoopStats
 from gpupool.services.models import archive_path as model_archive
 from gpupool.services.nodes import node_addresses
 from gpupool.services.snapshots import SnapshotBuilder, gang_json

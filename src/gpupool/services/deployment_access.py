@@ -24,7 +24,7 @@ from gpupool.domain.deployments import (
     split_address,
 )
 from gpupool.errors import AmbiguousDeployment, Forbidden, NoHealthyReplica, NotFound
-from gpupool.services.access import Principal
+from gpupool.services.core import Principal
 from gpupool.services.deployment_ports import DeploymentContext
 from gpupool.services.deployments import get_deployment
 from gpupool.services.passwords import new_secret, secret_hash

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from gpupool.services.context import Context
+from gpupool.services.core import Context
 from gpupool.services.routing import RoutingTable, Traffic
 
 

@@ -48,9 +48,11 @@ from gpupool.scheduler.types import (
     Policy,
     Snapshot,
 )
-from gpupool.services.estimates import NOT_YET as NOT_YET  # re-exported: callers know it here
-from gpupool.services.estimates import OUTRUN as OUTRUN
-from gpupool.services.estimates import Bounds, Duration, Forecast
+from gpupool.services.core import (
+    Bounds,
+    Duration,
+    Forecast,
+)
 from gpupool.services.snapshots import NodeCache, SnapshotBuilder
 from gpupool.services.usage import UsageTracker
 from gpupool.sim.forward import ForwardState, Running, Waiting, forward

@@ -11,8 +11,7 @@ from dataclasses import dataclass
 from gpupool.domain.views import WhoAmIView
 from gpupool.errors import CsrfFailed, NotFound, Unauthenticated
 from gpupool.services import auth
-from gpupool.services.access import Principal
-from gpupool.services.context import Context
+from gpupool.services.core import Context, Principal
 from gpupool.services.user_views import who_am_i
 from gpupool.store.models import JobModel, UserModel
 

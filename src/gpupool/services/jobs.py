@@ -36,8 +36,7 @@ from gpupool.executors.isolation import protected_paths, within, workdir_conflic
 from gpupool.scheduler import infeasible_reason
 from gpupool.scheduler.types import NodeCapacity
 from gpupool.services import code, model_files, quotas, users
-from gpupool.services.access import Principal
-from gpupool.services.context import Context
+from gpupool.services.core import Context, Principal
 from gpupool.services.job_views import attempt_view, event_view, job_view
 from gpupool.settings import Settings
 from gpupool.store.models import AttemptModel, EventModel, JobModel, TeamModel

@@ -27,8 +27,7 @@ from gpupool.domain.views import JobStateView, LogChunkView
 from gpupool.errors import InvalidRequest, NotFound, OffsetOutOfRange
 from gpupool.executors.base import Executor
 from gpupool.services import jobs
-from gpupool.services.access import Principal
-from gpupool.services.context import Context
+from gpupool.services.core import Context, Principal
 from gpupool.store.models import AttemptModel
 
 MAX_CHUNK = 1024**2

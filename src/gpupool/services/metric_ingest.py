@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session
 
 from gpupool.executors.base import Executor, Handle
 from gpupool.scheduler.types import Clock
-from gpupool.services.watch import Watch
+from gpupool.services.core import Watch
 from gpupool.store.db import Database
 from gpupool.store.models import AttemptModel, JobMetricModel, MetricCursorModel
 

@@ -24,8 +24,7 @@ from gpupool.domain.metrics import (
 )
 from gpupool.errors import InvalidRequest, NotFound
 from gpupool.services import jobs
-from gpupool.services.access import Principal
-from gpupool.services.context import Context
+from gpupool.services.core import Context, Principal
 from gpupool.services.job_views import job_view
 from gpupool.store.models import AttemptModel, JobMetricModel, MetricCursorModel
 

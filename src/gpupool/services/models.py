@@ -52,8 +52,7 @@ from gpupool.errors import (
 )
 from gpupool.executors import outputs
 from gpupool.services import jobs, quotas
-from gpupool.services.access import Principal
-from gpupool.services.context import Context
+from gpupool.services.core import Context, Principal
 from gpupool.services.incoming import Incoming
 from gpupool.services.metrics import final_values
 from gpupool.store.models import (

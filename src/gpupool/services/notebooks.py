@@ -36,8 +36,7 @@ from gpupool.domain.notebooks import (
 from gpupool.errors import NotebookActive, NotebookNotRunning, NotFound
 from gpupool.scheduler.types import NodeCapacity
 from gpupool.services import jobs as job_service
-from gpupool.services.access import Principal
-from gpupool.services.context import Context
+from gpupool.services.core import Context, Principal
 from gpupool.services.endpoints import Via, endpoint_of
 from gpupool.store.models import JobModel, NotebookModel
 

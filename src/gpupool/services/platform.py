@@ -18,9 +18,8 @@ from gpupool.executors.local import LocalExecutor
 from gpupool.scheduler import schedule
 from gpupool.scheduler.types import Clock, Schedule
 from gpupool.services import auth, nodes
-from gpupool.services.clock import SystemClock
-from gpupool.services.context import NodeRemoved
 from gpupool.services.control import ControlLoop
+from gpupool.services.core import NodeRemoved, SystemClock
 from gpupool.services.metric_ingest import Ingester
 from gpupool.services.notebook_watch import IdleWatch
 from gpupool.services.rollouts import DeploymentLoop

@@ -17,8 +17,7 @@ from gpupool.domain.views import (
     PoolView,
 )
 from gpupool.services import nodes
-from gpupool.services.access import Principal
-from gpupool.services.context import Context
+from gpupool.services.core import Context, Principal
 
 
 def show_pool(ctx: Context, who: Principal) -> PoolView:

@@ -8,8 +8,7 @@ from dataclasses import dataclass
 from sqlalchemy import func, select
 
 from gpupool.domain.jobs import JobStatus, Reason
-from gpupool.services.context import Context
-from gpupool.services.loop_stats import StatsSnapshot
+from gpupool.services.core import Context, StatsSnapshot
 from gpupool.store.models import JobModel, TeamModel
 
 HOLDING = (JobStatus.STARTING.value, JobStatus.RUNNING.value)

@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 from gpupool.domain.jobs import Role
 from gpupool.errors import Forbidden, NotFound
 from gpupool.services import auth, users
-from gpupool.services.datadir import current_holder
+from gpupool.services.core import current_holder
 from gpupool.settings import Settings
 from gpupool.store.db import Database, prepare
 from gpupool.store.models import UserModel

@@ -18,7 +18,7 @@ from gpupool.domain.deployments import ReplicaTemplate
 from gpupool.domain.jobs import JobKind, JobSpec, Role
 from gpupool.scheduler.types import NodeCapacity
 from gpupool.services import jobs as job_service
-from gpupool.services.access import Principal
+from gpupool.services.core import Principal
 from gpupool.store.models import DeploymentModel, JobModel, UserModel
 
 # the built-in server, run by the Python that runs gpupool (the sandbox shows it)

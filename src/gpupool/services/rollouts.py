@@ -38,12 +38,11 @@ from gpupool.domain.jobs import JobStatus
 from gpupool.errors import GpupoolError
 from gpupool.scheduler.types import Clock
 from gpupool.services import deployments
-from gpupool.services.context import LoopSide
+from gpupool.services.core import LoopSide, Watch
 from gpupool.services.endpoints import Endpoint, Via, client_via, endpoints_of
 from gpupool.services.jobs import JobLimits
 from gpupool.services.replicas import stop_replica_job, submit_replica
 from gpupool.services.routing import RoutingTable, Traffic, load_routes
-from gpupool.services.watch import Watch
 from gpupool.settings import Settings
 from gpupool.store.db import Database
 from gpupool.store.models import (

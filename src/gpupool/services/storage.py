@@ -40,8 +40,7 @@ from gpupool.executors.local import WORKSPACES
 from gpupool.executors.usage import FilesScan, NodeFiles
 from gpupool.scheduler.types import Clock
 from gpupool.services import stops, users
-from gpupool.services.datadir import Reserve
-from gpupool.services.watch import Watch
+from gpupool.services.core import Reserve, Watch
 from gpupool.settings import Settings
 from gpupool.store.db import Database
 from gpupool.store.models import (

@@ -18,8 +18,7 @@ from gpupool.domain.views import (
 )
 from gpupool.errors import Conflict
 from gpupool.services import history, quotas, users
-from gpupool.services.access import Principal
-from gpupool.services.context import Context
+from gpupool.services.core import Context, Principal
 from gpupool.services.user_views import user_view
 from gpupool.store.models import TeamModel
 

@@ -6,8 +6,7 @@ from __future__ import annotations
 from gpupool.domain.views import TokenCreatedView, TokenView
 from gpupool.errors import NotFound
 from gpupool.services import auth, users
-from gpupool.services.access import Principal
-from gpupool.services.context import Context
+from gpupool.services.core import Context, Principal
 from gpupool.services.user_views import token_view
 from gpupool.store.models import UserModel
 

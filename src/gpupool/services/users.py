@@ -34,8 +34,7 @@ from gpupool.errors import (
     WrongPassword,
 )
 from gpupool.executors import accounts
-from gpupool.services.access import Principal
-from gpupool.services.context import Context
+from gpupool.services.core import Context, Principal
 from gpupool.services.passwords import hash_password, verify_password
 from gpupool.services.user_views import user_view, who_am_i
 from gpupool.services.web_sessions import end_web_sessions

@@ -18,9 +18,7 @@ from gpupool.domain.jobs import JobStatus, Reason
 from gpupool.domain.views import EstimateView, QueuedJobView, QueueTeamView, QueueView, WhyView
 from gpupool.domain.waiting import PendingReason
 from gpupool.services import eta
-from gpupool.services.access import Principal
-from gpupool.services.context import Context
-from gpupool.services.estimates import Estimate, Forecast
+from gpupool.services.core import Context, Estimate, Forecast, Principal
 from gpupool.services.jobs import get_job
 from gpupool.store.models import JobModel
 

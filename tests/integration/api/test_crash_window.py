@@ -7,7 +7,7 @@ from pathlib import Path
 
 from gpupool.domain.jobs import JobSpec, Role
 from gpupool.services import jobs, nodes
-from gpupool.services.access import Principal
+from gpupool.services.core import Principal
 from gpupool.services.platform import open_platform
 from gpupool.services.snapshots import build_snapshot
 from gpupool.settings import Settings

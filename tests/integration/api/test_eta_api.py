@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from gpupool.services.eta import OUTRUN
+from gpupool.services.core import OUTRUN
 from gpupool.services.platform import Platform
 from tests.support.platform import make_settings, running_app, submit, wait_job
 from tests.support.waiting import wait_for

@@ -12,7 +12,7 @@ from sqlalchemy import update
 from gpupool.domain.jobs import JobSpec, JobStatus, Role
 from gpupool.scheduler.types import Placement
 from gpupool.services import auth, jobs, quotas, users
-from gpupool.services.access import Principal
+from gpupool.services.core import Principal
 from gpupool.services.snapshots import SnapshotBuilder, placement_json
 from gpupool.services.usage import UsageTracker, decayed_gpu_seconds
 from gpupool.store.db import Database, prepare

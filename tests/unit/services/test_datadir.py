@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from gpupool.errors import DataDirInUse
-from gpupool.services.datadir import DataDirLock, Holder, current_holder
+from gpupool.services.core import DataDirLock, current_holder
+from gpupool.services.core._datadir import Holder
 
 
 def test_one_holder_at_a_time_and_the_next_after_release(tmp_path: Path) -> None:

@@ -7,7 +7,8 @@ import os
 from pathlib import Path
 
 from gpupool.executors.usage import FilesScan, NodeFiles, tree_bytes
-from gpupool.services.datadir import RESERVE_FILE, Reserve
+from gpupool.services.core import Reserve
+from gpupool.services.core._datadir import RESERVE_FILE
 from gpupool.services.storage import StorageScan, TeamFiles, TeamUsage
 from gpupool.settings import Settings
 

@@ -15,13 +15,8 @@ from gpupool.scheduler.types import (
     Snapshot,
     TeamQuota,
 )
-from gpupool.services.eta import (
-    DEFAULT_DURATION,
-    NOT_YET,
-    Bounds,
-    Durations,
-    predict,
-)
+from gpupool.services.core import NOT_YET, Bounds
+from gpupool.services.eta import DEFAULT_DURATION, Durations, predict
 from gpupool.sim.engine import VirtualClock, cluster
 from gpupool.sim.forward import ForwardState, Running, Waiting, forward, held_request
 

@@ -27,7 +27,7 @@ from gpupool.domain.views import (
     WhoAmIView,
 )
 from gpupool.services import history, teams, tokens, users
-from gpupool.services.access import Principal
+from gpupool.services.core import Principal
 
 router = APIRouter(tags=["admin"])
 SignedIn = Annotated[Principal, allow(Rule.SIGNED_IN)]

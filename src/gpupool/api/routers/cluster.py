@@ -13,7 +13,7 @@ from gpupool.api.schemas import Strict
 from gpupool.domain.text import Text
 from gpupool.domain.views import ClusterView, JoinView
 from gpupool.services import cluster
-from gpupool.services.access import Principal
+from gpupool.services.core import Principal
 
 router = APIRouter(prefix="/cluster", tags=["cluster"])
 

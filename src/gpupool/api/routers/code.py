@@ -11,7 +11,7 @@ from gpupool.api.deps import PlatformDep
 from gpupool.domain.code import REF_EXAMPLE, REF_PATTERN
 from gpupool.domain.views import CodeLimitsView, CodeView
 from gpupool.services import code
-from gpupool.services.access import Principal
+from gpupool.services.core import Principal
 
 router = APIRouter(prefix="/code", tags=["code"])
 

@@ -20,7 +20,7 @@ from gpupool.domain.deployments import (
     UpdateRequest,
 )
 from gpupool.services import deployment_access, deployments
-from gpupool.services.access import Principal
+from gpupool.services.core import Principal
 
 router = APIRouter(prefix="/deployments", tags=["deployments"])
 Name = Annotated[str, Path(max_length=100, pattern=NAME_PATTERN, description="its name")]

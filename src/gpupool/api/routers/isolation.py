@@ -9,7 +9,7 @@ from fastapi import APIRouter
 from gpupool.api.access import Rule, allow
 from gpupool.api.deps import PlatformDep
 from gpupool.domain.isolation import IsolationStatus
-from gpupool.services.access import Principal
+from gpupool.services.core import Principal
 
 router = APIRouter(tags=["nodes"])
 

@@ -29,8 +29,7 @@ from gpupool.domain.views import (
     WhyView,
 )
 from gpupool.services import arrays, jobs, logs, why
-from gpupool.services.access import Principal
-from gpupool.services.context import Context
+from gpupool.services.core import Context, Principal
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 STREAM_TICK = 0.25  # seconds between reads of a log that has nothing new

@@ -10,7 +10,7 @@ from gpupool.api.access import Rule, allow
 from gpupool.api.deps import MAX_ID, Id, PlatformDep
 from gpupool.domain.metrics import JobMetricsView, MetricSummaryView
 from gpupool.services import metrics
-from gpupool.services.access import Principal
+from gpupool.services.core import Principal
 
 router = APIRouter(prefix="/jobs", tags=["metrics"])
 

@@ -13,7 +13,7 @@ from gpupool.api.schemas import Strict
 from gpupool.domain.models import ModelDetailView, ModelVersionView, ModelView
 from gpupool.domain.text import STORABLE
 from gpupool.services import models
-from gpupool.services.access import Principal
+from gpupool.services.core import Principal
 
 router = APIRouter(prefix="/models", tags=["models"])
 

@@ -11,7 +11,7 @@ from gpupool.api.deps import PlatformDep
 from gpupool.api.schemas import NodeDrain
 from gpupool.domain.views import NodeDetailView, NodeRemovedView, NodeView
 from gpupool.services import nodes
-from gpupool.services.access import Principal
+from gpupool.services.core import Principal
 
 router = APIRouter(prefix="/nodes", tags=["nodes"])
 SignedIn = Annotated[Principal, allow(Rule.SIGNED_IN)]

@@ -27,7 +27,7 @@ from gpupool.api.ui import ENV, PAGE_HEADERS
 from gpupool.domain.notebooks import IdleGpuView, NotebookRequest, NotebookView, base_path
 from gpupool.errors import GpupoolError, NotebookNotRunning, UpstreamUnavailable
 from gpupool.services import notebooks
-from gpupool.services.access import Principal
+from gpupool.services.core import Principal
 from gpupool.services.platform import Platform
 
 router = APIRouter(prefix="/notebooks", tags=["notebooks"])

@@ -10,7 +10,7 @@ from gpupool.api.access import Rule, allow
 from gpupool.api.deps import PlatformDep
 from gpupool.domain.views import PoolView
 from gpupool.services import pool
-from gpupool.services.access import Principal
+from gpupool.services.core import Principal
 
 router = APIRouter(prefix="/pool", tags=["nodes"])
 

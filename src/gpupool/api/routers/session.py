@@ -11,7 +11,7 @@ from gpupool.api.deps import PlatformDep, client_address, session_cookie_name, s
 from gpupool.api.schemas import LoginIn
 from gpupool.domain.views import HealthView, WhoAmIView
 from gpupool.services import cluster, identity
-from gpupool.services.access import Principal
+from gpupool.services.core import Principal
 
 router = APIRouter(tags=["session"])
 

@@ -19,9 +19,9 @@ from gpupool.domain.isolation import IsolationStatus
 from gpupool.domain.waiting import PendingReason
 from gpupool.executors.base import Executor
 from gpupool.scheduler.types import Clock, NodeCapacity
-from gpupool.services.access import Principal
-from gpupool.services.estimates import Forecast
-from gpupool.services.loop_stats import LoopStats
+from gpupool.services.core._access import Principal
+from gpupool.services.core._estimates import Forecast
+from gpupool.services.core._loop_stats import LoopStats
 from gpupool.settings import Settings
 from gpupool.store.db import Database
 

@@ -1,0 +1,38 @@
+"""What every capability of ``gpupool.services`` may use: the ports of the running server.
+
+``Context`` and ``LoopSide`` are what a service call sees of the server and its control loop;
+``Principal`` is who asks; ``Forecast`` and its parts are the loop's start estimates;
+``Watch`` is the thread every background look runs in; the clock, the loop's counters and the
+data directory's lock and reserve. This package imports no capability package, so each of
+them may import it without a cycle.
+"""
+
+from __future__ import annotations
+
+from gpupool.services.core._access import Principal
+from gpupool.services.core._clock import SystemClock
+from gpupool.services.core._context import Context, LoopSide, NodeRemoved
+from gpupool.services.core._datadir import DataDirLock, Reserve, current_holder
+from gpupool.services.core._estimates import NOT_YET, OUTRUN, Bounds, Duration, Estimate, Forecast
+from gpupool.services.core._loop_stats import LoopStats, StatsSnapshot
+from gpupool.services.core._watch import Watch
+
+__all__ = [
+    "Bounds",
+    "Context",
+    "DataDirLock",
+    "Duration",
+    "Estimate",
+    "Forecast",
+    "LoopSide",
+    "LoopStats",
+    "NOT_YET",
+    "NodeRemoved",
+    "OUTRUN",
+    "Principal",
+    "Reserve",
+    "StatsSnapshot",
+    "SystemClock",
+    "Watch",
+    "current_holder",
+]
