@@ -23,12 +23,12 @@ from fastapi.routing import APIRoute, iter_route_contexts
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
+import gpupool.services.cluster._nodes as nodes
 from gpupool.api.access import Rule, rule_of
 from gpupool.api.app import create_app
 from gpupool.api.deps import CSRF_HEADER, SAFE_METHODS, SESSION_COOKIE
 from gpupool.domain.inventory import NodeInventory
 from gpupool.executors.fake import NeverStartsExecutor
-from gpupool.services import nodes
 from gpupool.services.platform import Platform, open_platform
 from gpupool.store.models import JobModel, TeamModel, UserModel
 from tests.support.code import archive, ref, regular

@@ -123,7 +123,7 @@ class Pool:
         self.server.stop()
         kill_recorded(self.server.data_dir / "cluster" / "head.json")
         kill_leftovers(self.server.data_dir / "cluster" / "node" / "jobs")
-        from gpupool.services.cluster import ray_temp_dir
+        from gpupool.services.cluster._cluster import ray_temp_dir
         from gpupool.settings import Settings
 
         shutil.rmtree(ray_temp_dir(Settings(data_dir=self.server.data_dir)), ignore_errors=True)

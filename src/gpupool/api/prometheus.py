@@ -22,7 +22,7 @@ from prometheus_client.registry import Collector
 from starlette.concurrency import run_in_threadpool
 
 from gpupool.api.access import Rule, allow
-from gpupool.services import pool_metrics
+from gpupool.services import cluster
 from gpupool.services.core import Context, Principal
 
 PATH = "/metrics"
@@ -35,7 +35,7 @@ class PoolCollector(Collector):
         self.ctx = ctx
 
     def collect(self) -> Iterator[Metric]:
-        state = pool_metrics.read(self.ctx)
+        state = cluster.read_pool_metrics(self.ctx)
         yield _labelled(
             GaugeMetricFamily,
             "gpupool_gpus_in_use",

@@ -30,7 +30,7 @@ from gpupool.domain.text import escape_unstorable
 from gpupool.domain.units import format_bytes, format_duration
 from gpupool.domain.views import SubmitOptionsView
 from gpupool.errors import InvalidRequest, NotFound
-from gpupool.services import code, jobs, metrics, pool, teams, why
+from gpupool.services import cluster, code, jobs, metrics, teams, why
 from gpupool.services.core import Context, Principal
 
 HERE = Path(__file__).resolve().parent
@@ -330,7 +330,7 @@ def cluster_page(request: Request, ctx: PlatformDep, signed_in: SignedIn) -> Res
     if not signed_in:
         return to_login(request)
     who, csrf = signed_in
-    shown = pool.show_pool(ctx, who).model_dump(mode="json")
+    shown = cluster.show_pool(ctx, who).model_dump(mode="json")
     return render("cluster.html", who, csrf, page="cluster", pool=shown, isolation=ctx.isolation())
 
 

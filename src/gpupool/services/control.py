@@ -28,7 +28,8 @@ from gpupool.domain.jobs import JobSpec, JobStatus, Reason, StopReason
 from gpupool.domain.notebooks import token_env as notebook_token_env
 from gpupool.domain.waiting import PendingReason
 from gpupool.errors import StorageFull
-from gpupool.executors.base import Executor, GpuGrant, Handle, LaunchError, Observed, TaskSpec
+from gpupool.executors.base import Executor, Handle, LaunchError
+from gpupool.executors.task import GpuGrant, Observed, TaskSpec
 from gpupool.scheduler import schedule
 from gpupool.scheduler.types import (
     Clock,
@@ -40,14 +41,14 @@ from gpupool.scheduler.types import (
     Schedule,
 )
 from gpupool.services import arrays, stops, transitions
+from gpupool.services import cluster as node_service
 from gpupool.services import jobs as job_service
-from gpupool.services import nodes as node_service
 from gpupool.services.checkpoints import CheckpointWatcher, Watched
+from gpupool.services.cluster import node_addresses
 from gpupool.services.code import archive_path
 from gpupool.services.core import Forecast, LoopStats
 from gpupool.services.eta import EtaPredictor
 from gpupool.services.models import archive_path as model_archive
-from gpupool.services.nodes import node_addresses
 from gpupool.services.snapshots import SnapshotBuilder, gang_json
 from gpupool.settings import Settings
 from gpupool.store.db import Database

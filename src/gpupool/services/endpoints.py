@@ -23,7 +23,7 @@ from gpupool.cluster.relay import RelayTarget
 from gpupool.cluster.relay import connect as relay_connect
 from gpupool.domain.jobs import JobStatus
 from gpupool.runner import bridge
-from gpupool.services.nodes import node_addresses
+from gpupool.services.cluster import node_addresses
 from gpupool.store.models import AttemptModel, JobModel
 
 LOOPBACK = "127.0.0.1"

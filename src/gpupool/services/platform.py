@@ -17,7 +17,8 @@ from gpupool.executors.isolation import Isolation
 from gpupool.executors.local import LocalExecutor
 from gpupool.scheduler import schedule
 from gpupool.scheduler.types import Clock, Schedule
-from gpupool.services import auth, nodes
+from gpupool.services import auth
+from gpupool.services import cluster as cluster_service
 from gpupool.services.control import ControlLoop
 from gpupool.services.core import NodeRemoved, SystemClock
 from gpupool.services.metric_ingest import Ingester
@@ -62,7 +63,7 @@ class NodeWatcher:
         if self.on_inventory is not None:
             self.on_inventory(inventory)
         with self.db.session() as session:
-            nodes.register(session, inventory, self.clock.now())
+            cluster_service.register(session, inventory, self.clock.now())
         capacity = (inventory.cpus, inventory.memory_bytes, inventory.schedulable_gpus())
         changed, self._capacity = capacity != self._capacity, capacity
         return changed
@@ -107,7 +108,7 @@ class Platform:
     idle_watch: IdleWatch = field(init=False)  # stops notebooks that hold GPUs and idle
     storage: StorageWatch = field(init=False)  # teams' storage, the database's disk reserve
     # told a removed node's name after the commit; the cluster side sets it to stop the node
-    on_node_removed: NodeRemoved = field(default=nodes.nothing_to_stop)
+    on_node_removed: NodeRemoved = field(default=cluster_service.nothing_to_stop)
 
     def __post_init__(self) -> None:
         self.throttle = SignInThrottle.from_settings(self.settings)

@@ -25,7 +25,7 @@ from gpupool.errors import (
     StorageQuotaExceeded,
 )
 from gpupool.scheduler.types import ANY_MODEL, NodeCapacity, TeamQuota
-from gpupool.services import nodes as node_service
+from gpupool.services import cluster as node_service
 from gpupool.services import users
 from gpupool.store.models import JobModel, QuotaChangeModel, TeamModel
 

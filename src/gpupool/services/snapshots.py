@@ -32,7 +32,7 @@ from gpupool.scheduler.types import (
     Snapshot,
     TeamQuota,
 )
-from gpupool.services import nodes as node_service
+from gpupool.services import cluster as node_service
 from gpupool.services import users
 from gpupool.services.quotas import team_quotas
 from gpupool.services.usage import UsageTracker

@@ -11,7 +11,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from gpupool.domain.jobs import JobStatus, Reason, StopReason
-from gpupool.executors.base import Observed, PollResult
+from gpupool.executors.task import Observed, PollResult
 from gpupool.runner.network import NO_EGRESS
 from gpupool.services import jobs as job_service
 from gpupool.services import stops

@@ -5,8 +5,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import gpupool.services.cluster._nodes as nodes
 from gpupool.domain.jobs import JobSpec, Role
-from gpupool.services import jobs, nodes
+from gpupool.services import jobs
 from gpupool.services.core import Principal
 from gpupool.services.platform import open_platform
 from gpupool.services.snapshots import build_snapshot

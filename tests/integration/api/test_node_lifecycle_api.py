@@ -12,9 +12,9 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
+import gpupool.services.cluster._nodes as nodes
 from gpupool.domain.inventory import GpuDevice, NodeInventory, Source
 from gpupool.domain.units import GiB
-from gpupool.services import nodes
 from gpupool.services.platform import Platform
 from gpupool.store.models import PoolChangeModel
 from tests.support.platform import make_settings, refused, running_app, submit, wait_job

@@ -17,6 +17,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
+import gpupool.services.cluster._nodes as nodes
 from gpupool.domain.inventory import (
     GpuDevice,
     LinkKind,
@@ -26,7 +27,6 @@ from gpupool.domain.inventory import (
     RdmaPort,
 )
 from gpupool.domain.units import GiB
-from gpupool.services import nodes
 from gpupool.services.platform import Platform
 from tests.support.platform import make_settings, running_app
 from tests.support.server import ServerProcess

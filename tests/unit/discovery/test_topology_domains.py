@@ -23,7 +23,7 @@ from gpupool.domain.topology import gpu_domains
 from gpupool.domain.units import GiB
 from gpupool.scheduler import schedule
 from gpupool.scheduler.types import PendingJob, Snapshot
-from gpupool.services.nodes import capacity
+from gpupool.services.cluster import capacity
 from gpupool.settings import Settings
 from gpupool.store.models import NodeModel
 

@@ -9,7 +9,7 @@ import threading
 from dataclasses import dataclass, field
 
 from gpupool.cluster.process import RayStartError
-from gpupool.services.cluster import HEAD_RESTART_FIRST_S, HeadWatch
+from gpupool.services.cluster._cluster import HEAD_RESTART_FIRST_S, HeadWatch
 
 
 @dataclass

@@ -15,8 +15,8 @@ from gpupool.domain.inventory import GpuDevice, GpuLink, LinkKind, NodeInventory
 from gpupool.domain.nodes import NodeState
 from gpupool.domain.units import GiB
 from gpupool.domain.views import GpuView, HolderView, NodeView
-from gpupool.services.node_views import HostHeld, topology_view, usage_view
-from gpupool.services.pool import fabric_groups, summarize
+from gpupool.services.cluster._pool import fabric_groups, summarize
+from gpupool.services.cluster._views import HostHeld, topology_view, usage_view
 
 CAPTURES = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "captures"
 TOPO_CAPTURES = [

@@ -9,7 +9,7 @@ from fastapi import APIRouter
 from gpupool.api.access import Rule, allow
 from gpupool.api.deps import PlatformDep
 from gpupool.domain.views import PoolView
-from gpupool.services import pool
+from gpupool.services import cluster
 from gpupool.services.core import Principal
 
 router = APIRouter(prefix="/pool", tags=["nodes"])
@@ -20,4 +20,4 @@ def show_pool(ctx: PlatformDep, who: Annotated[Principal, allow(Rule.SIGNED_IN)]
     """Nodes up, drained and down, GPUs in use and free by model (a drained or down node's
     GPUs are not free), and every node by fabric group with its GPUs, topology matrix, NICs
     and what its jobs hold; another team's job shows only what it holds."""
-    return pool.show_pool(ctx, who)
+    return cluster.show_pool(ctx, who)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import gpupool.services.cluster._nodes as nodes
 from gpupool.domain.nodes import NodeState
 from gpupool.domain.views import (
     FabricGroupView,
@@ -16,7 +17,6 @@ from gpupool.domain.views import (
     PoolSummaryView,
     PoolView,
 )
-from gpupool.services import nodes
 from gpupool.services.core import Context, Principal
 
 

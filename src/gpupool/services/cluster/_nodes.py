@@ -28,8 +28,8 @@ from gpupool.domain.views import (
 )
 from gpupool.errors import NodeBusy, NotFound, OwnNodeKept
 from gpupool.scheduler.types import GpuCapacity, NodeCapacity
+from gpupool.services.cluster._views import HostHeld, node_event_view, node_view
 from gpupool.services.core import Context, Principal
-from gpupool.services.node_views import HostHeld, node_event_view, node_view
 from gpupool.store.models import (
     AttemptModel,
     JobModel,

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import gpupool
+import gpupool.services.cluster._nodes as nodes
 from gpupool.cluster.client import AgentUnavailable, CallFailed, ClusterClient, ClusterUnavailable
 from gpupool.cluster.executor import RayExecutor, api_address
 from gpupool.cluster.probe import HeadProbe, gcs_answers
@@ -40,7 +41,6 @@ from gpupool.domain.isolation import IsolationStatus
 from gpupool.domain.views import ClusterView, HealthView, JoinView
 from gpupool.errors import Conflict, NotAPool, NotFound, Unauthenticated
 from gpupool.scheduler.types import Clock
-from gpupool.services import nodes
 from gpupool.services.core import Context, Principal, Watch
 from gpupool.settings import Settings
 from gpupool.store.db import Database

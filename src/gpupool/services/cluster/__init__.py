@@ -1,0 +1,57 @@
+"""The pool's machines as services see them: nodes, the Ray cluster, the pool's views.
+
+Nodes are registered, drained, marked down and removed here (``_nodes``); the Ray pool's
+head, node and head watches and joins are in ``_cluster``; the pool page and its Prometheus
+figures in ``_pool`` and ``_pool_metrics``; node rows become read models in ``_views``. It
+imports only ``services.core`` of the services: identity, jobs and scheduling build on it.
+"""
+
+from __future__ import annotations
+
+from gpupool.services.cluster._cluster import (
+    Cluster,
+    NodeWatch,
+    describe,
+    health,
+    join,
+    join_token,
+    node_name,
+)
+from gpupool.services.cluster._nodes import (
+    ACTIVE,
+    capacity,
+    drain,
+    get_node,
+    list_nodes,
+    node_addresses,
+    nothing_to_stop,
+    register,
+    remove,
+    show_node,
+    undrain,
+)
+from gpupool.services.cluster._pool import show_pool
+from gpupool.services.cluster._pool_metrics import read as read_pool_metrics
+
+__all__ = [
+    "ACTIVE",
+    "Cluster",
+    "NodeWatch",
+    "capacity",
+    "describe",
+    "drain",
+    "get_node",
+    "health",
+    "join",
+    "join_token",
+    "list_nodes",
+    "node_addresses",
+    "node_name",
+    "nothing_to_stop",
+    "read_pool_metrics",
+    "register",
+    "remove",
+    "show_node",
+    "show_pool",
+    "undrain",
+]
