@@ -19,7 +19,7 @@ import pytest
 
 from gpupool.runner import cgroups
 from gpupool.runner.sandbox import members
-from gpupool.runner.spec import cgroup_name
+from gpupool.runner.wire import cgroup_name
 from tests.security.conftest import GPUS, Pool, _remove_account, stand_in_devices
 from tests.support.cli import Cli
 from tests.support.server import ServerProcess

@@ -17,6 +17,7 @@ from typing import Any
 import psutil
 
 from gpupool.executors.base import TaskSpec
+from gpupool.runner import wire
 from gpupool.runner.fence import table_name
 from gpupool.settings import Settings
 
@@ -33,19 +34,19 @@ def fence_spec(task: TaskSpec, settings: Settings, nft: str | None) -> dict[str,
         return None
     gang = (task.launch or {}).get("fence") or {}
     fence_dir = str(settings.jobs_dir / FENCE_DIR)
-    return {
-        "nft": nft,
-        "dir": fence_dir,
-        "table": table_name(fence_dir),
+    return wire.fence_json(
+        nft=nft,
+        fence_dir=fence_dir,
+        table=table_name(fence_dir),
         # the platform's accounts: root, and the server's (a root server runs jobs under
         # their users' accounts, never under these)
-        "platform_uids": sorted({0, os.geteuid()}),
-        "platform_pids": platform_pids(),
-        "open_ports": [settings.port],  # the server's API, where it runs on this node
-        "closed_ranges": [list(RAY_WORKER_PORTS)],
-        "rendezvous": list(gang.get("rendezvous") or []),
-        "peers": addresses(gang.get("peers") or []),
-    }
+        platform_uids=sorted({0, os.geteuid()}),
+        platform_pids=platform_pids(),
+        open_ports=[settings.port],  # the server's API, where it runs on this node
+        closed_ranges=[RAY_WORKER_PORTS],
+        rendezvous=list(gang.get("rendezvous") or []),
+        peers=addresses(gang.get("peers") or []),
+    )
 
 
 def platform_pids() -> list[int]:

@@ -30,7 +30,8 @@ from gpupool.executors.accounts import AccountError, Accounts
 from gpupool.executors.base import LaunchError, TaskSpec
 from gpupool.executors.fence import fence_spec
 from gpupool.executors.listening import ISOLATED_PORT
-from gpupool.runner.tenancy import conflict, within
+from gpupool.runner import wire
+from gpupool.runner.paths import conflict, within
 from gpupool.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -196,37 +197,30 @@ class Isolation:
     # -- what a runner is told ----------------------------------------------------------------
 
     def runner_spec(self, task: TaskSpec, job_dirs: list[str]) -> dict[str, Any]:
-        """The tenancy parts of an attempt's spec.json; LaunchError if its account is unusable."""
-        spec: dict[str, Any] = {
-            "protected": self.protected,
-            "limits": self.limits(task),
-            "gpu_shares": {g.uuid: g.share for g in task.gpu_grants},
-            "mps_pipe_dir": str(self.settings.mps_pipe_directory),
-            "gpu_sampler": self.settings.gpu_memory_sampler,  # the job's GPU metrics too
-        }
-        account = self._account(task)
-        if account is not None:
-            spec["account"] = account
+        """The tenancy parts of an attempt's spec.json (``runner.wire.tenancy_json``);
+        LaunchError if its account is unusable."""
         memory = {g.uuid: g.memory_bytes for g in task.gpu_grants if g.share < 1}
-        if memory:
-            spec["gpu_memory"] = {
-                "limits": memory,
-                "sampler": self.settings.gpu_memory_sampler,
-                "grace_seconds": self.settings.gpu_memory_grace_seconds,
-            }
-        if self.enabled:
-            spec["sandbox"] = self._sandbox(task, job_dirs)
-        fence = fence_spec(task, self.settings, self.nft)
-        if fence is not None:  # a gang's task over several nodes, on the node's network
-            spec["fence"] = fence
-        return spec
+        sampler = self.settings.gpu_memory_sampler
+        grace = self.settings.gpu_memory_grace_seconds
+        return wire.tenancy_json(
+            protected=self.protected,
+            limits=self.limits(task),
+            gpu_shares={g.uuid: g.share for g in task.gpu_grants},
+            mps_pipe_dir=str(self.settings.mps_pipe_directory),
+            gpu_sampler=sampler,
+            account=self._account(task),
+            gpu_memory=wire.gpu_memory_json(memory, sampler, grace) if memory else None,
+            sandbox=self._sandbox(task, job_dirs) if self.enabled else None,
+            # a gang's task over several nodes, on the node's network
+            fence=fence_spec(task, self.settings, self.nft),
+        )
 
     def limits(self, task: TaskSpec) -> dict[str, Any]:
         """Every attempt's cgroup limits: its CPUs, its --memory or the node's default, and
         its --pids or the node's task limit (so a fork bomb or a leak stays its own)."""
         memory = task.memory_bytes or self.default_memory()
         pids = min(task.pids or self.settings.job_pids_max, self.settings.job_pids_max)
-        return {"cpus": task.cpus, "memory_bytes": memory, "pids_max": pids}
+        return wire.limits_json(task.cpus, memory, pids)
 
     def default_memory(self) -> int:
         """GPUPOOL_JOB_DEFAULT_MEMORY, else the node's memory divided by its GPUs (or by 1)."""
@@ -243,12 +237,11 @@ class Isolation:
         return self.enabled and self.network_on and task.network == "isolated"
 
     def network(self, task: TaskSpec) -> dict[str, Any]:
-        """spec.json's ``sandbox.network`` (``runner.network.NetworkPolicy``)."""
+        """spec.json's ``sandbox.network`` (``runner.wire.NetworkPolicy``)."""
         if not self.isolates_network(task):
-            return {"mode": "host"}
+            return wire.network_json(isolated=False)
         port = ISOLATED_PORT if task.listen else None
-        api = {"port": self.api[0], "socket": self.api[1]} if self.api else None
-        return {"mode": "isolated", "egress": self.pasta, "port": port, "api": api}
+        return wire.network_json(isolated=True, egress=self.pasta, port=port, api=self.api)
 
     def job_path(self, path: str) -> str:
         """The PATH a sandboxed job gets when it sets none: the Python the sandbox shows first
@@ -271,15 +264,15 @@ class Isolation:
             raise LaunchError(str(e), user_message=str(e), reason="account_unusable") from e
 
     def _sandbox(self, task: TaskSpec, job_dirs: list[str]) -> dict[str, Any]:
-        return {
-            "bwrap": self.bwrap,
-            "setpriv": self.setpriv,
-            "readonly": self.readonly,
-            "readwrite": self.readwrite,
-            "hidden": self.protected,
-            "devices": self.devices.devices(list(task.gpu_uuids)),
-            "network": self.network(task),
-        }
+        return wire.sandbox_json(
+            bwrap=self.bwrap,
+            setpriv=self.setpriv,
+            readonly=self.readonly,
+            readwrite=self.readwrite,
+            hidden=self.protected,
+            devices=self.devices.devices(list(task.gpu_uuids)),
+            network=self.network(task),
+        )
 
     def readonly_paths(self) -> list[str]:
         paths = split_paths(self.settings.sandbox_system_paths)

@@ -39,7 +39,7 @@ from gpupool.executors.isolation import Isolation
 from gpupool.executors.listening import listen, listen_inside, recorded
 from gpupool.executors.outputs import Writable
 from gpupool.executors.remains import Remains, find_process
-from gpupool.runner import layout
+from gpupool.runner import layout, wire
 from gpupool.runner.network import leftover_egress
 from gpupool.runner.warmnet import WARM_DIR, sweep_warm
 
@@ -183,31 +183,49 @@ class LocalExecutor(Executor):
         self._reap_released()
         _validate(task)
         attempt_dir = self.attempt_dir(task.job_id, task.attempt)
-        spec = self._spec(task)
+        # the checkpoint and output directories are the job's, so every attempt of a job (a
+        # requeue after preemption) finds what the earlier ones left
+        checkpoint_dir = str(self.checkpoint_dir(task.job_id))
+        output_dir = str(self.job_dir(task.job_id) / "outputs")
+        command = list(task.command) if task.launch is None else self._launcher(task)
+        workspace = str(self.workspace_dir(task.user)) if task.workspace else None
+        env = {**self.base_env, **task.env}
         if task.listen and not self.socket_listeners:
             task = replace(task, network="host")  # the server reaches no socket of this node
         isolated = self._isolation is not None and self._isolation.isolates_network(task)
         host = self.listen_host or task.node_address
         listening = {}
         if task.listen:
-            env = spec["env"]
             listening = listen_inside(attempt_dir, env) if isolated else listen(task, host, env)
+        tenancy: dict[str, Any] = {}
         if self._isolation is not None:
-            job_dirs = [spec["output_dir"], spec["checkpoint_dir"]]
-            spec.update(self._isolation.runner_spec(task, job_dirs))
-            if "sandbox" in spec and "PATH" not in task.env:
-                spec["env"]["PATH"] = self._isolation.job_path(spec["env"].get("PATH", ""))
+            tenancy = self._isolation.runner_spec(task, [output_dir, checkpoint_dir])
+            if "sandbox" in tenancy and "PATH" not in task.env:
+                env["PATH"] = self._isolation.job_path(env.get("PATH", ""))
         try:
-            for directory in (attempt_dir, spec["checkpoint_dir"], spec["output_dir"]):
+            for directory in (attempt_dir, checkpoint_dir, output_dir):
                 Path(directory).mkdir(parents=True, exist_ok=True)
-            if "account" in spec and "sandbox" not in spec:
+            if "account" in tenancy and "sandbox" not in tenancy:
                 self._let_account_through(task.job_id)
         except OSError as e:
             raise _io_error(e, f"cannot create the directories of {attempt_dir}: {e}") from e
-        if task.code is not None:
-            spec["code_dir"] = str(self._unpack_code(task))
-        if task.model is not None:
-            spec["model_dir"] = str(self._unpack_model(task))
+        spec = wire.spec_json(
+            job_id=task.job_id,
+            attempt=task.attempt,
+            command=command,
+            env=env,
+            workdir=task.workdir,
+            gpu_uuids=list(task.gpu_uuids),
+            log_limit_bytes=task.log_limit_bytes,
+            stop_grace_seconds=task.stop_grace_seconds,
+            checkpoint_dir=checkpoint_dir,
+            output_dir=output_dir,
+            notify_fifo=str(self.jobs_dir / NOTIFY_FIFO),
+            workspace=workspace,
+            code_dir=str(self._unpack_code(task)) if task.code is not None else None,
+            model_dir=str(self._unpack_model(task)) if task.model is not None else None,
+            tenancy=tenancy,
+        )
         _write_spec_once(attempt_dir, spec)
         pid = self._spawn(attempt_dir, isolated)
         state = {
@@ -227,28 +245,6 @@ class LocalExecutor(Executor):
                 reason="invalid_task",
             )
         return self.jobs_dir.parent / WORKSPACES / user
-
-    def _spec(self, task: TaskSpec) -> dict[str, Any]:
-        """The runner's spec; the checkpoint and output directories are the job's, so every
-        attempt of a job (a requeue after preemption) finds what the earlier ones left."""
-        job_dir = self.job_dir(task.job_id)
-        command = list(task.command) if task.launch is None else self._launcher(task)
-        workspace = str(self.workspace_dir(task.user)) if task.workspace else None
-        return {
-            "workspace": workspace,
-            "version": layout.SPEC_VERSION,
-            "job_id": task.job_id,
-            "attempt": task.attempt,
-            "command": command,
-            "env": {**self.base_env, **task.env},
-            "workdir": task.workdir,
-            "gpu_uuids": list(task.gpu_uuids),
-            "log_limit_bytes": task.log_limit_bytes,
-            "stop_grace_seconds": task.stop_grace_seconds,
-            "checkpoint_dir": str(self.checkpoint_dir(task.job_id)),
-            "output_dir": str(job_dir / "outputs"),
-            "notify_fifo": str(self.jobs_dir / NOTIFY_FIFO),
-        }
 
     def _unpack_code(self, task: TaskSpec) -> Path:
         """The job's code snapshot, unpacked under its directory (once: see ``unpack_once``),

@@ -20,7 +20,7 @@ import psutil
 
 from gpupool.runner import cgroups
 from gpupool.runner.layout import STARTED_FILE, STATE_FILE, read_json
-from gpupool.runner.spec import cgroup_name
+from gpupool.runner.wire import cgroup_name
 
 # psutil and the runner compute create times the same way; allow for float noise and for a
 # boot time that the kernel reports slightly differently over time.

@@ -31,67 +31,23 @@ import contextlib
 import fcntl
 import ipaddress
 import os
-import re
 import subprocess
 
 from gpupool.runner.layout import atomic_write_json, process_create_time, read_json
-from gpupool.runner.spec import SpecError
+from gpupool.runner.wire import (
+    FENCE_TABLE_PREFIX,
+    FencePolicy,
+    SpecError,
+    ip_list,
+    port_list,
+    uid_list,
+)
 
 NOT_ENFORCED = "the node's network fence is not enforced"  # how its notes begin
-TABLE_PREFIX = "gpupool_fence"
 LOCK_FILE = ".lock"
 REJECT = "reject with tcp reset"
 NFT_SECONDS = 10.0  # how long nft may take to replace the table
 LISTEN = "0A"  # TCP_LISTEN in /proc/net/tcp's "st" column
-NETNS = re.compile(r"^/proc/\d+(/task/\d+)?/ns/net$")
-TABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
-
-
-class FencePolicy:
-    """spec.json's ``fence`` (only a task of a gang over several nodes has one)::
-
-    {"nft": nft's path or null, "dir": the node's fence directory, "table": the
-     node's table, "platform_uids": [socket owners the platform's ports accept],
-     "platform_pids": [roots of the node's platform processes] (optional: else all
-     the listeners of the platform's accounts),
-     "open_ports": [platform ports left open: the server's API], "closed_ranges":
-     [[first, last], ...] (Ray's worker ports), "rendezvous": [this task's gang's
-     ports on this node], "peers": [the gang's nodes' IP addresses], "netns": null, or
-     a /proc/PID[/task/TID]/ns/net to fence instead of the runner's own (tests)}
-    """
-
-    __slots__ = (
-        "nft",
-        "dir",
-        "table",
-        "platform_uids",
-        "platform_pids",
-        "open_ports",
-        "closed_ranges",
-        "rendezvous",
-        "peers",
-        "netns",
-    )
-
-    def __init__(self, raw: object) -> None:
-        if not isinstance(raw, dict):
-            raise SpecError("fence must be an object")
-        self.nft: str | None = _path(raw, "nft", optional=True)
-        self.dir: str = _path(raw, "dir")  # type: ignore[assignment] - not optional
-        self.table: str = _table(raw.get("table", TABLE_PREFIX))
-        self.platform_uids: list[int] = _uids(raw.get("platform_uids"))
-        pids = raw.get("platform_pids") or []
-        if not isinstance(pids, list) or not all(_is_id(p) and p > 0 for p in pids):
-            raise SpecError("fence.platform_pids must be a list of process ids")
-        self.platform_pids: list[int] = pids
-        self.open_ports: list[int] = _ports(raw, "open_ports")
-        self.closed_ranges: list[tuple[int, int]] = _ranges(raw.get("closed_ranges"))
-        self.rendezvous: list[int] = _ports(raw, "rendezvous")
-        self.peers: list[str] = _peers(raw.get("peers"))
-        netns = raw.get("netns")
-        if netns is not None and not (isinstance(netns, str) and NETNS.match(netns)):
-            raise SpecError("fence.netns must be /proc/PID[/task/TID]/ns/net or null")
-        self.netns: str | None = netns
 
 
 class Fence:
@@ -245,7 +201,7 @@ def table_name(fence_dir: str) -> str:
     import hashlib
 
     digest = hashlib.sha256(os.path.realpath(fence_dir).encode()).hexdigest()[:10]
-    return f"{TABLE_PREFIX}_{digest}"
+    return f"{FENCE_TABLE_PREFIX}_{digest}"
 
 
 def _from_elsewhere(ports: str, peers: list[str]) -> list[str]:
@@ -337,67 +293,9 @@ def _runner_alive(gang: dict[str, object]) -> bool:
 
 def _well_formed(gang: dict[str, object]) -> bool:
     try:
-        _uids([gang.get("uid")])
-        _ports(gang, "rendezvous")
-        _peers(gang.get("peers"))
+        uid_list([gang.get("uid")])
+        port_list(gang, "rendezvous")
+        ip_list(gang.get("peers"))
     except SpecError:
         return False
     return True
-
-
-def _path(raw: dict[str, object], key: str, optional: bool = False) -> str | None:
-    value = raw.get(key)
-    if value is None and optional:
-        return None
-    if not isinstance(value, str) or not value.startswith("/"):
-        raise SpecError(f"fence.{key} must be an absolute path" + (" or null" if optional else ""))
-    return value
-
-
-def _table(value: object) -> str:
-    if not isinstance(value, str) or not TABLE.match(value):
-        raise SpecError("fence.table must be an nftables name (letters, digits, '_')")
-    return value
-
-
-def _uids(value: object) -> list[int]:
-    if not isinstance(value, list) or not value or not all(_is_id(v) for v in value):
-        raise SpecError("fence.platform_uids must be a non-empty list of uids")
-    return value
-
-
-def _ports(raw: dict[str, object], key: str) -> list[int]:
-    value = raw.get(key) or []
-    if not isinstance(value, list) or not all(_is_port(v) for v in value):
-        raise SpecError(f"fence.{key} must be a list of TCP ports")
-    return value
-
-
-def _ranges(value: object) -> list[tuple[int, int]]:
-    ranges = []
-    for item in value or []:
-        if not (isinstance(item, list) and len(item) == 2 and all(_is_port(p) for p in item)):
-            raise SpecError("fence.closed_ranges must be [[first, last], ...] of TCP ports")
-        if item[0] > item[1]:
-            raise SpecError("fence.closed_ranges: a range's first port comes before its last")
-        ranges.append((item[0], item[1]))
-    return ranges
-
-
-def _peers(value: object) -> list[str]:
-    if value is None:
-        return []
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise SpecError("fence.peers must be a list of IP addresses")
-    try:
-        return [str(ipaddress.ip_address(v)) for v in value]
-    except ValueError as e:
-        raise SpecError(f"fence.peers must be a list of IP addresses: {e}") from e
-
-
-def _is_id(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
-def _is_port(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and 0 < value < 65536

@@ -22,7 +22,6 @@ import os
 
 # No pathlib or typing here: they would add milliseconds to every runner start.
 
-SPEC_VERSION = 1
 SPEC_FILE = "spec.json"
 STARTED_FILE = "started"
 STATE_FILE = "state.json"

@@ -22,7 +22,7 @@ import signal
 import subprocess
 import time
 
-from gpupool.runner.spec import SpecError
+from gpupool.runner.wire import NetworkPolicy
 
 LISTEN_SOCKET = "listen.sock"  # in the attempt directory
 NO_EGRESS = "the job has no network egress"  # how its notes begin (the NoEgress event)
@@ -42,29 +42,6 @@ PASTA_OPTIONS = (
     "none",
     "--no-map-gw",
 )
-
-
-class NetworkPolicy:
-    """spec.json's ``sandbox.network``: ``{"mode": "isolated", "egress": pasta's path or
-    null, "port": the port a serving workload listens on inside, or null, "api": {"port":
-    where the workload's own loopback offers the platform's API (``gpupool`` in a notebook's
-    terminal), "socket": the server's Unix socket the bridge relays it to} or null}``. Mode
-    ``host`` (or no object at all) keeps the node's network."""
-
-    __slots__ = ("isolated", "egress", "port", "api")
-
-    def __init__(self, raw: object) -> None:
-        if raw is None:
-            raw = {"mode": "host"}
-        if not isinstance(raw, dict) or raw.get("mode") not in ("isolated", "host"):
-            raise SpecError("sandbox.network.mode must be 'isolated' or 'host'")
-        self.isolated: bool = raw["mode"] == "isolated"
-        egress = raw.get("egress")
-        if egress is not None and not (isinstance(egress, str) and egress.startswith("/")):
-            raise SpecError("sandbox.network.egress must be an absolute path or null")
-        self.egress: str | None = egress
-        self.port: int | None = _port(raw, "port")
-        self.api: tuple[int, str] | None = _api(raw.get("api"))
 
 
 class Network:
@@ -268,23 +245,6 @@ def runner_alive(pid_file: str) -> bool:
         return False
     now = process_create_time(pid)
     return now is not None and (created is None or abs(now - float(created)) < 1.0)
-
-
-def _port(raw: dict[str, object], key: str) -> int | None:
-    port = raw.get(key)
-    if port is not None and (not isinstance(port, int) or not 0 < port < 65536):
-        raise SpecError(f"sandbox.network.{key} must be a TCP port or null")
-    return port
-
-
-def _api(raw: object) -> tuple[int, str] | None:
-    if raw is None:
-        return None
-    path = raw.get("socket") if isinstance(raw, dict) else None
-    port = _port(raw, "port") if isinstance(raw, dict) else None
-    if port is None or not isinstance(path, str) or not path.startswith("/"):
-        raise SpecError("sandbox.network.api must be {port, socket} or null")
-    return port, path
 
 
 def is_pasta(pid: int) -> bool:

@@ -22,51 +22,13 @@ from __future__ import annotations
 
 import os
 
-from gpupool.runner.network import NetworkPolicy
-from gpupool.runner.spec import SpecError
-from gpupool.runner.tenancy import within
+from gpupool.runner.paths import within
+from gpupool.runner.wire import SandboxPolicy, SpecError
 
 SANDBOX_ENV_FILE = "/run/gpupool/env"
 CGROUP_ROOT = "/sys/fs/cgroup"
 SHIM = '. /run/gpupool/env && exec "$@"'
 SETPRIV_DROP = ("--inh-caps=-all", "--bounding-set=-all", "--no-new-privs")
-
-
-class SandboxPolicy:
-    """What the sandbox shows, from spec.json's ``sandbox`` object.
-
-    ``readonly``: host paths shown read-only at the same place (the system, the Python the
-    server runs on, an admin's dataset directories); a symbolic link is recreated as a link.
-    ``readwrite``: host paths an admin shares read-write with every job.
-    ``hidden``: paths never shown, even below a path that is (the data directory).
-    ``devices``: ``[host path, path inside]`` of each device node (the job's GPUs and the
-    NVIDIA control devices). ``mps_pipe_dir``: an MPS control daemon's directory, shown when
-    one runs. ``network``: the job's own network namespace or the node's
-    (``runner.network.NetworkPolicy``).
-    """
-
-    __slots__ = (
-        "bwrap",
-        "setpriv",
-        "shell",
-        "readonly",
-        "readwrite",
-        "hidden",
-        "devices",
-        "network",
-    )
-
-    def __init__(self, raw: object) -> None:
-        if not isinstance(raw, dict):
-            raise SpecError("sandbox must be an object")
-        self.bwrap: str = _path(raw, "bwrap")
-        self.setpriv: str | None = _optional_path(raw, "setpriv")
-        self.shell: str = raw.get("shell") or "/bin/sh"
-        self.readonly: list[str] = _paths(raw, "readonly")
-        self.readwrite: list[str] = _paths(raw, "readwrite")
-        self.hidden: list[str] = _paths(raw, "hidden")
-        self.devices: list[tuple[str, str]] = _devices(raw.get("devices"))
-        self.network = NetworkPolicy(raw.get("network"))
 
 
 def makes_user_namespace(account: dict[str, object] | None) -> bool:
@@ -250,32 +212,3 @@ def _account_switch(policy: SandboxPolicy, account: dict[str, object] | None) ->
 
 def _quote(value: str) -> str:
     return "'" + value.replace("'", "'\\''") + "'"
-
-
-def _path(raw: dict[str, object], key: str) -> str:
-    value = raw.get(key)
-    if not isinstance(value, str) or not value.startswith("/"):
-        raise SpecError(f"sandbox.{key} must be an absolute path")
-    return value
-
-
-def _optional_path(raw: dict[str, object], key: str) -> str | None:
-    return None if raw.get(key) is None else _path(raw, key)
-
-
-def _paths(raw: dict[str, object], key: str) -> list[str]:
-    value = raw.get(key) or []
-    if not isinstance(value, list) or not all(
-        isinstance(p, str) and p.startswith("/") for p in value
-    ):
-        raise SpecError(f"sandbox.{key} must be a list of absolute paths")
-    return value
-
-
-def _devices(value: object) -> list[tuple[str, str]]:
-    pairs = value or []
-    if not isinstance(pairs, list) or not all(
-        isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) for x in p) for p in pairs
-    ):
-        raise SpecError("sandbox.devices must be a list of [host path, path inside] pairs")
-    return [(host, inside) for host, inside in pairs]

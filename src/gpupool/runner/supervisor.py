@@ -36,7 +36,7 @@ from gpupool.runner.layout import (
     read_json,
 )
 from gpupool.runner.logsink import CappedLog
-from gpupool.runner.spec import RunnerSpec, SpecError, load_spec
+from gpupool.runner.wire import RunnerSpec, SpecError, load_spec
 from gpupool.runner.workload import Direct, Sandboxed
 
 READ_CHUNK = 1 << 20  # bytes per os.read of the workload's pipe
@@ -586,11 +586,13 @@ class Runner:
 
     def _write_state(self, retry: bool = False) -> bool:
         """Write state.json. An exit record (``retry``) is retried until it is written: the
-        disk may be full for a while, and the job's real exit code must reach the server."""
+        disk may be full for a while, and the job's real exit code must reach the server;
+        it alone is synced to disk (what runs now means nothing after the machine crashed,
+        and the two syncs would delay every start by milliseconds)."""
         failures = 0
         while True:
             try:
-                atomic_write_json(self._path(STATE_FILE), self.record)
+                atomic_write_json(self._path(STATE_FILE), self.record, durable=retry)
             except OSError as e:
                 if failures == 0:
                     with contextlib.suppress(OSError):

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import os
 
+from gpupool.runner import sandbox
 from gpupool.runner.layout import CODE_NOT_EXECUTABLE, CODE_NOT_FOUND, CODE_RUNNER_ERROR
-from gpupool.runner.spec import RunnerSpec
+from gpupool.runner.paths import conflict, within
+from gpupool.runner.wire import RunnerSpec
 
 Problem = tuple[int, str]
 SANDBOX_TMP = "/tmp"
@@ -107,8 +109,6 @@ def missing_program(spec: RunnerSpec, env: dict[str, str]) -> Problem | None:
         return CODE_NOT_FOUND, f"command not found: {name}"
     if not _executable(found):
         return CODE_NOT_EXECUTABLE, f"command is not executable: {name} (permission denied)"
-    from gpupool.runner import sandbox  # here: sandbox imports this module
-
     visible = [os.path.realpath(p) for p in sandbox.visible_paths(spec.sandbox, spec.job_dirs())]
     if not any(within(os.path.realpath(found), p) for p in visible):
         return CODE_NOT_FOUND, (
@@ -127,8 +127,6 @@ def sandbox_argv(
     cgroup=None,  # noqa: ANN001
     network_given: bool = False,
 ) -> list[str]:
-    from gpupool.runner import sandbox
-
     cwd = spec.cwd()
     shared = mps_dir(spec)
     dirs = spec.job_dirs() + ([shared] if shared else [])
@@ -227,19 +225,6 @@ def which(name: str, path: str, cwd: str) -> str | None:
         if os.path.isabs(candidate) and _executable(candidate):
             return candidate
     return None
-
-
-def conflict(path: str, protected: list[str], above_too: bool = True) -> str | None:
-    """The protected path that ``path`` lies in (or above, with ``above_too``: a sandbox
-    hides what a working directory holds of them, an unsandboxed job would see it)."""
-    for secret in protected:
-        if within(path, secret) or (above_too and within(secret, path)):
-            return secret
-    return None
-
-
-def within(path: str, parent: str) -> bool:
-    return path == parent or path.startswith(parent.rstrip("/") + "/")
 
 
 def _executable(path: str) -> bool:

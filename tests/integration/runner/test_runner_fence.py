@@ -22,6 +22,7 @@ import pytest
 from runner_harness import RunnerHarness, nobody, wait_for
 
 from gpupool.runner import fence
+from gpupool.runner.wire import FencePolicy
 
 T = TypeVar("T")
 NFT = shutil.which("nft", path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin")
@@ -154,7 +155,7 @@ def test_the_rules_of_a_runner_killed_with_9_go_at_the_next_update(
     assert f"dport {rendezvous}" in netns.table(table), "nothing took them out yet"
     assert netns.connect(platform, OTHER_JOB_UID) == "ConnectionRefusedError"
 
-    assert fence.update(fence.FencePolicy(policy)) is None  # as the next gang's start does
+    assert fence.update(FencePolicy(policy)) is None  # as the next gang's start does
     assert netns.table(table) == ""
     assert netns.connect(rendezvous, OTHER_JOB_UID) == "CONNECTED"
 

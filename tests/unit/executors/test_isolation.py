@@ -14,7 +14,8 @@ from gpupool.executors.accounts import Account
 from gpupool.executors.base import GpuGrant, TaskSpec
 from gpupool.executors.isolation import DeviceMap, Isolation, protected_paths
 from gpupool.runner import cgroups
-from gpupool.runner.sandbox import SandboxPolicy, bwrap_argv, env_file
+from gpupool.runner.sandbox import bwrap_argv, env_file
+from gpupool.runner.wire import SandboxPolicy
 from gpupool.settings import Settings
 
 GIB = 1024**3

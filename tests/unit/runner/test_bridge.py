@@ -12,8 +12,6 @@ from pathlib import Path
 import pytest
 
 from gpupool.runner import bridge
-from gpupool.runner.network import NetworkPolicy
-from gpupool.runner.spec import SpecError
 
 
 @pytest.fixture
@@ -90,21 +88,3 @@ def test_a_socket_path_longer_than_the_kernel_takes_still_works(
 def test_no_socket_means_refused(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
         bridge.handoff(str(tmp_path / "gone.sock"))
-
-
-def test_the_network_policy_is_checked() -> None:
-    assert not NetworkPolicy(None).isolated
-    policy = NetworkPolicy(
-        {"mode": "isolated", "egress": "/usr/bin/pasta", "port": 8000, "api": None}
-    )
-    assert policy.isolated and policy.port == 8000 and policy.api is None
-    api = NetworkPolicy({"mode": "isolated", "api": {"port": 8765, "socket": "/d/api.sock"}})
-    assert api.api == (8765, "/d/api.sock") and api.egress is None
-    for bad in (
-        {"mode": "bridge"},
-        {"mode": "isolated", "egress": "pasta"},
-        {"mode": "isolated", "port": 70000},
-        {"mode": "isolated", "api": {"port": 1}},
-    ):
-        with pytest.raises(SpecError):
-            NetworkPolicy(bad)

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from gpupool.runner import cgroups
-from gpupool.runner.sandbox import SandboxPolicy, bwrap_argv
+from gpupool.runner.sandbox import bwrap_argv
+from gpupool.runner.wire import SandboxPolicy
 
 GIB = 1024**3
 NAME = f"job-7-attempt-1-{os.getpid():010d}"  # a name of its own for each test process

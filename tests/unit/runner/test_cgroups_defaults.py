@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from gpupool.domain.inventory import GpuDevice, NodeInventory
 from gpupool.executors.base import TaskSpec
 from gpupool.executors.isolation import Isolation
-from gpupool.runner.spec import RunnerSpec
+from gpupool.runner.wire import RunnerSpec
 from gpupool.settings import Settings
 
 GIB = 1024**3

@@ -14,9 +14,9 @@ from gpupool.executors.base import TaskSpec
 from gpupool.executors.fence import RAY_WORKER_PORTS, fence_spec
 from gpupool.executors.gang import planned
 from gpupool.runner import fence
-from gpupool.runner.fence import FencePolicy, listeners, live_gangs, render
+from gpupool.runner.fence import listeners, live_gangs, render
 from gpupool.runner.layout import atomic_write_json, process_create_time
-from gpupool.runner.spec import SpecError
+from gpupool.runner.wire import FencePolicy, SpecError
 from gpupool.settings import Settings
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpupool.runner.sandbox import SandboxPolicy, bwrap_argv
-from gpupool.runner.spec import RunnerSpec
+from gpupool.runner.sandbox import bwrap_argv
+from gpupool.runner.wire import RunnerSpec, SandboxPolicy
 
 
 def test_the_model_directory_is_bound_read_only_over_the_hidden_data_directory(
