@@ -586,13 +586,11 @@ class Runner:
 
     def _write_state(self, retry: bool = False) -> bool:
         """Write state.json. An exit record (``retry``) is retried until it is written: the
-        disk may be full for a while, and the job's real exit code must reach the server;
-        it alone is synced to disk (what runs now means nothing after the machine crashed,
-        and the two syncs would delay every start by milliseconds)."""
+        disk may be full for a while, and the job's real exit code must reach the server."""
         failures = 0
         while True:
             try:
-                atomic_write_json(self._path(STATE_FILE), self.record, durable=retry)
+                atomic_write_json(self._path(STATE_FILE), self.record)
             except OSError as e:
                 if failures == 0:
                     with contextlib.suppress(OSError):
