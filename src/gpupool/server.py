@@ -15,8 +15,8 @@ from gpupool.cli.output import CliError
 if TYPE_CHECKING:
     from gpupool.domain.inventory import NodeInventory
     from gpupool.services.core import DataDirLock
+    from gpupool.services.identity import RecoveredToken
     from gpupool.services.platform import Platform
-    from gpupool.services.recovery import RecoveredToken
     from gpupool.settings import Settings
 
 # The server's heavy modules (uvicorn, SQLAlchemy, Alembic, the app) are imported inside the
@@ -142,7 +142,7 @@ def admin_token(
     import time
 
     from gpupool.errors import GpupoolError
-    from gpupool.services.recovery import issue_admin_token
+    from gpupool.services.identity import issue_admin_token
     from gpupool.settings import Settings
 
     settings = Settings(**({"data_dir": data_dir} if data_dir is not None else {}))

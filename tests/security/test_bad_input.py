@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+import gpupool.services.identity._users as users
 from gpupool.domain.jobs import JobSpec
 from gpupool.executors.fake import NeverStartsExecutor
-from gpupool.services import users
 from gpupool.services.platform import Platform
 from gpupool.store.models import JobModel
 from tests.support.platform import make_settings, running_app, submit, wait_job

@@ -22,7 +22,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from gpupool.services import passwords
+import gpupool.services.identity._passwords as passwords
 from tests.security.conftest import run_as
 from tests.support.platform import create_user, make_settings, refused, running_app
 from tests.support.proxying import echo_command

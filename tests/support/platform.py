@@ -9,11 +9,12 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
+import gpupool.services.identity._auth as auth
+import gpupool.services.identity._users as users
 from gpupool.api.app import create_app
 from gpupool.executors.base import Executor
 from gpupool.scheduler import schedule
 from gpupool.scheduler.types import Clock, Schedule
-from gpupool.services import auth, users
 from gpupool.services.platform import Platform, open_platform
 from gpupool.settings import Settings
 from tests.support.cleanup import kill_leftovers

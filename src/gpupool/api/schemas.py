@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from gpupool.domain.arrays import ArraySpec
 from gpupool.domain.jobs import JobSpec, Role
 from gpupool.domain.text import STORABLE, Text
-from gpupool.services.quotas import Quota
+from gpupool.services.identity import Quota
 
 
 class Strict(BaseModel):

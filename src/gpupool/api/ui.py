@@ -30,7 +30,7 @@ from gpupool.domain.text import escape_unstorable
 from gpupool.domain.units import format_bytes, format_duration
 from gpupool.domain.views import SubmitOptionsView
 from gpupool.errors import InvalidRequest, NotFound
-from gpupool.services import cluster, code, jobs, metrics, teams, why
+from gpupool.services import cluster, code, identity, jobs, metrics, why
 from gpupool.services.core import Context, Principal
 
 HERE = Path(__file__).resolve().parent
@@ -453,8 +453,8 @@ def teams_page(
         return to_login(request)
     who, csrf = signed_in
     hours = hours if hours in PERIODS else "24"
-    shown = [t.model_dump(mode="json") for t in teams.list_teams(ctx, who)]
-    found = teams.team_history(ctx, who, float(hours), BUCKETS)
+    shown = [t.model_dump(mode="json") for t in identity.list_teams(ctx, who)]
+    found = identity.team_history(ctx, who, float(hours), BUCKETS)
     series = {s.team: s for s in found.teams}
     drawn = {
         name: charts.team_chart(

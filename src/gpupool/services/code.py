@@ -28,7 +28,7 @@ from gpupool.domain.units import format_bytes
 from gpupool.domain.views import CodeLimitsView, CodeView
 from gpupool.errors import CodeHashMismatch, CodeNotFound, CodeTooLarge
 from gpupool.executors import code as archives
-from gpupool.services import quotas
+from gpupool.services import identity
 from gpupool.services.core import Context, Principal
 from gpupool.services.incoming import Incoming
 from gpupool.settings import Settings
@@ -181,7 +181,7 @@ def _refuse_over_quota(ctx: Context, who: Principal) -> None:
     """StorageQuotaExceeded while a team of ``who`` is over its storage quota: an upload
     counts for each team of its uploader."""
     with ctx.db.reader() as session:
-        quotas.refuse_for_member(session, who.team_ids)
+        identity.refuse_for_member(session, who.team_ids)
 
 
 def _not_found(ref: str, where: str = "") -> CodeNotFound:

@@ -27,7 +27,7 @@ from gpupool.errors import AmbiguousDeployment, Forbidden, NoHealthyReplica, Not
 from gpupool.services.core import Principal
 from gpupool.services.deployment_ports import DeploymentContext
 from gpupool.services.deployments import get_deployment
-from gpupool.services.passwords import new_secret, secret_hash
+from gpupool.services.identity import new_secret, secret_hash
 from gpupool.services.routing import Route
 from gpupool.store.models import DeploymentKeyModel, DeploymentModel, UserModel
 

@@ -35,7 +35,7 @@ from gpupool.errors import (
 from gpupool.executors.isolation import protected_paths, within, workdir_conflict
 from gpupool.scheduler import infeasible_reason
 from gpupool.scheduler.types import NodeCapacity
-from gpupool.services import code, model_files, quotas, users
+from gpupool.services import code, identity, model_files
 from gpupool.services.core import Context, Principal
 from gpupool.services.job_views import attempt_view, event_view, job_view
 from gpupool.settings import Settings
@@ -152,7 +152,7 @@ def submit_options(ctx: Context, who: Principal) -> SubmitOptionsView:
     role may use (a submit beyond them is refused with priority_not_allowed), grace periods."""
     nodes, settings = ctx.loop.recent_nodes(), ctx.settings
     with ctx.db.reader() as session:
-        teams = [(t.id, t.name) for t in users.list_teams(session)]
+        teams = [(t.id, t.name) for t in identity.team_rows(session)]
     return SubmitOptionsView(
         teams=[name for team_id, name in teams if who.can_act_on_team(team_id)],
         own_teams=[name for team_id, name in teams if team_id in who.team_ids],
@@ -201,7 +201,7 @@ def admit(
     check_limits(principal, spec, limits)
     check_workdir(spec.workdir, limits.protected, limits.sandboxed)
     team = _team_for(session, principal, spec.team)
-    quotas.refuse_over_storage(team)  # it would be stopped at the next scan, files written
+    identity.refuse_over_storage(team)  # it would be stopped at the next scan, files written
     if spec.code is not None:
         code.require_usable(session, principal, spec.code, team.id, team.name)
     if spec.model is not None:
@@ -428,9 +428,9 @@ def finish(
 
 def _team_for(session: Session, principal: Principal, name: str | None) -> TeamModel:
     if name:
-        team = users.get_team(session, name)
+        team = identity.get_team(session, name)
         if not principal.can_act_on_team(team.id):
-            raise users.UnknownTeam(
+            raise identity.UnknownTeam(
                 f"you are not a member of team '{name}': submit to one of your teams"
             )
         return team
@@ -438,7 +438,7 @@ def _team_for(session: Session, principal: Principal, name: str | None) -> TeamM
         team = session.get(TeamModel, next(iter(principal.team_ids)))
         if team is not None:
             return team
-    mine = [t for t in users.list_teams(session) if t.id in principal.team_ids]
+    mine = [t for t in identity.team_rows(session) if t.id in principal.team_ids]
     if len(mine) == 1:
         return mine[0]
     if not mine:

@@ -51,7 +51,7 @@ from gpupool.errors import (
     SourceJobNotSucceeded,
 )
 from gpupool.executors import outputs
-from gpupool.services import jobs, quotas
+from gpupool.services import identity, jobs
 from gpupool.services.core import Context, Principal
 from gpupool.services.incoming import Incoming
 from gpupool.services.metrics import final_values
@@ -208,7 +208,7 @@ def load_source(ctx: Context, who: Principal, asked: Registration) -> Source:
         if not who.can_act_on_team(job.team_id):
             raise NotFound(f"no job {asked.job_id}: list your jobs with 'gpupool ls'")
         _check_team(asked.team, job.team.name)
-        quotas.refuse_over_storage(job.team)  # its files are over: it stores no more
+        identity.refuse_over_storage(job.team)  # its files are over: it stores no more
         _check_ended(asked.job_id, JobStatus(job.status), asked.allow_failed)
         return Source(
             name=asked.name,

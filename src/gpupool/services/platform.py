@@ -17,15 +17,15 @@ from gpupool.executors.isolation import Isolation
 from gpupool.executors.local import LocalExecutor
 from gpupool.scheduler import schedule
 from gpupool.scheduler.types import Clock, Schedule
-from gpupool.services import auth
 from gpupool.services import cluster as cluster_service
+from gpupool.services import identity
 from gpupool.services.control import ControlLoop
 from gpupool.services.core import NodeRemoved, SystemClock
+from gpupool.services.identity import SignInThrottle
 from gpupool.services.metric_ingest import Ingester
 from gpupool.services.notebook_watch import IdleWatch
 from gpupool.services.rollouts import DeploymentLoop
 from gpupool.services.storage import StorageWatch
-from gpupool.services.throttle import SignInThrottle
 from gpupool.settings import Settings
 from gpupool.store.db import Database, prepare
 
@@ -99,9 +99,9 @@ class Platform:
     loop: ControlLoop
     clock: Clock
     watcher: NodeWatcher | None
-    first_start: auth.Bootstrap | None = None
+    first_start: identity.Bootstrap | None = None
     cluster: Cluster | None = None  # the Ray pool, when the server runs one (--ray)
-    tokens: auth.TokenCache = field(default_factory=auth.TokenCache)
+    tokens: identity.TokenCache = field(default_factory=identity.TokenCache)
     throttle: SignInThrottle = field(init=False)  # failed sign-ins, counted since start
     ingester: Ingester = field(init=False)  # jobs' metrics, into the database, off the loop
     deployments: DeploymentLoop = field(init=False)  # replicas, health checks, /serve routes
@@ -178,7 +178,7 @@ def open_platform(
     prepare(db)
     _keep_private(settings)
     with db.session() as session:
-        first = auth.bootstrap(session, clock.now())
+        first = identity.bootstrap(session, clock.now())
     if settings.ray_enabled and executor is None:
         return _open_pool(settings, db, clock, decide, first)
     isolation = Isolation(settings, api=(settings.port, str(settings.api_socket)))
@@ -204,7 +204,7 @@ def _open_pool(
     db: Database,
     clock: Clock,
     decide: Schedule,
-    first: auth.Bootstrap | None,
+    first: identity.Bootstrap | None,
 ) -> Platform:
     """Ray mode: the head (or the cluster given), its nodes watched instead of this machine."""
     from gpupool.services.cluster import Cluster, NodeWatch

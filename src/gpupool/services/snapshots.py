@@ -33,8 +33,8 @@ from gpupool.scheduler.types import (
     TeamQuota,
 )
 from gpupool.services import cluster as node_service
-from gpupool.services import users
-from gpupool.services.quotas import team_quotas
+from gpupool.services import identity
+from gpupool.services.identity import team_quotas
 from gpupool.services.usage import UsageTracker
 from gpupool.settings import Settings
 from gpupool.store.db import Database
@@ -207,7 +207,7 @@ class SnapshotBuilder:
         # read as often as quotas: both change only when an admin says so
         weights = self._weights
         if weights is None or time.monotonic() - self._weights_at > self.quota_max_age:
-            weights = MappingProxyType(users.user_weights(session))
+            weights = MappingProxyType(identity.user_weights(session))
             if changes == self._changes:
                 self._weights, self._weights_at = weights, time.monotonic()
         return weights

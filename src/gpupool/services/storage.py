@@ -39,7 +39,7 @@ from gpupool.domain.units import format_bytes
 from gpupool.executors.local import WORKSPACES
 from gpupool.executors.usage import FilesScan, NodeFiles
 from gpupool.scheduler.types import Clock
-from gpupool.services import stops, users
+from gpupool.services import identity, stops
 from gpupool.services.core import Reserve, Watch
 from gpupool.settings import Settings
 from gpupool.store.db import Database
@@ -184,7 +184,7 @@ class StorageWatch(Watch):
 def load(session: Session) -> list[TeamFiles]:
     """Step (1): each team not deleted, its quota, its jobs, its notebook users and what its
     archives take."""
-    teams = users.list_teams(session)
+    teams = identity.team_rows(session)
     ids = [team.id for team in teams]
     jobs: dict[int, dict[int, bool]] = {team_id: {} for team_id in ids}
     rows = session.execute(

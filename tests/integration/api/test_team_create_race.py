@@ -10,7 +10,7 @@ from pathlib import Path
 from sqlalchemy import event, insert
 from sqlalchemy.engine import Connection
 
-from gpupool.services import quotas
+import gpupool.services.identity._quotas as quotas
 from gpupool.store.db import Database
 from gpupool.store.models import TeamModel
 from tests.support.platform import make_settings, running_app

@@ -9,9 +9,11 @@ from collections.abc import Iterator
 import pytest
 from sqlalchemy import update
 
+import gpupool.services.identity._quotas as quotas
+import gpupool.services.identity._users as users
 from gpupool.domain.jobs import JobSpec, JobStatus, Role
 from gpupool.scheduler.types import Placement
-from gpupool.services import auth, jobs, quotas, users
+from gpupool.services import identity, jobs
 from gpupool.services.core import Principal
 from gpupool.services.snapshots import SnapshotBuilder, placement_json
 from gpupool.services.usage import UsageTracker, decayed_gpu_seconds
@@ -27,7 +29,7 @@ def db(database_url: str) -> Iterator[Database]:
     database = Database(database_url)
     prepare(database)
     with database.session() as session:
-        auth.bootstrap(session, 0.0)
+        identity.bootstrap(session, 0.0)
         quotas.create_team(session, "ml", quotas.Quota({"A100": 2}, 4.0, 2.0), [], 0.0)
         users.create_user(session, "ann", Role.MEMBER, ["ml"], 0.0)
     yield database
@@ -148,7 +150,7 @@ def test_a_weight_changed_while_a_build_reads_is_read_again_by_the_next(
     """The control loop builds while an admin changes a weight: the build that read before
     the change (its transaction older than the commit) is not kept for the next ones."""
     builder = SnapshotBuilder()
-    read = users.user_weights
+    read = identity.user_weights  # the builder reads it through the identity package
 
     def read_then_change(session):  # noqa: ANN001, ANN202
         weights = read(session)  # what this build's transaction sees: before the change
@@ -157,9 +159,9 @@ def test_a_weight_changed_while_a_build_reads_is_read_again_by_the_next(
         builder.weights_changed()  # as the API announces it, after its commit
         return weights
 
-    monkeypatch.setattr(users, "user_weights", read_then_change)
+    monkeypatch.setattr(identity, "user_weights", read_then_change)
     with db.reader() as session:
         assert dict(builder.build(session, NOW).weights) == {}
-    monkeypatch.setattr(users, "user_weights", read)
+    monkeypatch.setattr(identity, "user_weights", read)
     with db.reader() as session:
         assert dict(builder.build(session, NOW).weights) == {"ann": 3.0}

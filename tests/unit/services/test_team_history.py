@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from gpupool.services.history import Window, _at, _spread, _waits
+from gpupool.services.identity._history import Window, _at, _spread, _waits
 
 HOUR = 3600.0
 WINDOW = Window(end=10 * HOUR, hours=4, buckets=4)  # buckets start at 6, 7, 8 and 9 h

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from gpupool.errors import TooManyAttempts, Unauthenticated
-from gpupool.services.throttle import SignInThrottle
+from gpupool.services.identity import SignInThrottle
 
 LOCAL = "127.0.0.1"
 

@@ -26,7 +26,7 @@ from gpupool.domain.views import (
     UserView,
     WhoAmIView,
 )
-from gpupool.services import history, teams, tokens, users
+from gpupool.services import identity
 from gpupool.services.core import Principal
 
 router = APIRouter(tags=["admin"])
@@ -38,7 +38,7 @@ TeamAdmin = Annotated[Principal, allow(Rule.TEAM_ADMIN)]
 @router.get("/teams", response_model=list[TeamView])
 def list_teams(ctx: PlatformDep, who: SignedIn) -> list[TeamView]:
     """Each team you can see, with its quota, the GPUs it holds and its pending job count."""
-    return teams.list_teams(ctx, who)
+    return identity.list_teams(ctx, who)
 
 
 @router.get("/teams/history", response_model=TeamHistoryView)
@@ -46,22 +46,22 @@ def team_history(
     ctx: PlatformDep,
     who: SignedIn,
     hours: Annotated[float, Query(gt=0, le=24 * 90)] = 24.0,
-    buckets: Annotated[int, Query(ge=1, le=history.MAX_BUCKETS)] = 48,
+    buckets: Annotated[int, Query(ge=1, le=identity.MAX_BUCKETS)] = 48,
 ) -> TeamHistoryView:
     """Each team you can see: GPUs held, GPUs wanted and its fair share, over the last hours."""
-    return teams.team_history(ctx, who, hours, buckets)
+    return identity.team_history(ctx, who, hours, buckets)
 
 
 @router.post("/teams", status_code=status.HTTP_201_CREATED, response_model=TeamView)
 def create_team(body: TeamCreate, ctx: PlatformDep, _who: Admin) -> TeamView:
-    return teams.create_team(ctx, body.name, body.quota())
+    return identity.create_team(ctx, body.name, body.quota())
 
 
 @router.put("/teams/{name}/quota", response_model=TeamView)
 def set_quota(name: str, body: QuotaIn, ctx: PlatformDep, _who: Admin) -> TeamView:
     """Replace a team's quota: what the body leaves out takes its default, but for
     ``storage``, which stays as it is unless given (``null`` removes it)."""
-    return teams.set_quota(
+    return identity.set_quota(
         ctx, name, body.quota(), keep_storage="storage" not in body.model_fields_set
     )
 
@@ -70,7 +70,7 @@ def set_quota(name: str, body: QuotaIn, ctx: PlatformDep, _who: Admin) -> TeamVi
 def delete_team(name: str, ctx: PlatformDep, _who: Admin) -> TeamDeletedView:
     """Delete a team without pending or running jobs (else 409 team_not_empty); its members
     leave it, its finished jobs keep their records. The default team stays."""
-    return teams.delete_team(ctx, name)
+    return identity.delete_team(ctx, name)
 
 
 @router.put("/teams/{name}/members/{user}", response_model=UserView)
@@ -80,14 +80,14 @@ def add_member(
     """Make a user a member of the team: it sees and submits the team's jobs. ``admin`` in
     the body makes it a team admin of the team, or not; left out, that stays as it was. Pool
     admins and the team's admins may."""
-    return teams.add_member(ctx, who, name, user, body.admin if body else None)
+    return identity.add_member(ctx, who, name, user, body.admin if body else None)
 
 
 @router.delete("/teams/{name}/members/{user}", response_model=UserView)
 def remove_member(name: str, user: str, ctx: PlatformDep, who: TeamAdmin) -> UserView:
     """End a user's membership of the team; its jobs there stay in the team. Pool admins
     and the team's admins may."""
-    return teams.remove_member(ctx, who, name, user)
+    return identity.remove_member(ctx, who, name, user)
 
 
 @router.post("/whoami/password", response_model=WhoAmIView)
@@ -96,17 +96,17 @@ def change_password(
 ) -> WhoAmIView:
     """Change your own password: give the current one (unless you have none). Wrong ones
     are throttled as failed sign-ins are; web sessions opened with the old one end."""
-    return users.change_own_password(ctx, who, body.current, body.new, client_address(request))
+    return identity.change_own_password(ctx, who, body.current, body.new, client_address(request))
 
 
 @router.get("/users", response_model=list[UserView])
 def list_users(ctx: PlatformDep, _who: Admin) -> list[UserView]:
-    return users.list_users(ctx)
+    return identity.list_users(ctx)
 
 
 @router.post("/users", status_code=status.HTTP_201_CREATED, response_model=UserView)
 def create_user(body: UserCreate, ctx: PlatformDep, _who: Admin) -> UserView:
-    return users.add_user(
+    return identity.add_user(
         ctx,
         body.name,
         body.role,
@@ -120,22 +120,22 @@ def create_user(body: UserCreate, ctx: PlatformDep, _who: Admin) -> UserView:
 @router.patch("/users/{name}", response_model=UserView)
 def update_user(name: str, body: UserUpdate, ctx: PlatformDep, _who: Admin) -> UserView:
     """Change what the body gives; ``unix_user`` null clears it, leaving it out keeps it."""
-    return users.change_user(ctx, name, **body.model_dump(exclude_unset=True))
+    return identity.change_user(ctx, name, **body.model_dump(exclude_unset=True))
 
 
 @router.get("/tokens", response_model=list[TokenView])
 def list_tokens(ctx: PlatformDep, who: SignedIn) -> list[TokenView]:
     """Your tokens; an admin's: everyone's."""
-    return tokens.list_tokens(ctx, who)
+    return identity.list_tokens(ctx, who)
 
 
 @router.post("/tokens", status_code=status.HTTP_201_CREATED, response_model=TokenCreatedView)
 def create_token(body: TokenCreate, ctx: PlatformDep, who: SignedIn) -> TokenCreatedView:
     """A new token of yours (admins: of ``user`` too); its secret is shown this once."""
-    return tokens.create_token(ctx, who, body.name, body.user, body.expires_in_days)
+    return identity.create_token(ctx, who, body.name, body.user, body.expires_in_days)
 
 
 @router.delete("/tokens/{token_id}", response_model=TokenView)
 def revoke_token(token_id: Id, ctx: PlatformDep, who: SignedIn) -> TokenView:
     """Revoke one of your tokens (admins: anyone's); web sessions opened with it end."""
-    return tokens.revoke_token(ctx, who, token_id)
+    return identity.revoke_token(ctx, who, token_id)

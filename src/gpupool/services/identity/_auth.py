@@ -9,12 +9,18 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+import gpupool.services.identity._quotas as quotas
+import gpupool.services.identity._users as users
 from gpupool.domain.jobs import Role
 from gpupool.errors import NotFound, StorageFull, Unauthenticated
-from gpupool.services import quotas, users
 from gpupool.services.core import Principal
-from gpupool.services.passwords import DUMMY_HASH, new_secret, secret_hash, verify_password
-from gpupool.services.web_sessions import end_token_sessions
+from gpupool.services.identity._passwords import (
+    DUMMY_HASH,
+    new_secret,
+    secret_hash,
+    verify_password,
+)
+from gpupool.services.identity._web_sessions import end_token_sessions
 from gpupool.store.db import Database
 from gpupool.store.models import TokenModel, UserModel, WebSessionModel
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import gpupool.services.identity._auth as auth
 from gpupool.domain.views import WhoAmIView
 from gpupool.errors import CsrfFailed, NotFound, Unauthenticated
-from gpupool.services import auth
 from gpupool.services.core import Context, Principal
-from gpupool.services.user_views import who_am_i
+from gpupool.services.identity._views import who_am_i
 from gpupool.store.models import JobModel, UserModel
 
 

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 from sqlalchemy.exc import IntegrityError
 
+import gpupool.services.identity._history as history
+import gpupool.services.identity._quotas as quotas
+import gpupool.services.identity._users as users
 from gpupool.domain.views import (
     TeamDeletedView,
     TeamHistoryView,
@@ -17,9 +20,8 @@ from gpupool.domain.views import (
     UserView,
 )
 from gpupool.errors import Conflict
-from gpupool.services import history, quotas, users
 from gpupool.services.core import Context, Principal
-from gpupool.services.user_views import user_view
+from gpupool.services.identity._views import user_view
 from gpupool.store.models import TeamModel
 
 

@@ -35,9 +35,9 @@ from gpupool.errors import (
 )
 from gpupool.executors import accounts
 from gpupool.services.core import Context, Principal
-from gpupool.services.passwords import hash_password, verify_password
-from gpupool.services.user_views import user_view, who_am_i
-from gpupool.services.web_sessions import end_web_sessions
+from gpupool.services.identity._passwords import hash_password, verify_password
+from gpupool.services.identity._views import user_view, who_am_i
+from gpupool.services.identity._web_sessions import end_web_sessions
 from gpupool.store.models import JobModel, MembershipModel, TeamModel, UserModel
 
 NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")

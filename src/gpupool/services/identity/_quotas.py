@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+import gpupool.services.identity._users as users
 from gpupool.domain.jobs import JobStatus
 from gpupool.domain.units import format_bytes
 from gpupool.errors import (
@@ -26,7 +27,6 @@ from gpupool.errors import (
 )
 from gpupool.scheduler.types import ANY_MODEL, NodeCapacity, TeamQuota
 from gpupool.services import cluster as node_service
-from gpupool.services import users
 from gpupool.store.models import JobModel, QuotaChangeModel, TeamModel
 
 EPSILON = 1e-9

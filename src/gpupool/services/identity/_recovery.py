@@ -15,9 +15,10 @@ from pathlib import Path
 from sqlalchemy import inspect
 from sqlalchemy.orm import Session
 
+import gpupool.services.identity._auth as auth
+import gpupool.services.identity._users as users
 from gpupool.domain.jobs import Role
 from gpupool.errors import Forbidden, NotFound
-from gpupool.services import auth, users
 from gpupool.services.core import current_holder
 from gpupool.settings import Settings
 from gpupool.store.db import Database, prepare

@@ -3,11 +3,12 @@ opens its own transaction; ``services.auth`` makes and checks the tokens themsel
 
 from __future__ import annotations
 
+import gpupool.services.identity._auth as auth
+import gpupool.services.identity._users as users
 from gpupool.domain.views import TokenCreatedView, TokenView
 from gpupool.errors import NotFound
-from gpupool.services import auth, users
 from gpupool.services.core import Context, Principal
-from gpupool.services.user_views import token_view
+from gpupool.services.identity._views import token_view
 from gpupool.store.models import UserModel
 
 DAY = 86400.0
