@@ -21,9 +21,9 @@ from pathlib import Path
 
 from harness import FINAL, client, percentile, start_server, summary, wait_until
 
-from gpupool.executors.base import Observed, TaskSpec
 from gpupool.executors.isolation import Isolation
 from gpupool.executors.local import LocalExecutor
+from gpupool.executors.task import Observed, TaskSpec
 from gpupool.settings import Settings
 
 JOBS = 200

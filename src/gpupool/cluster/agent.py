@@ -29,9 +29,10 @@ from gpupool.discovery import discover_node
 from gpupool.domain.code import CodeLimits
 from gpupool.errors import GpupoolError
 from gpupool.executors import outputs
-from gpupool.executors.base import Handle, LaunchError, PollResult, task_from_json
+from gpupool.executors.base import Handle, LaunchError
 from gpupool.executors.isolation import Isolation
 from gpupool.executors.local import LAUNCH_DIR, WORKSPACES, LocalExecutor, default_base_env
+from gpupool.executors.task import PollResult, task_from_json
 from gpupool.executors.usage import FilesScan
 from gpupool.runner import layout
 from gpupool.settings import Settings

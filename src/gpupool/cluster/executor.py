@@ -28,16 +28,7 @@ from gpupool.domain.code import CodeLimits
 from gpupool.domain.isolation import IsolationStatus
 from gpupool.errors import NoModelFiles, OutputsUnreachable
 from gpupool.executors import outputs
-from gpupool.executors.base import (
-    Capabilities,
-    Executor,
-    Handle,
-    LaunchError,
-    Observed,
-    PollResult,
-    TaskSpec,
-    task_to_json,
-)
+from gpupool.executors.base import Capabilities, Executor, Handle, LaunchError
 from gpupool.executors.gang import (
     GangLog,
     combined,
@@ -49,6 +40,7 @@ from gpupool.executors.gang import (
     planned,
 )
 from gpupool.executors.outputs import Writable
+from gpupool.executors.task import Observed, PollResult, TaskSpec, task_to_json
 from gpupool.executors.usage import NodeFiles
 from gpupool.runner import layout
 from gpupool.settings import WILDCARD_ADDRESSES

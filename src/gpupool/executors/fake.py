@@ -16,9 +16,10 @@ from pathlib import Path
 
 from gpupool.domain.code import CodeLimits
 from gpupool.executors import outputs
-from gpupool.executors.base import Executor, Handle, LaunchError, Observed, PollResult, TaskSpec
+from gpupool.executors.base import Executor, Handle, LaunchError
 from gpupool.executors.local import LocalExecutor
 from gpupool.executors.outputs import Writable
+from gpupool.executors.task import Observed, PollResult, TaskSpec
 from gpupool.runner import layout
 
 STOPPED_CODE = 128 + signal.SIGTERM

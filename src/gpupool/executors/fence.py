@@ -16,7 +16,7 @@ from typing import Any
 
 import psutil
 
-from gpupool.executors.base import TaskSpec
+from gpupool.executors.task import TaskSpec
 from gpupool.runner import wire
 from gpupool.runner.fence import table_name
 from gpupool.settings import Settings

@@ -25,7 +25,7 @@ from gpupool.domain.launchers import (
     parse_launcher,
     plan_launch,
 )
-from gpupool.executors.base import Observed, PollResult, TaskSpec
+from gpupool.executors.task import Observed, PollResult, TaskSpec
 
 MPI_EXEC = "gpupool.runner.mpi_exec"  # the rsh agent and its service, in every task's sandbox
 

@@ -27,9 +27,10 @@ from gpupool.domain.inventory import NodeInventory
 from gpupool.domain.isolation import IsolationMode, IsolationStatus
 from gpupool.domain.units import parse_bytes
 from gpupool.executors.accounts import AccountError, Accounts
-from gpupool.executors.base import LaunchError, TaskSpec
+from gpupool.executors.base import LaunchError
 from gpupool.executors.fence import fence_spec
 from gpupool.executors.listening import ISOLATED_PORT
+from gpupool.executors.task import TaskSpec
 from gpupool.runner import wire
 from gpupool.runner.paths import conflict, within
 from gpupool.settings import Settings

@@ -16,7 +16,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gpupool.executors.base import LaunchError, TaskSpec, free_local_port
+from gpupool.executors.base import LaunchError, free_local_port
+from gpupool.executors.task import TaskSpec
 from gpupool.runner import layout
 from gpupool.runner.network import LISTEN_SOCKET
 

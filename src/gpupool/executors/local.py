@@ -34,11 +34,12 @@ from gpupool.domain.isolation import IsolationStatus
 from gpupool.errors import GpupoolError
 from gpupool.executors import code as archives
 from gpupool.executors import outputs
-from gpupool.executors.base import Executor, Handle, LaunchError, Observed, PollResult, TaskSpec
+from gpupool.executors.base import Executor, Handle, LaunchError
 from gpupool.executors.isolation import Isolation
 from gpupool.executors.listening import listen, listen_inside, recorded
 from gpupool.executors.outputs import Writable
 from gpupool.executors.remains import Remains, find_process
+from gpupool.executors.task import Observed, PollResult, TaskSpec
 from gpupool.runner import layout, wire
 from gpupool.runner.network import leftover_egress
 from gpupool.runner.warmnet import WARM_DIR, sweep_warm

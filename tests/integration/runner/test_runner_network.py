@@ -341,13 +341,13 @@ def _executor(root):  # noqa: ANN001, ANN202 - a LocalExecutor as a node's serve
 
 
 def _task(job: int, command: list[str]):  # noqa: ANN202 - a TaskSpec with a network of its own
-    from gpupool.executors.base import TaskSpec
+    from gpupool.executors.task import TaskSpec
 
     return TaskSpec(job, 1, "local", command, {}, None, [], 1 << 20, 1.0, network="isolated")
 
 
 def _wait_exit(executor, handle) -> None:  # noqa: ANN001
-    from gpupool.executors.base import Observed
+    from gpupool.executors.task import Observed
 
     wait_for(lambda: executor.poll(handle).observed == Observed.EXITED, 30, "the job exits")
 

@@ -14,8 +14,8 @@ from tests.support.cleanup import kill_leftovers
 from tests.support.waiting import wait_for
 
 from gpupool.cluster.lost import stop_own_work
-from gpupool.executors.base import Observed, TaskSpec
 from gpupool.executors.local import LocalExecutor
+from gpupool.executors.task import Observed, TaskSpec
 from gpupool.runner import layout
 
 SLEEPS = [sys.executable, "-c", "import time; print('ready', flush=True); time.sleep(600)"]

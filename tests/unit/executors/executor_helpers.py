@@ -10,7 +10,8 @@ import psutil
 from tests.support.cleanup import kill_leftovers  # noqa: F401 - used by the tests through here
 from tests.support.waiting import wait_for  # noqa: F401 - used by the tests through here
 
-from gpupool.executors.base import Executor, Handle, Observed, PollResult, TaskSpec
+from gpupool.executors.base import Executor, Handle
+from gpupool.executors.task import Observed, PollResult, TaskSpec
 
 T = TypeVar("T")
 

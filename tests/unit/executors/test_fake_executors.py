@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 from executor_helpers import py, task, wait_observed
 
-from gpupool.executors.base import LaunchError, Observed
+from gpupool.executors.base import LaunchError
 from gpupool.executors.fake import FailingExecutor, NeverStartsExecutor, SlowStartExecutor
+from gpupool.executors.task import Observed
 
 
 def test_never_starts_stays_starting_until_stopped(tmp_path: Path) -> None:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from executor_helpers import py, task, wait_for, wait_observed
 
-from gpupool.executors.base import Observed
 from gpupool.executors.local import LocalExecutor
+from gpupool.executors.task import Observed
 
 SLEEP = "import time; print('ready', flush=True); time.sleep(600)"
 

@@ -3,8 +3,8 @@ task to fail (in time) deciding its exit, a placeholder stopped after the end no
 
 from __future__ import annotations
 
-from gpupool.executors.base import Observed, PollResult
 from gpupool.executors.gang import combined
+from gpupool.executors.task import Observed, PollResult
 
 RUNNING = PollResult(Observed.RUNNING, started_at=10.0)
 

@@ -8,8 +8,8 @@ import json
 
 from executor_helpers import task
 
-from gpupool.executors.base import TaskSpec
 from gpupool.executors.gang import planned
+from gpupool.executors.task import TaskSpec
 
 PYTHON = "/opt/venv/bin/python3"
 AGENT = f"{PYTHON} -m gpupool.runner.mpi_exec rsh"

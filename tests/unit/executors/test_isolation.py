@@ -11,8 +11,8 @@ import pytest
 
 from gpupool.domain.inventory import GpuDevice, MigDevice, NodeInventory
 from gpupool.executors.accounts import Account
-from gpupool.executors.base import GpuGrant, TaskSpec
 from gpupool.executors.isolation import DeviceMap, Isolation, protected_paths
+from gpupool.executors.task import GpuGrant, TaskSpec
 from gpupool.runner import cgroups
 from gpupool.runner.sandbox import bwrap_argv, env_file
 from gpupool.runner.wire import SandboxPolicy

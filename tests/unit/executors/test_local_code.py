@@ -10,8 +10,9 @@ import pytest
 from executor_helpers import py, task, wait_observed
 from tests.support.code import archive, ref, regular, special
 
-from gpupool.executors.base import LaunchError, Observed
+from gpupool.executors.base import LaunchError
 from gpupool.executors.local import LocalExecutor
+from gpupool.executors.task import Observed
 
 # each attempt adds its number to a file of its working directory, then shows what is there
 APPEND = (

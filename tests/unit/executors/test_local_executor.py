@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 from executor_helpers import is_alive, py, task, wait_for, wait_observed, wait_until_file
 
-from gpupool.executors.base import LaunchError, Observed
+from gpupool.executors.base import LaunchError
 from gpupool.executors.local import LocalExecutor
 from gpupool.executors.remains import Remains
+from gpupool.executors.task import Observed
 
 SLEEP_READY = "import time; print('ready', flush=True); time.sleep(600)"
 IGNORES_SIGTERM = (

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from executor_helpers import py, task, wait_observed
 
-from gpupool.executors.base import Observed
 from gpupool.executors.local import LocalExecutor
+from gpupool.executors.task import Observed
 
 PRINT = "import os; print(os.environ['GPUPOOL_LISTEN_HOST'], os.environ['PORT'])"
 

@@ -9,8 +9,8 @@ import pytest
 from pydantic import ValidationError
 
 from gpupool.domain.inventory import GpuDevice, NodeInventory
-from gpupool.executors.base import TaskSpec
 from gpupool.executors.isolation import Isolation
+from gpupool.executors.task import TaskSpec
 from gpupool.runner.wire import RunnerSpec
 from gpupool.settings import Settings
 

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from gpupool.executors.base import TaskSpec
 from gpupool.executors.fence import RAY_WORKER_PORTS, fence_spec
 from gpupool.executors.gang import planned
+from gpupool.executors.task import TaskSpec
 from gpupool.runner import fence
 from gpupool.runner.fence import listeners, live_gangs, render
 from gpupool.runner.layout import atomic_write_json, process_create_time
