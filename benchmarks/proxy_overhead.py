@@ -38,7 +38,7 @@ from sqlalchemy import select
 
 from gpupool.domain.deployments import REPLICA_TOKEN_HEADER
 from gpupool.runner import bridge
-from gpupool.services.endpoints import endpoint_of
+from gpupool.services.jobs import endpoint_of
 from gpupool.settings import Settings
 from gpupool.store.db import Database
 from gpupool.store.models import DeploymentReplicaModel

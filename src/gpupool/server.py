@@ -240,10 +240,10 @@ def _open(settings: Settings) -> tuple[DataDirLock, Platform]:
 def _sweep_part_files(settings: Settings) -> None:
     """Remove the part files of uploads and model registrations that the last server left
     when it was killed (this one holds the data directory's lock: none is under way)."""
-    from gpupool.services import code, models
-    from gpupool.services.incoming import sweep_leftovers
+    from gpupool.services import jobs, models
+    from gpupool.services.jobs import sweep_leftovers
 
-    where = (settings.code_dir / code.INCOMING, settings.models_dir / models.INCOMING)
+    where = (settings.code_dir / jobs.CODE_INCOMING, settings.models_dir / models.INCOMING)
     removed = sweep_leftovers(where)
     if removed:
         console.print(

@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 from gpupool.cluster import relay
-from gpupool.services.endpoints import Endpoint, endpoint_of
+from gpupool.services.jobs import Endpoint, endpoint_of
 from gpupool.settings import Settings
 from gpupool.store.db import Database
 from tests.support.cli import Cli, wait_for, wait_status

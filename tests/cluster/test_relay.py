@@ -117,7 +117,7 @@ def test_the_secret_is_kept_for_an_agent_that_comes_back(tmp_path: Path) -> None
 
 
 def test_the_server_reads_a_relay_from_an_attempts_state_and_nothing_else() -> None:
-    from gpupool.services.endpoints import listens_at
+    from gpupool.services.jobs._endpoints import listens_at
 
     recorded = {"host": "10.0.0.5", "port": 41000, "key": "ab" * 32, "job_id": 7, "attempt": 2}
     state = {"node": "n1", "host": "127.0.0.1", "port": 8000, "relay": recorded}
@@ -133,7 +133,7 @@ def test_the_server_reads_a_relay_from_an_attempts_state_and_nothing_else() -> N
 
 def test_a_serving_attempt_whose_agent_gave_no_relay_has_no_endpoint() -> None:
     from gpupool.cluster.executor import _task_state
-    from gpupool.services.endpoints import listens_at
+    from gpupool.services.jobs._endpoints import listens_at
 
     local = {"attempt_dir": "/d", "host": "127.0.0.1", "port": 8000, "socket": "/d/listen.sock"}
     assert listens_at({"state": _task_state("n1", local)}) is None  # not the server's 8000

@@ -39,7 +39,7 @@ from gpupool.api.proxy import (
     refuse_websocket,
 )
 from gpupool.errors import GpupoolError, NotFound
-from gpupool.services.endpoints import Endpoint, endpoint_of
+from gpupool.services.jobs import Endpoint, endpoint_of
 from gpupool.services.platform import Platform
 from tests.support import echo_server
 from tests.support.platform import make_settings, running_app, submit, wait_job

@@ -7,7 +7,7 @@ from pathlib import Path
 import httpx
 import psutil
 
-from gpupool.services.endpoints import Endpoint
+from gpupool.services.jobs import Endpoint
 
 # Attempt 1 prints five lines, then runs until SIGTERM, which it answers with a last line;
 # attempt 2 prints twelve lines (more bytes than attempt 1: an offset carried over from

@@ -53,7 +53,7 @@ from gpupool.errors import (
     UpstreamUnavailable,
 )
 from gpupool.runner import bridge
-from gpupool.services.endpoints import Via
+from gpupool.services.jobs import Via
 
 log = logging.getLogger(__name__)
 

@@ -30,7 +30,7 @@ from gpupool.domain.text import escape_unstorable
 from gpupool.domain.units import format_bytes, format_duration
 from gpupool.domain.views import SubmitOptionsView
 from gpupool.errors import InvalidRequest, NotFound
-from gpupool.services import cluster, code, identity, jobs, metrics, why
+from gpupool.services import cluster, identity, jobs, metrics, why
 from gpupool.services.core import Context, Principal
 
 HERE = Path(__file__).resolve().parent
@@ -374,7 +374,7 @@ def submit_page(
         chosen_team=form.get("team") or _default_team(options),
         form=form,
         viewer=options.viewer,
-        max_code_bytes=code.limits(ctx).max_bytes,
+        max_code_bytes=jobs.code_limits(ctx).max_bytes,
         **_submit_choices(options),
     )
 

@@ -29,7 +29,7 @@ import h11
 
 from gpupool.cluster.relay import RelayTarget, connect_async
 from gpupool.runner import bridge
-from gpupool.services.endpoints import Via
+from gpupool.services.jobs import Via
 
 Headers = list[tuple[str, str]]
 Key = tuple[str, int] | str | RelayTarget  # a replica's kept-alive connections: how reached

@@ -40,14 +40,13 @@ from gpupool.scheduler.types import (
     Preemption,
     Schedule,
 )
-from gpupool.services import arrays, stops, transitions
-from gpupool.services import cluster as node_service
+from gpupool.services import cluster as cluster_service
 from gpupool.services import jobs as job_service
-from gpupool.services.checkpoints import CheckpointWatcher, Watched
 from gpupool.services.cluster import node_addresses
-from gpupool.services.code import archive_path
 from gpupool.services.core import Forecast, LoopStats
 from gpupool.services.eta import EtaPredictor
+from gpupool.services.jobs import CheckpointWatcher, Watched
+from gpupool.services.jobs import code_archive_path as archive_path
 from gpupool.services.models import archive_path as model_archive
 from gpupool.services.snapshots import SnapshotBuilder, gang_json
 from gpupool.settings import Settings
@@ -297,7 +296,7 @@ class ControlLoop:
             row.status, row.ended_at = "never_launched", self.clock.now()
             job = session.get(JobModel, row.job_id)
             message = f"attempt {row.number} never launched; requeued"
-            transitions.requeue(session, job, self.clock.now(), message)
+            job_service.requeue(session, job, self.clock.now(), message)
             return
         row.executor_state = self.executor.get_state(handle)
         observed = {"running": Observed.RUNNING, "orphaned": Observed.ORPHANED}.get(
@@ -343,7 +342,7 @@ class ControlLoop:
                 attempt = attempts[active.attempt_id]
                 if attempt.executor_state is None:
                     attempt.executor_state = self.executor.get_state(active.handle)
-                transitions.apply(session, attempt, jobs[active.job_id], result, now)
+                job_service.apply_transition(session, attempt, jobs[active.job_id], result, now)
                 started[active.attempt_id] = attempt.started_at
                 outcomes[active.attempt_id] = jobs[active.job_id].status
         for active, result in changed:  # committed: only now is it observed
@@ -385,10 +384,10 @@ class ControlLoop:
             if active.stop_sent:
                 continue
             if active.job_id in cancelled:
-                requests.append(stops.cancelled(active.attempt_id, active.job_id))
+                requests.append(job_service.cancelled(active.attempt_id, active.job_id))
             elif active.past_max_runtime(now):
                 requests.append(
-                    stops.past_max_runtime(
+                    job_service.past_max_runtime(
                         active.attempt_id, active.job_id, active.max_runtime, active.grace
                     )
                 )
@@ -415,19 +414,21 @@ class ControlLoop:
                 session.scalars(
                     select(JobModel.id).where(
                         JobModel.cancel_requested_at.is_not(None),
-                        JobModel.status.in_(node_service.ACTIVE),
+                        JobModel.status.in_(cluster_service.ACTIVE),
                     )
                 )
             )
 
-    def _stop(self, requests: list[stops.StopRequest]) -> None:
+    def _stop(self, requests: list[job_service.StopRequest]) -> None:
         """Record every stop in one transaction, then ask the executor (recorded first, so
         that the attempt's end is read the way the stop meant it)."""
         if not requests:
             return
         now = self.clock.now()
         with self.db.session() as session:
-            recorded = [request for request in requests if stops.record(session, request, now)]
+            recorded = [
+                request for request in requests if job_service.record_stop(session, request, now)
+            ]
         for request in recorded:
             self._active[request.attempt_id].stop_reason = request.reason
         for request in requests:
@@ -493,7 +494,7 @@ class ControlLoop:
         for active in self._active.values():
             by_job.setdefault(active.job_id, []).append(active)
         requests = [
-            stops.preempted(active.attempt_id, preemption)
+            job_service.preempted(active.attempt_id, preemption)
             for preemption in preemptions
             for active in by_job.get(preemption.job_id, ())
             if not active.stop_sent
@@ -679,7 +680,7 @@ class ControlLoop:
                 )
             if array_id is not None:  # an array's task: which one (gpupool's names, not the job's)
                 size = session.get(JobArrayModel, array_id).size
-                env = {**task.env, **arrays.array_env(array_id, array_index, size)}
+                env = {**task.env, **job_service.array_env(array_id, array_index, size)}
                 task = replace(task, env=env)
             if spec.listen:  # a notebook's or replica's token: told to it, never in its spec
                 task = replace(task, env={**task.env, **secret_env(session, part.job_id)})
@@ -733,7 +734,7 @@ class ControlLoop:
                 attempt.status, attempt.ended_at = "launch_failed", now
                 job = session.get(JobModel, task.job_id)
                 if error.reason in REQUEUED_LAUNCHES:  # the job did nothing wrong: it waits
-                    transitions.requeue(session, job, now, error.user_message)
+                    job_service.requeue(session, job, now, error.user_message)
                     continue
                 job_service.finish(
                     session, job, JobStatus.FAILED, now, Reason.LAUNCH_FAILED, error.user_message

@@ -37,17 +37,11 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gpupool.domain.jobs import JobStatus
+from gpupool.domain.policy import DEFAULT_POLICY, Policy
 from gpupool.domain.units import format_duration
 from gpupool.domain.waiting import PendingReason
 from gpupool.scheduler import schedule
-from gpupool.scheduler.types import (
-    DEFAULT_POLICY,
-    Allocation,
-    Clock,
-    Decisions,
-    Policy,
-    Snapshot,
-)
+from gpupool.scheduler.types import Allocation, Clock, Decisions, Snapshot
 from gpupool.services.core import (
     Bounds,
     Duration,

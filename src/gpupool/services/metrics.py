@@ -25,7 +25,7 @@ from gpupool.domain.metrics import (
 from gpupool.errors import InvalidRequest, NotFound
 from gpupool.services import jobs
 from gpupool.services.core import Context, Principal
-from gpupool.services.job_views import job_view
+from gpupool.services.jobs import job_view
 from gpupool.store.models import AttemptModel, JobMetricModel, MetricCursorModel
 
 UTILIZATION_SUFFIX = ".utilization"

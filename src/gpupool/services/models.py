@@ -53,7 +53,7 @@ from gpupool.errors import (
 from gpupool.executors import outputs
 from gpupool.services import identity, jobs
 from gpupool.services.core import Context, Principal
-from gpupool.services.incoming import Incoming
+from gpupool.services.jobs import Incoming
 from gpupool.services.metrics import final_values
 from gpupool.store.models import (
     ModelFileModel,

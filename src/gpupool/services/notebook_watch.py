@@ -26,7 +26,7 @@ from sqlalchemy import select
 from gpupool.domain.notebooks import Kernel, StopCause, Verdict, base_path, idle_message, judge
 from gpupool.services import metrics, notebooks
 from gpupool.services.core import Context, Watch
-from gpupool.services.endpoints import Via, client_via, endpoints_of
+from gpupool.services.jobs import Via, client_via, endpoints_of
 from gpupool.store.models import JobModel, NotebookModel
 
 log = logging.getLogger(__name__)

@@ -37,7 +37,7 @@ from gpupool.errors import NotebookActive, NotebookNotRunning, NotFound
 from gpupool.scheduler.types import NodeCapacity
 from gpupool.services import jobs as job_service
 from gpupool.services.core import Context, Principal
-from gpupool.services.endpoints import Via, endpoint_of
+from gpupool.services.jobs import Via, endpoint_of
 from gpupool.store.models import JobModel, NotebookModel
 
 MAX_LIST = 500

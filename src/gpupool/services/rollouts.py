@@ -39,8 +39,7 @@ from gpupool.errors import GpupoolError
 from gpupool.scheduler.types import Clock
 from gpupool.services import deployments
 from gpupool.services.core import LoopSide, Watch
-from gpupool.services.endpoints import Endpoint, Via, client_via, endpoints_of
-from gpupool.services.jobs import JobLimits
+from gpupool.services.jobs import Endpoint, JobLimits, Via, client_via, endpoints_of
 from gpupool.services.replicas import stop_replica_job, submit_replica
 from gpupool.services.routing import RoutingTable, Traffic, load_routes
 from gpupool.settings import Settings

@@ -22,7 +22,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gpupool.domain.deployments import REPLICA_TOKEN_HEADER, ReplicaState, TrafficView
-from gpupool.services.endpoints import Endpoint, endpoints_of
+from gpupool.services.jobs import Endpoint, endpoints_of
 from gpupool.store.models import (
     DeploymentKeyModel,
     DeploymentModel,

@@ -20,19 +20,18 @@ from sqlalchemy import Row, select
 from sqlalchemy.orm import Session
 
 from gpupool.domain.jobs import JobStatus, ResourceRequest
+from gpupool.domain.policy import DEFAULT_POLICY, Policy
 from gpupool.scheduler.types import (
-    DEFAULT_POLICY,
     Allocation,
     GpuShare,
     NodeCapacity,
     Nomination,
     PendingJob,
     Placement,
-    Policy,
     Snapshot,
     TeamQuota,
 )
-from gpupool.services import cluster as node_service
+from gpupool.services import cluster as cluster_service
 from gpupool.services import identity
 from gpupool.services.identity import team_quotas
 from gpupool.services.usage import UsageTracker
@@ -85,8 +84,8 @@ class NodeCache:
             for name, stamp, schedulable in rows:
                 known = self._nodes.get(name)
                 if known is None or known[:2] != (stamp, schedulable):
-                    node = node_service.get_node(session, name)
-                    self._nodes[name] = (stamp, schedulable, node_service.capacity(node))
+                    node = cluster_service.get_node(session, name)
+                    self._nodes[name] = (stamp, schedulable, cluster_service.capacity(node))
             self._checked_at = time.monotonic()
             return tuple(entry[2] for entry in self._nodes.values())
 
@@ -282,7 +281,7 @@ ACTIVE_ROWS = (
         AttemptModel,
         (AttemptModel.job_id == JobModel.id) & (AttemptModel.number == JobModel.attempts),
     )
-    .where(JobModel.status.in_(node_service.ACTIVE))
+    .where(JobModel.status.in_(cluster_service.ACTIVE))
 )
 
 

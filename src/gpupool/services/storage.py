@@ -39,7 +39,8 @@ from gpupool.domain.units import format_bytes
 from gpupool.executors.local import WORKSPACES
 from gpupool.executors.usage import FilesScan, NodeFiles
 from gpupool.scheduler.types import Clock
-from gpupool.services import identity, stops
+from gpupool.services import identity
+from gpupool.services import jobs as job_service
 from gpupool.services.core import Reserve, Watch
 from gpupool.settings import Settings
 from gpupool.store.db import Database
@@ -239,12 +240,14 @@ def stop_team(session: Session, usage: TeamUsage, now: float, message: str) -> i
         .join(JobModel, JobModel.id == AttemptModel.job_id)
         .where(
             JobModel.team_id == usage.team_id,
-            AttemptModel.status.in_(stops.ACTIVE_ATTEMPT),
+            AttemptModel.status.in_(job_service.ACTIVE_ATTEMPT),
             AttemptModel.stop_reason.is_(None),
         )
     ).all()
     recorded = [
-        stops.record(session, stops.over_storage_quota(attempt_id, job_id, message), now)
+        job_service.record_stop(
+            session, job_service.over_storage_quota(attempt_id, job_id, message), now
+        )
         for attempt_id, job_id in rows
     ]
     if any(recorded):

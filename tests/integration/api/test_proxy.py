@@ -17,7 +17,7 @@ from websockets.sync.client import connect
 
 from gpupool.domain.jobs import JobKind, JobSpec, JobStatus
 from gpupool.services import identity, jobs
-from gpupool.services.endpoints import endpoints_of
+from gpupool.services.jobs import endpoints_of
 from gpupool.store.models import AttemptModel
 from tests.support.platform import refused, wait_job
 from tests.support.proxying import MAX_BODY_BYTES, Proxied, proxied_echo

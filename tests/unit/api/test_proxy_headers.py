@@ -14,7 +14,8 @@ from gpupool.api.forwarding import (
     response_headers,
     without_platform_cookies,
 )
-from gpupool.services.endpoints import Endpoint, listens_at
+from gpupool.services.jobs import Endpoint
+from gpupool.services.jobs._endpoints import listens_at
 
 CALLER = Caller(address="10.1.2.3", scheme="https", host="gpu.example.com")
 UPSTREAM = "http://127.0.0.1:41000"

@@ -3,7 +3,7 @@ once per request, each sent its own token; latency quantiles over the latest req
 
 from __future__ import annotations
 
-from gpupool.services.endpoints import Endpoint
+from gpupool.services.jobs import Endpoint
 from gpupool.services.routing import Route, RoutingTable, Traffic
 
 

@@ -6,15 +6,9 @@ from __future__ import annotations
 import pytest
 
 from gpupool.domain.jobs import ResourceRequest
+from gpupool.domain.policy import DEFAULT_POLICY
 from gpupool.scheduler import schedule
-from gpupool.scheduler.types import (
-    DEFAULT_POLICY,
-    Allocation,
-    GpuShare,
-    PendingJob,
-    Snapshot,
-    TeamQuota,
-)
+from gpupool.scheduler.types import Allocation, GpuShare, PendingJob, Snapshot, TeamQuota
 from gpupool.services.core import NOT_YET, Bounds
 from gpupool.services.eta import DEFAULT_DURATION, Durations, predict
 from gpupool.sim.engine import VirtualClock, cluster

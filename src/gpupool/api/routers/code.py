@@ -10,7 +10,7 @@ from gpupool.api.access import Rule, allow
 from gpupool.api.deps import PlatformDep
 from gpupool.domain.code import REF_EXAMPLE, REF_PATTERN
 from gpupool.domain.views import CodeLimitsView, CodeView
-from gpupool.services import code
+from gpupool.services import jobs
 from gpupool.services.core import Principal
 
 router = APIRouter(prefix="/code", tags=["code"])
@@ -39,7 +39,7 @@ def show_limits(
     ctx: PlatformDep, _who: Annotated[Principal, allow(Rule.SIGNED_IN)]
 ) -> CodeLimitsView:
     """What this server takes of one snapshot: a client checks before it uploads."""
-    return code.limits(ctx)
+    return jobs.code_limits(ctx)
 
 
 @router.get("/{ref}", response_model=CodeView)
@@ -48,7 +48,7 @@ def show_code(
 ) -> CodeView:
     """The snapshot if you uploaded it (a client asks before uploading the same bytes
     again); ``404 code_not_found`` otherwise, whether or not someone else did."""
-    return code.show_code(ctx, who, ref)
+    return jobs.show_code(ctx, who, ref)
 
 
 @router.put("/{ref}", response_model=CodeView, openapi_extra=ARCHIVE_BODY)
@@ -61,7 +61,7 @@ async def upload_code(
     ``413 code_too_large`` over the limits (``GET /code``), ``422 bad_code_archive`` for
     anything but regular files and directories with relative paths (the member is named)."""
     stream = request.stream()
-    return await code.receive(ctx, who, stream, ref, _declared(request))
+    return await jobs.receive_code(ctx, who, stream, ref, _declared(request))
 
 
 @router.post("", response_model=CodeView, status_code=201, openapi_extra=ARCHIVE_BODY)
@@ -70,7 +70,7 @@ async def create_code(
 ) -> CodeView:
     """As ``PUT /code/{ref}``, with the name worked out by the server (the web UI's
     upload); the answer says it."""
-    return await code.receive(ctx, who, request.stream(), None, _declared(request))
+    return await jobs.receive_code(ctx, who, request.stream(), None, _declared(request))
 
 
 def _declared(request: Request) -> int | None:

@@ -28,7 +28,7 @@ from gpupool.domain.views import (
     SubmittedArrayView,
     WhyView,
 )
-from gpupool.services import arrays, jobs, logs, why
+from gpupool.services import jobs, why
 from gpupool.services.core import Context, Principal
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
@@ -43,7 +43,7 @@ Rank = Annotated[
     int | None,
     Query(
         ge=0,
-        le=logs.MAX_RANK,
+        le=jobs.MAX_RANK,
         description="only the lines of this rank of a distributed job ('[rank N] '), "
         "prefix removed; offsets stay those of the whole log",
     ),
@@ -52,7 +52,7 @@ Task = Annotated[
     int | None,
     Query(
         ge=0,
-        le=logs.MAX_RANK,
+        le=jobs.MAX_RANK,
         description="only the lines of this task ('[task N] '), prefix removed; not with rank",
     ),
 ]
@@ -65,7 +65,7 @@ def submit(
     """Queue a job; with ``array``, a job array in one transaction (the array comes back)."""
     if body.array is None:
         return jobs.submit_job(ctx, who, body.job_spec())
-    return arrays.submit_array(ctx, who, body.job_spec(), body.array)
+    return jobs.submit_array(ctx, who, body.job_spec(), body.array)
 
 
 @router.get("", response_model=list[JobView])
@@ -100,14 +100,14 @@ def list_arrays(
     """Job arrays, newest first, each with its tasks counted by status; ``status``: only
     arrays with a task in one of these."""
     where = jobs.JobFilter(status=status or (), team=team, user=user, limit=limit)
-    return arrays.list_arrays(ctx, who, where)
+    return jobs.list_arrays(ctx, who, where)
 
 
 @router.get("/arrays/{array_id}", response_model=ArrayView)
 def show_array(
     array_id: Id, ctx: PlatformDep, who: Annotated[Principal, allow(Rule.TEAM_READ)]
 ) -> ArrayView:
-    return arrays.show_array(ctx, who, array_id)
+    return jobs.show_array(ctx, who, array_id)
 
 
 @router.get("/arrays/{array_id}/tasks/{index}", response_model=JobView)
@@ -118,7 +118,7 @@ def show_task(
     who: Annotated[Principal, allow(Rule.TEAM_READ)],
 ) -> JobView:
     """The task of ``index`` of the array (``ID_INDEX``)."""
-    return arrays.show_task(ctx, who, array_id, index)
+    return jobs.show_task(ctx, who, array_id, index)
 
 
 @router.post("/arrays/{array_id}/cancel", response_model=ArrayView)
@@ -126,7 +126,7 @@ def cancel_array(
     array_id: Id, ctx: PlatformDep, who: Annotated[Principal, allow(Rule.TEAM_WRITE)]
 ) -> ArrayView:
     """Cancel every task not ended: pending ones at once, running ones are stopped."""
-    return arrays.cancel_array(ctx, who, array_id)
+    return jobs.cancel_array(ctx, who, array_id)
 
 
 @router.get("/queue", response_model=QueueView)
@@ -175,7 +175,7 @@ def read_logs(
     ctx: PlatformDep,
     who: Annotated[Principal, allow(Rule.TEAM_READ)],
     offset: Offset = 0,
-    limit: Annotated[int, Query(ge=1, le=logs.MAX_CHUNK)] = logs.MAX_CHUNK,
+    limit: Annotated[int, Query(ge=1, le=jobs.MAX_CHUNK)] = jobs.MAX_CHUNK,
     attempt: Attempt = None,
     rank: Rank = None,
     task: Task = None,
@@ -184,8 +184,8 @@ def read_logs(
     reader that follows the job goes once this log is read to its end. With ``rank`` (or
     ``task``): whole lines of that rank only, without their prefix; ``next_offset`` may then
     move on with empty text, and the log is read to its end once it stops moving."""
-    lines = logs.LineFilter(rank, task)
-    return logs.read_log(ctx, who, job_id, attempt, offset, limit, lines)
+    lines = jobs.LineFilter(rank, task)
+    return jobs.read_log(ctx, who, job_id, attempt, offset, limit, lines)
 
 
 @router.get("/{job_id}/logs/stream", response_class=StreamingResponse)
@@ -204,9 +204,9 @@ async def stream_logs(
     (text), ``status`` (the job's status), then ``end``. It starts at ``attempt`` (default: the
     latest) and, with ``follow``, goes on to each later attempt from its start. With ``rank``
     (or ``task``), only that rank's lines, as ``GET .../logs`` gives them."""
-    lines = logs.LineFilter(rank, task)
+    lines = jobs.LineFilter(rank, task)
     cursor = await run_in_threadpool(
-        logs.open_log, ctx, who, job_id, attempt, offset, follow, lines
+        jobs.open_log, ctx, who, job_id, attempt, offset, follow, lines
     )
     headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
     stream = _events(request, ctx, who, cursor)
@@ -214,11 +214,11 @@ async def stream_logs(
 
 
 async def _events(
-    request: Request, ctx: Context, who: Principal, cursor: logs.LogCursor
+    request: Request, ctx: Context, who: Principal, cursor: jobs.LogCursor
 ) -> AsyncIterator[str]:
     """The service's steps as Server-Sent Events, until the log ends or the client leaves."""
     while not await request.is_disconnected():
-        step = await run_in_threadpool(logs.follow_step, ctx, who, cursor)
+        step = await run_in_threadpool(jobs.follow_step, ctx, who, cursor)
         for name, data in step.events:
             yield _sse(name, data)
         if step.done:

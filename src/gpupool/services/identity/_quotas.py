@@ -26,7 +26,7 @@ from gpupool.errors import (
     StorageQuotaExceeded,
 )
 from gpupool.scheduler.types import ANY_MODEL, NodeCapacity, TeamQuota
-from gpupool.services import cluster as node_service
+from gpupool.services import cluster as cluster_service
 from gpupool.store.models import JobModel, QuotaChangeModel, TeamModel
 
 EPSILON = 1e-9
@@ -149,7 +149,7 @@ def usage(
     held: dict[int, dict[str, float]] = {team_id: {} for team_id in team_ids}
     rows = session.execute(
         select(JobModel.team_id, JobModel.placement).where(
-            JobModel.status.in_(node_service.ACTIVE), JobModel.team_id.in_(list(held))
+            JobModel.status.in_(cluster_service.ACTIVE), JobModel.team_id.in_(list(held))
         )
     )
     for team_id, placement in rows:

@@ -10,11 +10,11 @@ from __future__ import annotations
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+import gpupool.services.jobs._jobs as job_service
+import gpupool.services.jobs._stops as stops
 from gpupool.domain.jobs import JobStatus, Reason, StopReason
 from gpupool.executors.task import Observed, PollResult
 from gpupool.runner.network import NO_EGRESS
-from gpupool.services import jobs as job_service
-from gpupool.services import stops
 from gpupool.store.models import AttemptModel, JobModel
 
 

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from sqlalchemy import or_, update
 from sqlalchemy.orm import Session
 
+import gpupool.services.jobs._jobs as job_service
 from gpupool.domain.jobs import Reason
 from gpupool.executors.base import Executor, Handle
-from gpupool.services import jobs as job_service
 from gpupool.store.models import JobModel
 
 

@@ -21,12 +21,12 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+import gpupool.services.jobs._jobs as jobs
 from gpupool.domain.jobs import JobStatus, StopReason
 from gpupool.domain.ranklogs import rank_label, select_lines, task_label
 from gpupool.domain.views import JobStateView, LogChunkView
 from gpupool.errors import InvalidRequest, NotFound, OffsetOutOfRange
 from gpupool.executors.base import Executor
-from gpupool.services import jobs
 from gpupool.services.core import Context, Principal
 from gpupool.store.models import AttemptModel
 

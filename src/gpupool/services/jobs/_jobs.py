@@ -15,6 +15,8 @@ from typing import Any
 from sqlalchemy import Select, select, update
 from sqlalchemy.orm import Session
 
+import gpupool.services.jobs._code as code
+import gpupool.services.jobs._model_files as model_files
 from gpupool.domain.jobs import MAX_PRIORITY, JobKind, JobSpec, JobStatus, Reason, Role
 from gpupool.domain.views import (
     EventView,
@@ -35,9 +37,9 @@ from gpupool.errors import (
 from gpupool.executors.isolation import protected_paths, within, workdir_conflict
 from gpupool.scheduler import infeasible_reason
 from gpupool.scheduler.types import NodeCapacity
-from gpupool.services import code, identity, model_files
+from gpupool.services import identity
 from gpupool.services.core import Context, Principal
-from gpupool.services.job_views import attempt_view, event_view, job_view
+from gpupool.services.jobs._views import attempt_view, event_view, job_view
 from gpupool.settings import Settings
 from gpupool.store.models import AttemptModel, EventModel, JobModel, TeamModel
 

@@ -16,14 +16,14 @@ from typing import Any
 from sqlalchemy import JSON, Integer, cast, func, insert, literal, select, update
 from sqlalchemy.orm import Session
 
+import gpupool.services.jobs._jobs as jobs
 from gpupool.domain.arrays import ArraySpec, format_indexes
 from gpupool.domain.jobs import FINAL_STATUSES, JobSpec, JobStatus, Reason
 from gpupool.domain.views import ArrayView, JobView, SubmittedArrayView
 from gpupool.errors import Conflict, InvalidArray, NotFound
 from gpupool.scheduler.types import NodeCapacity
-from gpupool.services import jobs
 from gpupool.services.core import Context, Principal
-from gpupool.services.job_views import array_view, job_view
+from gpupool.services.jobs._views import array_view, job_view
 from gpupool.store.models import EventModel, JobArrayModel, JobModel, TeamModel
 
 LIVE = tuple(status.value for status in JobStatus if status not in FINAL_STATUSES)

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from sqlalchemy import update
 from sqlalchemy.orm import Session
 
+import gpupool.services.jobs._jobs as job_service
 from gpupool.domain.jobs import JobStatus, Reason, StopReason
 from gpupool.domain.units import format_duration
 from gpupool.scheduler.types import Preemption
-from gpupool.services import jobs as job_service
 from gpupool.store.models import AttemptModel, JobModel
 
 ACTIVE_ATTEMPT = ("starting", "running")

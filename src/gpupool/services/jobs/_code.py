@@ -30,7 +30,7 @@ from gpupool.errors import CodeHashMismatch, CodeNotFound, CodeTooLarge
 from gpupool.executors import code as archives
 from gpupool.services import identity
 from gpupool.services.core import Context, Principal
-from gpupool.services.incoming import Incoming
+from gpupool.services.jobs._incoming import Incoming
 from gpupool.settings import Settings
 from gpupool.store.models import CodeUploadModel, MembershipModel
 
