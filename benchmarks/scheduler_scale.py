@@ -39,19 +39,18 @@ from dataclasses import dataclass, field, replace
 from harness import percentile
 
 from gpupool.domain.jobs import ResourceRequest
+from gpupool.domain.policy import DEFAULT_POLICY, Policy
 from gpupool.domain.units import GiB
 from gpupool.scheduler import schedule
 from gpupool.scheduler.cycle import Cycle
 from gpupool.scheduler.types import (
     ANY_MODEL,
-    DEFAULT_POLICY,
     Allocation,
     Decisions,
     GpuCapacity,
     GpuShare,
     NodeCapacity,
     PendingJob,
-    Policy,
     Snapshot,
     TeamQuota,
 )

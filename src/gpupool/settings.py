@@ -13,8 +13,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gpupool.domain.arrays import MAX_ARRAY_TASKS
 from gpupool.domain.code import CodeLimits
+from gpupool.domain.policy import DEFAULT_POLICY, Policy
 from gpupool.domain.units import parse_bytes
-from gpupool.scheduler.types import DEFAULT_POLICY, Policy
 
 DEFAULT_PORT = 8765
 # Bind addresses that mean "every interface": no Host header names them.

@@ -15,13 +15,9 @@ from bisect import bisect_left, insort
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from gpupool.scheduler.kept import Kept, by_identity
 from gpupool.scheduler.types import SHARE_EPSILON, Allocation, GpuCapacity, NodeCapacity
-
-if TYPE_CHECKING:
-    from gpupool.scheduler.packing import Packer
 
 GpuKey = tuple[float, int, int, int]
 
@@ -136,7 +132,6 @@ class FreeCapacity:
         self.shared: list[GpuKey] = sorted(
             gpu.key() for node in self.nodes for gpu in node.gpus if gpu.is_shared
         )
-        self.packer: Packer | None = None  # fragmentation-aware placement; None: best fit
         self._saved: dict[int, tuple] | None = None  # by rank: nodes as before ``take``s
 
     # -- kept from one cycle to the next (``leased_capacity``) -----------------------------
@@ -156,9 +151,8 @@ class FreeCapacity:
             )
 
     def rollback(self) -> None:
-        """Put every node changed since ``journal`` back as it was (and forget the packer)."""
+        """Put every node changed since ``journal`` back as it was."""
         saved, self._saved = self._saved or {}, None
-        self.packer = None
         for rank, (cpus, memory_bytes, version, gpus) in saved.items():
             node = self.nodes[rank]
             self._unindex_node(node)

@@ -112,10 +112,10 @@ class Cycle:
         if capacity is None:
             capacity = build_capacity(snapshot.nodes, snapshot.allocations)
         self.capacity = capacity
+        # fragmentation-aware placement, this cycle's (None: best fit)
+        self.packer: Packer | None = None
         if policy.packing == "fgd":
-            self.capacity.packer = Packer(
-                allocations=snapshot.allocations, pending=snapshot.pending
-            )
+            self.packer = Packer(allocations=snapshot.allocations, pending=snapshot.pending)
         self.ledger = Ledger(
             snapshot.quotas,
             snapshot.allocations,
@@ -425,11 +425,23 @@ class Cycle:
         if nominated or not self.no_room.covers(job, demand):
             if job.one_fabric:
                 placements = place_in_one_fabric(
-                    job.job_id, job.tasks, demand, self.capacity, where, self.fabric_of
+                    job.job_id,
+                    job.tasks,
+                    demand,
+                    self.capacity,
+                    where,
+                    self.fabric_of,
+                    self.packer,
                 )
             else:
                 placements = place_tasks(
-                    job.job_id, job.tasks, demand, self.capacity, where, job.distinct_nodes
+                    job.job_id,
+                    job.tasks,
+                    demand,
+                    self.capacity,
+                    where,
+                    job.distinct_nodes,
+                    self.packer,
                 )
             if placements is not None:
                 held = sum(part.share for placement in placements for part in placement.gpus)
@@ -597,7 +609,7 @@ class Cycle:
         """The reservation of the node where the job would fit but for reservations."""
         if job.tasks != 1:
             return None
-        claim = find_spot(demand, self.capacity, Where(job.gpu_types))
+        claim = find_spot(demand, self.capacity, Where(job.gpu_types), self.packer)
         if claim is None:
             return None
         reservations = self.reservations

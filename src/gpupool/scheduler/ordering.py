@@ -32,11 +32,12 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from gpupool.domain.policy import Policy
 from gpupool.scheduler.fit import DemandCache
 from gpupool.scheduler.kept import Kept, by_identity
 from gpupool.scheduler.ledger import Ledger, fixed_gpus, job_gpus, total_gpus
 from gpupool.scheduler.memo import Group, groups_of, groups_of_shapes, merged, shape_of
-from gpupool.scheduler.types import Allocation, PendingJob, Policy
+from gpupool.scheduler.types import Allocation, PendingJob
 
 FIFO_TEAM = ""  # the single queue of the fifo baseline
 

@@ -8,8 +8,9 @@
   GPUs, in its fullest domain, so whole GPUs and domains stay free for whole-GPU jobs.
 * No GPUs: the node with the fewest free GPUs whose CPUs and memory fit.
 
-With a packer on the capacity (the product's default, ``Policy.packing``), a GPU task goes
-to the one of best fit's first spots where fragmentation grows least (``packing``).
+Given a packer (the product's default, ``Policy.packing``: the cycle makes one and passes it
+in), a GPU task goes to the one of best fit's first spots where fragmentation grows least
+(``packing``).
 
 ``where`` narrows the GPUs (models) and nodes (reservations) a task may use. A gang (a job
 of several tasks) places its tasks one by one and gives everything back if one does not fit.
@@ -36,11 +37,16 @@ from gpupool.scheduler.packing import CANDIDATES, SCORE_EPSILON, Packer
 from gpupool.scheduler.types import GpuShare, Placement
 
 
-def find_spot(demand: Demand, capacity: FreeCapacity, where: Where = ANYWHERE) -> Claim | None:
+def find_spot(
+    demand: Demand,
+    capacity: FreeCapacity,
+    where: Where = ANYWHERE,
+    packer: Packer | None = None,
+) -> Claim | None:
     """The best spot for ``demand`` in the free capacity, or None when it fits nowhere:
-    fragmentation-aware (``packing``) when the capacity has a packer, else best fit."""
-    if capacity.packer is not None and demand.uses_gpus:
-        return packed_spot(capacity.packer, demand, capacity, where)
+    fragmentation-aware (``packing``) with a packer, else best fit."""
+    if packer is not None and demand.uses_gpus:
+        return packed_spot(packer, demand, capacity, where)
     return next(spots(demand, capacity, where, 1), None)
 
 
@@ -90,14 +96,16 @@ def place_tasks(
     capacity: FreeCapacity,
     where: Where = ANYWHERE,
     distinct: bool = False,
+    packer: Packer | None = None,
 ) -> list[Placement] | None:
     """All ``tasks`` of a job placed (and taken from capacity), or none of them (None);
-    ``distinct``: each on a node of its own (a job over several nodes)."""
+    ``distinct``: each on a node of its own (a job over several nodes); ``packer``: as
+    ``find_spot``'s."""
     claims: list[Claim] = []
     placements: list[Placement] = []
     for task in range(tasks):
         here = away_from([p.node for p in placements], where) if distinct and placements else where
-        claim = find_spot(demand, capacity, here)
+        claim = find_spot(demand, capacity, here, packer)
         if claim is None:
             for taken in reversed(claims):
                 capacity.give_back(taken, demand.cpus, demand.memory)
@@ -117,12 +125,15 @@ def place_in_one_fabric(
     capacity: FreeCapacity,
     where: Where,
     fabric_of: dict[str, str | None],
+    packer: Packer | None = None,
 ) -> list[Placement] | None:
     """All ``tasks``, each on a node of its own, on nodes of one fabric group (the groups
     tried in name order; nodes of no known group form one group of their own)."""
     for group in sorted({g or "" for g in fabric_of.values()}):
         inside = within({n for n, g in fabric_of.items() if (g or "") == group}, where)
-        placements = place_tasks(job_id, tasks, demand, capacity, inside, distinct=True)
+        placements = place_tasks(
+            job_id, tasks, demand, capacity, inside, distinct=True, packer=packer
+        )
         if placements is not None:
             return placements
     return None

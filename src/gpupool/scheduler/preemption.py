@@ -30,12 +30,13 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from gpupool.domain.policy import Policy
 from gpupool.scheduler.capacity import FreeCapacity, GpuState, NodeState
 from gpupool.scheduler.fit import CPU_EPSILON, Demand, Where, fraction_demand
 from gpupool.scheduler.kept import Kept, by_identity
 from gpupool.scheduler.ledger import EPSILON, Ledger, held_gpus
 from gpupool.scheduler.memo import Frontier
-from gpupool.scheduler.types import SHARE_EPSILON, Allocation, PendingJob, Policy
+from gpupool.scheduler.types import SHARE_EPSILON, Allocation, PendingJob
 
 # nodes whose victims could free enough (``_freeable``) searched for one job, best first
 MAX_NODES_EXAMINED = 64

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 import typer
 
 if TYPE_CHECKING:
-    from gpupool.scheduler.types import NodeCapacity, Policy, TeamQuota
+    from gpupool.domain.policy import Policy
+    from gpupool.scheduler.types import NodeCapacity, TeamQuota
     from gpupool.sim.engine import Probe, SimResult
     from gpupool.sim.fragmentation import FillReport
     from gpupool.sim.metrics import Metrics

@@ -42,10 +42,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from gpupool.domain.jobs import ResourceRequest
+from gpupool.domain.policy import DEFAULT_POLICY, Policy
 from gpupool.domain.units import GiB, parse_bytes
 from gpupool.scheduler import schedule
 from gpupool.scheduler.types import (
-    DEFAULT_POLICY,
     Allocation,
     Clock,
     Decisions,
@@ -55,7 +55,6 @@ from gpupool.scheduler.types import (
     Nomination,
     PendingJob,
     Placement,
-    Policy,
     Snapshot,
     TeamQuota,
 )

@@ -21,16 +21,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from gpupool.domain.jobs import ResourceRequest
+from gpupool.domain.policy import DEFAULT_POLICY, Policy
 from gpupool.scheduler import schedule
 from gpupool.scheduler.kept import own_kept
-from gpupool.scheduler.types import (
-    DEFAULT_POLICY,
-    Allocation,
-    PendingJob,
-    Placement,
-    Policy,
-    Snapshot,
-)
+from gpupool.scheduler.types import Allocation, PendingJob, Placement, Snapshot
 from gpupool.sim.engine import MAX_CYCLES_PER_EVENT, DecayedUsage, PolicyFunction, VirtualClock
 
 DEFAULT_HORIZON = 7 * 86400.0

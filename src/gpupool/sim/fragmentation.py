@@ -27,8 +27,9 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from gpupool.domain.policy import Policy
 from gpupool.scheduler.packing import TaskShape, node_fragment, shapes_of
-from gpupool.scheduler.types import SHARE_EPSILON, Allocation, NodeCapacity, PendingJob, Policy
+from gpupool.scheduler.types import SHARE_EPSILON, Allocation, NodeCapacity, PendingJob
 from gpupool.sim.engine import Probe, SimResult, simulate, task_shape
 from gpupool.sim.traces import TraceJob
 

@@ -1,6 +1,6 @@
 """The policies ``gpupool simulate`` compares, all run by the real scheduler code.
 
-``default`` is the product's policy (``gpupool.scheduler.types.Policy()``); the others are
+``default`` is the product's policy (``gpupool.domain.policy.Policy()``); the others are
 baselines made from the same code with parts switched off or an oracle switched on:
 
 * ``fifo``: one queue in submit order; a job that does not fit blocks every later one.
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gpupool.scheduler.types import DEFAULT_POLICY, Policy
+from gpupool.domain.policy import DEFAULT_POLICY, Policy
 
 UNBOUNDED = {"max_starts": 0, "max_tries": 0}  # the baselines: each cycle tries every job
 

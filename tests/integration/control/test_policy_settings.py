@@ -8,9 +8,10 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
+from gpupool.domain.policy import DEFAULT_POLICY
 from gpupool.main import app as cli
 from gpupool.scheduler import schedule
-from gpupool.scheduler.types import DEFAULT_POLICY, Clock, Decisions, HandOver, Snapshot
+from gpupool.scheduler.types import Clock, Decisions, HandOver, Snapshot
 from tests.support.platform import make_settings, running_app, submit, wait_job
 
 

@@ -10,17 +10,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 
 from gpupool.domain.jobs import ResourceRequest
+from gpupool.domain.policy import DEFAULT_POLICY, Policy
 from gpupool.domain.units import GiB
 from gpupool.scheduler import schedule
 from gpupool.scheduler.types import (
-    DEFAULT_POLICY,
     Allocation,
     Decisions,
     GpuCapacity,
     GpuShare,
     NodeCapacity,
     PendingJob,
-    Policy,
     Snapshot,
     TeamQuota,
 )

@@ -7,17 +7,16 @@ from dataclasses import replace
 from typing import Self
 
 from gpupool.domain.jobs import ResourceRequest
+from gpupool.domain.policy import DEFAULT_POLICY, Policy
 from gpupool.domain.units import GiB
 from gpupool.scheduler import schedule
 from gpupool.scheduler.types import (
-    DEFAULT_POLICY,
     Allocation,
     Decisions,
     GpuCapacity,
     GpuShare,
     NodeCapacity,
     PendingJob,
-    Policy,
     Snapshot,
 )
 

@@ -13,10 +13,11 @@ from hypothesis import strategies as st
 from policy_builders import Clock, gpu_node, pending, running
 from test_policy_properties import SETTINGS, long_queues
 
+from gpupool.domain.policy import DEFAULT_POLICY
 from gpupool.scheduler import capacity as capacity_module
 from gpupool.scheduler import schedule
 from gpupool.scheduler.cycle import Cycle
-from gpupool.scheduler.types import DEFAULT_POLICY, Decisions, Snapshot
+from gpupool.scheduler.types import Decisions, Snapshot
 
 
 def fresh(snapshot: Snapshot) -> Decisions:

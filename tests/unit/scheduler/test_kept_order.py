@@ -13,13 +13,14 @@ from policy_builders import pending
 from test_policy_properties import SETTINGS
 
 from gpupool.domain.jobs import ResourceRequest
+from gpupool.domain.policy import DEFAULT_POLICY, Policy
 from gpupool.domain.units import GiB
 from gpupool.scheduler import ordering
 from gpupool.scheduler.fit import DemandCache
 from gpupool.scheduler.ledger import Ledger, waiting_by_team
 from gpupool.scheduler.memo import groups_of
 from gpupool.scheduler.ordering import KeptOrder, Queues, leased_order
-from gpupool.scheduler.types import DEFAULT_POLICY, PendingJob, Policy
+from gpupool.scheduler.types import PendingJob
 
 MEMORIES = st.sampled_from((10 * GiB, 30 * GiB, 100 * GiB))
 STARVING = replace(DEFAULT_POLICY, starvation_factor=2.0, starvation_min_wait=100.0)

@@ -13,9 +13,10 @@ from hypothesis import strategies as st
 from policy_builders import NOW, running
 from test_policy_properties import SETTINGS
 
+from gpupool.domain.policy import DEFAULT_POLICY
 from gpupool.scheduler import preemption
 from gpupool.scheduler.preemption import KeptRunning, leased_running, running_jobs
-from gpupool.scheduler.types import DEFAULT_POLICY, Allocation
+from gpupool.scheduler.types import Allocation
 
 POLICIES = (DEFAULT_POLICY, replace(DEFAULT_POLICY, order="srtf"))
 

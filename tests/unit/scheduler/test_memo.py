@@ -7,11 +7,12 @@ from unittest.mock import patch
 
 from policy_builders import Clock, gpu_node, pending, quota, running
 
+from gpupool.domain.policy import DEFAULT_POLICY
 from gpupool.scheduler import schedule
 from gpupool.scheduler.cycle import Cycle
 from gpupool.scheduler.fit import demand_of
 from gpupool.scheduler.memo import INFINITY, Frontier, Group, NoRoom, NoVictims, sizes_of
-from gpupool.scheduler.types import DEFAULT_POLICY, Snapshot
+from gpupool.scheduler.types import Snapshot
 
 
 def test_a_frontier_keeps_only_the_least_failures():

@@ -6,12 +6,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scheduler_builders import BEST_FIT, allocation, gpu_uuid, job, node, placed, run
 
+from gpupool.domain.policy import DEFAULT_POLICY
 from gpupool.domain.units import GiB
 from gpupool.scheduler.capacity import Claim, FreeCapacity
 from gpupool.scheduler.fit import Demand
 from gpupool.scheduler.packing import Packer, TaskShape, gpu_state, node_fragment, workload_of
 from gpupool.scheduler.placement import find_spot, take_spot
-from gpupool.scheduler.types import DEFAULT_POLICY
 
 H100 = 80 * GiB
 
@@ -106,11 +106,11 @@ def test_fgd_fits_wherever_best_fit_fits(case):
     """One task at a time, FGD finds a spot exactly when best fit does, and the spot fits."""
     nodes, held, demands = case
     fgd = FreeCapacity(nodes, held)
-    fgd.packer = Packer(allocations=held)
+    packer = Packer(allocations=held)
     best_fit = FreeCapacity(nodes, held)
     for gpus in demands:
         demand = Demand(gpus, None, 0.0, 0)
-        claim = find_spot(demand, fgd)
+        claim = find_spot(demand, fgd, packer=packer)
         reference = find_spot(demand, best_fit)
         assert (claim is None) == (reference is None)
         if claim is None:

@@ -21,20 +21,19 @@ from hypothesis import strategies as st
 from policy_builders import NOW, Clock, gpu_node, pending, quota, running
 
 from gpupool.domain.jobs import Reason, ResourceRequest
+from gpupool.domain.policy import DEFAULT_POLICY, Policy
 from gpupool.domain.units import GiB
 from gpupool.scheduler import infeasible_reason, schedule
 from gpupool.scheduler.ledger import Ledger, job_gpus
 from gpupool.scheduler.ordering import Queues
 from gpupool.scheduler.preemption import Preemptor
 from gpupool.scheduler.types import (
-    DEFAULT_POLICY,
     Allocation,
     Decisions,
     GpuCapacity,
     GpuShare,
     NodeCapacity,
     PendingJob,
-    Policy,
     Snapshot,
     TeamQuota,
 )

@@ -13,19 +13,12 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from gpupool.domain.jobs import Reason, ResourceRequest
+from gpupool.domain.policy import DEFAULT_POLICY
 from gpupool.domain.units import GiB
 from gpupool.main import app
 from gpupool.scheduler import schedule
 from gpupool.scheduler.messages import NO_NODES_MESSAGE
-from gpupool.scheduler.types import (
-    DEFAULT_POLICY,
-    Clock,
-    Decisions,
-    NodeCapacity,
-    Placement,
-    Preemption,
-    Snapshot,
-)
+from gpupool.scheduler.types import Clock, Decisions, NodeCapacity, Placement, Preemption, Snapshot
 from gpupool.sim.engine import STUCK_MESSAGE, SimResult, VirtualClock, cluster, simulate
 from gpupool.sim.metrics import summarize
 from gpupool.sim.policies import named

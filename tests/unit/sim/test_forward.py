@@ -10,7 +10,7 @@ from gpupool.domain.policy import DEFAULT_POLICY
 from gpupool.scheduler import schedule
 from gpupool.scheduler.types import Allocation, GpuShare, PendingJob, Snapshot, TeamQuota
 from gpupool.services.core import NOT_YET, Bounds
-from gpupool.services.eta import DEFAULT_DURATION, Durations, predict
+from gpupool.services.scheduling._eta import DEFAULT_DURATION, Durations, predict
 from gpupool.sim.engine import VirtualClock, cluster
 from gpupool.sim.forward import ForwardState, Running, Waiting, forward, held_request
 
