@@ -30,7 +30,7 @@ from gpupool.domain.text import escape_unstorable
 from gpupool.domain.units import format_bytes, format_duration
 from gpupool.domain.views import SubmitOptionsView
 from gpupool.errors import InvalidRequest, NotFound
-from gpupool.services import cluster, identity, jobs, metrics, why
+from gpupool.services import cluster, identity, jobs, metrics, scheduling
 from gpupool.services.core import Context, Principal
 
 HERE = Path(__file__).resolve().parent
@@ -437,7 +437,7 @@ def queue_page(request: Request, ctx: PlatformDep, signed_in: SignedIn) -> Respo
     if not signed_in:
         return to_login(request)
     who, csrf = signed_in
-    queue = why.show_queue(ctx, who).model_dump(mode="json")
+    queue = scheduling.show_queue(ctx, who).model_dump(mode="json")
     shown = sum(len(team["jobs"]) for team in queue["teams"])
     return render(
         "queue.html", who, csrf, page="queue", queue=queue, shown=shown, now=ctx.clock.now()
@@ -487,7 +487,7 @@ def teams_page(
 
 def _why(ctx: Context, who: Principal, job_id: int) -> dict[str, Any] | None:
     try:
-        return why.why_waits(ctx, who, job_id).model_dump(mode="json")
+        return scheduling.why_waits(ctx, who, job_id).model_dump(mode="json")
     except NotFound:
         return None
 

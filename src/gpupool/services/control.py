@@ -44,11 +44,10 @@ from gpupool.services import cluster as cluster_service
 from gpupool.services import jobs as job_service
 from gpupool.services.cluster import node_addresses
 from gpupool.services.core import Forecast, LoopStats
-from gpupool.services.eta import EtaPredictor
 from gpupool.services.jobs import CheckpointWatcher, Watched
 from gpupool.services.jobs import code_archive_path as archive_path
 from gpupool.services.models import archive_path as model_archive
-from gpupool.services.snapshots import SnapshotBuilder, gang_json
+from gpupool.services.scheduling import EtaPredictor, SnapshotBuilder, gang_json
 from gpupool.settings import Settings
 from gpupool.store.db import Database
 from gpupool.store.models import (

@@ -25,7 +25,7 @@ from gpupool.services.identity import SignInThrottle
 from gpupool.services.metric_ingest import Ingester
 from gpupool.services.notebook_watch import IdleWatch
 from gpupool.services.rollouts import DeploymentLoop
-from gpupool.services.storage import StorageWatch
+from gpupool.services.scheduling import StorageWatch
 from gpupool.settings import Settings
 from gpupool.store.db import Database, prepare
 

@@ -10,7 +10,7 @@ from gpupool.domain.jobs import JobSpec, Role
 from gpupool.services import jobs
 from gpupool.services.core import Principal
 from gpupool.services.platform import open_platform
-from gpupool.services.snapshots import build_snapshot
+from gpupool.services.scheduling._snapshots import build_snapshot
 from gpupool.settings import Settings
 from tests.support.platform import make_settings, running_app, wait_job
 

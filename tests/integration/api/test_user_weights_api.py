@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 from gpupool.scheduler import schedule
 from gpupool.scheduler.types import Clock, Decisions, HandOver, Snapshot
 from gpupool.services.platform import Platform
-from gpupool.services.snapshots import build_snapshot
+from gpupool.services.scheduling._snapshots import build_snapshot
 from tests.support.platform import create_user, make_settings, refused, running_app
 
 USERS = "/api/v1/users"

@@ -15,8 +15,9 @@ from gpupool.domain.jobs import JobSpec, JobStatus, Role
 from gpupool.scheduler.types import Placement
 from gpupool.services import identity, jobs
 from gpupool.services.core import Principal
-from gpupool.services.snapshots import SnapshotBuilder, placement_json
-from gpupool.services.usage import UsageTracker, decayed_gpu_seconds
+from gpupool.services.scheduling import SnapshotBuilder
+from gpupool.services.scheduling._snapshots import placement_json
+from gpupool.services.scheduling._usage import UsageTracker, decayed_gpu_seconds
 from gpupool.store.db import Database, prepare
 from gpupool.store.models import AttemptModel, JobModel
 

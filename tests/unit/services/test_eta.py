@@ -8,7 +8,7 @@ import pytest
 from gpupool.domain.jobs import ResourceRequest
 from gpupool.scheduler.types import Allocation, GpuShare, PendingJob, Snapshot
 from gpupool.services.core import OUTRUN
-from gpupool.services.eta import DEFAULT_DURATION, Durations, assumptions, predict
+from gpupool.services.scheduling._eta import DEFAULT_DURATION, Durations, assumptions, predict
 from gpupool.sim.engine import cluster
 
 NODES = cluster("1x4")

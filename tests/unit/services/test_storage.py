@@ -9,7 +9,7 @@ from pathlib import Path
 from gpupool.executors.usage import FilesScan, NodeFiles, tree_bytes
 from gpupool.services.core import Reserve
 from gpupool.services.core._datadir import RESERVE_FILE
-from gpupool.services.storage import StorageScan, TeamFiles, TeamUsage
+from gpupool.services.scheduling._storage import StorageScan, TeamFiles, TeamUsage
 from gpupool.settings import Settings
 
 MIB = 1024**2

@@ -28,7 +28,7 @@ from gpupool.domain.views import (
     SubmittedArrayView,
     WhyView,
 )
-from gpupool.services import jobs, why
+from gpupool.services import jobs, scheduling
 from gpupool.services.core import Context, Principal
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
@@ -132,7 +132,7 @@ def cancel_array(
 @router.get("/queue", response_model=QueueView)
 def show_queue(ctx: PlatformDep, who: Annotated[Principal, allow(Rule.SIGNED_IN)]) -> QueueView:
     """Pending jobs of the teams you can see, by team, in queue order, with estimated starts."""
-    return why.show_queue(ctx, who)
+    return scheduling.show_queue(ctx, who)
 
 
 @router.get("/{job_id}/why", response_model=WhyView)
@@ -140,7 +140,7 @@ def show_why(
     job_id: Id, ctx: PlatformDep, who: Annotated[Principal, allow(Rule.TEAM_READ)]
 ) -> WhyView:
     """Why the job waits: reason, queue position, blockers and an estimated start time."""
-    return why.why_waits(ctx, who, job_id)
+    return scheduling.why_waits(ctx, who, job_id)
 
 
 @router.get("/{job_id}", response_model=JobDetailView)

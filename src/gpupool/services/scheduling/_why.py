@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+import gpupool.services.scheduling._eta as eta
 from gpupool.domain.jobs import JobStatus, Reason
 from gpupool.domain.views import EstimateView, QueuedJobView, QueueTeamView, QueueView, WhyView
 from gpupool.domain.waiting import PendingReason
-from gpupool.services import eta
 from gpupool.services.core import Context, Estimate, Forecast, Principal
 from gpupool.services.jobs import get_job
 from gpupool.store.models import JobModel

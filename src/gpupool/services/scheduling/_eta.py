@@ -47,8 +47,8 @@ from gpupool.services.core import (
     Duration,
     Forecast,
 )
-from gpupool.services.snapshots import NodeCache, SnapshotBuilder
-from gpupool.services.usage import UsageTracker
+from gpupool.services.scheduling._snapshots import NodeCache, SnapshotBuilder
+from gpupool.services.scheduling._usage import UsageTracker
 from gpupool.sim.forward import ForwardState, Running, Waiting, forward
 from gpupool.store.db import Database
 from gpupool.store.models import JobModel, TeamModel, UserModel

@@ -34,7 +34,7 @@ from gpupool.scheduler.types import (
 from gpupool.services import cluster as cluster_service
 from gpupool.services import identity
 from gpupool.services.identity import team_quotas
-from gpupool.services.usage import UsageTracker
+from gpupool.services.scheduling._usage import UsageTracker
 from gpupool.settings import Settings
 from gpupool.store.db import Database
 from gpupool.store.models import (
