@@ -22,7 +22,7 @@ from gpupool.services import identity
 from gpupool.services.control import ControlLoop
 from gpupool.services.core import NodeRemoved, SystemClock
 from gpupool.services.identity import SignInThrottle
-from gpupool.services.metric_ingest import Ingester
+from gpupool.services.metrics import Ingester
 from gpupool.services.notebook_watch import IdleWatch
 from gpupool.services.rollouts import DeploymentLoop
 from gpupool.services.scheduling import StorageWatch

@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 
 from gpupool.executors.local import LocalExecutor
-from gpupool.services.metric_ingest import Ingester
-from gpupool.services.metrics import final_values, gpu_busy
+from gpupool.services.metrics import Ingester, final_values, gpu_busy
 from gpupool.store.db import Database, prepare
 from gpupool.store.models import (
     AttemptModel,
