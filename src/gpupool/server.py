@@ -243,7 +243,7 @@ def _sweep_part_files(settings: Settings) -> None:
     from gpupool.services import jobs, models
     from gpupool.services.jobs import sweep_leftovers
 
-    where = (settings.code_dir / jobs.CODE_INCOMING, settings.models_dir / models.INCOMING)
+    where = (settings.code_dir / jobs.CODE_INCOMING, settings.models_dir / models.MODEL_INCOMING)
     removed = sweep_leftovers(where)
     if removed:
         console.print(

@@ -46,7 +46,7 @@ from gpupool.services.cluster import node_addresses
 from gpupool.services.core import Forecast, LoopStats
 from gpupool.services.jobs import CheckpointWatcher, Watched
 from gpupool.services.jobs import code_archive_path as archive_path
-from gpupool.services.models import archive_path as model_archive
+from gpupool.services.models import model_archive_path as model_archive
 from gpupool.services.scheduling import EtaPredictor, SnapshotBuilder, gang_json
 from gpupool.settings import Settings
 from gpupool.store.db import Database
