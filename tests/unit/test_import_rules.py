@@ -1,17 +1,25 @@
-"""The import rules of docs/design.md, read from the source with ``ast``: which part of
-gpupool may import which, and no import cycles.
+"""The import rules of DESIGN.md and docs/design.md, read from the source with ``ast``: which
+part of gpupool may import which, and no import cycles.
 
-For the rules between parts every import counts, wherever it is written (inside a function
-or an ``if TYPE_CHECKING:`` block too): a rule is about what a part depends on, not about when
-the import runs. For cycles, the imports a module runs when it is imported count: not those
-inside functions or ``if TYPE_CHECKING:`` blocks (a few modules of the scheduler and the
-runner import each other that way, for types or at call time).
+A part is the first name below ``gpupool`` (``api``, ``services``, ``settings``...). Each part
+has an allow-list (``ALLOWED``): the parts it may import, straight from DESIGN's one-way
+arrows; an import that no list allows fails, whether it breaks a "never" of the design or is
+merely not in its arrows (an arrow back up). ``NEVER`` is DESIGN's list of what must not be,
+checked against the allow-lists so that the two cannot drift apart.
+
+Every import counts, wherever it is written: inside a function or under ``if TYPE_CHECKING:``
+too, for the rules and for cycles alike. A rule is about what a part depends on, not about
+when the import runs; and a cycle hidden behind an import inside a function is still two
+modules that cannot be understood one without the other.
+
+The tests at the end build a small fake package in a temporary directory and run the same
+checks on it, to show that each kind of violation is caught.
 """
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,16 +29,73 @@ import gpupool
 
 PACKAGE = Path(gpupool.__file__).resolve().parent
 
-# part -> the parts it must not import (a part is the first name below gpupool: api, cli, ...)
-FORBIDDEN: dict[str, frozenset[str]] = {
-    "api": frozenset({"store", "scheduler"}),  # routers call services, which return views
-    "scheduler": frozenset({"store", "executors", "api", "services"}),  # pure decisions
-    "client": frozenset({"api", "services", "store"}),  # users' scripts import it alone
-    "runner": frozenset({"store", "services"}),  # it outlives the server
-}
-# part -> the only parts it may import (besides itself and the top-level ``gpupool``)
+# What most parts may import: the package itself (``gpupool.__version__``) and the domain
+# models (DESIGN: everything may import domain). ``errors`` (the error classes, importing
+# nothing) and ``settings`` (the one typed Settings, importing only domain and errors) sit
+# just above domain, for the server's parts.
+BASE = frozenset({"", "domain"})
+SERVER_SIDE = BASE | {"errors", "settings"}
+
+# part -> every part it may import besides itself (DESIGN.md, "Imports point one way"; the
+# comments say where a line goes beyond DESIGN's arrows, and why)
 ALLOWED: dict[str, frozenset[str]] = {
-    "cli": frozenset({"client", "domain"}),  # the CLI talks to the server through the client
+    # the foundations
+    "errors": frozenset({""}),
+    "domain": BASE | {"errors"},
+    "settings": BASE | {"errors"},  # never the scheduler: every process loads the settings
+    "metrics": frozenset({""}),  # gpupool.metrics.log, imported by jobs: standard library only
+    "serving": frozenset({""}),  # the model server a replica runs: no server code
+    # the server's parts, bottom up
+    "store": SERVER_SIDE,
+    "scheduler": BASE | {"errors"},  # pure decisions
+    "sim": BASE | {"errors", "scheduler"},
+    "discovery": SERVER_SIDE,
+    "runner": BASE,  # the standard library and domain; it outlives the server
+    "executors": SERVER_SIDE | {"runner", "discovery"},  # launchers: domain.launchers
+    # cluster -> executors, and what they stand on; a joining node talks to the server
+    # through the client, as any other program would
+    "cluster": SERVER_SIDE | {"executors", "runner", "discovery", "client"},
+    # services -> {store, scheduler, executors, sim, discovery}; and the cluster capability
+    # builds the Ray executor (cluster), jobs read the runner's notes and reach its socket
+    "services": SERVER_SIDE
+    | {"store", "scheduler", "executors", "sim", "discovery", "cluster", "runner"},
+    # proxy -> as services; it reaches workloads through the runner's socket, on a pool's
+    # nodes through the cluster's relay
+    "proxy": SERVER_SIDE
+    | {"store", "scheduler", "executors", "sim", "discovery", "cluster", "runner"},
+    "loops": SERVER_SIDE | {"services"},
+    "api": SERVER_SIDE | {"services", "proxy"},
+    # what users run
+    "client": BASE,  # users' scripts import it alone
+    "cli": BASE | {"client"},
+    # the composition roots: they build everything, and nothing imports them
+    "server": frozenset({"*"}),
+    "main": frozenset({"", "cli"}),
+    "__main__": frozenset({"main"}),
+}
+
+# DESIGN's "never": importer part -> parts it must not import
+NEVER: dict[str, frozenset[str]] = {
+    "scheduler": frozenset({"store", "executors", "api", "services", "cluster"}),
+    "sim": frozenset({"cluster", "store", "executors"}),
+    "executors": frozenset({"cluster", "services", "api", "scheduler", "store"}),
+    "api": frozenset({"store", "scheduler"}),  # routers call services, which return views
+    "cli": frozenset({"services", "store", "settings", "api"}),
+    "client": frozenset({"api", "services", "store"}),
+    "runner": frozenset({"store", "services", "executors", "cluster"}),
+    "settings": frozenset({"scheduler"}),
+    "domain": frozenset({"store", "scheduler", "executors", "services", "api", "settings"}),
+    "metrics": frozenset({"domain", "settings", "errors"}),
+}
+
+# Modules allowed a part that their own part may not import, each for a stated reason; an
+# entry that no longer matches an import fails too, so that it goes when the import goes.
+# (importing module, imported part) -> why
+EXCEPTIONS: dict[tuple[str, str], str] = {
+    ("gpupool.api.proxy", "cluster"): "the proxy moves to proxy/ (issue 24, item 3)",
+    ("gpupool.api.proxy", "runner"): "the proxy moves to proxy/ (issue 24, item 3)",
+    ("gpupool.api.upstream", "cluster"): "the proxy moves to proxy/ (issue 24, item 3)",
+    ("gpupool.api.upstream", "runner"): "the proxy moves to proxy/ (issue 24, item 3)",
 }
 
 
@@ -46,24 +111,47 @@ class Import:
         return f"{self.module}:{self.line} imports {self.target}"
 
 
+# -- the rules on gpupool ---------------------------------------------------------------------
+
+
 def test_each_part_imports_only_what_the_design_allows() -> None:
-    broken = [i.where for i in imports() if not allowed(part(i.module), part(i.target))]
-    assert not broken, "imports that break docs/design.md's rules:\n" + "\n".join(broken)
+    broken = [i.where for i in breaking(imports(PACKAGE), ALLOWED, EXCEPTIONS)]
+    assert not broken, "imports that break the design's rules:\n" + "\n".join(broken)
 
 
-def test_api_imports_neither_store_nor_scheduler() -> None:
-    """Named on its own: the rule the routers' refactor (issue 15) was for."""
-    found = [
-        i.where
-        for i in imports()
-        if part(i.module) == "api" and part(i.target) in {"store", "scheduler"}
-    ]
-    assert found == []
+def test_every_part_has_its_rules() -> None:
+    """A new part (a new package or top-level module) says what it may import."""
+    parts = {part(module_name(path, PACKAGE)) for path in PACKAGE.rglob("*.py")} - {""}
+    assert parts <= set(ALLOWED), f"parts without rules: {sorted(parts - set(ALLOWED))}"
+
+
+def test_the_allow_lists_keep_every_never_of_the_design() -> None:
+    allowed_never = {
+        (importer, target)
+        for importer, targets in NEVER.items()
+        for target in targets
+        if allowed(importer, target, ALLOWED)
+    }
+    assert allowed_never == set()
+
+
+def test_every_exception_is_still_needed() -> None:
+    found = {(i.module, part(i.target)) for i in imports(PACKAGE)}
+    assert set(EXCEPTIONS) <= found, f"stale exceptions: {sorted(set(EXCEPTIONS) - found)}"
 
 
 def test_there_is_no_import_cycle() -> None:
-    cycle = find_cycle(graph())
+    cycle = find_cycle(graph(PACKAGE))
     assert cycle is None, "an import cycle: " + " -> ".join(cycle or ())
+
+
+def test_settings_executors_and_node_agents_do_not_load_the_scheduler() -> None:
+    """Every process loads the settings; an executor or a pool's node agent has no use for
+    the scheduler (issue 24)."""
+    edges = graph(PACKAGE)
+    for start in ("gpupool.settings", "gpupool.executors.local", "gpupool.cluster.agent"):
+        loaded = reachable(start, edges)
+        assert not [m for m in loaded if part(m) == "scheduler"], start
 
 
 @pytest.mark.parametrize(
@@ -71,18 +159,123 @@ def test_there_is_no_import_cycle() -> None:
     [
         ("api", "store", False),
         ("api", "services", True),
+        ("api", "settings", True),
+        ("services", "store", True),
+        ("services", "api", False),
         ("scheduler", "services", False),
         ("scheduler", "domain", True),
+        ("executors", "runner", True),
+        ("executors", "cluster", False),
+        ("cluster", "executors", True),
+        ("sim", "scheduler", True),
+        ("settings", "scheduler", False),
+        ("loops", "services", True),
         ("cli", "client", True),
         ("cli", "services", False),
         ("cli", "settings", False),
         ("client", "api", False),
         ("runner", "store", False),
-        ("services", "store", True),
+        ("runner", "domain", True),
+        ("server", "store", True),
     ],
 )
 def test_the_rules_read_as_the_design_says(importer: str, target: str, expected: bool) -> None:
-    assert allowed(importer, target) is expected
+    assert allowed(importer, target, ALLOWED) is expected
+
+
+# -- the checks catch each kind of violation (on a fake package) ---------------------------
+
+
+def fake_package(root: Path, files: dict[str, str]) -> Path:
+    """A package ``gpupool`` under ``root`` with these modules (path -> source)."""
+    package = root / "gpupool"
+    for name, source in {"__init__.py": "", **files}.items():
+        path = package / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        for parent in path.relative_to(package).parents:
+            (package / parent / "__init__.py").touch()
+        path.write_text(source)
+    return package
+
+
+def test_a_forbidden_arrow_is_caught(tmp_path: Path) -> None:
+    package = fake_package(tmp_path, {"api/jobs.py": "from gpupool.store import db\n"})
+    broken = breaking(imports(package), ALLOWED, {})
+    assert [i.where for i in broken] == [
+        "gpupool.api.jobs:1 imports gpupool.store",
+        "gpupool.api.jobs:1 imports gpupool.store.db",
+    ]
+
+
+def test_an_arrow_back_up_is_caught(tmp_path: Path) -> None:
+    package = fake_package(
+        tmp_path,
+        {
+            "executors/ray.py": "import gpupool.cluster.agent\n",
+            "cluster/agent.py": "from gpupool.executors import local\n",
+            "executors/local.py": "",
+        },
+    )
+    broken = breaking(imports(package), ALLOWED, {})
+    assert [i.where for i in broken] == ["gpupool.executors.ray:1 imports gpupool.cluster.agent"]
+
+
+def test_an_arrow_inside_a_function_is_caught(tmp_path: Path) -> None:
+    source = "def later():\n    from gpupool.scheduler import cycle\n"
+    package = fake_package(tmp_path, {"settings.py": source, "scheduler/cycle.py": ""})
+    broken = breaking(imports(package), ALLOWED, {})
+    assert {i.target for i in broken} == {"gpupool.scheduler", "gpupool.scheduler.cycle"}
+    assert all(i.deferred for i in broken)
+
+
+def test_a_cycle_through_an_import_inside_a_function_is_caught(tmp_path: Path) -> None:
+    package = fake_package(
+        tmp_path,
+        {
+            "runner/spec.py": "from gpupool.runner.sandbox import Policy\n",
+            "runner/sandbox.py": "def parse():\n    from gpupool.runner import spec\n",
+        },
+    )
+    assert find_cycle(graph(package)) == [
+        "gpupool.runner.sandbox",
+        "gpupool.runner.spec",
+        "gpupool.runner.sandbox",
+    ]
+
+
+def test_a_cycle_through_a_type_checking_import_is_caught(tmp_path: Path) -> None:
+    package = fake_package(
+        tmp_path,
+        {
+            "scheduler/capacity.py": (
+                "from typing import TYPE_CHECKING\n"
+                "if TYPE_CHECKING:\n"
+                "    from gpupool.scheduler.packing import Packer\n"
+            ),
+            "scheduler/packing.py": "from gpupool.scheduler.fit import Demand\n",
+            "scheduler/fit.py": "from gpupool.scheduler.capacity import NodeState\n",
+        },
+    )
+    assert find_cycle(graph(package)) == [
+        "gpupool.scheduler.capacity",
+        "gpupool.scheduler.packing",
+        "gpupool.scheduler.fit",
+        "gpupool.scheduler.capacity",
+    ]
+
+
+def test_a_package_without_violations_passes(tmp_path: Path) -> None:
+    package = fake_package(
+        tmp_path,
+        {
+            "api/jobs.py": "from gpupool.services import jobs\n",
+            "services/jobs.py": "from gpupool.store import db\nfrom gpupool.domain import x\n",
+            "store/db.py": "",
+            "domain/x.py": "",
+        },
+    )
+    assert breaking(imports(package), ALLOWED, {}) == []
+    assert find_cycle(graph(package)) is None
 
 
 def test_imports_are_found_wherever_they_are_written(tmp_path: Path) -> None:
@@ -123,16 +316,29 @@ def test_a_cycle_is_found() -> None:
     assert find_cycle({"a": {"b"}, "b": set(), "c": {"a"}}) is None
 
 
-# -- reading the source ---------------------------------------------------------------------
+# -- the rules ------------------------------------------------------------------------------
 
 
-def allowed(importer: str, target: str) -> bool:
+def allowed(importer: str, target: str, rules: dict[str, frozenset[str]]) -> bool:
     """Whether a module of part ``importer`` may import one of part ``target``."""
-    if target in ("", importer):
+    if target == importer:
         return True
-    if importer in ALLOWED:
-        return target in ALLOWED[importer]
-    return target not in FORBIDDEN.get(importer, frozenset())
+    may = rules.get(importer, frozenset())
+    return "*" in may or target in may
+
+
+def breaking(
+    found: Iterable[Import],
+    rules: dict[str, frozenset[str]],
+    exceptions: dict[tuple[str, str], str],
+) -> list[Import]:
+    """The imports the rules do not allow (and no exception names)."""
+    return [
+        i
+        for i in found
+        if not allowed(part(i.module), part(i.target), rules)
+        and (i.module, part(i.target)) not in exceptions
+    ]
 
 
 def part(module: str) -> str:
@@ -142,14 +348,17 @@ def part(module: str) -> str:
     return names[1] if len(names) > 1 else ""
 
 
-def imports() -> Iterator[Import]:
-    """Every import of a gpupool module by a gpupool module."""
-    for path in sorted(PACKAGE.rglob("*.py")):
-        yield from imports_of(path, module_name(path))
+# -- reading the source ---------------------------------------------------------------------
 
 
-def module_name(path: Path) -> str:
-    names = ["gpupool", *path.relative_to(PACKAGE).with_suffix("").parts]
+def imports(package: Path) -> Iterator[Import]:
+    """Every import of a gpupool module by a module of ``package`` (a gpupool tree)."""
+    for path in sorted(package.rglob("*.py")):
+        yield from imports_of(path, module_name(path, package))
+
+
+def module_name(path: Path, package: Path) -> str:
+    names = ["gpupool", *path.relative_to(package).with_suffix("").parts]
     return ".".join(names[:-1] if names[-1] == "__init__" else names)
 
 
@@ -195,16 +404,27 @@ def _resolve(node: ast.ImportFrom, module: str, is_package: bool) -> str:
 # -- cycles -----------------------------------------------------------------------------------
 
 
-def graph() -> dict[str, set[str]]:
-    """Module -> the gpupool modules it imports when it is imported (``from X import y``
-    counts X.y only when X.y is a module, else X)."""
-    modules = {module_name(path) for path in PACKAGE.rglob("*.py")}
+def graph(package: Path) -> dict[str, set[str]]:
+    """Module -> the gpupool modules it imports, wherever the import is written (``from X
+    import y`` counts X.y when X.y is a module, else X)."""
+    modules = {module_name(path, package) for path in package.rglob("*.py")}
     edges: dict[str, set[str]] = {module: set() for module in modules}
-    for found in (i for i in imports() if not i.deferred):
+    for found in imports(package):
         target = found.target if found.target in modules else found.target.rpartition(".")[0]
         if target in modules and target != found.module:
             edges[found.module].add(target)
     return edges
+
+
+def reachable(start: str, edges: dict[str, set[str]]) -> set[str]:
+    """The modules that importing ``start`` may load."""
+    seen, todo = {start}, [start]
+    while todo:
+        for target in edges.get(todo.pop(), ()):
+            if target not in seen:
+                seen.add(target)
+                todo.append(target)
+    return seen
 
 
 def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
