@@ -23,7 +23,7 @@ from gpupool.services.control import ControlLoop
 from gpupool.services.core import NodeRemoved, SystemClock
 from gpupool.services.identity import SignInThrottle
 from gpupool.services.metrics import Ingester
-from gpupool.services.notebook_watch import IdleWatch
+from gpupool.services.notebooks import IdleWatch
 from gpupool.services.rollouts import DeploymentLoop
 from gpupool.services.scheduling import StorageWatch
 from gpupool.settings import Settings

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 import pytest
 from fastapi.testclient import TestClient
 
+import gpupool.services.notebooks._notebooks as notebooks
 from gpupool.executors.fake import NeverStartsExecutor
-from gpupool.services import notebooks
 from gpupool.services.platform import Platform
 from gpupool.store.models import JobModel, NotebookModel
 from tests.support.platform import make_settings, refused, running_app

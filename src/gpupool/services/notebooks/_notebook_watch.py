@@ -23,8 +23,9 @@ from typing import Any
 import httpx
 from sqlalchemy import select
 
+import gpupool.services.notebooks._notebooks as notebooks
 from gpupool.domain.notebooks import Kernel, StopCause, Verdict, base_path, idle_message, judge
-from gpupool.services import metrics, notebooks
+from gpupool.services import metrics
 from gpupool.services.core import Context, Watch
 from gpupool.services.jobs import Via, client_via, endpoints_of
 from gpupool.store.models import JobModel, NotebookModel
