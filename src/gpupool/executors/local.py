@@ -228,7 +228,9 @@ class LocalExecutor(Executor):
             tenancy=tenancy,
         )
         _write_spec_once(attempt_dir, spec)
-        pid = self._spawn(attempt_dir, isolated)
+        account = tenancy.get("account")
+        owner = str(account["uid"]) if isolated and account else ("" if isolated else None)
+        pid = self._spawn(attempt_dir, owner)
         state = {
             "attempt_dir": str(attempt_dir),
             "runner_pid": pid,
@@ -301,13 +303,14 @@ class LocalExecutor(Executor):
         for directory in (self.jobs_dir.parent, self.jobs_dir, self.job_dir(job_id)):
             directory.chmod(directory.stat().st_mode | 0o111)
 
-    def _spawn(self, attempt_dir: Path, own_network: bool = False) -> int:
+    def _spawn(self, attempt_dir: Path, network_owner: str | None = None) -> int:
         """Launch the runner: forked by the fork server when it answers, else a new process.
-        ``own_network``: its workload gets a network namespace of its own (a warm one, if
-        the fork server has one)."""
+        ``network_owner``: its workload gets a network namespace of its own (a warm one, if
+        the fork server has one, or one the last job of this Unix account, a uid, gave
+        back; "" when it runs under none)."""
         if self._fork_server is not None:
             try:
-                return self._fork_server.spawn(attempt_dir, own_network)
+                return self._fork_server.spawn(attempt_dir, network_owner)
             except OSError as e:
                 log.warning("runner fork server failed (%s); starting runners directly", e)
                 self._fork_server = None
@@ -586,8 +589,11 @@ class ForkServer:
         self._process: subprocess.Popen[bytes] | None = None
         self._lock = threading.Lock()
 
-    def spawn(self, attempt_dir: Path, own_network: bool = False) -> int:
-        request = f"{attempt_dir}\tnet\n" if own_network else f"{attempt_dir}\n"
+    def spawn(self, attempt_dir: Path, network_owner: str | None = None) -> int:
+        """The runner's pid. ``network_owner``: see ``LocalExecutor._spawn``."""
+        request = f"{attempt_dir}\n"
+        if network_owner is not None:
+            request = f"{attempt_dir}\tnet\t{network_owner}\n"
         with self._lock:
             for _ in range(2):
                 answer = self._ask(request.encode())

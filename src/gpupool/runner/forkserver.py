@@ -9,6 +9,8 @@ server went away); the runners it forked live on, as runners started any other w
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import os
 import select
 import signal
@@ -36,6 +38,7 @@ def main(argv: list[str]) -> int:
         usage = "usage: python -m gpupool.runner --fork-server [--warm-network DIR PASTA N]"
         print(usage, file=sys.stderr)  # stdout is the answer pipe
         return 2
+    preload()
     try:
         return serve(warm)
     finally:
@@ -43,10 +46,24 @@ def main(argv: list[str]) -> int:
             warm.close()
 
 
+def preload() -> None:
+    """Import here, once, what a runner would otherwise import after each fork (the bridge
+    of a serving job, the GPU samplers and NVML's bindings, a gang's fence: 10-30 ms of CPU
+    each time), then freeze what was loaded: the collector never walks those objects again,
+    so a forked runner does not write to, and copy, the pages that hold them."""
+    from gpupool.runner import bridge, fence, gpumemory, gpusamples  # noqa: F401
+
+    with contextlib.suppress(ImportError):
+        import pynvml  # noqa: F401 - nvidia-ml-py; imported only, initialised per use
+    gc.collect()
+    gc.freeze()
+
+
 def serve(warm=None) -> int:  # noqa: ANN001 - warm: a warmnet.WarmPool
     """Answer launch requests until stdin closes. A request is an attempt directory, with
-    ``\tnet`` after it when its workload gets a network of its own: it is then given a
-    warm namespace if one is ready. The namespaces taken are made again once no launch has
+    ``\tnet`` after it when its workload gets a network of its own (and ``\tUID``, the
+    account it runs as): it is then given a namespace a job of that account gave back, or
+    a warm one, if one is ready. The namespaces taken are made again once no launch has
     come for ``REFILL_AFTER_SECONDS`` (at once when none is left): pasta's set-up is
     20-30 ms of CPU, which would otherwise slow down the launch that just took one."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server decides when this ends
@@ -56,7 +73,8 @@ def serve(warm=None) -> int:  # noqa: ANN001 - warm: a warmnet.WarmPool
         warm.fill()
     for line in _requests(sys.stdin.fileno(), warm):
         attempt_dir, _, wants = line.decode().partition("\t")
-        slot = warm.take() if warm is not None and wants == "net" else None
+        wants, _, uid = wants.partition("\t")
+        slot = warm.take(uid or None) if warm is not None and wants == "net" else None
         pid = os.fork()
         if pid == 0:
             _run_child(attempt_dir, slot)
@@ -68,20 +86,33 @@ def serve(warm=None) -> int:  # noqa: ANN001 - warm: a warmnet.WarmPool
 
 
 def _requests(fd: int, warm):  # noqa: ANN001, ANN202 - the request lines, until end of file
-    """The lines read from ``fd``; between them, the warm pool refilled when due."""
+    """The lines read from ``fd``; between them, the warm pool refilled when due and the
+    namespaces runners gave back taken in (before each line: one may be for it)."""
     pending = b""
     while True:
         while b"\n" not in pending:
-            if warm is not None and warm.wanting():
-                # none left: refill now; else once the last launch had its start
-                wait = REFILL_AFTER_SECONDS if warm.slots else 0.0
-                if not select.select([fd], [], [], wait)[0]:
-                    warm.fill()
+            if warm is None:
+                ready = [fd]
+            else:
+                warm.receive()
+                wait = warm.next_expiry()
+                if warm.wanting():
+                    # none left: refill now; else once the last launch had its start
+                    refill = REFILL_AFTER_SECONDS if warm.slots else 0.0
+                    wait = refill if wait is None else min(wait, refill)
+                ready = select.select([fd, warm.returns], [], [], wait)[0]
+                if not ready:
+                    if warm.wanting():
+                        warm.fill()
                     continue
+                if fd not in ready:
+                    continue  # a namespace given back: taken in at the top
             data = os.read(fd, 4096)
             if not data:
                 return
             pending += data
+        if warm is not None:
+            warm.receive()
         line, pending = pending.split(b"\n", 1)
         yield line
 

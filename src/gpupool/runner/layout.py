@@ -43,8 +43,13 @@ def job_metrics_file(output_dir: str, attempt: int) -> str:
     return os.path.join(output_dir, JOB_METRICS_DIR, f"metrics-{attempt}.jsonl")
 
 
-def atomic_write_json(path: str | os.PathLike[str], data: dict[str, object]) -> None:
-    """Write ``data`` to ``path`` so that a reader sees the old or the new file, never half."""
+def atomic_write_json(
+    path: str | os.PathLike[str], data: dict[str, object], durable: bool = True
+) -> None:
+    """Write ``data`` to ``path`` so that a reader sees the old or the new file, never half.
+    ``durable``: synced to disk before this returns, so that it survives a crash of the
+    machine too (two syncs, milliseconds each); a record that means nothing after such a
+    crash (what a running process is doing) is not."""
     directory, name = os.path.split(os.fspath(path))
     tmp = os.path.join(directory, f".{name}.{os.getpid()}.tmp")
     payload = json.dumps(data, sort_keys=True).encode()
@@ -53,11 +58,13 @@ def atomic_write_json(path: str | os.PathLike[str], data: dict[str, object]) -> 
         view = memoryview(payload)
         while view:
             view = view[os.write(fd, view) :]
-        os.fsync(fd)
+        if durable:
+            os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)
-    _fsync_dir(directory)
+    if durable:
+        _fsync_dir(directory)
 
 
 def _fsync_dir(directory: str) -> None:

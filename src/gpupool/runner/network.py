@@ -139,8 +139,11 @@ class Network:
             network["warm"] = os.path.basename(self.warm.dir)
         return {"network": network}
 
-    def close(self) -> None:
-        """Stop the bridge and pasta (the namespace is gone or going with the workload)."""
+    def close(self, reuse_for: str | None = None) -> None:
+        """Stop the bridge and pasta (the namespace is gone or going with the workload).
+        ``reuse_for``: the workload has ended, every process of it is gone, and this Unix
+        account's next job may use a warm namespace again: it is given back if it holds
+        nothing (``warmnet.Slot.give_back``), not discarded."""
         if self._bridge is not None:  # never forked: the workload did not get that far
             for sock in self._bridge[1:]:
                 if sock is not None:
@@ -158,7 +161,8 @@ class Network:
             self.bridge_pid = None
         if self.warm is not None:
             warm, self.warm = self.warm, None
-            warm.discard()
+            if reuse_for is None or not warm.give_back(reuse_for):
+                warm.discard()
         pid_file = os.path.join(self.dir, PASTA_PID_FILE)
         with contextlib.suppress(OSError, ValueError):
             with open(pid_file) as f:

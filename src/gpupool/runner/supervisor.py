@@ -167,7 +167,8 @@ class Runner:
             workload, pipe_r, status_r = launched
             self._supervise(workload, pipe_r, status_r, spec)
             self._close_metrics()
-            recorded = self._record_exit(workload.reap(), spec.memory_bytes, spec.pids_max)
+            code = workload.reap()
+            recorded = self._record_exit(code, spec.memory_bytes, spec.pids_max, spec.account)
             return 0 if recorded else 1
         except Exception:
             import traceback  # only on this path: it is slow to import
@@ -291,10 +292,12 @@ class Runner:
             self.record.update(self.network.record())
             self._write_state()  # its pid, for whoever looks (the job runs meanwhile)
 
-    def _close_network(self) -> None:
+    def _close_network(self, account: dict[str, object] | None = None) -> None:
+        """Stop the workload's network; with ``account`` (the workload ended, its cgroup
+        is empty) a warm namespace may go back to the fork server for that account."""
         if self.network is not None:
             net, self.network = self.network, None
-            net.close()
+            net.close(None if account is None else str(account["uid"]))
 
     def _limit(self, spec: RunnerSpec) -> None:
         """A cgroup for the CPUs, memory and tasks the spec allows, a GPU memory watch for a
@@ -549,7 +552,11 @@ class Runner:
     # -- records --------------------------------------------------------------------------
 
     def _record_exit(
-        self, returncode: int, spec_memory: int | None = None, pids_max: int | None = None
+        self,
+        returncode: int,
+        spec_memory: int | None = None,
+        pids_max: int | None = None,
+        account: dict[str, object] | None = None,
     ) -> bool:
         """Record how the workload ended; keep trying while the disk is full."""
         if returncode < 0:
@@ -562,6 +569,9 @@ class Runner:
         )
         self._note_excess(returncode, spec_memory, pids_max)
         self._close_cgroup()
+        # before the record: the server launches the next job once it reads it, and the
+        # namespace is that job's if given back by then
+        self._close_network(account)
         return self._write_state(retry=True)
 
     def _note_excess(self, returncode: int, limit: int | None, pids_max: int | None) -> None:
@@ -586,11 +596,13 @@ class Runner:
 
     def _write_state(self, retry: bool = False) -> bool:
         """Write state.json. An exit record (``retry``) is retried until it is written: the
-        disk may be full for a while, and the job's real exit code must reach the server."""
+        disk may be full for a while, and the job's real exit code must reach the server;
+        it alone is synced to disk (what runs now means nothing after the machine crashed,
+        and the two syncs would delay every start by milliseconds)."""
         failures = 0
         while True:
             try:
-                atomic_write_json(self._path(STATE_FILE), self.record)
+                atomic_write_json(self._path(STATE_FILE), self.record, durable=retry)
             except OSError as e:
                 if failures == 0:
                     with contextlib.suppress(OSError):

@@ -6,14 +6,24 @@ executor therefore keeps a few namespaces warm: each made with ``unshare(CLONE_N
 and handed straight back (the fork server stays in the node's namespace), with its pasta
 started at once, in the background. A runner for a job with a network of its own takes
 one, starts bwrap inside it (instead of ``--unshare-net``), and owns it from then on: its
-pasta stops when the attempt ends, as a pasta the runner started itself would.
+pasta stops when the attempt ends, as a pasta the runner started itself would, unless the
+namespace can serve the next job of the same account (below).
 
 Each warm namespace has a directory ``JOBS_DIR/.warm-network/FORKSERVERPID-N`` holding
 pasta's pid file and a ``state.json`` naming the process that owns it (the fork server,
 then the runner that took it), so that the executor's sweep of pasta left by killed
-runners (``network.leftover_egress``) finds these too. Used once, never given to a second
-job. Where pasta fails (a node without a routable interface), warming stops for a while
-and runners make their namespace themselves, as without this.
+runners (``network.leftover_egress``) finds these too. Where pasta fails (a node without a
+routable interface), warming stops for a while and runners make their namespace
+themselves, as without this.
+
+Given back. pasta's set-up costs 20-25 ms of CPU a namespace (it maps and touches large
+buffers), which a pool draining short jobs pays at every start. So a runner whose job has
+ended gives its namespace back to the fork server (a datagram on ``return.sock`` carrying
+the namespace's descriptor) when nothing of the job is left in it: no process (its sandbox's
+PID namespace is gone, its bridge stopped) and no socket at all (``/proc/net/{tcp,udp}`` of
+the namespace list none, not even one waiting in TIME_WAIT, which would keep a port the
+next job may want). It then serves the next launch for the same Unix account only, and is
+discarded after ``REUSE_SECONDS`` unused. Every other namespace is discarded, as before.
 """
 
 from __future__ import annotations
@@ -24,6 +34,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import time
 
@@ -43,18 +54,24 @@ SLOTS = 2  # namespaces kept ready: a launch takes one, the next is being made m
 FAILED_PAUSE_SECONDS = 60.0  # after pasta failed: how long launches make their own
 BACKGROUND_NICE = 10  # pasta's priority while it makes a namespace ahead of need
 READY_SECONDS = 5.0  # how long a runner waits for a slot's pasta still configuring
+RETURN_SOCKET = "return.sock"  # in the warm directory: where runners give namespaces back
+REUSE_SECONDS = 30.0  # how long a namespace given back waits for its account's next job
+KEPT_PER_SLOT = 4  # namespaces given back kept at most: this many for each warm slot
+SOCKET_TABLES = ("tcp", "tcp6", "udp", "udp6")  # /proc/net tables that must be empty
 
 
 class Slot:
     """One warm namespace: its directory and the descriptor that keeps it alive."""
 
-    __slots__ = ("dir", "fd", "starter", "pid")
+    __slots__ = ("dir", "fd", "starter", "pid", "uid", "returned_at")
 
     def __init__(self, directory: str, fd: int, starter: int | None = None) -> None:
         self.dir = directory
         self.fd = fd
         self.starter = starter  # pasta's foreground process while it configures
         self.pid: int | None = None  # pasta's, once read from its pid file
+        self.uid: str | None = None  # given back: the account whose job used it
+        self.returned_at = 0.0  # given back: when (time.monotonic())
 
     def pid_file(self) -> str:
         return os.path.join(self.dir, PASTA_PID_FILE)
@@ -72,11 +89,12 @@ class Slot:
                 return pid
         return None
 
-    def own(self) -> None:
-        """Name the calling process as the owner (a runner that took the slot): a pasta
-        whose owner is gone is stopped by the next sweep. Not synced to disk: after a
-        crash of the machine there is no namespace left to own."""
-        record = {"runner_pid": os.getpid(), "runner_create_time": process_create_time()}
+    def own(self, pid: int | None = None) -> None:
+        """Name the calling process (or ``pid``) as the owner: a pasta whose owner is gone
+        is stopped by the next sweep. Not synced to disk: after a crash of the machine
+        there is no namespace left to own."""
+        pid = pid or os.getpid()
+        record = {"runner_pid": pid, "runner_create_time": process_create_time(pid)}
         path = os.path.join(self.dir, STATE_FILE)
         partial = f"{path}.{os.getpid()}"
         with open(partial, "w") as f:
@@ -101,6 +119,27 @@ class Slot:
             time.sleep(0.001)
         with contextlib.suppress(OSError):
             os.setpriority(os.PRIO_PROCESS, pid, 0)
+        return True
+
+    def give_back(self, uid: str) -> bool:
+        """Hand the namespace back to the fork server that made it, for the next job of
+        account ``uid``; whether it took it (else the caller discards it). Only a namespace
+        that holds no socket, after the job's processes are gone, and whose pasta runs."""
+        server = os.getppid()  # the fork server forked this runner; 1 (or a reaper) if gone
+        path = os.path.join(os.path.dirname(self.dir), RETURN_SOCKET)
+        if self.pasta_pid() is None or in_use(self.fd) or not os.path.exists(path):
+            return False
+        self.own(server)  # the fork server's from here: no sweep takes its pasta meanwhile
+        message = json.dumps({"dir": self.dir, "uid": uid}).encode()
+        fds = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, self.fd.to_bytes(4, "little"))]
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+                sock.sendmsg([message], fds, 0, path)
+        except OSError:
+            self.own()  # nobody took it: this runner discards it
+            return False
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
         return True
 
     def discard(self) -> None:
@@ -129,15 +168,30 @@ class WarmPool:
         self.pasta = pasta
         self.size = size
         self.slots: list[Slot] = []
+        self.returned: list[Slot] = []  # given back by runners, newest last
         self.paused_until = 0.0
         self.made = 0
         self._host = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
         self._libc = ctypes.CDLL(None, use_errno=True)
         os.makedirs(root, mode=0o700, exist_ok=True)
+        os.chmod(root, 0o700)  # only root's runners give namespaces back
+        path = os.path.join(root, RETURN_SOCKET)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        self.returns = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.returns.bind(path)
+        self.returns.setblocking(False)
 
-    def take(self) -> Slot | None:
-        """The oldest slot not known to have failed (still configuring, perhaps: the
-        runner waits for it), or None; the caller refills afterwards."""
+    def take(self, uid: str | None = None) -> Slot | None:
+        """A namespace given back by a job of account ``uid`` (the newest), else the
+        oldest warm slot not known to have failed (still configuring, perhaps: the runner
+        waits for it), or None; the caller refills afterwards."""
+        for slot in reversed(self.returned):
+            if uid is not None and slot.uid == uid:
+                self.returned.remove(slot)
+                if slot.pasta_pid() is not None:
+                    return slot
+                slot.discard()  # its pasta is gone: the namespace has no egress
         while self.slots:
             slot = self.slots.pop(0)
             if slot.failed():
@@ -160,13 +214,69 @@ class WarmPool:
                 return
             self.slots.append(made)
 
+    def receive(self) -> None:
+        """Take in the namespaces runners gave back (none waiting: returns at once); drop
+        those kept longer than ``REUSE_SECONDS`` or beyond ``KEPT_PER_SLOT`` per slot."""
+        while True:
+            try:
+                message, fds, _, _ = socket.recv_fds(self.returns, 4096, 1)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError:
+                break
+            slot = self._returned(message, fds)
+            if slot is not None:
+                self.returned.append(slot)
+        now = time.monotonic()
+        keep = max(1, self.size) * KEPT_PER_SLOT
+        while self.returned and (
+            len(self.returned) > keep or now - self.returned[0].returned_at > REUSE_SECONDS
+        ):
+            self.returned.pop(0).discard()
+
+    def next_expiry(self) -> float | None:
+        """Seconds until the oldest namespace given back is discarded, or None."""
+        if not self.returned:
+            return None
+        return max(0.0, self.returned[0].returned_at + REUSE_SECONDS - time.monotonic())
+
     def close(self) -> None:
         """Discard every slot not taken (the fork server is ending)."""
-        for slot in self.slots:
+        self.receive()
+        for slot in self.slots + self.returned:
             slot.discard()
-        self.slots = []
+        self.slots, self.returned = [], []
+        self.returns.close()
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(self.root, RETURN_SOCKET))
         with contextlib.suppress(OSError):
             os.rmdir(self.root)  # only if empty: taken slots belong to their runners
+
+    def _returned(self, message: bytes, fds: list[int]) -> Slot | None:
+        """The slot a runner gave back, if it is one this fork server made."""
+        try:
+            data = json.loads(message)
+            directory, uid = str(data["dir"]), str(data["uid"])
+        except (ValueError, KeyError, TypeError):
+            data = None
+        if data is None or len(fds) != 1:
+            for fd in fds:
+                os.close(fd)
+            return None
+        mine = os.path.dirname(directory) == self.root and os.path.basename(directory).startswith(
+            f"{os.getpid()}-"
+        )
+        slot = Slot(directory, fds[0])
+        if not mine or not os.path.isdir(directory):
+            with contextlib.suppress(OSError):
+                os.close(fds[0])
+            return None
+        if slot.pasta_pid() is None:
+            slot.discard()
+            return None
+        slot.own()
+        slot.uid, slot.returned_at = uid, time.monotonic()
+        return slot
 
     def _make(self) -> Slot | None:
         self.made += 1
@@ -229,6 +339,27 @@ def pastas_writing(pid_file: str) -> list[int]:
         if entry.isdigit() and is_pasta(int(entry)) and pid_file_of(int(entry)) == wanted:
             found.append(int(entry))
     return found
+
+
+def in_use(fd: int) -> bool:
+    """Whether the network namespace ``fd`` holds any TCP or UDP socket (listening,
+    connected, or waiting to close), read from its own ``/proc/net`` tables with the
+    calling thread in it for a moment."""
+
+    def count() -> int:
+        held = 0
+        for table in SOCKET_TABLES:
+            try:
+                with open(f"/proc/thread-self/net/{table}", "rb") as f:
+                    held += max(0, len(f.read().splitlines()) - 1)  # a header, then one each
+            except OSError:
+                continue
+        return held
+
+    try:
+        return spawn_in(fd, count) > 0
+    except OSError:
+        return True
 
 
 def spawn_in(fd: int, spawn):  # noqa: ANN001, ANN201 - spawn: () -> Popen

@@ -12,6 +12,7 @@ import socket
 import subprocess
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import psutil
@@ -267,8 +268,8 @@ def test_json_state_of_an_isolated_job_names_its_network(boxed: RunnerHarness) -
 @pytest.mark.skipif(shutil.which("pasta") is None, reason="pasta (Debian's passt) is missing")
 def test_the_executor_starts_isolated_jobs_in_warm_namespaces_with_egress(tmp_path) -> None:  # noqa: ANN001
     """The node's executor, as the server makes it: its fork server keeps namespaces warm
-    with pasta attached; each isolated job starts in one (used once), reaches the outside
-    through it, and its pasta ends with the job; the warm ones end with the executor."""
+    with pasta attached; each isolated job starts in one and reaches the outside through
+    it; the warm ones end with the executor."""
     from gpupool.runner.warmnet import WARM_DIR
 
     with _outside_world() as world:
@@ -286,15 +287,100 @@ def test_the_executor_starts_isolated_jobs_in_warm_namespaces_with_egress(tmp_pa
                 assert state["exit_code"] == 0 and not state.get("notes"), state
                 seen.append(state["network"]["warm"])
                 executor.release(handle)
-            assert seen[0] != seen[1], "a warm namespace serves one job only"
             warm = tmp_path / "jobs" / WARM_DIR
-            wait_for(lambda: not {*seen} & {p.name for p in warm.iterdir()}, 10, "taken slots")
             waiting = _pastas_under(warm)
             assert waiting, "the next jobs' namespaces are warm already"
         finally:
             executor.close()
         wait_for(lambda: not any(psutil.pid_exists(p) for p in waiting), 10, "warm pasta ends")
         wait_for(lambda: not warm.exists(), 10, "the warm directory goes with its server")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a network namespace of the test's own: root")
+@pytest.mark.skipif(shutil.which("pasta") is None, reason="pasta (Debian's passt) is missing")
+def test_a_namespace_left_empty_serves_the_next_job_of_the_same_account(tmp_path) -> None:  # noqa: ANN001
+    """pasta's set-up is not paid again: the namespace of a job that ended holding nothing
+    goes back to the fork server, and the next job of that account starts in it, with
+    egress; its pasta still ends with the executor."""
+    from gpupool.runner.warmnet import WARM_DIR
+
+    with _outside_world() as world:
+        executor = world.call(lambda: _executor(tmp_path))
+        try:
+            reach = py(REACH) + [world.outside, str(world.port), str(world.loopback_port)]
+            states = []
+            for job, command in ((1, py("print('hi')")), (2, reach)):
+                handle = world.call(lambda j=job, c=command: executor.start(_task(j, c)))
+                _wait_exit(executor, handle)
+                states.append(json.loads((executor.attempt_dir(job, 1) / "state.json").read_text()))
+                executor.release(handle)
+            assert states[0]["network"]["warm"] == states[1]["network"]["warm"], states
+            log = (executor.attempt_dir(2, 1) / "output.log").read_text()
+            assert f"REACHED {world.outside} outside" in log, (log, states[1])
+            assert "NOT 127.0.0.1 ConnectionRefusedError" in log, log
+            assert states[1]["exit_code"] == 0 and not states[1].get("notes"), states[1]
+            pastas = _pastas_under(tmp_path / "jobs" / WARM_DIR)
+            assert pastas
+        finally:
+            executor.close()
+        wait_for(lambda: not any(psutil.pid_exists(p) for p in pastas), 10, "pasta ends")
+
+
+LEAVES_A_SOCKET = """
+import socket
+server = socket.create_server(("127.0.0.1", 0))
+client = socket.create_connection(server.getsockname())
+conn, _ = server.accept()
+conn.close()  # closed first: its side waits in TIME_WAIT, in the namespace, for a minute
+client.close()
+print("left", flush=True)
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a network namespace of the test's own: root")
+@pytest.mark.skipif(shutil.which("pasta") is None, reason="pasta (Debian's passt) is missing")
+def test_a_namespace_still_holding_a_socket_is_not_given_to_the_next_job(tmp_path) -> None:  # noqa: ANN001
+    """A connection of the last job waiting to close would keep its port from the next
+    (a server that binds it without SO_REUSEADDR would fail): that namespace is discarded."""
+    with _outside_world() as world:
+        executor = world.call(lambda: _executor(tmp_path))
+        try:
+            seen = []
+            for job, command in ((1, py(LEAVES_A_SOCKET)), (2, py("print('hi')"))):
+                handle = world.call(lambda j=job, c=command: executor.start(_task(j, c)))
+                _wait_exit(executor, handle)
+                state = json.loads((executor.attempt_dir(job, 1) / "state.json").read_text())
+                assert state["exit_code"] == 0, state
+                seen.append(state["network"]["warm"])
+                executor.release(handle)
+            assert seen[0] != seen[1]
+        finally:
+            executor.close()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a network namespace of the test's own: root")
+@pytest.mark.skipif(shutil.which("pasta") is None, reason="pasta (Debian's passt) is missing")
+def test_hostile_a_namespace_one_account_used_is_never_given_to_another(tmp_path) -> None:  # noqa: ANN001
+    """Another team's job (another Unix account) never starts in a namespace a job of
+    this account used, even one left empty: it gets a warm one nobody used."""
+    from tests.support.unix import system_account
+
+    with system_account() as other, _outside_world() as world:
+        executor = world.call(lambda: _executor(tmp_path))
+        try:
+            seen = []
+            for job, unix_user in ((1, None), (2, other), (3, None)):
+                task = replace(_task(job, py("print('hi')")), unix_user=unix_user)
+                handle = world.call(lambda t=task: executor.start(t))
+                _wait_exit(executor, handle)
+                state = json.loads((executor.attempt_dir(job, 1) / "state.json").read_text())
+                assert state["exit_code"] == 0, state
+                seen.append(state["network"]["warm"])
+                executor.release(handle)
+            assert seen[1] not in (seen[0], seen[2]), seen
+            assert seen[2] == seen[0], "the first account's namespace waited for its next job"
+        finally:
+            executor.close()
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="a network namespace of the test's own: root")
