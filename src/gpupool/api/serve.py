@@ -33,9 +33,9 @@ from gpupool.api.errors import error_body
 from gpupool.api.proxied import bearer_secret, proxy_caller, refusal
 from gpupool.api.proxy import PROXIED_METHODS, ProxyAnswer, proxy_of, refuse_websocket
 from gpupool.errors import GpupoolError, NoHealthyReplica, NotFound, UpstreamRefused
-from gpupool.services import deployment_access
+from gpupool.services import deployments
+from gpupool.services.deployments import Route
 from gpupool.services.platform import Platform
-from gpupool.services.routing import Route
 
 router = APIRouter(include_in_schema=False)
 PREFIX = "/serve"
@@ -88,10 +88,10 @@ async def _route(ctx: Platform, connection: HTTPConnection, name: str) -> Route:
     """The deployment's route, once its caller is let in (a key first: checking it as an
     API token would count it against the caller's address as an unknown token)."""
     secret = bearer_secret(connection)
-    if secret is not None and deployment_access.is_key(secret):
-        return deployment_access.route_for_key(ctx, name, secret)
+    if secret is not None and deployments.is_key(secret):
+        return deployments.route_for_key(ctx, name, secret)
     who = await proxy_caller(connection)
-    return deployment_access.route_for(ctx, who, name)  # the routing table: no database
+    return deployments.route_for(ctx, who, name)  # the routing table: no database
 
 
 async def _forward(

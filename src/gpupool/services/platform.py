@@ -21,10 +21,10 @@ from gpupool.services import cluster as cluster_service
 from gpupool.services import identity
 from gpupool.services.control import ControlLoop
 from gpupool.services.core import NodeRemoved, SystemClock
+from gpupool.services.deployments import DeploymentLoop
 from gpupool.services.identity import SignInThrottle
 from gpupool.services.metrics import Ingester
 from gpupool.services.notebooks import IdleWatch
-from gpupool.services.rollouts import DeploymentLoop
 from gpupool.services.scheduling import StorageWatch
 from gpupool.settings import Settings
 from gpupool.store.db import Database, prepare

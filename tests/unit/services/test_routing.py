@@ -3,8 +3,9 @@ once per request, each sent its own token; latency quantiles over the latest req
 
 from __future__ import annotations
 
+from gpupool.services.deployments import Route
+from gpupool.services.deployments._routing import RoutingTable, Traffic
 from gpupool.services.jobs import Endpoint
-from gpupool.services.routing import Route, RoutingTable, Traffic
 
 
 def route(*replica_ids: int) -> Route:

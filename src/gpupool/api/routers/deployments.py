@@ -19,7 +19,7 @@ from gpupool.domain.deployments import (
     ScaleRequest,
     UpdateRequest,
 )
-from gpupool.services import deployment_access, deployments
+from gpupool.services import deployments
 from gpupool.services.core import Principal
 
 router = APIRouter(prefix="/deployments", tags=["deployments"])
@@ -106,7 +106,7 @@ def list_keys(
     who: Annotated[Principal, allow(Rule.TEAM_WRITE)],
     team: Team = None,
 ) -> list[KeyView]:
-    return deployment_access.list_keys(ctx, who, name, team)
+    return deployments.list_keys(ctx, who, name, team)
 
 
 @router.post("/{name}/keys", status_code=status.HTTP_201_CREATED, response_model=KeyCreatedView)
@@ -118,7 +118,7 @@ def create_key(
     team: Team = None,
 ) -> KeyCreatedView:
     """A key that may call this deployment's /serve address (shown once)."""
-    return deployment_access.create_key(ctx, who, name, body.name, team)
+    return deployments.create_key(ctx, who, name, body.name, team)
 
 
 @router.delete("/{name}/keys/{key_id}", response_model=KeyView)
@@ -129,4 +129,4 @@ def revoke_key(
     who: Annotated[Principal, allow(Rule.TEAM_WRITE)],
     team: Team = None,
 ) -> KeyView:
-    return deployment_access.revoke_key(ctx, who, name, key_id, team)
+    return deployments.revoke_key(ctx, who, name, key_id, team)

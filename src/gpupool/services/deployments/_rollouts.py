@@ -28,6 +28,7 @@ import httpx
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+import gpupool.services.deployments._deployments as deployments
 from gpupool.domain.deployments import (
     LIVE_STATES,
     REPLICA_TOKEN_HEADER,
@@ -37,11 +38,10 @@ from gpupool.domain.deployments import (
 from gpupool.domain.jobs import JobStatus
 from gpupool.errors import GpupoolError
 from gpupool.scheduler.types import Clock
-from gpupool.services import deployments
 from gpupool.services.core import LoopSide, Watch
+from gpupool.services.deployments._replicas import stop_replica_job, submit_replica
+from gpupool.services.deployments._routing import RoutingTable, Traffic, load_routes
 from gpupool.services.jobs import Endpoint, JobLimits, Via, client_via, endpoints_of
-from gpupool.services.replicas import stop_replica_job, submit_replica
-from gpupool.services.routing import RoutingTable, Traffic, load_routes
 from gpupool.settings import Settings
 from gpupool.store.db import Database
 from gpupool.store.models import (

@@ -40,8 +40,8 @@ from gpupool.errors import (
 from gpupool.services import jobs as job_service
 from gpupool.services import models
 from gpupool.services.core import Principal
-from gpupool.services.deployment_ports import DeploymentContext
-from gpupool.services.replicas import replica_spec
+from gpupool.services.deployments._ports import DeploymentContext
+from gpupool.services.deployments._replicas import replica_spec
 from gpupool.store.models import (
     DeploymentEventModel,
     DeploymentModel,

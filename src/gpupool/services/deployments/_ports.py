@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from gpupool.services.core import Context
-from gpupool.services.routing import RoutingTable, Traffic
+from gpupool.services.deployments._routing import RoutingTable, Traffic
 
 
 class DeploymentSide(Protocol):

@@ -25,10 +25,10 @@ from gpupool.domain.deployments import (
 )
 from gpupool.errors import AmbiguousDeployment, Forbidden, NoHealthyReplica, NotFound
 from gpupool.services.core import Principal
-from gpupool.services.deployment_ports import DeploymentContext
-from gpupool.services.deployments import get_deployment
+from gpupool.services.deployments._deployments import get_deployment
+from gpupool.services.deployments._ports import DeploymentContext
+from gpupool.services.deployments._routing import Route
 from gpupool.services.identity import new_secret, secret_hash
-from gpupool.services.routing import Route
 from gpupool.store.models import DeploymentKeyModel, DeploymentModel, UserModel
 
 # -- /serve --------------------------------------------------------------------------------------
