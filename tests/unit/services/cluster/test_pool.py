@@ -18,7 +18,7 @@ from gpupool.domain.views import GpuView, HolderView, NodeView
 from gpupool.services.cluster._pool import fabric_groups, summarize
 from gpupool.services.cluster._views import HostHeld, topology_view, usage_view
 
-CAPTURES = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "captures"
+CAPTURES = Path(__file__).resolve().parents[4].parent / "shared" / "data" / "captures"
 TOPO_CAPTURES = [
     "topo-m_dgx-a100_8x-a100-sxm4-40gb_10-nic_525.105.17_oyanghd.txt",
     "topo-m_8x-quadro-rtx6000_pcie-switches_tempura.txt",
