@@ -81,7 +81,7 @@ def create_app(platform: Platform, start_loop: bool = True) -> FastAPI:
     app.include_router(notebooks.proxy_router)  # /notebooks/ID/...: JupyterLab behind the proxy
     prometheus.mount(app, platform)  # /metrics, with a registry of this app's own
     docs.mount(app, f"{API_PREFIX}/docs", app.openapi_url)
-    # code uploads count their own bodies, against max_code_bytes (services/code.py)
+    # code uploads count their own bodies, against max_code_bytes (services/jobs/_code.py)
     # and notebooks' bodies (a saved notebook, an upload) are streamed by the proxy under its
     # own limit (api/proxy.py ProxyLimits); /serve reads its bodies whole, so the limit holds
     own_limits = (f"{API_PREFIX}/code", "/notebooks")

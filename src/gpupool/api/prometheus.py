@@ -1,7 +1,7 @@
 """``/metrics``: the pool's state in Prometheus' text format, for the pool's admins.
 
 The app owns its registry (never prometheus_client's global one, which every app of a process
-would share); one collector reads the pool at each scrape (``services.pool_metrics``).
+would share); one collector reads the pool at each scrape (``services.cluster``).
 Prometheus scrapes it with an admin's API token as a Bearer token (docs/metrics.md).
 """
 

@@ -1,6 +1,6 @@
 """``/serve/NAME/...``: a deployment's address, round-robin over its ready replicas.
 
-Who may call (``services.deployment_access``): the members of its team and admins, with the
+Who may call (``services.deployments``): the members of its team and admins, with the
 platform's session cookie or an API token (``Authorization: Bearer``), and the holders of one
 of its keys (``Authorization: Bearer gpd_...``). Anyone else gets 404 (a viewer of its team:
 403); without credentials, 401. No ready replica: 503 no_healthy_replica, with Retry-After.

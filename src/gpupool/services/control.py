@@ -189,7 +189,7 @@ class ControlLoop:
         with contextlib.suppress(OSError):  # full: a wake is pending anyway
             os.write(self._wake_w, b"!")
 
-    # -- what services ask and tell (services.context.LoopSide) -------------------------------
+    # -- what services ask and tell (services.core.LoopSide) -------------------------------
 
     def stops_recorded(self) -> None:
         """Stops were recorded on attempts in the database by another thread (the storage

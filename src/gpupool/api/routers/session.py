@@ -27,7 +27,7 @@ def health(ctx: PlatformDep) -> HealthView:
 @declare(Rule.PUBLIC)
 def sign_in(body: LoginIn, request: Request, response: Response, ctx: PlatformDep) -> WhoAmIView:
     """Open a web session; failed sign-ins are throttled per user name and per address
-    (``services.throttle``: unknown tokens sent elsewhere hold back no password)."""
+    (``services.identity``: unknown tokens sent elsewhere hold back no password)."""
     opened = identity.sign_in(ctx, body.user, body.password, client_address(request))
     set_session_cookie(response, opened.secret, opened.seconds, ctx.settings.secure_cookies)
     return opened.who

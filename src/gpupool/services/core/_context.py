@@ -3,10 +3,9 @@
 The services the API calls open their own transactions and tell the control loop what
 changed, so they need the database, the clock, the settings and a side of the control loop.
 They see them through these protocols, which ``services.platform.Platform`` (and its
-``ControlLoop``, ``auth.TokenCache``, ``throttle.SignInThrottle``) satisfy. Of the services,
-this module imports only three that import none (``access``, ``estimates``, ``loop_stats``),
-so every service may import it without a cycle (tests/unit/test_import_rules.py checks
-there is none).
+``ControlLoop``, ``identity.TokenCache``, ``identity.SignInThrottle``) satisfy. It imports
+only its neighbours in ``services.core`` and no capability's types, so every capability may
+import it without a cycle (tests/unit/services/test_packages.py checks there is none).
 """
 
 from __future__ import annotations
@@ -64,7 +63,7 @@ class LoopSide(Protocol):
 
 
 class TokenMemory(Protocol):
-    """Who recently seen API tokens belong to (``services.auth.TokenCache``)."""
+    """Who recently seen API tokens belong to (``services.identity.TokenCache``)."""
 
     def known(self, secret: str, now: float) -> Principal | None: ...
 
@@ -78,7 +77,7 @@ class TokenMemory(Protocol):
 class Throttle(Protocol):
     """Failed sign-ins (and wrong current passwords) per user and source, and unknown random
     secrets per source, refused with a 429 while too many; a valid secret is never refused
-    (``services.throttle.SignInThrottle``)."""
+    (``services.identity.SignInThrottle``)."""
 
     def guard(self, address: str, user: str | None = None) -> AbstractContextManager[None]:
         """Check a credential in the block: a password is refused first while throttled, a

@@ -1,8 +1,8 @@
 """What a forecast says: estimated starts of waiting jobs, each with why it has one or not.
 
-These are the results of ``services.eta``, kept apart from the predictor (which reads the
-database and runs the scheduler forward) so that anything may hold a forecast without
-depending on how it is made.
+These are the results of the ETA predictor (``services.scheduling``), kept apart from it
+(it reads the database and runs the scheduler forward) so that anything may hold a forecast
+without depending on how it is made.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Deployments: make, list, show, scale, update and stop them (what the API calls).
 
 A deployment is a desired state; these functions only change it, in one short transaction
-each, and tell the deployments' loop (``services.rollouts``), which starts, health-checks,
+each, and tell the deployments' loop (``_rollouts``), which starts, health-checks,
 replaces and retires the replicas. Visibility follows the team: a team's deployments are
 seen by its members (viewers too) and by admins, changed by its members and admins; anyone
 else is answered as if the deployment did not exist. A name is unique in its team, not in

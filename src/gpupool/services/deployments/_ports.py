@@ -1,7 +1,7 @@
 """What the deployments' services need of the running server beyond ``Context``: the
 deployments' loop, which holds the /serve routing table and the traffic counts.
 
-It lives with the deployments (not in ``services.context``) because its types are theirs:
+It lives with the deployments (not in ``services.core``) because its types are theirs:
 the shared context stays free of any capability's types, so every capability may import it.
 """
 
@@ -14,7 +14,7 @@ from gpupool.services.deployments._routing import RoutingTable, Traffic
 
 
 class DeploymentSide(Protocol):
-    """The deployments' loop as services see it (``services.rollouts.DeploymentLoop``)."""
+    """The deployments' loop as services see it (``_rollouts.DeploymentLoop``)."""
 
     @property
     def routes(self) -> RoutingTable:

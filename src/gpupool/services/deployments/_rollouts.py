@@ -65,7 +65,7 @@ class Probe:
     job_id: int
     url: str
     token: str | None
-    via: Via = None  # the way to a replica with a network of its own (services.endpoints)
+    via: Via = None  # the way to a replica with a network of its own (services.jobs.endpoints_of)
 
 
 class DeploymentLoop(Watch):

@@ -1,6 +1,6 @@
 """Who is asking, as the API meets callers: an API token, or a web session (cookie and CSRF
-token); signing in and out of web sessions; who one is. ``services.auth`` checks the
-credentials themselves; the throttle (``services.throttle``) refuses a password from an address
+token); signing in and out of web sessions; who one is. ``_auth`` checks the
+credentials themselves; the throttle (``_throttle``) refuses a password from an address
 or for a name that failed too often, and never a valid token: only unknown ones are counted.
 """
 

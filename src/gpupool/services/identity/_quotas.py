@@ -1,5 +1,5 @@
 """Team quotas: a guarantee by GPU model, a limit, a weight and a storage quota (bytes its
-files may take, see ``services.storage``); and what each team holds.
+files may take, see ``services.scheduling``); and what each team holds.
 
 A guarantee names GPU models the way jobs name GPU types: a key matches every GPU whose model
 contains it, ignoring case ("A100" matches "NVIDIA A100-SXM4-80GB"); ``"*"`` is any model.

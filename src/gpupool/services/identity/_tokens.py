@@ -1,5 +1,5 @@
 """API tokens as the API sees them: listed, created (shown once) and revoked. Each function
-opens its own transaction; ``services.auth`` makes and checks the tokens themselves."""
+opens its own transaction; ``_auth`` makes and checks the tokens themselves."""
 
 from __future__ import annotations
 

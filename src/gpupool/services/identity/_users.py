@@ -2,7 +2,7 @@
 
 The functions that take a ``Context`` are what the API calls about users: each opens its own
 transaction, returns read models and says what changed (the token cache forgets, the control
-loop reads weights again). Those that take a ``Session`` are the steps (``services.teams``
+loop reads weights again). Those that take a ``Session`` are the steps (``_teams``
 calls them for teams).
 """
 

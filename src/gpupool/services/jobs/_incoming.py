@@ -1,7 +1,7 @@
 """An archive being received into a store: a private temporary file, its SHA-256 and size so
 far, flushed to disk and renamed into place under its own name only once it is whole.
 
-Code uploads (``services.code``) and model versions (``services.models``) are both received
+Code uploads (``_code``) and model versions (``services.models``) are both received
 this way; each passes its own limit, its own "too large" error and the words its storage
 errors use. A part file left behind by a crash is removed by a later ``open`` once a day old,
 and every one by ``sweep_leftovers`` when the server starts (it holds the data directory's

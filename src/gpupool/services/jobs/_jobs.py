@@ -74,7 +74,7 @@ class JobLimits:
 @dataclass(frozen=True)
 class JobFilter:
     """``array_id``: only the tasks of this job array, by index; ``array_tasks``: False leaves
-    out every array's tasks (the arrays are listed as one, ``services.arrays``)."""
+    out every array's tasks (the arrays are listed as one, ``services.jobs._arrays``)."""
 
     status: Sequence[JobStatus] = ()
     team: str | None = None

@@ -45,7 +45,7 @@ class Look:
     url: str  # its JupyterLab's kernels, through its own port
     token: str
     active_at: float | None  # None: its JupyterLab never answered the watch yet
-    via: Via = None  # the way to it, when it has a network of its own (services.endpoints)
+    via: Via = None  # the way to it, when it has a network of its own (services.jobs.endpoint_of)
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ quotas, fair share, the scheduler and the sandbox apply; the job runs JupyterLab
 owner's workspace, with a new token that only the server and the job know.
 
 The functions that take a ``Context`` are what the API calls; those that take a ``Session``
-are the steps they (and the idle watch, ``services.notebook_watch``) are made of.
+are the steps they (and the idle watch, ``_notebook_watch``) are made of.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ class Upstream:
 
     url: str
     token: str
-    via: Via = None  # the way to it: a notebook has a network of its own (services.endpoints)
+    via: Via = None  # the way to it: a notebook has a network of its own (jobs.endpoint_of)
 
     def headers(self) -> dict[str, str]:
         return {"Authorization": f"token {self.token}"}

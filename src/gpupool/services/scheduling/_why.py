@@ -1,7 +1,7 @@
 """Why a job waits (or what it does instead): the answer of ``gpupool why`` and the job page.
 
 A pending job gets the scheduler's latest word on it (reason code, message, position in its
-team's queue, what blocks it) and an estimated start time from ``services.eta``. A job that
+team's queue, what blocks it) and an estimated start time from ``_eta``. A job that
 started or ended gets a plain sentence saying so: there is nothing to wait for.
 """
 
