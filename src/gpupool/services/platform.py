@@ -113,8 +113,12 @@ class Platform:
     def __post_init__(self) -> None:
         self.throttle = SignInThrottle.from_settings(self.settings)
         self.ingester = Ingester(self.db, self.executor, self.clock)
-        self.deployments = DeploymentLoop(self.db, self.settings, self.clock, self.loop)
-        self.idle_watch = IdleWatch(self)
+        self.deployments = DeploymentLoop(
+            self.db, self.settings, self.clock, self.loop.wake, self.loop.recent_nodes
+        )
+        self.idle_watch = IdleWatch(
+            self.db, self.clock, self.loop.wake, self.settings.notebook_idle_seconds
+        )
         self.storage = StorageWatch(
             self.db, self.settings, self.clock, self.loop.stops_recorded, self.executor.node_files
         )

@@ -21,6 +21,7 @@ the rest (it is woken when there is something for it).
 from __future__ import annotations
 
 import secrets
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -37,8 +38,8 @@ from gpupool.domain.deployments import (
 )
 from gpupool.domain.jobs import JobStatus
 from gpupool.errors import GpupoolError
-from gpupool.scheduler.types import Clock
-from gpupool.services.core import LoopSide, Watch
+from gpupool.scheduler.types import Clock, NodeCapacity
+from gpupool.services.core import Watch
 from gpupool.services.deployments._replicas import stop_replica_job, submit_replica
 from gpupool.services.deployments._routing import RoutingTable, Traffic, load_routes
 from gpupool.services.jobs import Endpoint, JobLimits, Via, client_via, endpoints_of
@@ -73,8 +74,18 @@ class DeploymentLoop(Watch):
     what the /serve route reads and counts into. A pass every health interval, or at once
     when a deployment changed."""
 
-    def __init__(self, db: Database, settings: Settings, clock: Clock, control: LoopSide) -> None:
-        self.db, self.settings, self.clock, self.control = db, settings, clock, control
+    def __init__(
+        self,
+        db: Database,
+        settings: Settings,
+        clock: Clock,
+        wake: Callable[[], None],
+        recent_nodes: Callable[[], tuple[NodeCapacity, ...]],
+    ) -> None:
+        """``wake`` tells the control loop to schedule now (replicas were submitted or
+        cancelled); ``recent_nodes`` is its view of the nodes' capacities."""
+        self.db, self.settings, self.clock = db, settings, clock
+        self.wake_loop, self.recent_nodes = wake, recent_nodes
         self.routes = RoutingTable()
         self.traffic = Traffic()
         self._http: httpx.Client | None = None
@@ -117,7 +128,7 @@ class DeploymentLoop(Watch):
         with self.db.session() as session:
             submitted = Pass(self, session, health, now).run()
         if submitted:
-            self.control.wake()
+            self.wake_loop()
         with self.db.reader() as session:
             self.routes.publish(load_routes(session))
 
@@ -424,9 +435,9 @@ class Pass:
             self.settings.deploy_max_backoff_seconds, FIRST_BACKOFF_S * 2 ** min(restarts, 10)
         )
 
-    def _capacities(self):  # noqa: ANN202 - the control loop's NodeCapacity tuple
+    def _capacities(self) -> tuple[NodeCapacity, ...]:
         if self._nodes is None:
-            self._nodes = self.loop.control.recent_nodes()
+            self._nodes = self.loop.recent_nodes()
         return self._nodes
 
     def _deployments(self) -> list[DeploymentModel]:

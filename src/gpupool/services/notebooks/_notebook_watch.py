@@ -16,6 +16,7 @@ It also records as stopped the notebooks whose job ended by itself.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -25,9 +26,11 @@ from sqlalchemy import select
 
 import gpupool.services.notebooks._notebooks as notebooks
 from gpupool.domain.notebooks import Kernel, StopCause, Verdict, base_path, idle_message, judge
+from gpupool.scheduler.types import Clock
 from gpupool.services import metrics
-from gpupool.services.core import Context, Watch
+from gpupool.services.core import Watch
 from gpupool.services.jobs import Via, client_via, endpoints_of
+from gpupool.store.db import Database
 from gpupool.store.models import JobModel, NotebookModel
 
 log = logging.getLogger(__name__)
@@ -59,9 +62,17 @@ class IdleWatch(Watch):
     """A look every ``min(60 s, idle time / 4)`` in a daemon thread of its own, until
     stopped; a failed look is logged and the watch goes on."""
 
-    def __init__(self, ctx: Context, client: httpx.Client | None = None) -> None:
-        self.ctx = ctx
-        self.idle_seconds = ctx.settings.notebook_idle_seconds
+    def __init__(
+        self,
+        db: Database,
+        clock: Clock,
+        wake: Callable[[], None],
+        idle_seconds: float,
+        client: httpx.Client | None = None,
+    ) -> None:
+        """``wake``: tells the control loop to schedule now (GPUs were given back)."""
+        self.db, self.clock, self.wake_loop = db, clock, wake
+        self.idle_seconds = idle_seconds
         self.client = client or httpx.Client(timeout=ASK_TIMEOUT, trust_env=False)
         interval = min(LONGEST_INTERVAL, self.idle_seconds / 4)
         super().__init__("gpupool-idle", "the notebooks' idleness", interval)
@@ -72,8 +83,8 @@ class IdleWatch(Watch):
 
     def tick(self) -> int:
         """One look at every running notebook; how many were stopped for idling."""
-        now = self.ctx.clock.now()
-        with self.ctx.db.session() as session:
+        now = self.clock.now()
+        with self.db.session() as session:
             notebooks.settle(session, now)
         looks = self.load()
         kernels = {look.notebook_id: self.kernels(look) for look in looks}
@@ -81,13 +92,13 @@ class IdleWatch(Watch):
         seen = self.judge(answered, kernels)
         stopped = self.apply(seen)
         if stopped:
-            self.ctx.loop.wake()
+            self.wake_loop()
         return stopped
 
     # -- (1) load --------------------------------------------------------------------------
 
     def load(self) -> list[Look]:
-        with self.ctx.db.reader() as session:
+        with self.db.reader() as session:
             rows = session.execute(
                 select(NotebookModel, JobModel)
                 .join(JobModel, JobModel.id == NotebookModel.job_id)
@@ -135,8 +146,8 @@ class IdleWatch(Watch):
             return None
 
     def judge(self, looks: list[Look], kernels: dict[int, list[Kernel] | None]) -> list[Seen]:
-        now, seen = self.ctx.clock.now(), []
-        with self.ctx.db.reader() as session:
+        now, seen = self.clock.now(), []
+        with self.db.reader() as session:
             for look in looks:
                 if look.active_at is None:  # its first answer: the idle time starts now
                     seen.append(Seen(look, Verdict(now, False), True))
@@ -150,8 +161,8 @@ class IdleWatch(Watch):
     # -- (3) apply -------------------------------------------------------------------------
 
     def apply(self, seen: list[Seen]) -> int:
-        stopped, now = 0, self.ctx.clock.now()
-        with self.ctx.db.session() as session:
+        stopped, now = 0, self.clock.now()
+        with self.db.session() as session:
             for found in seen:
                 notebook = session.get(NotebookModel, found.look.notebook_id)
                 if notebook is None or notebook.job_id != found.look.job_id:
