@@ -51,6 +51,8 @@ def preload() -> None:
     of a serving job, the GPU samplers and NVML's bindings, a gang's fence: 10-30 ms of CPU
     each time), then freeze what was loaded: the collector never walks those objects again,
     so a forked runner does not write to, and copy, the pages that hold them."""
+    import hashlib  # noqa: F401 - an attempt's cgroup name is a digest
+
     from gpupool.runner import bridge, fence, gpumemory, gpusamples  # noqa: F401
 
     with contextlib.suppress(ImportError):

@@ -68,7 +68,8 @@ class Network:
         """Start egress on the namespace of the sandbox's init, and make the bridge's
         listeners. A root runner opens the API's port inside the namespace itself, so that
         a connection made as soon as the job runs waits in its backlog: the bridge is then
-        forked once the job was let go (``start_bridge``), off the start's path. Without
+        forked at the first connection to a listener (``start_bridge``), off the start's
+        path, and not at all for a job that neither serves nor calls the API. Without
         root (the namespace is in a user namespace the runner cannot leave again) the
         bridge is forked now and opens it."""
         if self.warm is not None:
@@ -95,6 +96,12 @@ class Network:
         self._bridge = (init_pid, listener, api)
         if self.user_namespace:
             self.start_bridge()
+
+    def listeners(self) -> list[int]:
+        """The descriptors of the listeners ``attach`` made that no bridge serves yet."""
+        if self._bridge is None:
+            return []
+        return [sock.fileno() for sock in self._bridge[1:] if sock is not None]  # type: ignore[attr-defined]
 
     def start_bridge(self) -> bool:
         """Fork the bridge on the listeners ``attach`` made, if not forked yet; whether it

@@ -244,7 +244,6 @@ class Runner:
         self._write_state()
         if status_r is not None:
             workload.release()  # recorded: now the job may run
-            self._start_bridge()
         return workload, pipe_r, status_r
 
     def _enter_sandbox(self, workload: Sandboxed, status_r: int, spec: RunnerSpec) -> None:
@@ -287,7 +286,9 @@ class Runner:
             self.record.setdefault("notes", []).extend(self.network.notes)
 
     def _start_bridge(self) -> None:
-        """The bridge of a root runner, forked once the job runs (its listeners wait)."""
+        """The bridge of a root runner, forked at the first connection to one of its
+        listeners (which wait, with the connection in their backlog, until it serves
+        them): most jobs never call the API nor serve, and pay no fork for it."""
         if self.network is not None and self.network.start_bridge():
             self.record.update(self.network.record())
             self._write_state()  # its pid, for whoever looks (the job runs meanwhile)
@@ -409,11 +410,19 @@ class Runner:
         selector.register(self._wake_r, selectors.EVENT_READ, "wake")
         if status_r is not None:
             selector.register(status_r, selectors.EVENT_READ, "status")
+        waiting = self.network.listeners() if self.network is not None else []
+        for fd in waiting:
+            selector.register(fd, selectors.EVENT_READ, "bridge")
         pipe_open, drain_until = True, None
         while True:
             for key, _ in selector.select(self._select_timeout(drain_until)):
                 if key.data == "wake":
                     self._drain_wake_fd()
+                elif key.data == "bridge":
+                    for fd in waiting:
+                        selector.unregister(fd)
+                    waiting = []
+                    self._start_bridge()
                 elif key.data == "status":
                     if not self._read_status(workload, status_r):
                         selector.unregister(status_r)

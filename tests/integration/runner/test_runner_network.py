@@ -63,8 +63,9 @@ def test_a_serving_job_is_reached_only_through_its_runner(boxed: RunnerHarness) 
         assert sock.recv(64) == b"from inside the job\n"
     with socket.socket() as probe:  # the node's own loopback has no such listener
         assert probe.connect_ex(("127.0.0.1", PORT)) != 0 or _not_the_job(PORT)
+    # forked at that first connection, and recorded right after
+    bridge_pid = wait_for(lambda: boxed.state()["network"]["bridge_pid"], 10, "the bridge")
     state = boxed.state()
-    bridge_pid = state["network"]["bridge_pid"]
     assert psutil.pid_exists(bridge_pid)
     assert "no network egress" in " ".join(state.get("notes", []))  # none in its policy
     with bridge.handoff(path) as sock:
@@ -74,6 +75,44 @@ def test_a_serving_job_is_reached_only_through_its_runner(boxed: RunnerHarness) 
     assert boxed.state()["exit_code"] == 0
     assert not psutil.pid_exists(bridge_pid) or _zombie(bridge_pid), "the bridge ends with it"
     assert not os.path.exists(path)
+
+
+CALLS_THE_API = """
+import socket, sys
+if sys.argv[1] == "call":
+    with socket.create_connection(("127.0.0.1", int(sys.argv[2])), timeout=10) as s:
+        print("API said", s.recv(64).decode().strip(), flush=True)
+else:
+    print("no call", flush=True)
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the API's port inside the namespace: root")
+@pytest.mark.parametrize("calls", [True, False])
+def test_the_api_bridge_is_forked_at_the_first_call_and_only_then(
+    boxed: RunnerHarness, calls: bool
+) -> None:
+    """A job calling the platform's API on its loopback as soon as it starts is answered
+    (its call waits in the listener's backlog while the bridge forks); a job that never
+    calls it has no bridge process at all."""
+    path = str(boxed.root / "api.sock")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen(8)
+    threading.Thread(target=_answer, args=(server, b"hello\n"), daemon=True).start()
+    port = 8123
+    command = py(CALLS_THE_API) + (["call", str(port)] if calls else ["skip", "0"])
+    network = {"mode": "isolated", "port": None, "api": {"port": port, "socket": path}}
+    boxed.write_spec(command, sandbox=_policy(boxed, network))
+    assert boxed.run().returncode == 0
+    state = boxed.state()
+    assert state["exit_code"] == 0, (state, boxed.log())
+    if calls:
+        assert "API said hello" in boxed.log()
+        assert state["network"]["bridge_pid"] is not None
+    else:
+        assert "no call" in boxed.log()
+        assert state["network"]["bridge_pid"] is None
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="a network namespace of the test's own: root")
