@@ -524,12 +524,15 @@ def _validate(task: TaskSpec) -> None:
 
 
 def _write_spec_once(attempt_dir: Path, spec: dict[str, Any]) -> None:
-    """Publish spec.json atomically and exclusively: an attempt is launched at most once."""
+    """Publish spec.json atomically and exclusively: an attempt is launched at most once.
+    Not synced to disk: the attempt is recorded in the database before it is launched, and
+    after a crash of the machine its runner is gone whether the file survived or not (the
+    attempt is then lost, and a new one made); the syncs cost milliseconds every launch."""
     if (attempt_dir / layout.STARTED_FILE).exists():
         raise _already_started(attempt_dir)
     tmp = attempt_dir / f".{layout.SPEC_FILE}.{os.getpid()}.tmp"
     try:
-        layout.atomic_write_json(tmp, spec)
+        layout.atomic_write_json(tmp, spec, durable=False)
         os.link(tmp, attempt_dir / layout.SPEC_FILE)  # fails if a spec is already there
     except FileExistsError as e:
         raise _already_started(attempt_dir) from e
