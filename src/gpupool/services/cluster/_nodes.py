@@ -29,7 +29,7 @@ from gpupool.domain.views import (
 from gpupool.errors import NodeBusy, NotFound, OwnNodeKept
 from gpupool.scheduler.types import GpuCapacity, NodeCapacity
 from gpupool.services.cluster._views import HostHeld, node_event_view, node_view
-from gpupool.services.core import Context, Principal
+from gpupool.services.core import Context, Principal, Reads, Tells
 from gpupool.store.models import (
     AttemptModel,
     JobModel,
@@ -50,7 +50,7 @@ SHOWN_JOBS = 20  # the jobs a refused removal names
 # -- what the API calls ------------------------------------------------------------------------
 
 
-def list_nodes(ctx: Context, who: Principal) -> list[NodeView]:
+def list_nodes(ctx: Reads, who: Principal) -> list[NodeView]:
     """Every node of the pool (removed ones are not) and who holds each GPU, as ``who`` may
     see them (see ``holders``)."""
     with ctx.db.reader() as session:
@@ -60,7 +60,7 @@ def list_nodes(ctx: Context, who: Principal) -> list[NodeView]:
         ]
 
 
-def show_node(ctx: Context, who: Principal, name: str) -> NodeDetailView:
+def show_node(ctx: Reads, who: Principal, name: str) -> NodeDetailView:
     """One node (NotFound if there is none of that name) as ``list_nodes`` shows it, with its
     latest changes."""
     with ctx.db.reader() as session:
@@ -70,13 +70,13 @@ def show_node(ctx: Context, who: Principal, name: str) -> NodeDetailView:
     return NodeDetailView(**dict(shown), events=events)
 
 
-def drain(ctx: Context, who: Principal, name: str, reason: str | None = None) -> NodeView:
+def drain(ctx: Tells, who: Principal, name: str, reason: str | None = None) -> NodeView:
     """Keep new work off a node: the scheduler places nothing there (nor frees GPUs there by
     preemption); what runs there goes on to its end. Draining a drained node sets its reason."""
     return _admin_change(ctx, who, name, lambda s, n, now: set_drain(s, n, now, reason, who.name))
 
 
-def undrain(ctx: Context, who: Principal, name: str) -> NodeView:
+def undrain(ctx: Tells, who: Principal, name: str) -> NodeView:
     """Let new work on a drained node again (a node not drained is left as it is). A removed
     node is let back into the pool: listed as down, it joins again as soon as the cluster
     sees it (its joiner still runs, or runs again)."""
@@ -438,7 +438,7 @@ def _removed_node(session: Session, name: str) -> NodeModel | None:
 
 
 def _admin_change(
-    ctx: Context,
+    ctx: Tells,
     who: Principal,
     name: str,
     change: Callable[[Session, NodeModel, float], None],

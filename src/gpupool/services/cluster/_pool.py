@@ -17,10 +17,10 @@ from gpupool.domain.views import (
     PoolSummaryView,
     PoolView,
 )
-from gpupool.services.core import Context, Principal
+from gpupool.services.core import Principal, Reads
 
 
-def show_pool(ctx: Context, who: Principal) -> PoolView:
+def show_pool(ctx: Reads, who: Principal) -> PoolView:
     """The pool's summary and its nodes by fabric group, as ``who`` may see them (another
     team's job shows only what it holds, as in ``nodes.list_nodes``)."""
     shown = nodes.list_nodes(ctx, who)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from sqlalchemy import func, select
 
 from gpupool.domain.jobs import JobStatus, Reason
-from gpupool.services.core import Context, StatsSnapshot
+from gpupool.services.core import StatsSnapshot, Tells
 from gpupool.store.models import JobModel, TeamModel
 
 HOLDING = (JobStatus.STARTING.value, JobStatus.RUNNING.value)
@@ -23,7 +23,7 @@ class PoolMetrics:
     loop: StatsSnapshot
 
 
-def read(ctx: Context) -> PoolMetrics:
+def read(ctx: Tells) -> PoolMetrics:
     """What /metrics exports, read in one short transaction."""
     with ctx.db.reader() as session:
         in_use = session.execute(

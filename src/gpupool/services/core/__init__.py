@@ -11,7 +11,15 @@ from __future__ import annotations
 
 from gpupool.services.core._access import Principal
 from gpupool.services.core._clock import SystemClock
-from gpupool.services.core._context import Context, LoopSide, NodeRemoved
+from gpupool.services.core._context import (
+    Context,
+    LoopSide,
+    NodeRemoved,
+    Reads,
+    Submits,
+    Tells,
+    Writes,
+)
 from gpupool.services.core._datadir import DataDirLock, Reserve, current_holder
 from gpupool.services.core._estimates import NOT_YET, OUTRUN, Bounds, Duration, Estimate, Forecast
 from gpupool.services.core._loop_stats import LoopStats, StatsSnapshot
@@ -30,9 +38,13 @@ __all__ = [
     "NodeRemoved",
     "OUTRUN",
     "Principal",
+    "Reads",
     "Reserve",
     "StatsSnapshot",
+    "Submits",
     "SystemClock",
+    "Tells",
     "Watch",
+    "Writes",
     "current_holder",
 ]

@@ -103,23 +103,42 @@ class ClusterSide(Protocol):
     def removed(self, name: str) -> None: ...
 
 
-class Context(Protocol):
-    """The running server as a service call sees it."""
-
-    @property
-    def settings(self) -> Settings: ...
+class Reads(Protocol):
+    """What a call that only reads the database needs: the database."""
 
     @property
     def db(self) -> Database: ...
 
+
+class Writes(Reads, Protocol):
+    """What a change stamped with the time needs: the database and the clock."""
+
     @property
     def clock(self) -> Clock: ...
 
-    @property
-    def executor(self) -> Executor: ...
+
+class Tells(Writes, Protocol):
+    """What a call needs that the control loop must hear of (or that shows what the loop
+    knows: why a job waits, the nodes' capacities): the database, the clock and the loop."""
 
     @property
     def loop(self) -> LoopSide: ...
+
+
+class Submits(Tells, Protocol):
+    """What a submit needs: the database, the clock, the loop, and the settings' limits."""
+
+    @property
+    def settings(self) -> Settings: ...
+
+
+class Context(Submits, Protocol):
+    """The running server as a service call sees it: what the narrower ports above offer,
+    and the executor, the token cache, the throttle, the cluster and the node's own name.
+    A service takes the narrowest of these ports that has what it uses."""
+
+    @property
+    def executor(self) -> Executor: ...
 
     @property
     def tokens(self) -> TokenMemory: ...

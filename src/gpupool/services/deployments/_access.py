@@ -24,7 +24,7 @@ from gpupool.domain.deployments import (
     split_address,
 )
 from gpupool.errors import AmbiguousDeployment, Forbidden, NoHealthyReplica, NotFound
-from gpupool.services.core import Principal
+from gpupool.services.core import Principal, Reads
 from gpupool.services.deployments._deployments import get_deployment
 from gpupool.services.deployments._ports import DeploymentContext
 from gpupool.services.deployments._routing import Route
@@ -124,9 +124,7 @@ def create_key(
     return shown
 
 
-def list_keys(
-    ctx: DeploymentContext, who: Principal, name: str, team: str | None = None
-) -> list[KeyView]:
+def list_keys(ctx: Reads, who: Principal, name: str, team: str | None = None) -> list[KeyView]:
     with ctx.db.reader() as session:
         deployment = _own(session, who, name, team)
         rows = session.execute(

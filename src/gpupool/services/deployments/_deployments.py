@@ -39,7 +39,7 @@ from gpupool.errors import (
 )
 from gpupool.services import jobs as job_service
 from gpupool.services import models
-from gpupool.services.core import Principal
+from gpupool.services.core import Principal, Reads
 from gpupool.services.deployments._ports import DeploymentContext
 from gpupool.services.deployments._replicas import replica_spec
 from gpupool.store.models import (
@@ -84,7 +84,7 @@ def create_deployment(
 
 
 def list_deployments(
-    ctx: DeploymentContext, who: Principal, team: str | None = None, stopped: bool = False
+    ctx: Reads, who: Principal, team: str | None = None, stopped: bool = False
 ) -> list[DeploymentView]:
     """The deployments ``who`` can see (of ``team`` only), live ones by name; ``stopped``:
     the stopped ones too, after them."""

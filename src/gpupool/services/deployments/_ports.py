@@ -1,4 +1,4 @@
-"""What the deployments' services need of the running server beyond ``Context``: the
+"""What the deployments' services need of the running server beyond ``core.Submits``: the
 deployments' loop, which holds the /serve routing table and the traffic counts.
 
 It lives with the deployments (not in ``services.core``) because its types are theirs:
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from gpupool.services.core import Context
+from gpupool.services.core import Submits
 from gpupool.services.deployments._routing import RoutingTable, Traffic
 
 
@@ -32,8 +32,9 @@ class DeploymentSide(Protocol):
         ...
 
 
-class DeploymentContext(Context, Protocol):
-    """The running server as a deployments' service call sees it."""
+class DeploymentContext(Submits, Protocol):
+    """The running server as a deployments' service call sees it: the database, the clock,
+    the control loop and the settings, and the deployments' loop."""
 
     @property
     def deployments(self) -> DeploymentSide:

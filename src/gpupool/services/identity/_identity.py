@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import gpupool.services.identity._auth as auth
 from gpupool.domain.views import WhoAmIView
 from gpupool.errors import CsrfFailed, NotFound, Unauthenticated
-from gpupool.services.core import Context, Principal
+from gpupool.services.core import Context, Principal, Reads, Writes
 from gpupool.services.identity._views import who_am_i
 from gpupool.store.models import JobModel, UserModel
 
@@ -40,7 +40,7 @@ def by_token(ctx: Context, secret: str, address: str) -> Principal:
         return ctx.tokens.principal(ctx.db, secret, ctx.clock.now())
 
 
-def by_session(ctx: Context, cookie: str | None, csrf: str | None, changes: bool) -> Principal:
+def by_session(ctx: Writes, cookie: str | None, csrf: str | None, changes: bool) -> Principal:
     """The caller of a web session; a request that ``changes`` something must also carry the
     session's CSRF token (else CsrfFailed)."""
     if not cookie:
@@ -52,7 +52,7 @@ def by_session(ctx: Context, cookie: str | None, csrf: str | None, changes: bool
     return who
 
 
-def page_session(ctx: Context, cookie: str | None) -> tuple[Principal, str] | None:
+def page_session(ctx: Writes, cookie: str | None) -> tuple[Principal, str] | None:
     """For web pages: the signed-in user and its session's CSRF token, or None."""
     if not cookie:
         return None
@@ -64,7 +64,7 @@ def page_session(ctx: Context, cookie: str | None) -> tuple[Principal, str] | No
     return who, web.csrf_token
 
 
-def job_source(ctx: Context, job_id: int) -> str:
+def job_source(ctx: Reads, job_id: int) -> str:
     """How the throttle (and its log) names a caller that is a job: "job 12 (ann)", its
     owner's name, so that an admin reading the log knows whom to ask."""
     with ctx.db.reader() as session:
@@ -82,7 +82,7 @@ def sign_in(ctx: Context, user: str, password: str, address: str) -> WebSignIn:
         return WebSignIn(secret, web.expires_at - now, shown)
 
 
-def sign_out(ctx: Context, cookie: str | None) -> None:
+def sign_out(ctx: Reads, cookie: str | None) -> None:
     """End the web session of ``cookie``, if there is one."""
     if not cookie:
         return
@@ -90,7 +90,7 @@ def sign_out(ctx: Context, cookie: str | None) -> None:
         auth.sign_out(session, cookie)
 
 
-def whoami(ctx: Context, who: Principal) -> WhoAmIView:
+def whoami(ctx: Reads, who: Principal) -> WhoAmIView:
     with ctx.db.reader() as session:
         user = session.get(UserModel, who.user_id)
         if user is None:

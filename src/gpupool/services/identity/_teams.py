@@ -20,12 +20,12 @@ from gpupool.domain.views import (
     UserView,
 )
 from gpupool.errors import Conflict
-from gpupool.services.core import Context, Principal
+from gpupool.services.core import Context, Principal, Tells
 from gpupool.services.identity._views import user_view
 from gpupool.store.models import TeamModel
 
 
-def list_teams(ctx: Context, who: Principal) -> list[TeamView]:
+def list_teams(ctx: Tells, who: Principal) -> list[TeamView]:
     """Each team ``who`` can see, with its quota, the GPUs it holds and its pending jobs."""
     nodes = ctx.loop.recent_nodes()
     with ctx.db.reader() as session:
@@ -35,7 +35,7 @@ def list_teams(ctx: Context, who: Principal) -> list[TeamView]:
         return [team_view(t, used[t.id], admins[t.id]) for t in visible]
 
 
-def team_history(ctx: Context, who: Principal, hours: float, buckets: int) -> TeamHistoryView:
+def team_history(ctx: Tells, who: Principal, hours: float, buckets: int) -> TeamHistoryView:
     """Each team ``who`` can see: GPUs held, GPUs wanted and its fair share, over the last
     ``hours`` in ``buckets`` buckets."""
     nodes = ctx.loop.recent_nodes()
@@ -54,7 +54,7 @@ def team_history(ctx: Context, who: Principal, hours: float, buckets: int) -> Te
     )
 
 
-def create_team(ctx: Context, name: str, quota: quotas.Quota) -> TeamView:
+def create_team(ctx: Tells, name: str, quota: quotas.Quota) -> TeamView:
     """A new team with its quota (refused as a whole if the quota is)."""
     nodes = ctx.loop.recent_nodes()
     try:
@@ -69,7 +69,7 @@ def create_team(ctx: Context, name: str, quota: quotas.Quota) -> TeamView:
     return shown
 
 
-def set_quota(ctx: Context, name: str, quota: quotas.Quota, keep_storage: bool = False) -> TeamView:
+def set_quota(ctx: Tells, name: str, quota: quotas.Quota, keep_storage: bool = False) -> TeamView:
     """Replace a team's quota: what ``quota`` leaves out takes its default; with
     ``keep_storage``, the team keeps its storage quota whatever ``quota.storage`` says."""
     nodes = ctx.loop.recent_nodes()

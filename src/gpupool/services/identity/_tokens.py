@@ -7,14 +7,14 @@ import gpupool.services.identity._auth as auth
 import gpupool.services.identity._users as users
 from gpupool.domain.views import TokenCreatedView, TokenView
 from gpupool.errors import NotFound
-from gpupool.services.core import Context, Principal
+from gpupool.services.core import Context, Principal, Reads, Writes
 from gpupool.services.identity._views import token_view
 from gpupool.store.models import UserModel
 
 DAY = 86400.0
 
 
-def list_tokens(ctx: Context, who: Principal) -> list[TokenView]:
+def list_tokens(ctx: Reads, who: Principal) -> list[TokenView]:
     """``who``'s tokens; an admin's: everyone's."""
     with ctx.db.reader() as session:
         found = auth.list_tokens(session, None if who.is_admin else who.user_id)
@@ -22,7 +22,7 @@ def list_tokens(ctx: Context, who: Principal) -> list[TokenView]:
 
 
 def create_token(
-    ctx: Context, who: Principal, name: str, user: str | None, expires_in_days: float | None
+    ctx: Writes, who: Principal, name: str, user: str | None, expires_in_days: float | None
 ) -> TokenCreatedView:
     """A new token of ``who`` (of ``user``: admins only), its secret shown this once."""
     now = ctx.clock.now()

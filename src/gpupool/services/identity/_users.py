@@ -34,7 +34,7 @@ from gpupool.errors import (
     WrongPassword,
 )
 from gpupool.executors import accounts
-from gpupool.services.core import Context, Principal
+from gpupool.services.core import Context, Principal, Reads, Tells
 from gpupool.services.identity._passwords import hash_password, verify_password
 from gpupool.services.identity._views import user_view, who_am_i
 from gpupool.services.identity._web_sessions import end_web_sessions
@@ -60,13 +60,13 @@ KEEP = Keep.KEEP
 # -- what the API calls ------------------------------------------------------------------------
 
 
-def list_users(ctx: Context) -> list[UserView]:
+def list_users(ctx: Reads) -> list[UserView]:
     with ctx.db.reader() as session:
         return [user_view(user) for user in user_rows(session)]
 
 
 def add_user(
-    ctx: Context,
+    ctx: Tells,
     name: str,
     role: Role,
     teams: list[str],

@@ -22,7 +22,7 @@ from gpupool.domain.jobs import FINAL_STATUSES, JobSpec, JobStatus, Reason
 from gpupool.domain.views import ArrayView, JobView, SubmittedArrayView
 from gpupool.errors import Conflict, InvalidArray, NotFound
 from gpupool.scheduler.types import NodeCapacity
-from gpupool.services.core import Context, Principal
+from gpupool.services.core import Principal, Reads, Submits, Tells
 from gpupool.services.jobs._views import array_view, job_view
 from gpupool.store.models import EventModel, JobArrayModel, JobModel, TeamModel
 
@@ -49,7 +49,7 @@ class SubmittedArray:
 
 
 def submit_array(
-    ctx: Context, who: Principal, spec: JobSpec, array: ArraySpec
+    ctx: Submits, who: Principal, spec: JobSpec, array: ArraySpec
 ) -> SubmittedArrayView:
     """Queue every task of ``array`` (see ``submit``) and wake the control loop."""
     capacities, now = ctx.loop.recent_nodes(), ctx.clock.now()
@@ -61,25 +61,25 @@ def submit_array(
     return shown
 
 
-def list_arrays(ctx: Context, who: Principal, where: jobs.JobFilter) -> list[ArrayView]:
+def list_arrays(ctx: Reads, who: Principal, where: jobs.JobFilter) -> list[ArrayView]:
     """The arrays ``who`` can see with a task matching ``where``, newest first."""
     with ctx.db.reader() as session:
         return [summary_view(found) for found in select_arrays(session, who, where)]
 
 
-def show_array(ctx: Context, who: Principal, array_id: int) -> ArrayView:
+def show_array(ctx: Reads, who: Principal, array_id: int) -> ArrayView:
     with ctx.db.reader() as session:
         return summary_view(get(session, who, array_id))
 
 
-def show_task(ctx: Context, who: Principal, array_id: int, index: int) -> JobView:
+def show_task(ctx: Tells, who: Principal, array_id: int, index: int) -> JobView:
     """The task of ``index`` of the array, as ``services.jobs`` shows a job."""
     with ctx.db.reader() as session:
         found = task(session, who, array_id, index)
         return job_view(found, ctx.clock.now(), ctx.loop.pending_reasons.get(found.id))
 
 
-def cancel_array(ctx: Context, who: Principal, array_id: int) -> ArrayView:
+def cancel_array(ctx: Tells, who: Principal, array_id: int) -> ArrayView:
     """Cancel every task not ended (see ``cancel``) and wake the control loop."""
     with ctx.db.session() as session:
         shown = summary_view(cancel(session, who, array_id, ctx.clock.now()))

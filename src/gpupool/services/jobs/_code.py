@@ -29,7 +29,7 @@ from gpupool.domain.views import CodeLimitsView, CodeView
 from gpupool.errors import CodeHashMismatch, CodeNotFound, CodeTooLarge
 from gpupool.executors import code as archives
 from gpupool.services import identity
-from gpupool.services.core import Context, Principal
+from gpupool.services.core import Context, Principal, Reads, Submits, Writes
 from gpupool.services.jobs._incoming import Incoming
 from gpupool.settings import Settings
 from gpupool.store.models import CodeUploadModel, MembershipModel
@@ -40,7 +40,7 @@ INCOMING = "incoming"  # uploads being received, below the code directory
 # -- what the API calls ------------------------------------------------------------------------
 
 
-def limits(ctx: Context) -> CodeLimitsView:
+def limits(ctx: Submits) -> CodeLimitsView:
     """What this server takes of one snapshot."""
     found = ctx.settings.code_limits()
     return CodeLimitsView(
@@ -50,7 +50,7 @@ def limits(ctx: Context) -> CodeLimitsView:
     )
 
 
-def show_code(ctx: Context, who: Principal, ref: str) -> CodeView:
+def show_code(ctx: Reads, who: Principal, ref: str) -> CodeView:
     """The snapshot ``ref`` if ``who`` uploaded it (a client asks before uploading), else
     CodeNotFound, whether it exists or not."""
     who.require_member()
@@ -139,7 +139,7 @@ def too_large(size: int, found: CodeLimits) -> CodeTooLarge:
 
 
 def _keep(
-    ctx: Context, who: Principal, incoming: Incoming, expected: str | None, found: CodeLimits
+    ctx: Submits, who: Principal, incoming: Incoming, expected: str | None, found: CodeLimits
 ) -> CodeView:
     """Check the received archive, keep it (once), and record ``who``'s right to run it."""
     ref = ref_of(incoming.hexdigest())
@@ -157,7 +157,7 @@ def _keep(
     return _record(ctx, who, ref, incoming.size, summary)
 
 
-def _record(ctx: Context, who: Principal, ref: str, size: int, summary: CodeSummary) -> CodeView:
+def _record(ctx: Writes, who: Principal, ref: str, size: int, summary: CodeSummary) -> CodeView:
     row = CodeUploadModel(
         ref=ref,
         user_id=who.user_id,
@@ -177,7 +177,7 @@ def _record(ctx: Context, who: Principal, ref: str, size: int, summary: CodeSumm
     return code_view(row)
 
 
-def _refuse_over_quota(ctx: Context, who: Principal) -> None:
+def _refuse_over_quota(ctx: Reads, who: Principal) -> None:
     """StorageQuotaExceeded while a team of ``who`` is over its storage quota: an upload
     counts for each team of its uploader."""
     with ctx.db.reader() as session:

@@ -38,7 +38,7 @@ from gpupool.executors.isolation import protected_paths, within, workdir_conflic
 from gpupool.scheduler import infeasible_reason
 from gpupool.scheduler.types import NodeCapacity
 from gpupool.services import identity
-from gpupool.services.core import Context, Principal
+from gpupool.services.core import Principal, Reads, Submits, Tells
 from gpupool.services.jobs._views import attempt_view, event_view, job_view
 from gpupool.settings import Settings
 from gpupool.store.models import AttemptModel, EventModel, JobModel, TeamModel
@@ -88,7 +88,7 @@ class JobFilter:
 
 
 def submit_job(
-    ctx: Context, who: Principal, spec: JobSpec, *, kind: JobKind = JobKind.JOB
+    ctx: Submits, who: Principal, spec: JobSpec, *, kind: JobKind = JobKind.JOB
 ) -> JobView:
     """Queue a job (see ``submit``) and wake the control loop to place it. ``kind``: what
     the job is (notebooks and deployments submit their workloads' jobs through here)."""
@@ -100,7 +100,7 @@ def submit_job(
     return shown
 
 
-def list_jobs(ctx: Context, who: Principal, where: JobFilter) -> list[JobView]:
+def list_jobs(ctx: Tells, who: Principal, where: JobFilter) -> list[JobView]:
     """The jobs ``who`` can see that match ``where``, newest first (an array's by index)."""
     reasons = ctx.loop.pending_reasons
     with ctx.db.reader() as session:
@@ -108,7 +108,7 @@ def list_jobs(ctx: Context, who: Principal, where: JobFilter) -> list[JobView]:
         return [job_view(job, now, reasons.get(job.id)) for job in found]
 
 
-def show_job(ctx: Context, who: Principal, job_id: int) -> JobDetailView:
+def show_job(ctx: Tells, who: Principal, job_id: int) -> JobDetailView:
     """The job with its events and attempts; NotFound if ``who`` cannot see it."""
     with ctx.db.reader() as session:
         job = get_job(session, who, job_id)
@@ -121,7 +121,7 @@ def show_job(ctx: Context, who: Principal, job_id: int) -> JobDetailView:
         )
 
 
-def cancel_job(ctx: Context, who: Principal, job_id: int) -> JobView:
+def cancel_job(ctx: Tells, who: Principal, job_id: int) -> JobView:
     """Cancel the job (see ``cancel``) and wake the control loop to stop it."""
     now = ctx.clock.now()
     with ctx.db.session() as session:
@@ -130,14 +130,14 @@ def cancel_job(ctx: Context, who: Principal, job_id: int) -> JobView:
     return shown
 
 
-def job_events(ctx: Context, who: Principal, job_id: int, after_id: int = 0) -> list[EventView]:
+def job_events(ctx: Reads, who: Principal, job_id: int, after_id: int = 0) -> list[EventView]:
     """The job's events after ``after_id``, oldest first."""
     with ctx.db.reader() as session:
         get_job(session, who, job_id)
         return [event_view(e) for e in events(session, job_id, after_id)]
 
 
-def job_state(ctx: Context, who: Principal, job_id: int) -> JobStateView:
+def job_state(ctx: Reads, who: Principal, job_id: int) -> JobStateView:
     """Where the job stands now: its status, reason, message and exit code."""
     with ctx.db.reader() as session:
         job = get_job(session, who, job_id)
@@ -149,7 +149,7 @@ def job_state(ctx: Context, who: Principal, job_id: int) -> JobStateView:
         )
 
 
-def submit_options(ctx: Context, who: Principal) -> SubmitOptionsView:
+def submit_options(ctx: Submits, who: Principal) -> SubmitOptionsView:
     """What a submit form offers ``who``: its teams, the pool's GPU models, the priorities its
     role may use (a submit beyond them is refused with priority_not_allowed), grace periods."""
     nodes, settings = ctx.loop.recent_nodes(), ctx.settings

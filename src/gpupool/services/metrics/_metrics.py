@@ -24,7 +24,7 @@ from gpupool.domain.metrics import (
 )
 from gpupool.errors import InvalidRequest, NotFound
 from gpupool.services import jobs
-from gpupool.services.core import Context, Principal
+from gpupool.services.core import Principal, Reads, Tells
 from gpupool.services.jobs import job_view
 from gpupool.store.models import AttemptModel, JobMetricModel, MetricCursorModel
 
@@ -92,7 +92,7 @@ def _is_gpu_utilization() -> ColumnElement[bool]:
 
 
 def read_metrics(
-    ctx: Context,
+    ctx: Reads,
     who: Principal,
     job_id: int,
     names: list[str] | None = None,
@@ -120,7 +120,7 @@ def read_metrics(
 
 
 def summarize(
-    ctx: Context, who: Principal, job_id: int, names: list[str] | None = None
+    ctx: Reads, who: Principal, job_id: int, names: list[str] | None = None
 ) -> list[MetricSummaryView]:
     """Each metric of the job (over all its attempts): its last value (the latest attempt's,
     by step then time), min, max and points; counted by the database, not read out."""
@@ -147,7 +147,7 @@ def summarize(
         ]
 
 
-def compare(ctx: Context, who: Principal, job_ids: list[int]) -> CompareView:
+def compare(ctx: Tells, who: Principal, job_ids: list[int]) -> CompareView:
     """Jobs side by side with their metrics' final values; ids of jobs the caller cannot
     see (or that do not exist) are listed as missing, with nothing of them shown."""
     if len(job_ids) > MAX_COMPARED:

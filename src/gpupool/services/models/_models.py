@@ -52,7 +52,7 @@ from gpupool.errors import (
 )
 from gpupool.executors import outputs
 from gpupool.services import identity, jobs
-from gpupool.services.core import Context, Principal
+from gpupool.services.core import Context, Principal, Reads, Writes
 from gpupool.services.jobs import Incoming
 from gpupool.services.metrics import final_values
 from gpupool.store.models import (
@@ -124,13 +124,13 @@ def resolve_version(
     return version_view(session, row)
 
 
-def list_models(ctx: Context, who: Principal, team: str | None = None) -> list[ModelView]:
+def list_models(ctx: Reads, who: Principal, team: str | None = None) -> list[ModelView]:
     """The models of the teams ``who`` can see (of ``team`` only, when given), by name."""
     with ctx.db.reader() as session:
         return [_model_view(*found) for found in _models_with_counts(session, who, team)]
 
 
-def show_model(ctx: Context, who: Principal, name: str, team: str | None = None) -> ModelDetailView:
+def show_model(ctx: Reads, who: Principal, name: str, team: str | None = None) -> ModelDetailView:
     """The model with its versions, newest first."""
     with ctx.db.reader() as session:
         model = find_model(session, who, name, team)
@@ -152,7 +152,7 @@ def show_model(ctx: Context, who: Principal, name: str, team: str | None = None)
 
 
 def show_version(
-    ctx: Context, who: Principal, name: str, version: int | None, team: str | None = None
+    ctx: Reads, who: Principal, name: str, version: int | None, team: str | None = None
 ) -> ModelVersionView:
     with ctx.db.reader() as session:
         return resolve_version(session, who, name, version, team)
@@ -191,7 +191,7 @@ def find_model(
     return found[0]
 
 
-def load_source(ctx: Context, who: Principal, asked: Registration) -> Source:
+def load_source(ctx: Reads, who: Principal, asked: Registration) -> Source:
     """Step 1: check the request and who asks, and read what the version remembers."""
     if not is_model_name(asked.name):
         raise InvalidModelName(
@@ -243,7 +243,7 @@ def pack(ctx: Context, source: Source) -> Packed:
         return Packed(ref, final, incoming.size, files)
 
 
-def record(ctx: Context, who: Principal, source: Source, packed: Packed) -> ModelVersionView:
+def record(ctx: Writes, who: Principal, source: Source, packed: Packed) -> ModelVersionView:
     """Step 3: the version and its files, in one transaction."""
     now = ctx.clock.now()
     with ctx.db.session() as session:

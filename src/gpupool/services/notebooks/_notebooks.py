@@ -36,7 +36,7 @@ from gpupool.domain.notebooks import (
 from gpupool.errors import NotebookActive, NotebookNotRunning, NotFound
 from gpupool.scheduler.types import NodeCapacity
 from gpupool.services import jobs as job_service
-from gpupool.services.core import Context, Principal
+from gpupool.services.core import Principal, Submits, Tells, Writes
 from gpupool.services.jobs import Via, endpoint_of
 from gpupool.store.models import JobModel, NotebookModel
 
@@ -65,7 +65,7 @@ class Upstream:
 # -- what the API calls ------------------------------------------------------------------------
 
 
-def start_notebook(ctx: Context, who: Principal, request: NotebookRequest) -> NotebookView:
+def start_notebook(ctx: Submits, who: Principal, request: NotebookRequest) -> NotebookView:
     """Record a notebook and queue its job; the control loop starts it."""
     nodes, now = ctx.loop.recent_nodes(), ctx.clock.now()
     limits = job_service.JobLimits.of(ctx.settings)
@@ -76,7 +76,7 @@ def start_notebook(ctx: Context, who: Principal, request: NotebookRequest) -> No
     return shown
 
 
-def list_notebooks(ctx: Context, who: Principal, mine: bool = False) -> list[NotebookView]:
+def list_notebooks(ctx: Writes, who: Principal, mine: bool = False) -> list[NotebookView]:
     """The notebooks of the caller's teams (every team's, for admins), newest first."""
     now = ctx.clock.now()
     with ctx.db.reader() as session:
@@ -90,13 +90,13 @@ def list_notebooks(ctx: Context, who: Principal, mine: bool = False) -> list[Not
         return [view(notebook, jobs.get(notebook.job_id), now) for notebook in found]
 
 
-def show_notebook(ctx: Context, who: Principal, notebook_id: int) -> NotebookView:
+def show_notebook(ctx: Writes, who: Principal, notebook_id: int) -> NotebookView:
     with ctx.db.reader() as session:
         notebook = visible(session, who, notebook_id)
         return view(notebook, _job(session, notebook), ctx.clock.now())
 
 
-def stop_notebook(ctx: Context, who: Principal, notebook_id: int) -> NotebookView:
+def stop_notebook(ctx: Tells, who: Principal, notebook_id: int) -> NotebookView:
     """Stop the notebook's job (SIGTERM, then SIGKILL after its grace): its files stay."""
     now = ctx.clock.now()
     with ctx.db.session() as session:
@@ -109,7 +109,7 @@ def stop_notebook(ctx: Context, who: Principal, notebook_id: int) -> NotebookVie
     return shown
 
 
-def resume_notebook(ctx: Context, who: Principal, notebook_id: int) -> NotebookView:
+def resume_notebook(ctx: Submits, who: Principal, notebook_id: int) -> NotebookView:
     """Start a stopped notebook again, in the same workspace, with a new job and token."""
     nodes, now = ctx.loop.recent_nodes(), ctx.clock.now()
     limits = job_service.JobLimits.of(ctx.settings)
@@ -125,7 +125,7 @@ def resume_notebook(ctx: Context, who: Principal, notebook_id: int) -> NotebookV
     return shown
 
 
-def upstream(ctx: Context, who: Principal, notebook_id: int) -> Upstream:
+def upstream(ctx: Writes, who: Principal, notebook_id: int) -> Upstream:
     """Where the owner's requests to the notebook go. NotFound for anyone but its owner;
     NotebookNotRunning while it is not serving."""
     with ctx.db.reader() as session:
@@ -137,7 +137,7 @@ def upstream(ctx: Context, who: Principal, notebook_id: int) -> Upstream:
         return Upstream(found.url, notebook.token, found.via)
 
 
-def idle_gpus(ctx: Context, who: Principal, shown_after: float) -> list[IdleGpuView]:
+def idle_gpus(ctx: Submits, who: Principal, shown_after: float) -> list[IdleGpuView]:
     """Admins: the running notebooks that hold GPUs and have been idle for more than
     ``shown_after`` seconds, the longest idle first."""
     who.require_admin()

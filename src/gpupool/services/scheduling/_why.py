@@ -18,7 +18,7 @@ import gpupool.services.scheduling._eta as eta
 from gpupool.domain.jobs import JobStatus, Reason
 from gpupool.domain.views import EstimateView, QueuedJobView, QueueTeamView, QueueView, WhyView
 from gpupool.domain.waiting import PendingReason
-from gpupool.services.core import Context, Estimate, Forecast, Principal
+from gpupool.services.core import Estimate, Forecast, Principal, Tells
 from gpupool.services.jobs import get_job
 from gpupool.store.models import JobModel
 
@@ -30,7 +30,7 @@ NOT_LOOKED_AT = "the scheduler has not looked at it yet; it does within a second
 # -- what the API calls ------------------------------------------------------------------------
 
 
-def why_waits(ctx: Context, who: Principal, job_id: int) -> WhyView:
+def why_waits(ctx: Tells, who: Principal, job_id: int) -> WhyView:
     """Why the job waits (or what it does instead); NotFound if ``who`` cannot see it."""
     with ctx.db.reader() as session:
         pending = get_job(session, who, job_id).status == JobStatus.PENDING.value
@@ -43,7 +43,7 @@ def why_waits(ctx: Context, who: Principal, job_id: int) -> WhyView:
         return why_view(explain(job, ctx.loop.pending_reasons.get(job_id), estimate, assumes))
 
 
-def show_queue(ctx: Context, who: Principal) -> QueueView:
+def show_queue(ctx: Tells, who: Principal) -> QueueView:
     """The pending jobs of the teams ``who`` can see, by team, in queue order, with
     estimated starts."""
     reasons = ctx.loop.pending_reasons
