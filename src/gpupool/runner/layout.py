@@ -67,6 +67,22 @@ def atomic_write_json(
         _fsync_dir(directory)
 
 
+def sync(path: str | os.PathLike[str]) -> None:
+    """Sync a file written with ``durable=False``, and its directory, to disk now (best
+    effort: a file that cannot be opened again is left as it is)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    _fsync_dir(os.path.dirname(os.fspath(path)))
+
+
 def _fsync_dir(directory: str) -> None:
     try:
         fd = os.open(directory or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)

@@ -34,6 +34,7 @@ from gpupool.runner.layout import (
     notify,
     process_create_time,
     read_json,
+    sync,
 )
 from gpupool.runner.logsink import CappedLog
 from gpupool.runner.wire import RunnerSpec, SpecError, load_spec
@@ -605,13 +606,14 @@ class Runner:
 
     def _write_state(self, retry: bool = False) -> bool:
         """Write state.json. An exit record (``retry``) is retried until it is written: the
-        disk may be full for a while, and the job's real exit code must reach the server;
-        it alone is synced to disk (what runs now means nothing after the machine crashed,
-        and the two syncs would delay every start by milliseconds)."""
+        disk may be full for a while, and the job's real exit code must reach the server.
+        It alone is synced to disk, once the server was told (the server's commit is what
+        lasts; the sync only covers a crash of the machine before the server read it, and
+        would delay the next job by milliseconds); what runs now means nothing after one."""
         failures = 0
         while True:
             try:
-                atomic_write_json(self._path(STATE_FILE), self.record, durable=retry)
+                atomic_write_json(self._path(STATE_FILE), self.record, durable=False)
             except OSError as e:
                 if failures == 0:
                     with contextlib.suppress(OSError):
@@ -622,6 +624,8 @@ class Runner:
                 failures += 1
                 continue
             notify(self.notify_fifo)
+            if retry:
+                sync(self._path(STATE_FILE))
             return True
 
 
