@@ -4,12 +4,10 @@ egress through pasta's user-space NAT; the bridge and pasta end with the attempt
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import shutil
 import socket
-import subprocess
 import threading
 from collections.abc import Iterator
 from dataclasses import replace
@@ -18,6 +16,7 @@ from typing import Any
 import psutil
 import pytest
 from runner_harness import RunnerHarness, bwrap, py, wait_for
+from tests.support.outside import answer, outside_world
 
 from gpupool.runner import bridge
 
@@ -99,7 +98,7 @@ def test_the_api_bridge_is_forked_at_the_first_call_and_only_then(
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(path)
     server.listen(8)
-    threading.Thread(target=_answer, args=(server, b"hello\n"), daemon=True).start()
+    threading.Thread(target=answer, args=(server, b"hello\n"), daemon=True).start()
     port = 8123
     command = py(CALLS_THE_API) + (["call", str(port)] if calls else ["skip", "0"])
     network = {"mode": "isolated", "port": None, "api": {"port": port, "socket": path}}
@@ -122,7 +121,7 @@ def test_egress_goes_out_through_the_nat_and_the_nodes_loopback_stays_out(
 ) -> None:
     """In a network namespace this test makes (a veth pair, a route, as a machine has), a
     server on the 'outside' address answers the job; one on the loopback does not."""
-    with _outside_world() as world:
+    with outside_world() as world:
         command = py(REACH) + [world.outside, str(world.port), str(world.loopback_port)]
         policy = {"mode": "isolated", "egress": shutil.which("pasta"), "port": None}
         boxed.write_spec(command, sandbox=_policy(boxed, policy))
@@ -145,7 +144,7 @@ def test_the_pasta_of_a_runner_killed_with_9_is_stopped_at_the_next_start(
     from gpupool.executors.local import LocalExecutor
     from gpupool.runner.network import leftover_egress
 
-    with _outside_world() as world:
+    with outside_world() as world:
         policy = {"mode": "isolated", "egress": shutil.which("pasta"), "port": None}
         boxed.write_spec(
             py("import time; print('up', flush=True); time.sleep(60)"),
@@ -197,103 +196,6 @@ def _zombie(pid: int) -> bool:
         return True
 
 
-class _World:
-    """A thread in a network namespace of its own: lo, a veth pair (the 'machine's'
-    interface and a peer holding the 'outside' address), a default route; servers there."""
-
-    outside = "198.51.100.1"  # TEST-NET-2, only inside the test's own namespace
-    machine = "192.0.2.77"
-
-    def __init__(self) -> None:
-        self.port = 0
-        self.loopback_port = 0
-        self.requests: list[tuple[str, Any]] = []
-        self.ready = threading.Event()
-        self.work = threading.Condition()
-        self.failure: BaseException | None = None
-
-    def run(self, h: RunnerHarness) -> subprocess.CompletedProcess[str]:
-        """The runner, run from inside the namespace (it inherits it) to its end."""
-        return self.call(h.run)
-
-    def call(self, function: Any) -> Any:
-        """``function()`` called in the namespace's thread (what it starts is there)."""
-        result: list[Any] = []
-        with self.work:
-            self.requests.append(("call", (function, result)))
-            self.work.notify()
-            self.work.wait_for(lambda: result or self.failure, timeout=180)
-        if self.failure:
-            raise self.failure
-        return result[0]
-
-    def serve(self) -> None:
-        try:
-            _enter_new_network_namespace()
-            for argv in (
-                ["ip", "link", "set", "lo", "up"],
-                ["ip", "link", "add", "gp0", "type", "veth", "peer", "name", "gp1"],
-                ["ip", "addr", "add", f"{self.machine}/24", "dev", "gp0"],
-                ["ip", "addr", "add", f"{self.outside}/24", "dev", "gp1"],
-                ["ip", "link", "set", "gp0", "up"],
-                ["ip", "link", "set", "gp1", "up"],
-                ["ip", "route", "add", "default", "via", "192.0.2.1", "dev", "gp0"],
-            ):
-                subprocess.run(argv, check=True, capture_output=True)
-            outside = socket.create_server((self.outside, 0))
-            loopback = socket.create_server(("127.0.0.1", 0))
-            self.port, self.loopback_port = outside.getsockname()[1], loopback.getsockname()[1]
-            for server, said in ((outside, b"outside\n"), (loopback, b"the machine's loopback\n")):
-                threading.Thread(target=_answer, args=(server, said), daemon=True).start()
-        except BaseException as error:  # noqa: BLE001 - reported to the test's thread
-            self.failure = error
-            self.ready.set()
-            return
-        self.ready.set()
-        with self.work:
-            while True:
-                self.work.wait_for(lambda: self.requests)
-                kind, (function, result) = self.requests.pop()
-                if kind == "stop":
-                    return
-                try:
-                    result.append(function())
-                except BaseException as error:  # noqa: BLE001
-                    self.failure = error
-                self.work.notify_all()
-
-
-class _outside_world:
-    def __enter__(self) -> _World:
-        self.world = _World()
-        self.thread = threading.Thread(target=self.world.serve, daemon=True)
-        self.thread.start()
-        self.world.ready.wait(30)
-        if self.world.failure is not None:
-            pytest.skip(f"cannot make a network namespace with a veth pair: {self.world.failure}")
-        return self.world
-
-    def __exit__(self, *exc: object) -> None:
-        with self.world.work:
-            self.world.requests.append(("stop", (None, None)))
-            self.world.work.notify_all()
-        self.thread.join(10)
-
-
-def _enter_new_network_namespace() -> None:
-    """unshare(CLONE_NEWNET) for the calling thread alone (and what it starts)."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.unshare(0x40000000) != 0:
-        raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNET) failed")
-
-
-def _answer(server: socket.socket, said: bytes) -> None:
-    while True:
-        conn, _ = server.accept()
-        with conn:
-            conn.sendall(said)
-
-
 def test_json_state_of_an_isolated_job_names_its_network(boxed: RunnerHarness) -> None:
     boxed.write_spec(py("print('hi')"), sandbox=_policy(boxed, {"mode": "isolated"}))
     assert boxed.run().returncode == 0
@@ -311,7 +213,7 @@ def test_the_executor_starts_isolated_jobs_in_warm_namespaces_with_egress(tmp_pa
     it; the warm ones end with the executor."""
     from gpupool.runner.warmnet import WARM_DIR
 
-    with _outside_world() as world:
+    with outside_world() as world:
         executor = world.call(lambda: _executor(tmp_path))
         try:
             command = py(REACH) + [world.outside, str(world.port), str(world.loopback_port)]
@@ -343,7 +245,7 @@ def test_a_namespace_left_empty_serves_the_next_job_of_the_same_account(tmp_path
     egress; its pasta still ends with the executor."""
     from gpupool.runner.warmnet import WARM_DIR
 
-    with _outside_world() as world:
+    with outside_world() as world:
         executor = world.call(lambda: _executor(tmp_path))
         try:
             reach = py(REACH) + [world.outside, str(world.port), str(world.loopback_port)]
@@ -381,7 +283,7 @@ print("left", flush=True)
 def test_a_namespace_still_holding_a_socket_is_not_given_to_the_next_job(tmp_path) -> None:  # noqa: ANN001
     """A connection of the last job waiting to close would keep its port from the next
     (a server that binds it without SO_REUSEADDR would fail): that namespace is discarded."""
-    with _outside_world() as world:
+    with outside_world() as world:
         executor = world.call(lambda: _executor(tmp_path))
         try:
             seen = []
@@ -404,7 +306,7 @@ def test_hostile_a_namespace_one_account_used_is_never_given_to_another(tmp_path
     this account used, even one left empty: it gets a warm one nobody used."""
     from tests.support.unix import system_account
 
-    with system_account() as other, _outside_world() as world:
+    with system_account() as other, outside_world() as world:
         executor = world.call(lambda: _executor(tmp_path))
         try:
             seen = []
@@ -429,7 +331,7 @@ def test_a_warm_namespace_of_a_runner_killed_with_9_is_swept_at_the_next_start(
 ) -> None:
     from gpupool.runner.warmnet import WARM_DIR
 
-    with _outside_world() as world:
+    with outside_world() as world:
         executor = world.call(lambda: _executor(tmp_path))
         try:
             command = py("import time; print('up', flush=True); time.sleep(60)")
@@ -497,7 +399,7 @@ def test_warm_namespaces_end_with_their_server_even_when_their_directory_is_gone
     the fork server still finds its warm pasta daemons, by the command line."""
     from gpupool.runner.warmnet import WARM_DIR
 
-    with _outside_world() as world:
+    with outside_world() as world:
         executor = world.call(lambda: _executor(tmp_path))
         command = py("print('hi')")
         handle = world.call(lambda: executor.start(_task(1, command)))
