@@ -79,19 +79,6 @@ def submit(client: TestClient, command: list[str], **fields: Any) -> dict:
     return response.json()
 
 
-class ManualClock:
-    """A clock that moves only when a test moves it."""
-
-    def __init__(self, now: float) -> None:
-        self._now = now
-
-    def now(self) -> float:
-        return self._now
-
-    def advance(self, seconds: float) -> None:
-        self._now += seconds
-
-
 def refused(response, status: int, code: str) -> dict:  # noqa: ANN001 - an httpx response
     """The error body of a response that must be refused with ``status`` and ``code``."""
     assert response.status_code == status, response.text

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.support.platform import ManualClock, make_settings, running_app, submit, wait_job
+from tests.support.clock import ManualClock
+from tests.support.platform import make_settings, running_app, submit, wait_job
 
 SLEEP = [sys.executable, "-c", "import time; time.sleep(120)"]
 HOUR = 3600.0

@@ -15,7 +15,8 @@ from gpupool.discovery import discover_node
 from gpupool.scheduler.types import Clock, Decisions, HandOver, Snapshot
 from gpupool.services.platform import Platform
 from gpupool.store.models import PoolChangeModel, QuotaChangeModel
-from tests.support.platform import ManualClock, make_settings, running_app, submit
+from tests.support.clock import ManualClock
+from tests.support.platform import make_settings, running_app, submit
 from tests.support.waiting import wait_for
 
 HALF_HOUR = 1800.0

@@ -19,7 +19,7 @@ from gpupool.store.models import (
     TeamModel,
     UserModel,
 )
-from tests.support.platform import ManualClock
+from tests.support.clock import ManualClock
 
 
 @pytest.fixture

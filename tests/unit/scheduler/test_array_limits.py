@@ -6,7 +6,7 @@ from dataclasses import replace
 
 from hypothesis import given
 from hypothesis import strategies as st
-from policy_builders import (
+from tests.support.scheduling import (
     codes,
     decide,
     gpu_node,

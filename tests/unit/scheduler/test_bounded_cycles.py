@@ -8,9 +8,9 @@ from dataclasses import replace
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from policy_builders import (
+from tests.support.clock import ManualClock
+from tests.support.scheduling import (
     NOW,
-    Clock,
     codes,
     decide,
     gpu_node,
@@ -32,7 +32,7 @@ EIGHT = [gpu_node("node-a", 8)]
 def handed(snapshot: Snapshot) -> tuple[list[Decisions], Decisions]:
     """A cycle with a hand-over: what it handed over as it went, and what it returned."""
     parts: list[Decisions] = []
-    return parts, schedule(snapshot, Clock(), parts.append)
+    return parts, schedule(snapshot, ManualClock(NOW), parts.append)
 
 
 def jobs_of(decisions: Decisions) -> list[int]:
@@ -90,7 +90,7 @@ def test_handing_over_changes_no_decision(workload, bound, busy):
     ]
     quotas = (quota("a", 8), quota("b", 8), quota("c", 0))
     snapshot = Snapshot(tuple(nodes), tuple(held), tuple(jobs), quotas)
-    whole = schedule(replace(snapshot, policy=policy(max_starts=0)), Clock())
+    whole = schedule(replace(snapshot, policy=policy(max_starts=0)), ManualClock(NOW))
 
     parts, rest = handed(replace(snapshot, policy=policy(max_starts=bound)))
 
@@ -170,7 +170,7 @@ def test_capacity_freed_later_in_the_cycle_does_not_wake_a_team_tried_enough():
     snapshot = Snapshot(tuple(EIGHT), tuple(FULL), tuple(jobs), tuple(quotas))
 
     bounded = schedule(
-        replace(snapshot, nominations={9: nomination}, policy=policy(max_tries=1)), Clock()
+        replace(snapshot, nominations={9: nomination}, policy=policy(max_tries=1)), ManualClock(NOW)
     )
 
     assert placed_ids(bounded) == set()  # job 2 would fit on GPU 6 or 7 once they are free
@@ -216,8 +216,8 @@ def test_a_cycle_asked_not_to_explain_decides_the_same_and_explains_nothing():
     jobs = [pending(1, gpus=4), pending(2, gpus=3), pending(3, gpus=1), pending(9, gpus=8)]
     snapshot = Snapshot(tuple(EIGHT), tuple(FULL), tuple(jobs))
 
-    explained = schedule(snapshot, Clock())
-    quiet = schedule(replace(snapshot, explain=False), Clock())
+    explained = schedule(snapshot, ManualClock(NOW))
+    quiet = schedule(replace(snapshot, explain=False), ManualClock(NOW))
 
     assert quiet.placements == explained.placements and placed_ids(quiet) == {3}
     assert set(explained.pending) == {1, 2, 9}

@@ -10,8 +10,9 @@ from dataclasses import replace
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from policy_builders import Clock, gpu_node, pending, running
 from test_policy_properties import SETTINGS, long_queues
+from tests.support.clock import ManualClock
+from tests.support.scheduling import NOW, gpu_node, pending, running
 
 from gpupool.domain.policy import DEFAULT_POLICY
 from gpupool.scheduler import capacity as capacity_module
@@ -22,7 +23,7 @@ from gpupool.scheduler.types import Decisions, Snapshot
 
 def fresh(snapshot: Snapshot) -> Decisions:
     """The cycle over a capacity built anew (not the kept one)."""
-    return Cycle(snapshot, Clock().now()).run()
+    return Cycle(snapshot, ManualClock(NOW).now()).run()
 
 
 def applied(snapshot: Snapshot, decisions: Decisions) -> Snapshot:
@@ -37,7 +38,7 @@ def applied(snapshot: Snapshot, decisions: Decisions) -> Snapshot:
     for placement in decisions.placements:
         by_job.setdefault(placement.job_id, []).append(placement)
     for job_id, placements in by_job.items():
-        allocations.extend(jobs[job_id].started(placements, Clock().now()))
+        allocations.extend(jobs[job_id].started(placements, ManualClock(NOW).now()))
     return replace(
         snapshot,
         allocations=tuple(allocations),
@@ -50,9 +51,9 @@ def applied(snapshot: Snapshot, decisions: Decisions) -> Snapshot:
 @given(long_queues())
 def test_cycles_over_the_kept_capacity_decide_as_over_a_new_one(snapshot: Snapshot):
     for _ in range(3):
-        decisions = schedule(snapshot, Clock())
+        decisions = schedule(snapshot, ManualClock(NOW))
         assert decisions == fresh(snapshot)
-        assert schedule(snapshot, Clock()) == decisions  # the kept capacity was put back
+        assert schedule(snapshot, ManualClock(NOW)) == decisions  # the kept capacity was put back
         snapshot = applied(snapshot, decisions)
 
 
@@ -70,11 +71,11 @@ def test_a_cycle_that_fails_leaves_the_next_one_a_whole_capacity(monkeypatch):
 
     monkeypatch.setattr(Cycle, "run", fails_after_placing)
     with pytest.raises(RuntimeError):
-        schedule(snapshot, Clock())
+        schedule(snapshot, ManualClock(NOW))
     monkeypatch.setattr(Cycle, "run", run)
 
-    assert schedule(snapshot, Clock()) == expected
-    assert schedule(snapshot, Clock()) == expected
+    assert schedule(snapshot, ManualClock(NOW)) == expected
+    assert schedule(snapshot, ManualClock(NOW)) == expected
 
 
 def test_a_cycle_beside_another_builds_its_own_capacity():
@@ -85,12 +86,14 @@ def test_a_cycle_beside_another_builds_its_own_capacity():
     results: list[Decisions] = []
 
     with capacity_module._KEPT.lease():  # another cycle holds the kept capacity
-        thread = threading.Thread(target=lambda: results.append(schedule(snapshot, Clock())))
+        thread = threading.Thread(
+            target=lambda: results.append(schedule(snapshot, ManualClock(NOW)))
+        )
         thread.start()
         thread.join()
 
     assert results == [expected]
-    assert schedule(snapshot, Clock()) == expected
+    assert schedule(snapshot, ManualClock(NOW)) == expected
 
 
 def capacity_state(capacity: capacity_module.FreeCapacity) -> tuple:
@@ -209,18 +212,18 @@ def test_cycles_of_their_own_leave_the_kept_objects_to_the_cycles_outside():
     nodes = (gpu_node("node-a", 8), gpu_node("node-b", 8))
     held = (running(100, "node-a", [0, 1]), running(101, "node-b", [0]))
     loop = Snapshot(nodes, held, tuple(pending(i, gpus=1) for i in range(1, 4)))
-    schedule(loop, Clock())
+    schedule(loop, ManualClock(NOW))
     before = kept_objects()
     assert all(value is not None for value in before)
 
     other = Snapshot(nodes, (), tuple(pending(i, gpus=2) for i in range(10, 20)))
     with own_kept():
-        first = schedule(other, Clock())
+        first = schedule(other, ManualClock(NOW))
         inside = kept_objects()
-        assert schedule(other, Clock()) == first == fresh(other)
+        assert schedule(other, ManualClock(NOW)) == first == fresh(other)
     assert all(a is b for a, b in zip(kept_objects(), before, strict=True))
     assert all(a is b for a, b in zip(inside, before, strict=True))
-    assert schedule(loop, Clock()) == fresh(loop)
+    assert schedule(loop, ManualClock(NOW)) == fresh(loop)
 
 
 def test_an_own_kept_block_hands_its_objects_from_cycle_to_cycle(monkeypatch):
@@ -233,5 +236,5 @@ def test_an_own_kept_block_hands_its_objects_from_cycle_to_cycle(monkeypatch):
     monkeypatch.setattr(capacity_module, "build_capacity", lambda *a: built.append(1) or build(*a))
     with kept.own_kept():
         for _ in range(3):
-            assert schedule(snapshot, Clock()) == fresh(snapshot)
+            assert schedule(snapshot, ManualClock(NOW)) == fresh(snapshot)
     assert built == [1]  # the block's first cycle built one, the others brought it up to date

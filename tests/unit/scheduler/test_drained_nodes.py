@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from policy_builders import codes, decide, gpu_node, pending, placed_ids, running, victims
+from tests.support.scheduling import codes, decide, gpu_node, pending, placed_ids, running, victims
 
 LEVEL_2 = 40_000.0  # GPU-seconds: a job of this much service yields to a new one of its team
 

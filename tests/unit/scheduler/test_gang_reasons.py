@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from policy_builders import decide, gpu_node, pending
+from tests.support.scheduling import decide, gpu_node, pending
 
 from gpupool.domain.jobs import Reason
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from policy_builders import decide, gpu_node, pending
+from tests.support.scheduling import decide, gpu_node, pending
 
 
 def in_group(name: str, group: str | None, gpus: int = 2):  # noqa: ANN201 - a NodeCapacity

@@ -9,8 +9,8 @@ from dataclasses import replace
 
 from hypothesis import given
 from hypothesis import strategies as st
-from policy_builders import pending
 from test_policy_properties import SETTINGS
+from tests.support.scheduling import pending
 
 from gpupool.domain.jobs import ResourceRequest
 from gpupool.domain.policy import DEFAULT_POLICY, Policy

@@ -10,8 +10,8 @@ from dataclasses import replace
 
 from hypothesis import given
 from hypothesis import strategies as st
-from policy_builders import NOW, running
 from test_policy_properties import SETTINGS
+from tests.support.scheduling import NOW, running
 
 from gpupool.domain.policy import DEFAULT_POLICY
 from gpupool.scheduler import preemption

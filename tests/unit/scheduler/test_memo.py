@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from unittest.mock import patch
 
-from policy_builders import Clock, gpu_node, pending, quota, running
+from tests.support.clock import ManualClock
+from tests.support.scheduling import NOW, gpu_node, pending, quota, running
 
 from gpupool.domain.policy import DEFAULT_POLICY
 from gpupool.scheduler import schedule
@@ -69,7 +70,7 @@ def counting_tries(snapshot: Snapshot) -> tuple[int, object]:
         return consider(self, queued, *args, **kwargs)
 
     with patch.object(Cycle, "consider", counted):
-        decisions = schedule(snapshot, Clock())
+        decisions = schedule(snapshot, ManualClock(NOW))
     return len(tried), decisions
 
 

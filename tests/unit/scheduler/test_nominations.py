@@ -10,15 +10,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from policy_builders import (
-    NOW,
-    Clock,
-    codes,
-    gpu_node,
-    pending,
-    quota,
-    running,
-)
+from tests.support.clock import ManualClock
+from tests.support.scheduling import NOW, codes, gpu_node, pending, quota, running
 
 from gpupool.domain.jobs import Reason
 from gpupool.scheduler import schedule
@@ -36,7 +29,7 @@ def cycle(nodes, jobs, allocations=(), quotas=(), nominations=None, now: float =
         tuple(quotas),
         nominations=dict(nominations or {}),
     )
-    return schedule(snapshot, Clock(now))
+    return schedule(snapshot, ManualClock(now))
 
 
 def own_team_victims():

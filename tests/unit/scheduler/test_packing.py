@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from scheduler_builders import BEST_FIT, allocation, gpu_uuid, job, node, placed, run
+from tests.support.scheduling import BEST_FIT, allocation, gpu_uuid, job, node, placed, run
 
 from gpupool.domain.policy import DEFAULT_POLICY
 from gpupool.domain.units import GiB

@@ -4,7 +4,7 @@ the order in which victims are chosen."""
 from __future__ import annotations
 
 import pytest
-from policy_builders import (
+from tests.support.scheduling import (
     NOW,
     codes,
     decide,

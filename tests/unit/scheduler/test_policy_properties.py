@@ -18,7 +18,8 @@ from unittest.mock import patch
 
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from policy_builders import NOW, Clock, gpu_node, pending, quota, running
+from tests.support.clock import ManualClock
+from tests.support.scheduling import NOW, gpu_node, pending, quota, running
 
 from gpupool.domain.jobs import Reason, ResourceRequest
 from gpupool.domain.policy import DEFAULT_POLICY, Policy
@@ -442,7 +443,7 @@ def shuffled(snapshot: Snapshot) -> Snapshot:
 @SETTINGS
 @given(snapshots())
 def test_cycle_keeps_capacity_limits_gangs_preemption_rules_and_reasons(snapshot: Snapshot):
-    decisions = schedule(snapshot, Clock())
+    decisions = schedule(snapshot, ManualClock(NOW))
     check_nothing_over_admitted(snapshot, decisions)
     check_limits(snapshot, decisions)
     check_gangs(snapshot, decisions)
@@ -491,9 +492,9 @@ def test_a_sleeping_team_had_no_job_that_could_start(snapshot: Snapshot):
     # anyway decides the same and says the same of each job, but for the checks of the
     # team's limit and of non-preemptible work: a sleeping team's jobs meet them against the
     # ledger at the end of the cycle (what the user then sees), not at a turn they never had
-    decided = schedule(snapshot, Clock())
+    decided = schedule(snapshot, ManualClock(NOW))
     with patch.object(Queues, "sleep", lambda self, team: None):
-        tried_all = schedule(snapshot, Clock())
+        tried_all = schedule(snapshot, ManualClock(NOW))
     assert decided.placements == tried_all.placements
     assert decided.preemptions == tried_all.preemptions
     assert decided.nominations == tried_all.nominations
@@ -512,7 +513,7 @@ def test_the_victim_search_passes_over_only_what_could_not_help(snapshot: Snapsh
     # better a rank (``Preemptor._short``); a node that the teams a job may take from could
     # not free enough (``_freeable_by_teams``); a team's jobs too big to be taken
     # (``_team_by_size``)
-    decided = schedule(snapshot, Clock())
+    decided = schedule(snapshot, ManualClock(NOW))
     with (
         patch.object(Preemptor, "_short_key", lambda self, job, eligible: object()),
         patch.object(Preemptor, "_freeable_by_teams", lambda self, node, takeable: 1 << 30),
@@ -522,7 +523,7 @@ def test_the_victim_search_passes_over_only_what_could_not_help(snapshot: Snapsh
             lambda self, team: [(-math.inf, self._team_order(team))],
         ),
     ):
-        searched_all = schedule(snapshot, Clock())
+        searched_all = schedule(snapshot, ManualClock(NOW))
     assert decided == searched_all
 
 
@@ -530,21 +531,21 @@ def test_the_victim_search_passes_over_only_what_could_not_help(snapshot: Snapsh
 @given(snapshots())
 def test_same_snapshot_same_decisions_in_any_input_order(snapshot: Snapshot):
     snapshot = without_end_ties(snapshot)
-    first = schedule(snapshot, Clock())
-    assert schedule(snapshot, Clock()) == first
-    assert schedule(shuffled(snapshot), Clock()) == first
+    first = schedule(snapshot, ManualClock(NOW))
+    assert schedule(snapshot, ManualClock(NOW)) == first
+    assert schedule(shuffled(snapshot), ManualClock(NOW)) == first
 
 
 @SETTINGS
 @given(snapshots(), st.sampled_from(["fifo", "drf", "srtf-oracle"]))
 def test_baselines_are_deterministic_and_keep_capacity(snapshot: Snapshot, name: str):
     snapshot = without_end_ties(replace(snapshot, policy=named(name)))
-    decisions = schedule(snapshot, Clock())
+    decisions = schedule(snapshot, ManualClock(NOW))
     assert decisions.pending == {}  # the simulator's policies explain nothing
     check_nothing_over_admitted(snapshot, decisions)
     check_limits(snapshot, decisions)
     check_gangs(snapshot, decisions)
-    assert schedule(shuffled(snapshot), Clock()) == decisions
+    assert schedule(shuffled(snapshot), ManualClock(NOW)) == decisions
 
 
 # -- bugs once known, each pinned by its smallest example ------------------------------------
@@ -577,7 +578,7 @@ def single_large_borrower_example() -> Snapshot:
 @example(single_large_borrower_example())
 @given(snapshots())
 def test_cross_team_victims_leave_their_team_its_fair_share(snapshot: Snapshot):
-    decisions = schedule(snapshot, Clock())
+    decisions = schedule(snapshot, ManualClock(NOW))
     check_fair_shares(snapshot, decisions)
     if snapshot == fair_share_floor_example():
         assert decisions.preemptions == []
@@ -597,7 +598,7 @@ def strict_queue_example() -> Snapshot:
 @given(snapshots(), st.sampled_from(["fifo", "drf"]))
 def test_strict_queues_give_every_waiting_job_a_reason(snapshot: Snapshot, name: str):
     snapshot = replace(snapshot, policy=replace(named(name), explain=True))
-    check_reasons(snapshot, schedule(snapshot, Clock()))
+    check_reasons(snapshot, schedule(snapshot, ManualClock(NOW)))
 
 
 # -- (e): a guarantee can be taken back ------------------------------------------------------
@@ -634,7 +635,7 @@ def reclaim_cases(draw) -> Snapshot:
 
 
 def check_team_a_moves(snapshot: Snapshot) -> None:
-    decisions = schedule(snapshot, Clock())
+    decisions = schedule(snapshot, ManualClock(NOW))
     placed = {placement.job_id for placement in decisions.placements}
     ours = [job.job_id for job in snapshot.pending if job.team == "a"]
     moving = [
@@ -795,5 +796,5 @@ def test_shares_held_add_up_the_same_in_any_order():
     ) + (running(10_010, "node-0", [1], share=0.65),)
     snapshot = Snapshot(nodes, held, (pending(1, gpus=0.1),))
 
-    first = schedule(snapshot, Clock())
-    assert schedule(shuffled(snapshot), Clock()) == first
+    first = schedule(snapshot, ManualClock(NOW))
+    assert schedule(shuffled(snapshot), ManualClock(NOW)) == first

@@ -6,7 +6,7 @@ from collections import Counter
 from dataclasses import replace
 
 import pytest
-from policy_builders import (
+from tests.support.scheduling import (
     NOW,
     codes,
     decide,

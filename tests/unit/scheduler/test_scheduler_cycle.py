@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from scheduler_builders import (
+from tests.support.clock import ManualClock
+from tests.support.scheduling import (
     BEST_FIT,
-    FakeClock,
     allocation,
     gpu_uuid,
     job,
@@ -280,9 +280,9 @@ def test_same_input_gives_the_same_decisions():
     ]
     snap = snapshot(nodes, jobs)
 
-    first = schedule(snap, FakeClock())
-    second = schedule(snap, FakeClock(5_000.0))
-    reversed_input = schedule(snapshot(reversed(nodes), reversed(jobs)), FakeClock())
+    first = schedule(snap, ManualClock())
+    second = schedule(snap, ManualClock(5_000.0))
+    reversed_input = schedule(snapshot(reversed(nodes), reversed(jobs)), ManualClock())
 
     assert first == second
     assert first == reversed_input

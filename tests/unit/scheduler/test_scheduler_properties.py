@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from scheduler_builders import FakeClock
+from tests.support.clock import ManualClock
 
 from gpupool.domain.jobs import Reason, ResourceRequest
 from gpupool.domain.units import GiB
@@ -170,7 +170,7 @@ SETTINGS = settings(max_examples=250, deadline=None, suppress_health_check=[Heal
 @SETTINGS
 @given(snapshots())
 def test_cycle_invariants(snapshot: Snapshot):
-    decisions = schedule(snapshot, FakeClock())
+    decisions = schedule(snapshot, ManualClock())
     check_nothing_over_admitted(snapshot, decisions)
     check_placements_match_requests(snapshot, decisions)
     check_placed_or_true_reason(snapshot, decisions)
@@ -268,11 +268,11 @@ def check_positions(snapshot: Snapshot, decisions: Decisions) -> None:
 @SETTINGS
 @given(snapshots())
 def test_same_input_same_output(snapshot: Snapshot):
-    first = schedule(snapshot, FakeClock())
-    again = schedule(snapshot, FakeClock(2_000.0))
+    first = schedule(snapshot, ManualClock())
+    again = schedule(snapshot, ManualClock(2_000.0))
     shuffled = Snapshot(
         tuple(reversed(snapshot.nodes)),
         tuple(reversed(snapshot.allocations)),
         tuple(reversed(snapshot.pending)),
     )
-    assert first == again == schedule(shuffled, FakeClock())
+    assert first == again == schedule(shuffled, ManualClock())

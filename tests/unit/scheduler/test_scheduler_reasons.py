@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from scheduler_builders import allocation, job, node, run
+from tests.support.scheduling import allocation, job, node, run
 
 from gpupool.domain.jobs import Reason, ResourceRequest
 from gpupool.domain.units import GiB
