@@ -12,17 +12,25 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from harness import client, start_server, wait_until
+from harness import TreeCpu, client, start_server, wait_until
 
 JOBS, GPUS, SLEEP = 1000, 8, 0.1
 IDEAL = JOBS * SLEEP / GPUS
+CPU = TreeCpu()  # CPU per job of everything the benchmark starts, where a cgroup can tell
 
 
 def baseline() -> float:
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), CPU.seconds()
     with ThreadPoolExecutor(GPUS) as pool:
         list(pool.map(lambda _: subprocess.run(["sleep", str(SLEEP)], check=True), range(JOBS)))
+    _say_cpu("baseline", cpu)
     return time.perf_counter() - start
+
+
+def _say_cpu(what: str, before: float | None) -> None:
+    after = CPU.seconds()
+    if before is not None and after is not None:
+        print(f"  CPU per job ({what}): {1000 * (after - before) / JOBS:.1f} ms")
 
 
 def platform(isolation: str = "on") -> float:
@@ -35,10 +43,11 @@ def platform(isolation: str = "on") -> float:
             wait_until(lambda: api.get(f"/jobs/{hold['id']}").json()["status"] == "running", 60)
             spec = {"command": ["sleep", str(SLEEP)], "resources": {"gpus": 1}}
             ids = [api.post("/jobs", json=spec).json()["id"] for _ in range(JOBS)]
-            start = time.monotonic()
+            start, cpu = time.monotonic(), CPU.seconds()
             api.post(f"/jobs/{hold['id']}/cancel")
             wait_until(lambda: _all_done(api, ids), 600, 0.25)
             elapsed = time.monotonic() - start
+            _say_cpu(f"isolation {isolation}, server and everything it starts", cpu)
             failed = [
                 j
                 for j in api.get(
