@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import statistics
@@ -104,6 +105,7 @@ class TreeCpu:
             except OSError:
                 continue
             self.stat = os.path.join(own, name)
+            atexit.register(_leave, directory, own)
             return
 
     def seconds(self) -> float | None:
@@ -115,3 +117,13 @@ class TreeCpu:
             return int(text) / 1e9
         fields = dict(line.split() for line in text.splitlines())
         return int(fields["usage_usec"]) / 1e6
+
+
+def _leave(parent: str, own: str) -> None:
+    """Back to the parent cgroup, and the benchmark's own removed (once its children ended)."""
+    try:
+        with open(os.path.join(parent, "cgroup.procs"), "w") as f:
+            f.write(str(os.getpid()))
+        os.rmdir(own)
+    except OSError:
+        pass
