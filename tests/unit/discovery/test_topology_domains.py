@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from tests.support.clock import ManualClock
 
 from gpupool.discovery import declared_report
 from gpupool.discovery.declared import parse_declared_gpus, parse_declared_links
@@ -31,11 +32,6 @@ DGX = "topo-m_dgx-a100_8x-a100-sxm4-40gb_10-nic_525.105.17_oyanghd.txt"
 TEMPURA = "topo-m_8x-quadro-rtx6000_pcie-switches_tempura.txt"
 ASUS = "topo-m_asus-esc8000a-e12_4x-rtx6000ada_4-nic_575.51.03_stelline.txt"
 H100_EXPORTER = "nvsmi-capture_h100-80gb-hbm3_mig_590.48.01_nvidia_gpu_exporter.txt"
-
-
-class Clock:
-    def now(self) -> float:
-        return 1_000.0
 
 
 def inventory_from_topo(text: str, name: str = "n") -> NodeInventory:
@@ -72,7 +68,7 @@ def placed_indexes(inventory: NodeInventory, gpus: int) -> list[int]:
     cap = capacity(node)
     job = PendingJob(1, "team", "user", 0, 0.0, ResourceRequest(gpus=gpus))
     (placement,) = schedule(
-        Snapshot(nodes=(cap,), allocations=(), pending=(job,)), Clock()
+        Snapshot(nodes=(cap,), allocations=(), pending=(job,)), ManualClock()
     ).placements
     index = {gpu.uuid: gpu.index for gpu in cap.gpus}
     return sorted(index[share.uuid] for share in placement.gpus)

@@ -1,35 +1,19 @@
-"""Helpers for the executor tests: tasks, waiting, and killing what a test left behind."""
+"""Helpers for the executor tests: workloads, waiting, and killing what a test left behind."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import psutil
 from tests.support.cleanup import kill_leftovers  # noqa: F401 - used by the tests through here
 from tests.support.waiting import wait_for  # noqa: F401 - used by the tests through here
 
 from gpupool.executors.base import Executor, Handle
-from gpupool.executors.task import Observed, PollResult, TaskSpec
+from gpupool.executors.task import Observed, PollResult
 
 T = TypeVar("T")
-
-
-def task(command: list[str], job_id: int = 1, attempt: int = 1, **overrides: Any) -> TaskSpec:
-    fields: dict[str, Any] = {
-        "job_id": job_id,
-        "attempt": attempt,
-        "node": "local",
-        "command": command,
-        "env": {},
-        "workdir": None,
-        "gpu_uuids": [],
-        "log_limit_bytes": 1 << 20,
-        "stop_grace_seconds": 10.0,
-    }
-    fields.update(overrides)
-    return TaskSpec(**fields)
 
 
 def py(code: str) -> list[str]:

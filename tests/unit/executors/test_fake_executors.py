@@ -7,7 +7,8 @@ import signal
 from pathlib import Path
 
 import pytest
-from executor_helpers import py, task, wait_observed
+from executor_helpers import py, wait_observed
+from tests.support.tasks import task
 
 from gpupool.executors.base import LaunchError
 from gpupool.executors.fake import FailingExecutor, NeverStartsExecutor, SlowStartExecutor

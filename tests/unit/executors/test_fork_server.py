@@ -6,7 +6,8 @@ import os
 import signal
 from pathlib import Path
 
-from executor_helpers import py, task, wait_for, wait_observed
+from executor_helpers import py, wait_for, wait_observed
+from tests.support.tasks import task
 
 from gpupool.executors.local import LocalExecutor
 from gpupool.executors.task import Observed

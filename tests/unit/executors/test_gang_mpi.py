@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from executor_helpers import task
+from tests.support.tasks import task
 
 from gpupool.executors.gang import planned
 from gpupool.executors.task import TaskSpec

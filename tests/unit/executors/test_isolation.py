@@ -8,11 +8,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.support.tasks import task
 
 from gpupool.domain.inventory import GpuDevice, MigDevice, NodeInventory
 from gpupool.executors.accounts import Account
 from gpupool.executors.isolation import DeviceMap, Isolation, protected_paths
-from gpupool.executors.task import GpuGrant, TaskSpec
+from gpupool.executors.task import GpuGrant
 from gpupool.runner import cgroups
 from gpupool.runner.sandbox import bwrap_argv, env_file
 from gpupool.runner.wire import SandboxPolicy
@@ -84,22 +85,8 @@ def test_no_gpu_no_device_and_a_missing_node_is_left_out(devices: DeviceMap) -> 
     assert "/dev/nvidia0" not in [p[1] for p in devices.devices(["GPU-unknown"])]
 
 
-def task(**fields: object) -> TaskSpec:
-    values = dict(
-        job_id=5,
-        attempt=1,
-        node="n",
-        command=["true"],
-        env={},
-        workdir=None,
-        gpu_uuids=["GPU-0"],
-        log_limit_bytes=1,
-        stop_grace_seconds=1.0,
-        user="ann",
-        cpus=2.0,
-        memory_bytes=GIB,
-    )
-    return TaskSpec(**(values | fields))
+# Ann's task on GPU-0 with its CPU and memory limits.
+LIMITED: dict[str, object] = dict(user="ann", gpu_uuids=["GPU-0"], cpus=2.0, memory_bytes=GIB)
 
 
 class OneAccount:
@@ -109,7 +96,7 @@ class OneAccount:
 
 def test_the_runner_is_told_its_sandbox_account_and_limits(tmp_path: Path) -> None:
     isolation = Isolation(Settings(data_dir=tmp_path / "data"), accounts=OneAccount())
-    fraction = task(gpu_grants=(GpuGrant("GPU-0", 0.25, 20 * GIB),))
+    fraction = task(**LIMITED, gpu_grants=(GpuGrant("GPU-0", 0.25, 20 * GIB),))
     spec = isolation.runner_spec(fraction, ["/out", "/ckpt"])
     assert spec["account"] == {"name": "gp-ann", "uid": 1234, "gid": 1234, "groups": [1234, 50]}
     assert spec["limits"] == {"cpus": 2.0, "memory_bytes": GIB, "pids_max": 4096}
@@ -117,13 +104,17 @@ def test_the_runner_is_told_its_sandbox_account_and_limits(tmp_path: Path) -> No
     assert spec["gpu_shares"] == {"GPU-0": 0.25}
     assert str((tmp_path / "data").resolve()) in spec["sandbox"]["hidden"]
     assert sys.base_prefix in spec["sandbox"]["readonly"]
-    whole = isolation.runner_spec(task(gpu_grants=(GpuGrant("GPU-0", 1.0, 80 * GIB),)), [])
+    whole = isolation.runner_spec(
+        task(**LIMITED, gpu_grants=(GpuGrant("GPU-0", 1.0, 80 * GIB),)), []
+    )
     assert "gpu_memory" not in whole
 
 
 def test_isolation_off_tells_no_sandbox_but_still_an_account(tmp_path: Path) -> None:
     settings = Settings(data_dir=tmp_path / "data", isolation="off")
-    spec = Isolation(settings, accounts=OneAccount()).runner_spec(task(unix_user="ann"), [])
+    spec = Isolation(settings, accounts=OneAccount()).runner_spec(
+        task(**LIMITED, unix_user="ann"), []
+    )
     assert "sandbox" not in spec and spec["account"]["name"] == "ann"
 
 

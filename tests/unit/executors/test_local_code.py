@@ -7,8 +7,9 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from executor_helpers import py, task, wait_observed
+from executor_helpers import py, wait_observed
 from tests.support.code import archive, ref, regular, special
+from tests.support.tasks import task
 
 from gpupool.executors.base import LaunchError
 from gpupool.executors.local import LocalExecutor

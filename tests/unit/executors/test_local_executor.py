@@ -8,7 +8,8 @@ import signal
 from pathlib import Path
 
 import pytest
-from executor_helpers import is_alive, py, task, wait_for, wait_observed, wait_until_file
+from executor_helpers import is_alive, py, wait_for, wait_observed, wait_until_file
+from tests.support.tasks import task
 
 from gpupool.executors.base import LaunchError
 from gpupool.executors.local import LocalExecutor

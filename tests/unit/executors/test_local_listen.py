@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from executor_helpers import py, task, wait_observed
+from executor_helpers import py, wait_observed
+from tests.support.tasks import task
 
 from gpupool.executors.local import LocalExecutor
 from gpupool.executors.task import Observed

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
+from tests.support.tasks import task
 
 from gpupool.domain.inventory import GpuDevice, NodeInventory
 from gpupool.executors.isolation import Isolation
-from gpupool.executors.task import TaskSpec
 from gpupool.runner.wire import RunnerSpec
 from gpupool.settings import Settings
 
@@ -24,26 +24,10 @@ def node(gpus: int) -> NodeInventory:
     return NodeInventory(name="n", cpus=8, memory_bytes=64 * GIB, gpus=found)
 
 
-def cpu_task(**fields: object) -> TaskSpec:
-    values: dict[str, object] = {
-        "job_id": 1,
-        "attempt": 1,
-        "node": "n",
-        "command": ["true"],
-        "env": {},
-        "workdir": None,
-        "gpu_uuids": [],
-        "log_limit_bytes": 1,
-        "stop_grace_seconds": 1.0,
-        "user": "ann",
-    }
-    return TaskSpec(**(values | fields))
-
-
 def limits(tmp_path: Path, gpus: int, **settings: object) -> dict[str, object]:
     isolation = Isolation(Settings(data_dir=tmp_path / "data", **settings))
     isolation.devices.update(node(gpus))
-    return isolation.limits(cpu_task())
+    return isolation.limits(task(user="ann"))
 
 
 def test_the_default_memory_is_the_nodes_over_its_gpus(tmp_path: Path) -> None:
@@ -58,7 +42,7 @@ def test_an_admin_sets_the_default_memory_and_the_task_limit(tmp_path: Path) -> 
 
 def test_a_job_that_asks_keeps_its_memory(tmp_path: Path) -> None:
     isolation = Isolation(Settings(data_dir=tmp_path / "data"))
-    assert isolation.limits(cpu_task(memory_bytes=3 * GIB))["memory_bytes"] == 3 * GIB
+    assert isolation.limits(task(user="ann", memory_bytes=3 * GIB))["memory_bytes"] == 3 * GIB
 
 
 def test_a_default_memory_that_is_no_quantity_is_refused_at_start(tmp_path: Path) -> None:
@@ -84,5 +68,6 @@ def test_an_older_spec_without_a_task_limit_is_still_valid() -> None:
 
 def test_a_job_that_asks_keeps_its_task_limit_under_the_nodes(tmp_path: Path) -> None:
     isolation = Isolation(Settings(data_dir=tmp_path / "data", job_pids_max=512))
-    assert isolation.limits(cpu_task(pids=64))["pids_max"] == 64
-    assert isolation.limits(cpu_task(pids=4096))["pids_max"] == 512  # never above the node's
+    assert isolation.limits(task(user="ann", pids=64))["pids_max"] == 64
+    # never above the node's
+    assert isolation.limits(task(user="ann", pids=4096))["pids_max"] == 512

@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support.tasks import task
 
 from gpupool.executors.fence import RAY_WORKER_PORTS, fence_spec
 from gpupool.executors.gang import planned
-from gpupool.executors.task import TaskSpec
 from gpupool.runner import fence
 from gpupool.runner.fence import listeners, live_gangs, render
 from gpupool.runner.layout import atomic_write_json, process_create_time
@@ -150,16 +150,8 @@ def test_no_nft_is_a_note_and_the_task_runs_unfenced() -> None:
 def test_a_gang_task_is_told_its_fence_and_a_single_node_task_none(tmp_path: Path) -> None:
     settings = Settings(data_dir=tmp_path, port=8321)
     tasks = [
-        TaskSpec(
-            1,
-            1,
-            f"n{i}",
-            ["true"],
-            {},
-            None,
-            [],
-            1024,
-            1.0,
+        task(
+            node=f"n{i}",
             task_index=i,
             task_count=2,
             node_address=f"10.0.0.{i + 1}",
@@ -174,9 +166,7 @@ def test_a_gang_task_is_told_its_fence_and_a_single_node_task_none(tmp_path: Pat
     assert 0 in spec["platform_uids"] and spec["dir"] == str(tmp_path / "jobs" / ".fence")
     FencePolicy(spec)  # what the runner accepts
     assert fence_spec(other, settings, None)["rendezvous"] == []  # type: ignore[index]
-    assert (
-        fence_spec(TaskSpec(2, 1, "n0", ["true"], {}, None, [], 1024, 1.0), settings, None) is None
-    )
+    assert fence_spec(task(job_id=2, node="n0"), settings, None) is None
 
 
 def test_listeners_of_the_platforms_processes_only_where_named(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tests.support.traces import job
 from typer.testing import CliRunner
 
 from gpupool.domain.jobs import Reason, ResourceRequest
@@ -28,10 +29,6 @@ from gpupool.sim.traces import TraceJob, load_trace
 REPO = Path(__file__).resolve().parents[3]
 TRACES = REPO.parent / "shared" / "data" / "traces"
 EPS = 1e-9
-
-
-def job(job_id: int, submit: float, duration: float, gpus: float, team: str = "a") -> TraceJob:
-    return TraceJob(job_id, submit, duration, team, team, ResourceRequest(gpus=gpus))
 
 
 def times(result: SimResult) -> dict[int, tuple[float, float]]:

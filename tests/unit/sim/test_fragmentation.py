@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from tests.support.traces import job
 from typer.testing import CliRunner
 
 from gpupool.domain.jobs import ResourceRequest
@@ -25,12 +26,6 @@ from gpupool.sim.traces import TraceJob, load_trace
 
 TRACES = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "traces"
 OPENB = TRACES / "alibaba-openb"
-
-
-def job(
-    job_id: int, submit: float, duration: float, gpus: float, types: tuple[str, ...] = ()
-) -> TraceJob:
-    return TraceJob(job_id, submit, duration, "a", "a", ResourceRequest(gpus=gpus), types)
 
 
 # -- the measure, on one node ------------------------------------------------------------------
@@ -57,7 +52,7 @@ def test_node_fragment(shape: TaskShape, fragment: float):
 
 
 def test_workload_weights_each_gpu_shape_by_its_frequency():
-    jobs = [job(1, 0, 1, 0.5), job(2, 0, 1, 0.5), job(3, 0, 1, 2, ("T4",)), job(4, 0, 1, 1)]
+    jobs = [job(1, 0, 1, 0.5), job(2, 0, 1, 0.5), job(3, 0, 1, 2, types=("T4",)), job(4, 0, 1, 1)]
     jobs.append(TraceJob(5, 0, 1, "a", "a", ResourceRequest(gpus=None)))  # no GPU: left out
     assert workload(jobs) == (
         TaskShape(0.5, (), 0.5),

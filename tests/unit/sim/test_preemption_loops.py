@@ -13,18 +13,14 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from tests.support.traces import job
 
-from gpupool.domain.jobs import ResourceRequest
 from gpupool.scheduler import schedule
 from gpupool.sim.engine import cluster, simulate
-from gpupool.sim.traces import TraceJob, load_trace
+from gpupool.sim.traces import load_trace
 
 TRACES = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "traces"
 WEEK = "?start=2017-11-01&end=2017-11-08"
-
-
-def job(job_id: int, submit: float, duration: float, gpus: float, team: str = "a") -> TraceJob:
-    return TraceJob(job_id, submit, duration, team, f"{team}-user", ResourceRequest(gpus=gpus))
 
 
 class Recorder:

@@ -8,21 +8,14 @@ import math
 from dataclasses import replace
 
 from rich.console import Console
+from tests.support.traces import job
 
-from gpupool.domain.jobs import ResourceRequest
 from gpupool.sim.engine import cluster, simulate
 from gpupool.sim.fragmentation import fill
 from gpupool.sim.metrics import summarize
 from gpupool.sim.policies import named
 from gpupool.sim.progress import ProgressDisplay, Watched
 from gpupool.sim.report import fill_document, replay_document, to_json
-from gpupool.sim.traces import TraceJob
-
-
-def job(job_id: int, submit: float, duration: float, gpus: float) -> TraceJob:
-    request = ResourceRequest(gpus=gpus, cpus=1)
-    return TraceJob(job_id, submit, duration, "a", "a", request)
-
 
 JOBS = [job(1, 0, 100, 4), job(2, 0, 100, 4), job(3, 10, 50, 2)]
 
