@@ -7,6 +7,12 @@ only. It outlives the server: a restarted server asks it again about the attempt
 recorded, and the agent finds their runners by pid and start time, as the local executor
 does after a restart.
 
+It serves several calls at once (a threaded actor, ``MAX_CONCURRENCY``): a start, the
+polls of a pass, a stop and a log read of the server do not queue behind each other, nor
+behind ``changes``, the server's long wait for its runners' next change. What the calls
+share, the local executor's records of its attempts, is used under one lock, held only for
+the executor's own (short) work.
+
 Its settings are the ``GPUPOOL_*`` variables of the node's Ray processes, which
 ``gpupool node join`` (or the server, for the head's machine) sets: the node's name, data
 directory and declared inventory.
@@ -19,6 +25,8 @@ import contextlib
 import logging
 import os
 import secrets
+import select
+import threading
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -42,6 +50,10 @@ log = logging.getLogger(__name__)
 LOG_CHUNK = 1024**2  # the most log bytes one call returns
 PACK_CHUNK = 8 * 1024**2  # the most bytes of a packed model version one call returns
 STALE_PACK_SECONDS = 86400.0  # a pack this old was never fetched: its server died
+# calls served at once (Ray's threads of the actor): a pass's polls, launches in flight, a
+# stop, log reads and the server's wait for changes; the bridge makes the actor with it
+MAX_CONCURRENCY = 16
+CHANGES_WAIT_MAX_S = 30.0  # the longest one ``changes`` call waits
 
 
 class NodeAgent:
@@ -70,6 +82,12 @@ class NodeAgent:
         # on one machine): the server says where it is with each start
         self.api: relay.ApiForward | None = None
         self._forward_api(None)
+        # the local executor's records (its runners, adopted processes, state files read) are
+        # not made for threads: every call that uses them holds this lock
+        self._executor_lock = threading.Lock()
+        self._setup_lock = threading.Lock()  # the relay, the API's forward, the walker
+        self._storage_lock = threading.Lock()
+        self.changed = Changes(self.executor)
 
     # -- the node ------------------------------------------------------------------------------
 
@@ -123,12 +141,15 @@ class NodeAgent:
             task["model_archive"] = str(self._keep_archive(task["model"], model, "models"))
         fabric = self._nccl(task) if task.get("launch") and task.get("task_count", 1) > 1 else None
         api = task.pop("api_address", None)
-        if api is not None and (self.api is None or self.api.address != tuple(api)):
-            self._forward_api((str(api[0]), int(api[1])))
         try:
-            if task.get("listen"):
-                self._open_relay(task.get("node_address"))
-            handle = self.executor.start(task_from_json(task))
+            with self._setup_lock:
+                if api is not None and (self.api is None or self.api.address != tuple(api)):
+                    self._forward_api((str(api[0]), int(api[1])))
+                if task.get("listen"):
+                    self._open_relay(task.get("node_address"))
+            spec = task_from_json(task)
+            with self._executor_lock:
+                handle = self.executor.start(spec)
         except LaunchError as error:
             return {
                 "error": {
@@ -198,25 +219,36 @@ class NodeAgent:
 
     def poll(self, handles: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The state of each attempt, with its log's size (the server copies what is new)."""
+        local = [_handle(raw) for raw in handles]
+        with self._executor_lock:
+            results = [self.executor.poll(handle) for handle in local]
         answers = []
-        for raw in handles:
-            handle = _handle(raw)
-            result = self.executor.poll(handle)
+        for handle, result in zip(local, results, strict=True):
             sizes = {"log_size": self._log_size(handle), "metrics_size": self._metrics_size(handle)}
             answers.append({**poll_to_json(result), **sizes})
         return answers
 
+    def changes(self, seen: int, wait_seconds: float) -> int:
+        """Wait until a runner of this node has said that an attempt changed since the count
+        ``seen`` (what the last call returned), at most ``wait_seconds``; the count now. The
+        server waits here instead of polling on a timer: its next poll then finds the change.
+        A count that is not ``seen`` returns at once (a restarted agent counts from 0)."""
+        return self.changed.wait(seen, min(wait_seconds, CHANGES_WAIT_MAX_S))
+
     def stop(self, handle: dict[str, Any], grace_seconds: float) -> None:
-        self.executor.stop(_handle(handle), grace_seconds)
+        with self._executor_lock:
+            self.executor.stop(_handle(handle), grace_seconds)
 
     def release(self, handle: dict[str, Any]) -> None:
-        self.executor.release(_handle(handle))
+        with self._executor_lock:
+            self.executor.release(_handle(handle))
 
     def recover(self, job_id: int, attempt: int) -> dict[str, Any] | None:
         """The attempt's handle state if it was launched here, with its launch plan when it
         is a gang's task (``launch``): the server rebuilds the gang from its tasks' plans;
         with ``relay`` for one that serves through its runner's socket."""
-        handle = self.executor.recover(job_id, attempt)
+        with self._executor_lock:
+            handle = self.executor.recover(job_id, attempt)
         if handle is None:
             return None
         plan = self.executor.job_dir(job_id) / "outputs" / LAUNCH_DIR / f"attempt-{attempt}.json"
@@ -225,15 +257,18 @@ class NodeAgent:
         return found | self._reached(handle)
 
     def checkpoint_at(self, handle: dict[str, Any]) -> float | None:
-        return self.executor.checkpoint_at(_handle(handle))
+        with self._executor_lock:
+            return self.executor.checkpoint_at(_handle(handle))
 
     def storage(self, jobs: dict[str, bool], users: list[str]) -> dict[str, Any]:
         """What this node's disk holds of these jobs' directories (id -> finished: a
         finished one is walked once) and users' workspaces, for the teams' storage quotas."""
-        if self.files is None:
-            self.files = FilesScan(self.settings.jobs_dir, self.settings.data_dir / WORKSPACES)
         wanted = {int(job_id): bool(done) for job_id, done in jobs.items()}
-        return self.files.measure(wanted, users).to_json()
+        with self._setup_lock:
+            if self.files is None:
+                self.files = FilesScan(self.settings.jobs_dir, self.settings.data_dir / WORKSPACES)
+        with self._storage_lock:  # the walker keeps what it walked: one scan at a time
+            return self.files.measure(wanted, users).to_json()
 
     def read_log(
         self, handle: dict[str, Any], offset: int, metrics: bool = False
@@ -298,7 +333,7 @@ class NodeAgent:
         path = self.settings.data_dir / kind / "sha256" / f"{ref.removeprefix('sha256:')}.tar.gz"
         if not path.exists():
             path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
             tmp.write_bytes(base64.b64decode(data))
             os.replace(tmp, path)
         return path
@@ -314,6 +349,38 @@ class NodeAgent:
             return os.stat(self.executor.metrics_path(handle)).st_size
         except OSError:
             return 0
+
+
+class Changes:
+    """Counts what the node's runners announce through the executor's change FIFO (a byte
+    each time one rewrites an attempt's state file), for ``NodeAgent.changes``. Its thread,
+    the FIFO's only reader, starts with the first wait."""
+
+    def __init__(self, executor: LocalExecutor) -> None:
+        self.executor = executor
+        self.count = 0
+        self._condition = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    def wait(self, seen: int, timeout: float) -> int:
+        with self._condition:
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._watch, name="gpupool-agent-changes", daemon=True
+                )
+                self._thread.start()
+            self._condition.wait_for(lambda: self.count != seen, timeout)
+            return self.count
+
+    def _watch(self) -> None:
+        fd = self.executor.change_fd()
+        while True:
+            ready, _, _ = select.select([fd], [], [])
+            if ready:
+                self.executor.clear_changes()
+                with self._condition:
+                    self.count += 1
+                    self._condition.notify_all()
 
 
 def poll_to_json(result: PollResult) -> dict[str, Any]:

@@ -10,16 +10,25 @@ A request: ``{"id": 7, "op": "call", "node": "n1", "method": "poll", "args": {..
 "timeout": 10}``; an answer: ``{"id": 7, "ok": true, "result": ...}`` or ``{"id": 7, "ok":
 false, "error": "agent_unavailable", "message": "..."}``. The first line the bridge writes
 is ``{"id": 0, "ok": true, "result": {"connected": ...}}`` once it is connected.
+
+No thread waits for an agent's answer: a call is sent (``.remote()``) and answered from Ray's
+completion callback, or by the deadline watch when its timeout passes first; so any number
+of calls are in flight at once, long waits for changes (``NodeAgent.changes``) among them,
+and an answer costs no thread switch of the bridge's own.
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import json
 import logging
 import os
 import sys
 import threading
-from concurrent.futures import ThreadPoolExecutor
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from gpupool.cluster.rayenv import NAMESPACE, name_of, node_resource
@@ -27,6 +36,9 @@ from gpupool.cluster.rayenv import NAMESPACE, name_of, node_resource
 log = logging.getLogger("gpupool.bridge")
 
 AGENT_PREFIX = "agent:"
+SETUP_THREADS = 16  # requests being sent at once (finding an agent may wait for the GCS)
+
+Answer = Callable[[dict[str, Any]], None]
 
 
 class Bridge:
@@ -63,15 +75,20 @@ class Bridge:
             )
         return found
 
-    def call(self, node: str, method: str, args: dict[str, Any], timeout: float) -> Any:
-        """``method(**args)`` on ``node``'s agent (made when it has none)."""
+    def call(self, node: str, method: str, args: dict[str, Any], timeout: float) -> Future[Any]:
+        """``method(**args)`` sent to ``node``'s agent (made when it has none): its answer's
+        future, done when the agent answers (a RayActorError also forgets the agent)."""
         agent = self._agent(node)
-        try:
-            return self.ray.get(getattr(agent, method).remote(**args), timeout=timeout)
-        except self.ray.exceptions.RayActorError:
-            with self._lock:
-                self._agents.pop(node, None)
-            raise
+        done = getattr(agent, method).remote(**args).future()
+
+        def forget_dead(finished: Future[Any]) -> None:
+            if isinstance(finished.exception(), self.ray.exceptions.RayActorError):
+                with self._lock:
+                    if self._agents.get(node) is agent:
+                        self._agents.pop(node, None)
+
+        done.add_done_callback(forget_dead)
+        return done
 
     def forget_agent(self, node: str) -> None:
         """End ``node``'s agent (the node was removed); its running work is not touched."""
@@ -91,7 +108,7 @@ class Bridge:
             return agent
 
     def _make_agent(self, node: str) -> Any:
-        from gpupool.cluster.agent import NodeAgent
+        from gpupool.cluster.agent import MAX_CONCURRENCY, NodeAgent
 
         remote = self.ray.remote(NodeAgent)
         return remote.options(
@@ -103,7 +120,62 @@ class Bridge:
             resources={node_resource(node): 0.001},
             max_restarts=-1,  # a crashed agent comes back on its node; its jobs are not touched
             max_task_retries=0,
+            max_concurrency=MAX_CONCURRENCY,  # a threaded actor: calls do not queue
         ).remote()
+
+
+class Deadlines:
+    """Answers ``timeout`` for a call its agent has not answered in time: one thread for all
+    calls in flight, woken by the nearest deadline."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, Callable[[], None]]] = []
+        self._order = itertools.count()
+        self._condition = threading.Condition()
+        threading.Thread(target=self._run, name="gpupool-bridge-deadlines", daemon=True).start()
+
+    def add(self, seconds: float, expire: Callable[[], None]) -> None:
+        with self._condition:
+            entry = (time.monotonic() + seconds, next(self._order), expire)
+            heapq.heappush(self._heap, entry)
+            if self._heap[0] is entry:
+                self._condition.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._condition:
+                while not self._heap or self._heap[0][0] > time.monotonic():
+                    wait = self._heap[0][0] - time.monotonic() if self._heap else None
+                    self._condition.wait(wait)
+                _, _, expire = heapq.heappop(self._heap)
+            expire()
+
+
+class Call:
+    """One call in flight: answered once, by the agent's answer or by its deadline."""
+
+    def __init__(self, bridge: Bridge, ident: Any, answer: Answer) -> None:
+        self.bridge, self.ident, self.answer = bridge, ident, answer
+        self._lock = threading.Lock()
+        self._answered = False
+
+    def done(self, finished: Future[Any]) -> None:
+        error = finished.exception()
+        if error is None:
+            self._once({"id": self.ident, "ok": True, "result": finished.result()})
+        else:
+            self._once({"id": self.ident, "ok": False, **_error(self.bridge, error)})
+
+    def expired(self, timeout: float) -> None:
+        message = f"the agent did not answer in {timeout:g} s"
+        self._once({"id": self.ident, "ok": False, "error": "timeout", "message": message})
+
+    def _once(self, message: dict[str, Any]) -> None:
+        with self._lock:
+            if self._answered:
+                return
+            self._answered = True
+        self.answer(message)
 
 
 def serve(bridge: Bridge, requests: int, answers: int) -> None:
@@ -116,22 +188,38 @@ def serve(bridge: Bridge, requests: int, answers: int) -> None:
             out.write(json.dumps(message) + "\n")
 
     answer({"id": 0, "ok": True, "result": {"connected": True, "pid": os.getpid()}})
-    with ThreadPoolExecutor(max_workers=16) as pool, os.fdopen(requests) as lines:
+    deadlines = Deadlines()
+    with ThreadPoolExecutor(max_workers=SETUP_THREADS) as pool, os.fdopen(requests) as lines:
         for line in lines:
             request = json.loads(line)
-            pool.submit(lambda r=request: answer(handle(bridge, r)))
+            pool.submit(handle, bridge, request, answer, deadlines)
 
 
-def handle(bridge: Bridge, request: dict[str, Any]) -> dict[str, Any]:
-    """One request's answer; every failure is an answer, never an exception."""
+def handle(bridge: Bridge, request: dict[str, Any], answer: Answer, deadlines: Deadlines) -> None:
+    """Answer one request, now or (a call) once its agent answered or its timeout passed;
+    every failure is an answer, never an exception."""
+    ident, op = request.get("id"), request.get("op")
+    if op == "call":
+        call = Call(bridge, ident, answer)
+        try:
+            sent = bridge.call(
+                request["node"], request["method"], request.get("args") or {}, request["timeout"]
+            )
+        except Exception as error:  # noqa: BLE001 - every failure goes back to the server
+            answer({"id": ident, "ok": False, **_error(bridge, error)})
+            return
+        deadlines.add(request["timeout"], lambda: call.expired(request["timeout"]))
+        sent.add_done_callback(call.done)
+        return
+    answer(answer_now(bridge, request))
+
+
+def answer_now(bridge: Bridge, request: dict[str, Any]) -> dict[str, Any]:
+    """The answer of a request other than a call; every failure is an answer."""
     ident, op = request.get("id"), request.get("op")
     try:
         if op == "nodes":
             result = bridge.nodes()
-        elif op == "call":
-            result = bridge.call(
-                request["node"], request["method"], request.get("args") or {}, request["timeout"]
-            )
         elif op == "forget_agent":
             result = bridge.forget_agent(request["node"])
         else:

@@ -9,6 +9,11 @@ asked (an attempt is never taken for lost because the head is away).
 An agent that does not answer (its node is down) is given ``node_lost_seconds``: until then
 its attempts are reported ORPHANED, so their GPUs stay held (the node may still be running
 them: it stops its own work after that bound); after it, LOST.
+
+The control loop learns of changes as it does on one machine, through ``change_fd``: a
+thread per node with attempts waits in its agent's ``changes`` (the node's runners announce
+each state change there, through the same FIFO as on one machine) and makes the descriptor
+readable when one came; the loop's next pass then polls every node with one call each.
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ from __future__ import annotations
 import base64
 import contextlib
 import logging
+import os
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -58,6 +65,8 @@ STORAGE_TIMEOUT_S = 120.0  # a node walking its jobs' directories for the storag
 # how long a gang found again without its record gives its other tasks to stop, once one
 # ended (its job's own grace is in the record that was not written)
 RECOVERED_GANG_GRACE_S = 10.0
+CHANGES_WAIT_S = 10.0  # one wait of a node's watch in its agent (``NodeAgent.changes``)
+WATCH_RETRY_S = 1.0  # a watch whose agent did not answer asks again after this
 
 
 class RayExecutor(Executor):
@@ -87,6 +96,7 @@ class RayExecutor(Executor):
         self._up: set[str] = set()  # nodes the node watch has seen up
         self.isolation_status: IsolationStatus | None = None
         self._files_seen: dict[str, NodeFiles] = {}  # node -> what its files took, last said
+        self._changes: Changes | None = None  # made by the first change_fd()
 
     # -- paths --------------------------------------------------------------------------------
 
@@ -126,6 +136,8 @@ class RayExecutor(Executor):
                 error["log"], user_message=error["user_message"], reason=error["reason"]
             )
         self.log_path(Handle(task.job_id, task.attempt)).parent.mkdir(parents=True, exist_ok=True)
+        if self._changes is not None:
+            self._changes.watch(task.node)
         state = _task_state(task.node, answer["state"], answer.get("relay"))
         if answer.get("fabric"):
             state["fabric"] = answer["fabric"]
@@ -228,6 +240,8 @@ class RayExecutor(Executor):
         for handle in handles:
             for task in _tasks(handle):
                 by_node.setdefault(task.state["node"], []).append(task)
+        if self._changes is not None:  # the nodes with attempts, and only they, are watched
+            self._changes.watch_only(set(by_node))
         results: dict[Key, PollResult] = {}
         if len(by_node) > 1:  # the nodes answer side by side
             with ThreadPoolExecutor(max_workers=min(len(by_node), PARALLEL_POLLS)) as pool:
@@ -472,8 +486,103 @@ class RayExecutor(Executor):
         except (ClusterUnavailable, AgentUnavailable, CallFailed):
             return None
 
+    def change_fd(self) -> int | None:
+        """Readable when a runner on a watched node announced a change (see the module)."""
+        if self._changes is None:
+            self._changes = Changes(self.cluster, self._down)
+        return self._changes.fd
+
+    def clear_changes(self) -> None:
+        if self._changes is not None:
+            self._changes.clear()
+
     def close(self) -> None:
+        if self._changes is not None:
+            self._changes.close()
         self.cluster.close()
+
+
+class Changes:
+    """The node watches behind ``RayExecutor.change_fd``: per node, a thread that waits in
+    its agent's ``changes`` and writes a byte into a pipe whenever the count it returns
+    moved. ``down``: the nodes Ray reports dead (the executor's set), not waited on."""
+
+    def __init__(self, cluster: ClusterClient, down: set[str]) -> None:
+        self.cluster, self.down = cluster, down
+        self.fd, self._write_fd = os.pipe()
+        os.set_blocking(self.fd, False)
+        os.set_blocking(self._write_fd, False)
+        self._lock = threading.Lock()
+        self._wanted: set[str] = set()
+        self._threads: dict[str, threading.Thread] = {}
+        self._closed = threading.Event()
+
+    def watch(self, node: str) -> None:
+        """Watch ``node`` (a launch there): until ``watch_only`` leaves it out."""
+        with self._lock:
+            if self._closed.is_set():
+                return
+            self._wanted.add(node)
+            thread = self._threads.get(node)
+            if thread is None or not thread.is_alive():
+                thread = threading.Thread(
+                    target=self._watch, args=(node,), name=f"gpupool-watch-{node}", daemon=True
+                )
+                self._threads[node] = thread
+                thread.start()
+
+    def watch_only(self, nodes: set[str]) -> None:
+        """Watch these nodes; another's watch ends after its current wait (a node with no
+        attempt is not asked: a removed node's agent is not made again by a watch)."""
+        with self._lock:
+            self._wanted &= nodes
+        for node in nodes - self._wanted:
+            self.watch(node)
+
+    def _watch(self, node: str) -> None:
+        seen = -1  # never a count: the first wait returns at once
+        while not self._closed.is_set():
+            with self._lock:
+                if node not in self._wanted:
+                    if self._threads.get(node) is threading.current_thread():
+                        del self._threads[node]
+                    return
+            if node in self.down:
+                self._closed.wait(WATCH_RETRY_S)
+                continue
+            try:
+                count = self.cluster.call(
+                    node,
+                    "changes",
+                    timeout=CHANGES_WAIT_S + POLL_TIMEOUT_S,
+                    seen=seen,
+                    wait_seconds=CHANGES_WAIT_S,
+                )
+            except (ClusterUnavailable, AgentUnavailable, CallFailed):
+                self._closed.wait(WATCH_RETRY_S)
+                continue
+            if count != seen:
+                if seen != -1:
+                    self._ring()
+                seen = count
+
+    def _ring(self) -> None:
+        with self._lock:
+            if not self._closed.is_set():
+                with contextlib.suppress(BlockingIOError):  # full: it is readable already
+                    os.write(self._write_fd, b"!")
+
+    def clear(self) -> None:
+        with contextlib.suppress(BlockingIOError):
+            while os.read(self.fd, 4096):
+                pass
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed.set()
+            self._wanted.clear()
+        os.close(self.fd)
+        os.close(self._write_fd)
 
 
 def api_address(host: str, port: int, head: str) -> tuple[str, int]:
