@@ -31,6 +31,8 @@ from tests.support.clock import ManualClock
 
 NOW = 100_000.0
 GPU_MEMORY = 80 * GiB
+A100 = "NVIDIA A100-SXM4-80GB"
+H100 = "NVIDIA H100 80GB HBM3"
 BEST_FIT = replace(DEFAULT_POLICY, packing="best-fit")
 
 

@@ -6,6 +6,9 @@ from dataclasses import replace
 
 from hypothesis import given
 from hypothesis import strategies as st
+
+from gpupool.domain.jobs import Reason
+from gpupool.scheduler.types import Allocation, PendingJob
 from tests.support.scheduling import (
     codes,
     decide,
@@ -17,9 +20,6 @@ from tests.support.scheduling import (
     running,
     victims,
 )
-
-from gpupool.domain.jobs import Reason
-from gpupool.scheduler.types import Allocation, PendingJob
 
 EIGHT = [gpu_node("node-a", 8)]
 

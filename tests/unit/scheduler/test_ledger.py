@@ -6,6 +6,12 @@ from collections import Counter
 from dataclasses import replace
 
 import pytest
+
+from gpupool.domain.jobs import Reason, ResourceRequest
+from gpupool.domain.units import GiB
+from gpupool.scheduler.ledger import water_fill
+from gpupool.scheduler.types import Allocation, PendingJob
+from gpupool.sim.policies import named
 from tests.support.scheduling import (
     NOW,
     codes,
@@ -18,12 +24,6 @@ from tests.support.scheduling import (
     running,
     victims,
 )
-
-from gpupool.domain.jobs import Reason, ResourceRequest
-from gpupool.domain.units import GiB
-from gpupool.scheduler.ledger import water_fill
-from gpupool.scheduler.types import Allocation, PendingJob
-from gpupool.sim.policies import named
 
 ONE_NODE = [gpu_node("node-a", 8)]
 

@@ -5,15 +5,14 @@ from __future__ import annotations
 
 from unittest.mock import patch
 
-from tests.support.clock import ManualClock
-from tests.support.scheduling import NOW, gpu_node, pending, quota, running
-
 from gpupool.domain.policy import DEFAULT_POLICY
 from gpupool.scheduler import schedule
 from gpupool.scheduler.cycle import Cycle
 from gpupool.scheduler.fit import demand_of
 from gpupool.scheduler.memo import INFINITY, Frontier, Group, NoRoom, NoVictims, sizes_of
 from gpupool.scheduler.types import Snapshot
+from tests.support.clock import ManualClock
+from tests.support.scheduling import NOW, gpu_node, pending, quota, running
 
 
 def test_a_frontier_keeps_only_the_least_failures():

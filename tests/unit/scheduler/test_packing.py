@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tests.support.scheduling import BEST_FIT, allocation, gpu_uuid, job, node, placed, run
 
 from gpupool.domain.policy import DEFAULT_POLICY
 from gpupool.domain.units import GiB
@@ -12,6 +11,7 @@ from gpupool.scheduler.capacity import Claim, FreeCapacity
 from gpupool.scheduler.fit import Demand
 from gpupool.scheduler.packing import Packer, TaskShape, gpu_state, node_fragment, workload_of
 from gpupool.scheduler.placement import find_spot, take_spot
+from tests.support.scheduling import BEST_FIT, allocation, gpu_uuid, job, node, placed, run
 
 H100 = 80 * GiB
 

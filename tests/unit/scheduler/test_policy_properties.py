@@ -18,8 +18,6 @@ from unittest.mock import patch
 
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from tests.support.clock import ManualClock
-from tests.support.scheduling import NOW, gpu_node, pending, quota, running
 
 from gpupool.domain.jobs import Reason, ResourceRequest
 from gpupool.domain.policy import DEFAULT_POLICY, Policy
@@ -41,6 +39,8 @@ from gpupool.scheduler.types import (
 from gpupool.sim.engine import Replay, cluster, simulate
 from gpupool.sim.policies import named
 from gpupool.sim.traces import TraceJob
+from tests.support.clock import ManualClock
+from tests.support.scheduling import NOW, gpu_node, pending, quota, running
 
 EPS = 1e-6
 MODELS = {

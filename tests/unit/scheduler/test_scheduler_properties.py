@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tests.support.clock import ManualClock
 
 from gpupool.domain.jobs import Reason, ResourceRequest
 from gpupool.domain.units import GiB
@@ -25,6 +24,7 @@ from gpupool.scheduler.types import (
     PendingJob,
     Snapshot,
 )
+from tests.support.clock import ManualClock
 
 EPS = 1e-9
 GPU_MEMORY = [16 * GiB, 24 * GiB, 40 * GiB, 80 * GiB]

@@ -1,0 +1,332 @@
+"""Free capacity (``capacity``): the capacity kept from one cycle to the next, and nodes that
+take no new work."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gpupool.domain.policy import DEFAULT_POLICY
+from gpupool.scheduler import capacity as capacity_module
+from gpupool.scheduler import schedule
+from gpupool.scheduler.cycle import Cycle
+from gpupool.scheduler.types import Decisions, Snapshot
+from tests.support.clock import ManualClock
+from tests.support.scheduling import (
+    NOW,
+    codes,
+    decide,
+    gpu_node,
+    pending,
+    placed_ids,
+    running,
+    victims,
+)
+from tests.unit.scheduler.test_policy_properties import SETTINGS, long_queues
+
+
+def fresh(snapshot: Snapshot) -> Decisions:
+    """The cycle over a capacity built anew (not the kept one)."""
+    return Cycle(snapshot, ManualClock(NOW).now()).run()
+
+
+def applied(snapshot: Snapshot, decisions: Decisions) -> Snapshot:
+    """The next snapshot: the placed jobs run, the preempted ones and the first running job
+    are gone (ended), the nominations stand."""
+    jobs = {job.job_id: job for job in snapshot.pending}
+    gone = {preemption.job_id for preemption in decisions.preemptions}
+    if snapshot.allocations:
+        gone.add(snapshot.allocations[0].job_id)
+    allocations = [a for a in snapshot.allocations if a.job_id not in gone]
+    by_job: dict[int, list] = {}
+    for placement in decisions.placements:
+        by_job.setdefault(placement.job_id, []).append(placement)
+    for job_id, placements in by_job.items():
+        allocations.extend(jobs[job_id].started(placements, ManualClock(NOW).now()))
+    return replace(
+        snapshot,
+        allocations=tuple(allocations),
+        pending=tuple(job for job in snapshot.pending if job.job_id not in by_job),
+        nominations=dict(decisions.nominations),
+    )
+
+
+@SETTINGS
+@given(long_queues())
+def test_cycles_over_the_kept_capacity_decide_as_over_a_new_one(snapshot: Snapshot):
+    for _ in range(3):
+        decisions = schedule(snapshot, ManualClock(NOW))
+        assert decisions == fresh(snapshot)
+        assert schedule(snapshot, ManualClock(NOW)) == decisions  # the kept capacity was put back
+        snapshot = applied(snapshot, decisions)
+
+
+def test_a_cycle_that_fails_leaves_the_next_one_a_whole_capacity(monkeypatch):
+    nodes = (gpu_node("node-a", 4), gpu_node("node-b", 2))
+    held = (running(100, "node-a", [0, 1]),)
+    jobs = (pending(1, gpus=2), pending(2, gpus=2), pending(3, gpus=1))
+    snapshot = Snapshot(nodes, held, jobs, policy=DEFAULT_POLICY)
+    expected = fresh(snapshot)
+    run = Cycle.run
+
+    def fails_after_placing(self):  # noqa: ANN001, ANN202
+        run(self)  # its placements changed the kept capacity
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(Cycle, "run", fails_after_placing)
+    with pytest.raises(RuntimeError):
+        schedule(snapshot, ManualClock(NOW))
+    monkeypatch.setattr(Cycle, "run", run)
+
+    assert schedule(snapshot, ManualClock(NOW)) == expected
+    assert schedule(snapshot, ManualClock(NOW)) == expected
+
+
+def test_a_cycle_beside_another_builds_its_own_capacity():
+    nodes = (gpu_node("node-a", 8),)
+    jobs = tuple(pending(i, gpus=1) for i in range(1, 6))
+    snapshot = Snapshot(nodes, (), jobs, policy=DEFAULT_POLICY)
+    expected = fresh(snapshot)
+    results: list[Decisions] = []
+
+    with capacity_module._KEPT.lease():  # another cycle holds the kept capacity
+        thread = threading.Thread(
+            target=lambda: results.append(schedule(snapshot, ManualClock(NOW)))
+        )
+        thread.start()
+        thread.join()
+
+    assert results == [expected]
+    assert schedule(snapshot, ManualClock(NOW)) == expected
+
+
+def capacity_state(capacity: capacity_module.FreeCapacity) -> tuple:
+    """Everything a cycle reads of a free capacity."""
+    nodes = [
+        (
+            node.name,
+            node.cpus,
+            node.memory_bytes,
+            node.free_count,
+            [(gpu.uuid, gpu.used_share, gpu.used_memory, gpu.whole, gpu.free) for gpu in node.gpus],
+        )
+        for node in capacity.nodes
+    ]
+    by_name = sorted((name, node.rank) for name, node in capacity.by_name.items())
+    return nodes, by_name, [list(bucket) for bucket in capacity.buckets], list(capacity.shared)
+
+
+@SETTINGS
+@given(st.lists(st.tuples(st.integers(0, 39), st.integers(0, 5), st.booleans()), max_size=12))
+def test_a_few_allocations_come_and_gone_update_only_their_nodes_rightly(changes):
+    """Forty allocations, then some ended and some started, a few at a time: the update
+    that looks only at their nodes leaves the capacity built anew from them."""
+    nodes = tuple(gpu_node(f"node-{index}", 8) for index in range(6))
+    held = {
+        job: running(job, f"node-{job % 6}", [job % 8], share=0.5 if job % 3 else 1.0)
+        for job in range(40)
+    }
+    capacity = capacity_module.build_capacity(nodes, tuple(held.values()))
+    for job, node, ends in changes:
+        if ends:
+            held.pop(job, None)
+        else:  # another task of the job, on a GPU of its own
+            held[job + 100] = running(job + 100, f"node-{node}", [job % 8 // 2 + 4], share=0.25)
+        allocations = tuple(held.values())
+        capacity.update(allocations)
+        assert capacity_state(capacity) == capacity_state(
+            capacity_module.build_capacity(nodes, allocations)
+        )
+
+
+@SETTINGS
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 39),
+            st.sampled_from(["a", "b", "c"]),
+            st.sampled_from([0.3, 0.35, 0.5, 1.0]),
+            st.booleans(),
+            st.booleans(),
+        ),
+        max_size=12,
+    )
+)
+def test_the_teams_held_gpus_counted_from_the_last_ones_are_those_counted_anew(changes):
+    """Forty allocations of three teams, with shares whose sums round, then some ended and
+    some started, a few at a time: each team's GPUs held (and held by work that may not be
+    preempted), counted from the last call's counts, are those counted anew, to the bit."""
+    from gpupool.scheduler import ledger
+
+    held = {
+        job: running(
+            job,
+            "node-a",
+            [job % 8],
+            team="abc"[job % 3],
+            share=(0.3, 0.35, 1.0)[job % 3],
+            preemptible=job % 4 != 0,
+        )
+        for job in range(40)
+    }
+    ledger.held_by_team(tuple(held.values()))
+    for job, team, share, preemptible, ends in changes:
+        if ends:
+            held.pop(job, None)
+        else:  # a new object, even for a job id already held
+            held[job % 7 + 100] = running(
+                job % 7 + 100, "node-b", [job % 8], team=team, share=share, preemptible=preemptible
+            )
+        allocations = tuple(held.values())
+        counted = ledger.held_by_team(allocations)
+        kept, ledger._last_held = ledger._last_held, None
+        assert counted == ledger.held_by_team(allocations)
+        ledger._last_held = kept  # the next call counts from this one's
+
+
+def test_the_workload_counted_from_the_last_one_is_that_counted_anew():
+    from gpupool.scheduler import packing
+
+    held = [running(job, "node-a", [job % 8], share=0.5 if job % 2 else 1.0) for job in range(20)]
+    jobs = [pending(job, gpus=(0.25, 1, 2)[job % 3]) for job in range(100, 130)]
+    first = packing.workload_of(tuple(held), tuple(jobs))
+    packing._last_workload = None
+    assert packing.workload_of(tuple(held), tuple(jobs)) == first
+    # two started, one ended, one came: counted from the last call
+    held = held[1:] + [running(100, "node-b", [0], share=0.25), running(101, "node-b", [1])]
+    jobs = jobs[2:] + [pending(200, gpus=8)]
+    counted = packing.workload_of(tuple(held), tuple(jobs))
+    packing._last_workload = None
+    assert counted == packing.workload_of(tuple(held), tuple(jobs))
+    assert len(counted) == 5  # the 8-GPU shape came, none went
+
+
+def kept_objects() -> list[object]:
+    """What the cycles outside an ``own_kept`` block keep: capacity, queues, running jobs."""
+    from gpupool.scheduler import ordering, preemption
+
+    return [kept._KEPT.value for kept in (capacity_module, ordering, preemption)]
+
+
+def test_cycles_of_their_own_leave_the_kept_objects_to_the_cycles_outside():
+    """The forecast runs the scheduler forward from another state beside the control loop:
+    its cycles keep objects of their own, and the loop's next cycle finds its own again."""
+    from gpupool.scheduler.kept import own_kept
+
+    nodes = (gpu_node("node-a", 8), gpu_node("node-b", 8))
+    held = (running(100, "node-a", [0, 1]), running(101, "node-b", [0]))
+    loop = Snapshot(nodes, held, tuple(pending(i, gpus=1) for i in range(1, 4)))
+    schedule(loop, ManualClock(NOW))
+    before = kept_objects()
+    assert all(value is not None for value in before)
+
+    other = Snapshot(nodes, (), tuple(pending(i, gpus=2) for i in range(10, 20)))
+    with own_kept():
+        first = schedule(other, ManualClock(NOW))
+        inside = kept_objects()
+        assert schedule(other, ManualClock(NOW)) == first == fresh(other)
+    assert all(a is b for a, b in zip(kept_objects(), before, strict=True))
+    assert all(a is b for a, b in zip(inside, before, strict=True))
+    assert schedule(loop, ManualClock(NOW)) == fresh(loop)
+
+
+def test_an_own_kept_block_hands_its_objects_from_cycle_to_cycle(monkeypatch):
+    from gpupool.scheduler import kept
+
+    nodes = (gpu_node("node-a", 8),)
+    snapshot = Snapshot(nodes, (running(100, "node-a", [0]),), (pending(1, gpus=2),))
+    built: list[int] = []
+    build = capacity_module.build_capacity
+    monkeypatch.setattr(capacity_module, "build_capacity", lambda *a: built.append(1) or build(*a))
+    with kept.own_kept():
+        for _ in range(3):
+            assert schedule(snapshot, ManualClock(NOW)) == fresh(snapshot)
+    assert built == [1]  # the block's first cycle built one, the others brought it up to date
+
+
+# -- nodes that are not schedulable ----------------------------------------------------------------
+
+
+# A node that is not schedulable (drained, down or removed: services.nodes.settle) gets no
+# new work, by placement or by preemption; what runs there stays.
+
+LEVEL_2 = 40_000.0  # GPU-seconds: a job of this much service yields to a new one of its team
+
+
+def drained(name: str, gpus: int = 1):  # noqa: ANN201 - a NodeCapacity
+    return replace(gpu_node(name, gpus), schedulable=False, drained=True)
+
+
+def down(name: str, gpus: int = 1):  # noqa: ANN201 - a NodeCapacity
+    return replace(gpu_node(name, gpus), schedulable=False)
+
+
+def test_no_job_is_preempted_to_free_a_drained_nodes_gpu() -> None:
+    held = [running(100, "node-a", team="a", attained=LEVEL_2)]
+
+    assert victims(decide([gpu_node("node-a", 1)], [pending(1)], held)) == {100: 1}
+    decisions = decide([drained("node-a")], [pending(1)], held)
+
+    assert decisions.preemptions == []
+    assert placed_ids(decisions) == set()
+    assert codes(decisions) == {1: "NoNodes"}
+
+
+def test_preemption_frees_the_schedulable_nodes_gpu_and_not_the_drained_ones() -> None:
+    nodes = [drained("node-a"), gpu_node("node-b", 1)]
+    held = [
+        running(100, "node-a", team="a", attained=LEVEL_2 * 2),  # the better victim, if it could
+        running(101, "node-b", team="a", attained=LEVEL_2),
+    ]
+
+    decisions = decide(nodes, [pending(1)], held)
+
+    assert victims(decisions) == {101: 1}
+
+
+def test_a_free_drained_node_is_left_empty_and_its_running_job_kept() -> None:
+    nodes = [drained("node-a", 2), gpu_node("node-b", 1)]
+    held = [running(100, "node-a", [0], team="b")]
+
+    decisions = decide(nodes, [pending(1), pending(2)], held)
+
+    assert {p.job_id: p.node for p in decisions.placements} == {1: "node-b"}
+    assert decisions.preemptions == []
+
+
+def test_a_job_waiting_because_every_node_is_drained_is_told_so_and_what_ends_it() -> None:
+    decisions = decide([drained("node-a"), drained("node-b", 2)], [pending(1)])
+
+    (reason,) = decisions.pending.values()
+    assert reason.code.value == "NoNodes"
+    assert reason.message == (
+        "there are no schedulable nodes in the pool: every node is drained (node-a, node-b); "
+        "it waits until an admin undrains one (gpupool node undrain NAME)"
+    )
+
+
+def test_drained_and_down_nodes_are_told_apart_and_a_gpu_type_does_not_hide_them() -> None:
+    nodes = [drained("node-a"), down("node-b"), down("node-c")]
+    decisions = decide(nodes, [pending(1), pending(2, gpu_types=("A100",)), pending(3, gpus=None)])
+
+    said = {job_id: (r.code.value, r.message) for job_id, r in decisions.pending.items()}
+    expected = (
+        "NoNodes",
+        "there are no schedulable nodes in the pool: 1 drained (node-a) and 2 down "
+        "(node-b, node-c); it waits until an admin undrains one (gpupool node undrain NAME) or "
+        "one is up",
+    )
+    assert said == {1: expected, 2: expected, 3: expected}
+
+
+def test_every_node_down_names_a_few_of_them() -> None:
+    decisions = decide([down(f"node-{i}") for i in range(5)], [pending(1)])
+
+    assert decisions.pending[1].message == (
+        "there are no schedulable nodes in the pool: every node is down (node-0, node-1, node-2 "
+        "and 2 more); it waits until one is up"
+    )
