@@ -90,6 +90,9 @@ class RayExecutor(Executor):
         self._seen: dict[tuple[int, int], PollResult] = {}
         self._unanswered: dict[str, float] = {}  # node -> since when its agent has not answered
         self._fresh: dict[Key, bytes] = {}  # a gang task's log bytes not merged yet
+        # (attempt, "log" or "metrics") -> the size of the server's copy, known since this
+        # executor last appended to it: a poll whose node reports no more touches no file
+        self._copied: dict[tuple[Key, str], int] = {}
         self._gang_logs: dict[Key, GangLog] = {}
         self._gangs_stopped: set[Key] = set()
         self._down: set[str] = set()  # nodes Ray reports dead (the node watch says)
@@ -358,10 +361,14 @@ class RayExecutor(Executor):
         """Append to ``path`` what the node's copy (``size`` bytes; ``read_log`` with
         ``asked``) has beyond it; the bytes appended. A node that does not answer is logged
         and left for the next poll."""
+        copied = self._copied.get((_key(handle), what))
+        if copied is not None and size <= copied:
+            return b""
         path.parent.mkdir(parents=True, exist_ok=True)
         appended = bytearray()
         with open(path, "ab") as copy:
             offset = copy.tell()
+            self._copied[(_key(handle), what)] = offset
             while offset < size:
                 try:
                     chunk = self.cluster.call(
@@ -380,6 +387,7 @@ class RayExecutor(Executor):
                 copy.write(data)
                 offset += len(data)
                 appended += data
+                self._copied[(_key(handle), what)] = offset
         return bytes(appended)
 
     # -- stop, release ------------------------------------------------------------------------
@@ -407,6 +415,8 @@ class RayExecutor(Executor):
                 self.release(task)
             return
         self._seen.pop(_key(handle), None)
+        self._copied.pop((_key(handle), "log"), None)
+        self._copied.pop((_key(handle), "metrics"), None)
         if handle.state["node"] in self._down:
             return
         try:
