@@ -6,9 +6,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from executor_helpers import kill_leftovers
 
 from gpupool.executors.local import LocalExecutor
+from tests.unit.executors.executor_helpers import kill_leftovers
 
 
 @pytest.fixture

@@ -7,11 +7,11 @@ from pathlib import Path
 from typing import TypeVar
 
 import psutil
-from tests.support.cleanup import kill_leftovers  # noqa: F401 - used by the tests through here
-from tests.support.waiting import wait_for  # noqa: F401 - used by the tests through here
 
 from gpupool.executors.base import Executor, Handle
 from gpupool.executors.task import Observed, PollResult
+from tests.support.cleanup import kill_leftovers  # noqa: F401 - used by the tests through here
+from tests.support.waiting import wait_for  # noqa: F401 - used by the tests through here
 
 T = TypeVar("T")
 

@@ -1,6 +1,5 @@
 """The node's fence for gangs over several nodes (``runner.fence``): the policy as spec.json
-holds it, the nftables rules it makes, the listeners it reads, the gangs' records it keeps;
-and what the executor tells a gang's task (``executors.fence``)."""
+holds it, the nftables rules it makes, the listeners it reads, the gangs' records it keeps."""
 
 from __future__ import annotations
 
@@ -9,15 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.support.tasks import task
 
-from gpupool.executors.fence import RAY_WORKER_PORTS, fence_spec
-from gpupool.executors.gang import planned
 from gpupool.runner import fence
 from gpupool.runner.fence import listeners, live_gangs, render
 from gpupool.runner.layout import atomic_write_json, process_create_time
 from gpupool.runner.wire import FencePolicy, SpecError
-from gpupool.settings import Settings
 
 
 def policy(**overrides: Any) -> FencePolicy:
@@ -145,28 +140,6 @@ def test_no_nft_is_a_note_and_the_task_runs_unfenced() -> None:
     fenced.apply()
     assert fenced.notes == [f"{fence.NOT_ENFORCED}: nftables (nft) is not installed on the node"]
     assert not fenced.applied
-
-
-def test_a_gang_task_is_told_its_fence_and_a_single_node_task_none(tmp_path: Path) -> None:
-    settings = Settings(data_dir=tmp_path, port=8321)
-    tasks = [
-        task(
-            node=f"n{i}",
-            task_index=i,
-            task_count=2,
-            node_address=f"10.0.0.{i + 1}",
-        )
-        for i in range(2)
-    ]
-    head, other = planned(tasks, 29500)
-    spec = fence_spec(head, settings, "/usr/sbin/nft")
-    assert spec is not None
-    assert spec["rendezvous"] == [29500] and spec["peers"] == ["10.0.0.1", "10.0.0.2"]
-    assert spec["open_ports"] == [8321] and spec["closed_ranges"] == [list(RAY_WORKER_PORTS)]
-    assert 0 in spec["platform_uids"] and spec["dir"] == str(tmp_path / "jobs" / ".fence")
-    FencePolicy(spec)  # what the runner accepts
-    assert fence_spec(other, settings, None)["rendezvous"] == []  # type: ignore[index]
-    assert fence_spec(task(job_id=2, node="n0"), settings, None) is None
 
 
 def test_listeners_of_the_platforms_processes_only_where_named(tmp_path: Path) -> None:

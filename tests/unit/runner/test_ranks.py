@@ -11,10 +11,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from tests.support import waiting
 
 from gpupool.domain.launchers import Gang, GangTask, Launcher, LauncherKind, MpiAgent, plan_launch
 from gpupool.runner.layout import CODE_NOT_FOUND, CODE_RUNNER_ERROR
+from tests.support import waiting
 
 SRC = Path(__file__).resolve().parents[3] / "src"
 WAIT = 60  # seconds a test waits for a process before it fails instead of hanging

@@ -7,12 +7,12 @@ import signal
 from pathlib import Path
 
 import pytest
-from executor_helpers import py, wait_observed
-from tests.support.tasks import task
 
 from gpupool.executors.base import LaunchError
 from gpupool.executors.fake import FailingExecutor, NeverStartsExecutor, SlowStartExecutor
 from gpupool.executors.task import Observed
+from tests.support.tasks import task
+from tests.unit.executors.executor_helpers import py, wait_observed
 
 
 def test_never_starts_stays_starting_until_stopped(tmp_path: Path) -> None:

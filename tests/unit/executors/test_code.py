@@ -9,11 +9,11 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from tests.support.code import archive, directory, packed, regular, special, tree, zeros
 
 from gpupool.domain.code import CodeLimits
 from gpupool.errors import BadCodeArchive, CodeTooLarge
 from gpupool.executors.code import inspect, unpack_once
+from tests.support.code import archive, directory, packed, regular, special, tree, zeros
 
 SMALL = CodeLimits(archive_bytes=1 << 20, unpacked_bytes=1 << 20, entries=50)
 

@@ -1,20 +1,30 @@
-"""LocalExecutor against real runners and real workloads."""
+"""LocalExecutor against real runners and real workloads: launching, stopping, recovering, a
+code snapshot unpacked once per job, a task that listens, and runners launched through the fork
+server."""
 
 from __future__ import annotations
 
 import json
 import os
 import signal
+import tarfile
 from pathlib import Path
 
 import pytest
-from executor_helpers import is_alive, py, wait_for, wait_observed, wait_until_file
-from tests.support.tasks import task
 
 from gpupool.executors.base import LaunchError
 from gpupool.executors.local import LocalExecutor
 from gpupool.executors.remains import Remains
 from gpupool.executors.task import Observed
+from tests.support.code import archive, ref, regular, special
+from tests.support.tasks import task
+from tests.unit.executors.executor_helpers import (
+    is_alive,
+    py,
+    wait_for,
+    wait_observed,
+    wait_until_file,
+)
 
 SLEEP_READY = "import time; print('ready', flush=True); time.sleep(600)"
 IGNORES_SIGTERM = (
@@ -261,3 +271,150 @@ def test_release_reaps_the_runner(executor: LocalExecutor) -> None:
     wait_for(lambda: not is_alive(runner_pid), what="the runner to be reaped")
     with pytest.raises(ChildProcessError):
         os.waitpid(runner_pid, os.WNOHANG)
+
+
+# -- a code snapshot in the job --------------------------------------------------------------------
+
+
+# The local executor runs a job with a code snapshot in it: unpacked once under the job's
+# directory, shared by its attempts, refused with a clear launch error when it cannot be.
+
+# each attempt adds its number to a file of its working directory, then shows what is there
+APPEND = (
+    "import os; open('seen.txt', 'a').write(os.environ['GPUPOOL_ATTEMPT']); "
+    "print(open('seen.txt').read(), sorted(os.listdir('.')))"
+)
+
+
+def code_task(tmp_path: Path, data: bytes, attempt: int = 1, command: list[str] | None = None):  # noqa: ANN201
+    path = tmp_path / "store" / "code.tar.gz"
+    path.parent.mkdir(exist_ok=True)
+    path.write_bytes(data)
+    return task(command or py(APPEND), 7, attempt, code=ref(data), code_archive=str(path))
+
+
+def test_attempts_share_the_unpacked_code(
+    executor: LocalExecutor, jobs_dir: Path, tmp_path: Path
+) -> None:
+    data = archive(regular("train.py", b"print('hi')\n"))
+    for attempt, seen in ((1, "1"), (2, "12")):
+        handle = executor.start(code_task(tmp_path, data, attempt))
+        assert wait_observed(executor, handle, Observed.EXITED).exit_code == 0
+        log = executor.log_path(handle).read_text()
+        assert log == f"{seen} ['seen.txt', 'train.py']\n"
+        executor.release(handle)
+    assert (jobs_dir / "7" / "code" / "train.py").read_text() == "print('hi')\n"
+
+
+def test_a_missing_archive_is_a_launch_error_saying_so(
+    executor: LocalExecutor, tmp_path: Path
+) -> None:
+    job = code_task(tmp_path, archive(regular("a")))
+    Path(job.code_archive).unlink()
+    with pytest.raises(LaunchError) as failed:
+        executor.start(job)
+    assert failed.value.reason == "code_missing"
+    assert "missing from the server's storage" in failed.value.user_message
+
+
+def test_an_archive_that_cannot_be_unpacked_fails_the_launch(
+    executor: LocalExecutor, jobs_dir: Path, tmp_path: Path
+) -> None:
+    data = archive(regular("a"), special("link", tarfile.SYMTYPE, "/etc/passwd"))
+    with pytest.raises(LaunchError) as failed:
+        executor.start(code_task(tmp_path, data))
+    assert failed.value.reason == "code_unpack_failed"
+    assert "member 'link'" in failed.value.user_message
+    assert not (jobs_dir / "7" / "code").exists()
+
+
+# -- a task that listens ---------------------------------------------------------------------------
+
+
+# A task that listens gets a free port on the executor's address, in PORT and
+# GPUPOOL_LISTEN_HOST (gpupool's value over the job's own PORT), kept in its handle's state
+# through get_state/load_state and found again by ``recover`` after a crash.
+
+PRINT = "import os; print(os.environ['GPUPOOL_LISTEN_HOST'], os.environ['PORT'])"
+
+
+def test_a_task_that_listens_is_given_a_port_it_keeps(
+    executor: LocalExecutor, jobs_dir: Path
+) -> None:
+    handle = executor.start(task(py(PRINT), listen=True, env={"PORT": "1"}))
+    assert handle.state["host"] == "127.0.0.1" and 0 < handle.state["port"] < 65536
+    wait_observed(executor, handle, Observed.EXITED)
+    assert executor.log_path(handle).read_text().split() == ["127.0.0.1", str(handle.state["port"])]
+    again = executor.load_state(executor.get_state(handle))
+    assert (again.state["host"], again.state["port"]) == ("127.0.0.1", handle.state["port"])
+    found = LocalExecutor(jobs_dir).recover(handle.job_id, handle.attempt)
+    assert found is not None
+    assert (found.state["host"], found.state["port"]) == ("127.0.0.1", handle.state["port"])
+
+
+def test_a_pools_node_binds_the_address_the_pool_has_for_it(jobs_dir: Path) -> None:
+    executor = LocalExecutor(jobs_dir, listen_host=None)
+    handle = executor.start(task(py(PRINT), listen=True, node_address="127.0.0.2"))
+    assert handle.state["host"] == "127.0.0.2"
+    wait_observed(executor, handle, Observed.EXITED)
+    assert executor.log_path(handle).read_text().split()[0] == "127.0.0.2"
+
+
+def test_a_task_that_does_not_listen_gets_no_port(executor: LocalExecutor) -> None:
+    code = "import os; print('PORT' in os.environ, 'GPUPOOL_LISTEN_HOST' in os.environ)"
+    handle = executor.start(task(py(code)))
+    assert "port" not in handle.state
+    wait_observed(executor, handle, Observed.EXITED)
+    assert executor.log_path(handle).read_text().split() == ["False", "False"]
+
+
+# -- runners launched through the fork server: same behaviour, and it may die without harm ---------
+
+
+def test_runners_come_from_the_fork_server_in_their_own_session(tmp_path: Path) -> None:
+    executor = LocalExecutor(tmp_path / "jobs")
+    handle = executor.start(task(py(SLEEP_READY)))
+    wait_observed(executor, handle, Observed.RUNNING)
+    runner = handle.state["runner_pid"]
+    server = executor._fork_server._process.pid
+    assert os.getsid(runner) == runner, "a runner leads its own session"
+    assert os.getsid(runner) != os.getsid(server)
+    executor.stop(handle, 1.0)
+    assert wait_observed(executor, handle, Observed.EXITED).exit_code == 128 + signal.SIGTERM
+    executor.close()
+
+
+def test_runners_outlive_the_fork_server_and_it_is_restarted(tmp_path: Path) -> None:
+    executor = LocalExecutor(tmp_path / "jobs")
+    first = executor.start(task(py(SLEEP_READY), job_id=1))
+    wait_observed(executor, first, Observed.RUNNING)
+    old = executor._fork_server._process
+    old.kill()
+    old.wait()
+    assert executor.poll(first).observed == Observed.RUNNING
+    second = executor.start(task(py("print('second')"), job_id=2))
+    assert wait_observed(executor, second, Observed.EXITED).exit_code == 0
+    assert executor._fork_server._process.pid != old.pid
+    executor.stop(first, 1.0)
+    wait_observed(executor, first, Observed.EXITED)
+    executor.close()
+
+
+def test_closing_the_executor_leaves_running_attempts_alone(tmp_path: Path) -> None:
+    executor = LocalExecutor(tmp_path / "jobs")
+    handle = executor.start(task(py(SLEEP_READY)))
+    wait_observed(executor, handle, Observed.RUNNING)
+    state = executor.get_state(handle)
+    executor.close()
+    again = LocalExecutor(tmp_path / "jobs")
+    adopted = again.load_state(state)
+    assert again.poll(adopted).observed == Observed.RUNNING
+    again.stop(adopted, 1.0)
+    wait_for(lambda: again.poll(adopted).observed == Observed.EXITED, what="the stop")
+    again.close()
+
+
+def test_without_the_fork_server_runners_are_started_directly(tmp_path: Path) -> None:
+    executor = LocalExecutor(tmp_path / "jobs", fork_server=False)
+    handle = executor.start(task(py("print('direct')")))
+    assert wait_observed(executor, handle, Observed.EXITED).exit_code == 0
