@@ -221,8 +221,8 @@ def _open(settings: Settings) -> tuple[DataDirLock, Platform]:
     'error [code]: ...' line and exit code 2, before a database or an admin is created."""
     from gpupool.discovery import DeclaredSettingError, check_declared
     from gpupool.errors import GpupoolError
+    from gpupool.platform import open_platform
     from gpupool.services.core import DataDirLock
-    from gpupool.services.platform import open_platform
 
     lock = DataDirLock(settings.data_dir)
     try:

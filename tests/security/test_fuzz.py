@@ -27,7 +27,7 @@ from schemathesis.checks import not_a_server_error
 
 from gpupool.api.app import create_app
 from gpupool.executors.fake import NeverStartsExecutor
-from gpupool.services.platform import open_platform
+from gpupool.platform import open_platform
 from tests.support.platform import make_settings
 
 EXAMPLES = 25  # per operation

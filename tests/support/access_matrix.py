@@ -29,7 +29,8 @@ from gpupool.api.app import create_app
 from gpupool.api.deps import CSRF_HEADER, SAFE_METHODS, SESSION_COOKIE
 from gpupool.domain.inventory import NodeInventory
 from gpupool.executors.fake import NeverStartsExecutor
-from gpupool.services.platform import Platform, open_platform
+from gpupool.platform import open_platform
+from gpupool.services.platform import Platform
 from gpupool.store.models import JobModel, TeamModel, UserModel
 from tests.support.code import archive, ref, regular
 from tests.support.platform import FINAL, admin_token, make_settings, running_app

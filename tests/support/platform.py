@@ -13,9 +13,10 @@ import gpupool.services.identity._auth as auth
 import gpupool.services.identity._users as users
 from gpupool.api.app import create_app
 from gpupool.executors.base import Executor
+from gpupool.platform import open_platform
 from gpupool.scheduler import schedule
 from gpupool.scheduler.types import Clock, Schedule
-from gpupool.services.platform import Platform, open_platform
+from gpupool.services.platform import Platform
 from gpupool.settings import Settings
 from tests.support.cleanup import kill_leftovers
 from tests.support.waiting import wait_for

@@ -63,13 +63,16 @@ ALLOWED: dict[str, frozenset[str]] = {
     # nodes through the cluster's relay
     "proxy": SERVER_SIDE
     | {"store", "scheduler", "executors", "sim", "discovery", "cluster", "runner"},
-    "loops": SERVER_SIDE | {"services"},
+    # loops -> services, and what the pipelines drive and record: the database (Core
+    # statements on the hot path), the pure scheduler, the executor port
+    "loops": SERVER_SIDE | {"services", "store", "scheduler", "executors"},
     "api": SERVER_SIDE | {"services", "proxy"},
     # what users run
     "client": BASE,  # users' scripts import it alone
     "cli": BASE | {"client"},
     # the composition roots: they build everything, and nothing imports them
     "server": frozenset({"*"}),
+    "platform": frozenset({"*"}),  # opens the Platform: builds services and loops together
     "main": frozenset({"", "cli"}),
     "__main__": frozenset({"main"}),
 }
@@ -170,6 +173,13 @@ def test_settings_executors_and_node_agents_do_not_load_the_scheduler() -> None:
         ("sim", "scheduler", True),
         ("settings", "scheduler", False),
         ("loops", "services", True),
+        ("loops", "store", True),
+        ("loops", "api", False),
+        ("services", "loops", False),
+        ("services", "platform", False),
+        ("api", "loops", False),
+        ("api", "platform", False),
+        ("server", "platform", True),
         ("cli", "client", True),
         ("cli", "services", False),
         ("cli", "settings", False),
@@ -204,6 +214,25 @@ def test_a_forbidden_arrow_is_caught(tmp_path: Path) -> None:
     assert [i.where for i in broken] == [
         "gpupool.api.jobs:1 imports gpupool.store",
         "gpupool.api.jobs:1 imports gpupool.store.db",
+    ]
+
+
+def test_services_or_api_that_reach_the_loops_or_the_root_are_caught(tmp_path: Path) -> None:
+    package = fake_package(
+        tmp_path,
+        {
+            "services/jobs.py": "def later():\n    from gpupool.loops import driver\n",
+            "api/app.py": "from gpupool.platform import open_platform\n",
+            "loops/driver.py": "from gpupool.services import jobs\n",
+            "platform.py": "from gpupool.loops import driver\n",
+        },
+    )
+    broken = breaking(imports(package), ALLOWED, {})
+    assert sorted(i.where for i in broken) == [
+        "gpupool.api.app:1 imports gpupool.platform",
+        "gpupool.api.app:1 imports gpupool.platform.open_platform",
+        "gpupool.services.jobs:2 imports gpupool.loops",
+        "gpupool.services.jobs:2 imports gpupool.loops.driver",
     ]
 
 

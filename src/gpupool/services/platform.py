@@ -1,33 +1,34 @@
-"""Opening the platform: database, first admin, local node, executor, control loop."""
+"""The running server as requests and background work see it: ``Platform``.
+
+The composition root (``gpupool.platform.open_platform``) builds it: the database, the
+executor, the control pipelines (``loop``: their face, ``services.core.LoopSide``;
+``control``: their thread), this node's watcher or the Ray pool. The watches of services
+(metrics, deployments, notebooks' idleness, storage) are made here from its ports.
+"""
 
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from gpupool.discovery import discover_node
 from gpupool.domain.inventory import NodeInventory
 from gpupool.domain.isolation import IsolationStatus
 from gpupool.executors.base import Executor
-from gpupool.executors.isolation import Isolation
-from gpupool.executors.local import LocalExecutor
-from gpupool.scheduler import schedule
-from gpupool.scheduler.types import Clock, Schedule
+from gpupool.scheduler.types import Clock
 from gpupool.services import cluster as cluster_service
 from gpupool.services import identity
-from gpupool.services.control import ControlLoop
-from gpupool.services.core import NodeRemoved, SystemClock
+from gpupool.services.core import LoopSide, NodeRemoved
 from gpupool.services.deployments import DeploymentLoop
 from gpupool.services.identity import SignInThrottle
 from gpupool.services.metrics import Ingester
 from gpupool.services.notebooks import IdleWatch
 from gpupool.services.scheduling import StorageWatch
 from gpupool.settings import Settings
-from gpupool.store.db import Database, prepare
+from gpupool.store.db import Database
 
 if TYPE_CHECKING:
     from gpupool.services.cluster import Cluster
@@ -89,6 +90,14 @@ class NodeWatcher:
                 log.exception("node discovery failed")
 
 
+class Background(Protocol):
+    """Work in threads of its own, started with the server and stopped with it."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
 @dataclass
 class Platform:
     """Everything a request or a loop may use; built once when the server starts."""
@@ -96,7 +105,8 @@ class Platform:
     settings: Settings
     db: Database
     executor: Executor
-    loop: ControlLoop
+    loop: LoopSide  # the control pipelines as services see them
+    control: Background  # their thread (gpupool.loops.Control)
     clock: Clock
     watcher: NodeWatcher | None
     first_start: identity.Bootstrap | None = None
@@ -124,8 +134,8 @@ class Platform:
         )
 
     def start(self) -> None:
-        """Start the background work: the control loop and the node watcher."""
-        self.loop.start()
+        """Start the background work: the control pipelines, the watches, the node watcher."""
+        self.control.start()
         self.ingester.start()
         self.deployments.start()
         self.idle_watch.start()
@@ -144,7 +154,7 @@ class Platform:
         self.deployments.stop()
         self.idle_watch.stop()
         self.storage.stop()
-        self.loop.stop()
+        self.control.stop()
         self.ingester.stop()
         self.executor.close()
 
@@ -165,77 +175,3 @@ class Platform:
             return node_name(self.settings) if self.settings.ray_head_node else None
         found = self.watcher.inventory
         return found.name if found is not None else None
-
-
-def open_platform(
-    settings: Settings,
-    executor: Executor | None = None,
-    clock: Clock | None = None,
-    decide: Schedule = schedule,
-) -> Platform:
-    """Prepare the data directory and database, register this node; the loop is not started.
-
-    ``decide`` replaces the scheduler (tests inject decisions such as preemptions)."""
-    settings.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    clock = clock or SystemClock()
-    db = Database(settings.database)
-    prepare(db)
-    _keep_private(settings)
-    with db.session() as session:
-        first = identity.bootstrap(session, clock.now())
-    if settings.ray_enabled and executor is None:
-        return _open_pool(settings, db, clock, decide, first)
-    isolation = Isolation(settings, api=(settings.port, str(settings.api_socket)))
-    executor = executor or LocalExecutor(
-        settings.jobs_dir,
-        base_env=_base_env(),
-        isolation=isolation,
-        code_limits=settings.code_limits(),
-        model_limits=settings.model_limits(),
-    )
-    loop = ControlLoop(db, executor, settings, clock, decide)
-    watcher = NodeWatcher(
-        settings, db, clock, on_change=loop.wake, on_inventory=isolation.devices.update
-    )
-    watcher.refresh()
-    found = watcher.inventory
-    log.info("node %s: %d GPUs, %d CPUs", found.name, len(found.gpus), found.cpus)
-    return Platform(settings, db, executor, loop, clock, watcher, first)
-
-
-def _open_pool(
-    settings: Settings,
-    db: Database,
-    clock: Clock,
-    decide: Schedule,
-    first: identity.Bootstrap | None,
-) -> Platform:
-    """Ray mode: the head (or the cluster given), its nodes watched instead of this machine."""
-    from gpupool.services.cluster import Cluster, NodeWatch
-
-    cluster = Cluster.open(settings)
-    loop = ControlLoop(db, cluster.executor, settings, clock, decide)
-    cluster.watch = NodeWatch(cluster, db, clock, on_change=loop.wake)
-    if cluster.client.connect():
-        cluster.watch.look()  # this machine's node, before the first request comes
-    else:
-        log.warning("%s", cluster.client.problem)
-    platform = Platform(settings, db, cluster.executor, loop, clock, None, first, cluster=cluster)
-    platform.on_node_removed = cluster.removed
-    return platform
-
-
-def _keep_private(settings: Settings) -> None:
-    """The data directory and the SQLite files are the server's alone (0700, 0600): they
-    hold every token hash and web session. SQLite gives its -wal and -shm files the mode
-    of the database file."""
-    settings.data_dir.chmod(0o700)
-    if settings.is_sqlite:
-        for path in settings.data_dir.glob("gpupool.db*"):
-            path.chmod(0o600)
-
-
-def _base_env() -> dict[str, str]:
-    """What every workload inherits from the server: a sane PATH, HOME, locale."""
-    keep = ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "USER", "LOGNAME", "TMPDIR", "VIRTUAL_ENV")
-    return {name: os.environ[name] for name in keep if name in os.environ}

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import gpupool.services.cluster._nodes as nodes
 from gpupool.domain.jobs import JobSpec, Role
+from gpupool.platform import open_platform
+from gpupool.scheduler import schedule
 from gpupool.services import jobs
 from gpupool.services.core import Principal
-from gpupool.services.platform import open_platform
 from gpupool.services.scheduling._snapshots import build_snapshot
 from gpupool.settings import Settings
 from tests.support.platform import make_settings, running_app, wait_job
@@ -26,8 +27,8 @@ def crash_after_recording(
         spec = JobSpec(command=command, resources={"gpus": 1}, workdir=str(workdir))
         job = jobs.submit(session, ADMIN, spec, nodes.capacities(session), platform.clock.now())
     with platform.db.reader() as session:
-        placement = platform.loop.decide(build_snapshot(session), platform.clock).placements[0]
-    [claimed] = platform.loop._claim([placement])
+        placement = schedule(build_snapshot(session), platform.clock).placements[0]
+    [claimed] = platform.control.launch.claim([placement])  # the launch pipeline's claim
     if launch:
         platform.executor.start(claimed.task)  # launched, but the server dies before recording it
     platform.db.dispose()

@@ -2,12 +2,14 @@
 
 ``services/`` is one package per capability (``jobs``, ``identity``, ...), each with a public
 face (its ``__init__``) and private modules (``_x``); ``core`` holds the ports they all use,
-and above them ``platform`` (the composition root) and ``control`` (the control loop) build
-everything. Three rules keep that shape:
+and above them ``platform`` holds the running server (``Platform``) that requests see. The
+control pipelines (``gpupool.loops``) and the composition root (``gpupool.platform``) are
+built on services, never the other way. Four rules keep that shape:
 
 - outside a package, code imports only its public face, never one of its private modules;
 - no import cycle, between capability packages or between modules of services;
-- no capability package imports the composition root or the control loop.
+- no capability package imports ``services.platform``;
+- no module of services imports the loops or the composition root.
 
 Every import counts, wherever it is written: inside a function or an ``if TYPE_CHECKING:``
 block too (a cycle hidden behind an import in a function is still a cycle of dependencies).
@@ -25,7 +27,8 @@ import gpupool
 
 SOURCE = Path(gpupool.__file__).resolve().parent.parent  # the folder that holds gpupool/
 SERVICES = "gpupool.services"
-ABOVE = frozenset({f"{SERVICES}.platform", f"{SERVICES}.control"})  # built on every package
+ABOVE = frozenset({f"{SERVICES}.platform"})  # built on every package
+BUILT_ON_SERVICES = ("gpupool.loops", "gpupool.platform")  # services never import them
 
 
 @dataclass(frozen=True)
@@ -76,12 +79,21 @@ def module_cycle(root: Path) -> list[str] | None:
 
 
 def imports_from_below(root: Path) -> list[str]:
-    """Imports of the composition root or the control loop by a capability package."""
+    """Imports of ``services.platform`` by a capability package."""
     packages = capability_packages(root)
     return [
         i.where
         for i in service_imports(root)
         if package_of(i.module, packages) and any(within(i.target, top) for top in ABOVE)
+    ]
+
+
+def imports_of_the_loops(root: Path) -> list[str]:
+    """Imports of the loops or the composition root by a module of services."""
+    return [
+        i.where
+        for i in imports(root)
+        if within(i.module, SERVICES) and any(within(i.target, top) for top in BUILT_ON_SERVICES)
     ]
 
 
@@ -103,14 +115,19 @@ def test_there_is_no_cycle_between_modules_of_services() -> None:
     assert cycle is None, "modules import each other: " + " -> ".join(cycle or ())
 
 
-def test_no_capability_imports_the_composition_root_or_the_loop() -> None:
+def test_no_capability_imports_the_platform() -> None:
     found = imports_from_below(SOURCE)
-    assert found == [], "capabilities that import platform or control:\n" + "\n".join(found)
+    assert found == [], "capabilities that import services.platform:\n" + "\n".join(found)
 
 
-def test_services_is_packages_and_the_two_modules_above_them() -> None:
+def test_services_never_import_the_loops_or_the_composition_root() -> None:
+    found = imports_of_the_loops(SOURCE)
+    assert found == [], "services that import loops or gpupool.platform:\n" + "\n".join(found)
+
+
+def test_services_is_packages_and_the_platform_above_them() -> None:
     """Nothing is left at the old flat paths: a module of services is in a package, or is
-    the composition root or the control loop."""
+    ``services.platform``."""
     packages = capability_packages(SOURCE)
     loose = {
         name
@@ -211,28 +228,48 @@ def test_a_cycle_between_modules_is_found(tmp_path: Path) -> None:
     ]
 
 
-def test_a_capability_that_imports_the_root_or_the_loop_is_found(tmp_path: Path) -> None:
+def test_a_capability_that_imports_the_platform_is_found(tmp_path: Path) -> None:
     root = fake_tree(
         tmp_path,
         {
             "gpupool/services/platform.py": "from gpupool.services.jobs import run\n",
-            "gpupool/services/control.py": "from gpupool.services.jobs import run\n",
             "gpupool/services/jobs/__init__.py": "from gpupool.services.jobs._jobs import run\n",
             "gpupool/services/jobs/_jobs.py": (
                 "from typing import TYPE_CHECKING\n"
                 "if TYPE_CHECKING:\n"
                 "    from gpupool.services.platform import Platform\n"
                 "def run():\n"
-                "    from gpupool.services import control\n"
+                "    from gpupool.services import platform\n"
             ),
         },
     )
     assert imports_from_below(root) == [
         "gpupool.services.jobs._jobs:3 imports gpupool.services.platform",
         "gpupool.services.jobs._jobs:3 imports gpupool.services.platform.Platform",
-        "gpupool.services.jobs._jobs:5 imports gpupool.services.control",
+        "gpupool.services.jobs._jobs:5 imports gpupool.services.platform",
     ]
-    assert module_cycle(root) is not None  # control -> jobs -> control
+    assert module_cycle(root) is not None  # platform -> jobs -> platform
+
+
+def test_services_that_import_the_loops_or_the_root_are_found(tmp_path: Path) -> None:
+    root = fake_tree(
+        tmp_path,
+        {
+            "gpupool/platform.py": "from gpupool.loops import Control\n",
+            "gpupool/loops/__init__.py": "from gpupool.services.jobs import run\n",
+            "gpupool/services/platform.py": "from gpupool.platform import open_platform\n",
+            "gpupool/services/jobs/__init__.py": "from gpupool.services.jobs._jobs import run\n",
+            "gpupool/services/jobs/_jobs.py": (
+                "def run():\n    from gpupool.loops.driver import Driver\n"
+            ),
+        },
+    )
+    assert imports_of_the_loops(root) == [
+        "gpupool.services.jobs._jobs:2 imports gpupool.loops.driver",
+        "gpupool.services.jobs._jobs:2 imports gpupool.loops.driver.Driver",
+        "gpupool.services.platform:1 imports gpupool.platform",
+        "gpupool.services.platform:1 imports gpupool.platform.open_platform",
+    ]
 
 
 def test_a_clean_fake_tree_passes(tmp_path: Path) -> None:

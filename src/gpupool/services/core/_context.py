@@ -2,8 +2,9 @@
 
 The services the API calls open their own transactions and tell the control loop what
 changed, so they need the database, the clock, the settings and a side of the control loop.
-They see them through these protocols, which ``services.platform.Platform`` (and its
-``ControlLoop``, ``identity.TokenCache``, ``identity.SignInThrottle``) satisfy. It imports
+They see them through these protocols, which ``services.platform.Platform`` (and the control
+pipelines' face ``loops.LoopFace``, ``identity.TokenCache``, ``identity.SignInThrottle``)
+satisfy. It imports
 only its neighbours in ``services.core`` and no capability's types, so every capability may
 import it without a cycle (tests/unit/services/test_packages.py checks there is none).
 """
@@ -54,6 +55,10 @@ class LoopSide(Protocol):
 
     def weights_changed(self) -> None:
         """Users' fair-share weights changed: read them again, and schedule."""
+        ...
+
+    def stops_recorded(self) -> None:
+        """Stops were recorded on attempts by another thread (the storage watch): send them."""
         ...
 
     @property
