@@ -10,9 +10,9 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 import pytest
-from tests.support.server import free_port
 
 from gpupool.api.upstream import Broken, Refused, TimedOut, UpstreamLimits, Upstreams
+from tests.support.server import free_port
 
 OK = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello"
 CHUNKED = (

@@ -40,14 +40,6 @@ H100_SYSFS = "sysfs_class_infiniband_h100_gpud"
 ETH0 = NodeAddress(address="10.1.2.3", prefix_length=24, interface="eth0")
 
 
-@pytest.fixture
-def captures(shared_dir: Path) -> Path:
-    path = shared_dir / "data" / "captures"
-    if not path.is_dir():
-        pytest.skip(f"the real captures folder {path} is absent (../shared/data/captures)")
-    return path
-
-
 def port(rate: float = 400, layer: str = "InfiniBand", state: str = "ACTIVE", **extra) -> RdmaPort:
     return RdmaPort(port=1, link_layer=layer, rate_gbps=rate, state=state, **extra)
 

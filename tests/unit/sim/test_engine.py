@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tests.support.traces import job
 from typer.testing import CliRunner
 
 from gpupool.domain.jobs import Reason, ResourceRequest
@@ -25,6 +24,7 @@ from gpupool.sim.metrics import summarize
 from gpupool.sim.policies import named
 from gpupool.sim.report import render
 from gpupool.sim.traces import TraceJob, load_trace
+from tests.support.traces import job
 
 REPO = Path(__file__).resolve().parents[3]
 TRACES = REPO.parent / "shared" / "data" / "traces"

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tests.support.traces import job
 from typer.testing import CliRunner
 
 from gpupool.domain.jobs import ResourceRequest
@@ -23,6 +22,7 @@ from gpupool.sim.fragmentation import (
 from gpupool.sim.policies import named
 from gpupool.sim.report import render_fill
 from gpupool.sim.traces import TraceJob, load_trace
+from tests.support.traces import job
 
 TRACES = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "traces"
 OPENB = TRACES / "alibaba-openb"

@@ -13,11 +13,11 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from tests.support.traces import job
 
 from gpupool.scheduler import schedule
 from gpupool.sim.engine import cluster, simulate
 from gpupool.sim.traces import load_trace
+from tests.support.traces import job
 
 TRACES = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "traces"
 WEEK = "?start=2017-11-01&end=2017-11-08"

@@ -9,10 +9,10 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from tests.support.code import ref, tree
 
 from gpupool.client.code import PackError, biggest_parts, pack, walk
 from gpupool.domain.code import CodeLimits
+from tests.support.code import ref, tree
 
 
 def packed_names(root: Path) -> list[str]:

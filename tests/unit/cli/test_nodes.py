@@ -1,14 +1,13 @@
-"""What `gpupool nodes` and `gpupool queue` print, from API answers (no server)."""
+"""What `gpupool nodes` prints, from API answers (no server)."""
 
 from __future__ import annotations
 
 import io
-import time
 
 import pytest
 from rich.console import Console
 
-from gpupool.cli import nodes, queue
+from gpupool.cli import nodes
 
 
 def printed(monkeypatch: pytest.MonkeyPatch, module: object) -> io.StringIO:
@@ -50,25 +49,3 @@ def test_nodes_say_how_each_node_stands_in_the_pool() -> None:
     )
     down = nodes.life_text(up | {"state": "down", "down_at": 0.0})
     assert down.startswith("state: down since ") and "since -" not in down
-
-
-def test_queue_summary_says_when_only_the_first_jobs_are_listed() -> None:
-    found = {"waiting": 700, "teams": [{"team": "a", "jobs": [{}] * 300}, {"jobs": [{}] * 200}]}
-    assert queue.summary_text(found, None) == (
-        "700 jobs waiting in 2 teams (the first 500 in queue order are shown)"
-    )
-    one = {"waiting": 1, "teams": [{"team": "a", "jobs": [{}]}]}
-    assert queue.summary_text(one, None) == "1 job waiting in 1 team"
-    assert queue.summary_text(one, "a") == "1 job of team a waiting"
-
-
-def test_queue_eta_is_relative_and_a_dash_without_estimate() -> None:
-    assert queue.relative_eta(None) == "-"
-    assert queue.relative_eta(time.time() - 5) == "now"
-    assert queue.relative_eta(time.time() + 12 * 60 + 30).startswith("in 12m")
-
-
-def test_queue_message_is_cut_to_one_short_line() -> None:
-    assert queue.short("a\n  b") == "a b"
-    cut = queue.short("x" * 100, room=10)
-    assert cut == "x" * 9 + "…"

@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tests.support.clock import ManualClock
 
 from gpupool.discovery import declared_report
 from gpupool.discovery.declared import parse_declared_gpus, parse_declared_links
@@ -27,6 +26,7 @@ from gpupool.scheduler.types import PendingJob, Snapshot
 from gpupool.services.cluster import capacity
 from gpupool.settings import Settings
 from gpupool.store.models import NodeModel
+from tests.support.clock import ManualClock
 
 DGX = "topo-m_dgx-a100_8x-a100-sxm4-40gb_10-nic_525.105.17_oyanghd.txt"
 TEMPURA = "topo-m_8x-quadro-rtx6000_pcie-switches_tempura.txt"

@@ -1,21 +1,16 @@
-"""A replay's progress display (only on a terminal) and the report as JSON."""
+"""A replay's progress display (only on a terminal) and the probe it watches through."""
 
 from __future__ import annotations
 
 import io
-import json
-import math
-from dataclasses import replace
 
 from rich.console import Console
-from tests.support.traces import job
 
 from gpupool.sim.engine import cluster, simulate
 from gpupool.sim.fragmentation import fill
-from gpupool.sim.metrics import summarize
 from gpupool.sim.policies import named
 from gpupool.sim.progress import ProgressDisplay, Watched
-from gpupool.sim.report import fill_document, replay_document, to_json
+from tests.support.traces import job
 
 JOBS = [job(1, 0, 100, 4), job(2, 0, 100, 4), job(3, 10, 50, 2)]
 
@@ -72,29 +67,3 @@ def test_the_fill_experiment_reports_to_the_watching_probe() -> None:
     report = fill(JOBS, nodes, named("fgd"), watch=watch)
     assert seen == [report.tasks]
     assert report == fill(JOBS, nodes, named("fgd")), "watching changes nothing"
-
-
-def test_replay_json_holds_every_row_unrounded_with_its_bounds() -> None:
-    nodes = cluster("1x4")
-    metrics = summarize(simulate(JOBS, nodes))
-    rows = [("default", metrics, {}), ("odd", replace(metrics, avg_jct=math.inf), {"x": 2})]
-    document = json.loads(to_json(replay_document({"placement": "node"}, rows)))
-    first, second = document["rows"]
-    assert first["policy"] == "default" and first["avg_jct"] == metrics.avg_jct
-    assert first["bounds"]["min_avg_jct"] == metrics.bounds.min_avg_jct
-    assert first["p95_jct"] == metrics.p95_jct, "not rounded as the table is"
-    assert (second["avg_jct"], second["unscheduled_reasons"]) == (None, {"x": 2})
-    assert document["placement"] == "node" and "teams" not in document
-
-
-def test_fill_json_gives_samples_in_gpus_and_the_unallocated_share() -> None:
-    nodes = cluster("1x4")
-    report = fill(JOBS, nodes, named("best-fit"))
-    (row,) = json.loads(to_json(fill_document({}, [("best-fit", report)])))["fill"]
-    assert (row["tasks"], row["failed"], row["total_gpus"]) == (
-        report.tasks,
-        report.failed,
-        4,
-    )
-    final = row["final"]
-    assert final["unallocated_share"] == 1 - final["allocated_gpus"] / 4

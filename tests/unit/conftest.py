@@ -1,4 +1,5 @@
-"""Fixtures for the discovery tests: the real captures in the sibling ``shared`` checkout."""
+"""Fixtures of the unit tests: the real captures (nvidia-smi, sysfs, RDMA tools) in the sibling
+``shared`` checkout, read by the discovery and domain tests."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 CAPTURES = REPO_ROOT / ".." / "shared" / "data" / "captures"
 
 
