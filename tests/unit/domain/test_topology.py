@@ -18,15 +18,15 @@ from gpupool.domain.inventory import (
     NodeInventory,
     Source,
 )
-from gpupool.domain.jobs import ResourceRequest
 from gpupool.domain.topology import gpu_domains
 from gpupool.domain.units import GiB
 from gpupool.scheduler import schedule
-from gpupool.scheduler.types import PendingJob, Snapshot
+from gpupool.scheduler.types import Snapshot
 from gpupool.services.cluster import capacity
 from gpupool.settings import Settings
 from gpupool.store.models import NodeModel
 from tests.support.clock import ManualClock
+from tests.support.scheduling import pending
 
 DGX = "topo-m_dgx-a100_8x-a100-sxm4-40gb_10-nic_525.105.17_oyanghd.txt"
 TEMPURA = "topo-m_8x-quadro-rtx6000_pcie-switches_tempura.txt"
@@ -66,7 +66,7 @@ def placed_indexes(inventory: NodeInventory, gpus: int) -> list[int]:
     node = NodeModel(name=inventory.name, inventory=inventory.model_dump(mode="json"))
     node.schedulable = True
     cap = capacity(node)
-    job = PendingJob(1, "team", "user", 0, 0.0, ResourceRequest(gpus=gpus))
+    job = pending(1, team="team", user="user", submitted=0.0, gpus=gpus)
     (placement,) = schedule(
         Snapshot(nodes=(cap,), allocations=(), pending=(job,)), ManualClock()
     ).placements

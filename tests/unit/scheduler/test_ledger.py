@@ -7,11 +7,12 @@ from dataclasses import replace
 
 import pytest
 
-from gpupool.domain.jobs import Reason, ResourceRequest
+from gpupool.domain.jobs import Reason
 from gpupool.domain.units import GiB
 from gpupool.scheduler.ledger import water_fill
 from gpupool.scheduler.types import Allocation, PendingJob
 from gpupool.sim.policies import named
+from tests.support import scheduling
 from tests.support.scheduling import (
     NOW,
     codes,
@@ -211,7 +212,7 @@ def test_fractions_count_against_the_limit():
 
 
 def test_gpu_memory_only_jobs_count_against_the_limit():
-    job = PendingJob(1, "a", "a-user", 0, 1.0, ResourceRequest(gpu_memory_bytes=40 * GiB))
+    job = scheduling.job(1).team("a").user("a-user").gpu_memory(40 * GiB).build()
     nodes = [gpu_node("node-a", 2)]
 
     decisions = decide(nodes, [job], [running(100, "node-a", [0], team="a")], [quota("a", limit=1)])

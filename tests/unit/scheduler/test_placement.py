@@ -7,10 +7,9 @@ from dataclasses import replace
 
 import pytest
 
-from gpupool.domain.jobs import Reason, ResourceRequest
+from gpupool.domain.jobs import Reason
 from gpupool.scheduler.types import Decisions
 from gpupool.sim.engine import cluster, simulate
-from gpupool.sim.traces import TraceJob
 from tests.support.scheduling import (
     A100,
     H100,
@@ -24,6 +23,7 @@ from tests.support.scheduling import (
     running,
     victims,
 )
+from tests.support.traces import job as trace_job
 
 
 def gpus_of(decisions: Decisions) -> dict[tuple[int, int], tuple[str, list[str]]]:
@@ -107,7 +107,7 @@ def test_a_gang_that_does_not_fit_says_what_it_lacks():
 
 def test_a_gang_larger_than_the_pool_is_refused_at_submit():
     # 4 GPUs on one 2-GPU node become a gang of two 2-GPU tasks, which one node cannot hold
-    trace = [TraceJob(1, 0.0, 5.0, "a", "a", ResourceRequest(gpus=4))]
+    trace = [trace_job(1, 0.0, 5.0, 4)]
 
     result = simulate(trace, cluster("1x2"))
 

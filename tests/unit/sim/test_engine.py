@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from gpupool.domain.jobs import Reason, ResourceRequest
+from gpupool.domain.jobs import Reason
 from gpupool.domain.policy import DEFAULT_POLICY
 from gpupool.domain.units import GiB
 from gpupool.main import app
@@ -115,7 +115,7 @@ def test_node_placement_refuses_a_job_that_does_not_split_into_whole_nodes():
 
 
 def test_a_gang_counts_only_the_nodes_of_its_gpu_type():
-    typed = TraceJob(1, 0, 5, "a", "a", ResourceRequest(gpus=16), ("A100",))
+    typed = job(1, 0, 5, 16, types=("A100",))
     nodes = cluster("1x8:A100,1x8:T4")
     [refused] = simulate([typed], nodes).unscheduled
     assert "the pool holds at most 1 such tasks" in refused.reason

@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from gpupool.domain.jobs import ResourceRequest
 from gpupool.main import app
 from gpupool.sim.engine import NOT_PLACED_MESSAGE, cluster, simulate
 from gpupool.sim.fragmentation import (
@@ -21,7 +20,7 @@ from gpupool.sim.fragmentation import (
 )
 from gpupool.sim.policies import named
 from gpupool.sim.report import render_fill
-from gpupool.sim.traces import TraceJob, load_trace
+from gpupool.sim.traces import load_trace
 from tests.support.traces import job
 
 TRACES = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "traces"
@@ -53,7 +52,7 @@ def test_node_fragment(shape: TaskShape, fragment: float):
 
 def test_workload_weights_each_gpu_shape_by_its_frequency():
     jobs = [job(1, 0, 1, 0.5), job(2, 0, 1, 0.5), job(3, 0, 1, 2, types=("T4",)), job(4, 0, 1, 1)]
-    jobs.append(TraceJob(5, 0, 1, "a", "a", ResourceRequest(gpus=None)))  # no GPU: left out
+    jobs.append(job(5, 0, 1, None))  # no GPU: left out
     assert workload(jobs) == (
         TaskShape(0.5, (), 0.5),
         TaskShape(1.0, (), 0.25),
@@ -104,7 +103,7 @@ def test_fill_jobs_repeat_the_trace_until_the_gpus_are_asked_for():
     ]
     assert [task.submit for task in tasks] == pytest.approx([0, 0, 0.001, 0.001, 0.002])
     assert {task.duration for task in tasks} == {FOREVER}
-    assert fill_jobs([TraceJob(1, 0, 1, "a", "a", ResourceRequest(gpus=None))], 4) == []
+    assert fill_jobs([job(1, 0, 1, None)], 4) == []
 
 
 def test_fill_drops_what_does_not_fit_and_reports_the_first_failure():
