@@ -98,7 +98,12 @@ class Control:
         etas = EtaPredictor(
             snapshots.nodes, settings.fair_share_half_life_seconds, policy=snapshots.policy
         )
-        face = LoopFace(db, scheduling, stops, etas, stats, driver.wake)
+
+        def wake() -> None:  # a submit, a cancel, a node's change: schedule and read cancels
+            stops.look_for_cancels()
+            driver.wake()
+
+        face = LoopFace(db, scheduling, stops, etas, stats, wake)
         return cls(
             actives, readopt, reconcile, stops, checkpoints, launch, scheduling, driver, face
         )

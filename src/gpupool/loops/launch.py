@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import insert, select
+from sqlalchemy import Connection, bindparam, insert, select
 
 from gpupool.domain.deployments import REPLICA_TOKEN_ENV
 from gpupool.domain.jobs import JobSpec, JobStatus, Reason
@@ -52,6 +52,25 @@ REQUEUED_LAUNCHES = frozenset({"storage_full", "node_unreachable"})
 JOBS = JobModel.__table__
 ATTEMPTS = AttemptModel.__table__
 EVENTS = EventModel.__table__
+# A job is claimed only while it is pending and no cancel was asked for: built once, run per
+# job with its values (a job's claim returns what its attempt and task are made of).
+CLAIM = (
+    JOBS.update()
+    .where(
+        JOBS.c.id == bindparam("job"),
+        JOBS.c.status == JobStatus.PENDING.value,
+        JOBS.c.cancel_requested_at.is_(None),
+    )
+    .values(
+        status=JobStatus.STARTING.value,
+        attempts=JOBS.c.attempts + 1,
+        node=bindparam("to_node"),
+        placement=bindparam("to_placement", type_=JOBS.c.placement.type),
+        reason=Reason.PLACED.value,
+        message=bindparam("said"),
+    )
+    .returning(JOBS.c.attempts, JOBS.c.spec, JOBS.c.user_id, JOBS.c.array_id, JOBS.c.array_index)
+)
 
 
 @dataclass(frozen=True)
@@ -179,10 +198,11 @@ class Launch:
         for placement in placements:  # a job over several nodes: one placement per task
             gangs.setdefault(placement.job_id, []).append(placement)
         with self.db.session() as session:
-            won = [w for w in (self._claim_one(session, g) for g in gangs.values()) if w]
+            core = session.connection()  # Core statements: no ORM objects on this path
+            won = [w for w in (self._claim_one(core, g) for g in gangs.values()) if w]
             if not won:
                 return []
-            ids = session.scalars(
+            ids = core.scalars(
                 insert(ATTEMPTS).returning(ATTEMPTS.c.id, sort_by_parameter_order=True),
                 [
                     {
@@ -196,7 +216,7 @@ class Launch:
                     for w in won
                 ],
             ).all()
-            session.execute(
+            core.execute(
                 insert(EVENTS),
                 [
                     {
@@ -210,26 +230,16 @@ class Launch:
             )
             return self._claimed(session, won, ids)
 
-    def _claim_one(self, session, group: list[Placement]) -> _Won | None:  # noqa: ANN001
+    def _claim_one(self, core: Connection, group: list[Placement]) -> _Won | None:
         placement = group[0]
-        row = session.execute(
-            JOBS.update()
-            .where(
-                JOBS.c.id == placement.job_id,
-                JOBS.c.status == JobStatus.PENDING.value,
-                JOBS.c.cancel_requested_at.is_(None),
-            )
-            .values(
-                status=JobStatus.STARTING.value,
-                attempts=JOBS.c.attempts + 1,
-                node=placement.node,
-                placement=gang_json(group),
-                reason=Reason.PLACED.value,
-                message=f"placed on {describe_all(group)}",
-            )
-            .returning(
-                JOBS.c.attempts, JOBS.c.spec, JOBS.c.user_id, JOBS.c.array_id, JOBS.c.array_index
-            )
+        row = core.execute(
+            CLAIM,
+            {
+                "job": placement.job_id,
+                "to_node": placement.node,
+                "to_placement": gang_json(group),
+                "said": f"placed on {describe_all(group)}",
+            },
         ).first()
         if row is None:  # cancelled, or no longer pending, since the snapshot
             return None

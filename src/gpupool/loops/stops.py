@@ -1,7 +1,8 @@
 """Stops: attempts gpupool ends itself — a cancel, a max runtime, a preemption, a stop
 another thread recorded (the storage watch: a team over its quota).
 
-Load: the cancelled jobs and, when told, the stops recorded by another thread. Apply: every
+Load: the cancelled jobs (when the loop was woken, as a cancel does, or a second passed)
+and, when told, the stops recorded by another thread. Apply: every
 new stop in one transaction (``services.jobs.record_stop``: guarded, first reason wins),
 then, outside it, the executor's ``stop`` — recorded first, so that the attempt's end is read
 the way the stop meant it. A stop is sent once per attempt; after a restart, a recorded stop
@@ -10,7 +11,10 @@ is sent again (``stop`` is idempotent).
 
 from __future__ import annotations
 
+import math
 import threading
+import time
+from collections.abc import Callable
 
 from sqlalchemy import select
 
@@ -23,14 +27,35 @@ from gpupool.services import jobs as job_service
 from gpupool.store.db import Database
 from gpupool.store.models import AttemptModel, JobModel
 
+# A cancel always wakes the loop (``look_for_cancels``); the jobs are read for cancels at
+# least this often all the same, in case a cancel reached the database some other way.
+CANCEL_CHECK_SECONDS = 1.0
+
 
 class Stops:
     def __init__(
-        self, db: Database, clock: Clock, executor: Executor, actives: ActiveAttempts
+        self,
+        db: Database,
+        clock: Clock,
+        executor: Executor,
+        actives: ActiveAttempts,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.db, self.clock, self.executor, self.actives = db, clock, executor, actives
+        self.monotonic = monotonic
         # set by another thread (the storage watch) that recorded stops in the database
         self._recorded_elsewhere = threading.Event()
+        # counted by whoever wakes the loop (a cancel among them); the count the last reading
+        # of the cancels answered, once its stops were recorded, and when
+        self._lock = threading.Lock()
+        self._asked = 0
+        self._answered = 0
+        self._answered_at = -math.inf
+
+    def look_for_cancels(self) -> None:
+        """A job may have been cancelled (the loop was woken): read the cancels next pass."""
+        with self._lock:
+            self._asked += 1
 
     def recorded_elsewhere(self) -> None:
         """Stops were recorded on attempts by another thread: read them at the next pass."""
@@ -45,7 +70,11 @@ class Stops:
             self._read_recorded()
         if not len(self.actives):
             return
-        cancelled = self._cancelled_jobs()
+        asked = self._asked
+        due = asked != self._answered or (
+            self.monotonic() - self._answered_at >= CANCEL_CHECK_SECONDS
+        )
+        cancelled = self._cancelled_jobs() if due else set()
         requests = []
         for active in self.actives:
             if active.stop_sent:
@@ -61,6 +90,8 @@ class Stops:
             elif active.stop_reason is not None:
                 self._send(active)
         self.stop(requests)
+        if due:  # recorded and sent: a pass that failed before reads the cancels again
+            self._answered, self._answered_at = asked, self.monotonic()
 
     def preempt(self, preemptions: list[Preemption]) -> None:
         """Stop each preempted job's attempts; they are requeued when they end."""
@@ -106,10 +137,14 @@ class Stops:
                 active.stop_reason = StopReason(reason)
 
     def _cancelled_jobs(self) -> set[int]:
+        """The active attempts' jobs that a cancel was asked for (read by their ids: the
+        cost does not grow with the jobs table)."""
+        job_ids = list({active.job_id for active in self.actives})
         with self.db.reader() as session:
             return set(
                 session.scalars(
                     select(JobModel.id).where(
+                        JobModel.id.in_(job_ids),
                         JobModel.cancel_requested_at.is_not(None),
                         JobModel.status.in_(cluster_service.ACTIVE),
                     )

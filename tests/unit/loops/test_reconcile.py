@@ -12,8 +12,10 @@ from tests.support.clock import ManualClock
 from tests.unit.loops.conftest import ScriptedExecutor, job_row, placements, reasons, submit
 
 
-def launched(db: Database, clock: ManualClock, control: Control, count: int = 1) -> list[int]:
-    ids = [submit(db, clock) for _ in range(count)]
+def launched(
+    db: Database, clock: ManualClock, control: Control, count: int = 1, **spec: object
+) -> list[int]:
+    ids = [submit(db, clock, **spec) for _ in range(count)]
     control.launch.run(placements(db, clock))
     return ids
 
@@ -71,3 +73,17 @@ def test_a_pass_that_cannot_commit_is_done_again_by_the_next(
     assert active.observed == Observed.STARTING  # not marked: the commit never happened
     assert control.reconcile.run() is True
     assert job_row(db, job_id).status == "running"
+
+
+def test_a_lost_attempt_counts_against_the_job_s_retries(
+    db: Database, clock: ManualClock, control: Control, executor: ScriptedExecutor
+) -> None:
+    [job_id] = launched(db, clock, control, retries=1)
+    executor.observe(job_id, 1, PollResult(Observed.RUNNING, started_at=clock.now()))
+    control.reconcile.run()
+    executor.observe(job_id, 1, PollResult(Observed.LOST, message="the runner vanished"))
+    assert control.reconcile.run() is True
+    job = job_row(db, job_id)
+    assert job.status == "pending"
+    assert job.message == "the runner vanished; requeued (retry 1 of 1)"
+    assert control.face.stats.snapshot().ends == {"requeued": 1}

@@ -72,3 +72,26 @@ def test_a_stop_recorded_by_another_thread_is_sent_at_the_next_pass(
     control.face.stops_recorded()
     control.stops.run()
     assert executor.stopped == [(job_id, 1)]
+
+
+def test_cancels_are_read_when_the_loop_is_woken_or_a_second_passed(
+    db: Database, clock: ManualClock, control: Control, executor: ScriptedExecutor
+) -> None:
+    job_id = launch_one(db, clock, control)
+    now = [100.0]
+    control.stops.monotonic = lambda: now[0]
+    control.stops.run()  # the first pass reads them
+    with db.session() as session:
+        jobs.flag_cancel(session, job_id, clock.now())
+    control.stops.run()
+    assert executor.stopped == []  # not woken, and read less than a second ago
+    control.face.wake()  # what a cancel does
+    control.stops.run()
+    assert executor.stopped == [(job_id, 1)]
+
+    other = launch_one(db, clock, control)
+    with db.session() as session:
+        jobs.flag_cancel(session, other, clock.now())
+    now[0] += 1.0  # no wake: the next reading a second later finds it all the same
+    control.stops.run()
+    assert executor.stopped == [(job_id, 1), (other, 1)]

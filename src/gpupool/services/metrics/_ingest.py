@@ -136,15 +136,26 @@ class Ingester(Watch):
     # -- reading and keeping -------------------------------------------------------------------
 
     def _close_empty(self, sources: list[Source]) -> None:
-        """Mark done, in one transaction, the attempts that ended without a point to read."""
+        """Mark done, in one transaction of two statements, the attempts that ended without a
+        point to read: the cursors that exist are read at once, the others inserted at once
+        (one that exists was made by a pass that read points: it is left as it is)."""
+        cursors = MetricCursorModel.__table__
+        keys = {(source.job_id, source.attempt) for source in sources}
         with self.db.session() as session:
-            for source in sources:
-                if session.get(MetricCursorModel, (source.job_id, source.attempt)) is None:
-                    session.add(
-                        MetricCursorModel(
-                            job_id=source.job_id, attempt=source.attempt, position=0, done=True
-                        )
-                    )
+            found = session.execute(
+                select(cursors.c.job_id, cursors.c.attempt).where(
+                    cursors.c.job_id.in_({job_id for job_id, _ in keys})
+                )
+            )
+            missing = keys - {tuple(row) for row in found}
+            if missing:
+                session.execute(
+                    insert(cursors),
+                    [
+                        {"job_id": job_id, "attempt": attempt, "position": 0, "done": True}
+                        for job_id, attempt in sorted(missing)
+                    ],
+                )
 
     def _ingest(self, source: Source, batch: Batch) -> int:
         """Keep what was read from the cursor on, in one transaction."""
