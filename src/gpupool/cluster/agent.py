@@ -217,10 +217,16 @@ class NodeAgent:
             process["env_defaults"] = {**nccl.env, **(process.get("env_defaults") or {})}
         return f"task {task.get('task_index', 0)} on {self.settings.node_name} {nccl.summary}"
 
-    def poll(self, handles: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """The state of each attempt, with its log's size (the server copies what is new)."""
+    def poll(
+        self, handles: list[dict[str, Any]], released: list[dict[str, Any]] | None = None
+    ) -> list[dict[str, Any]]:
+        """The state of each attempt, with its log's size (the server copies what is new);
+        first, the attempts of ``released`` are forgotten (as ``release``): the server sends
+        the ended attempts it let go with its next poll, not one call each."""
         local = [_handle(raw) for raw in handles]
         with self._executor_lock:
+            for raw in released or ():
+                self.executor.release(_handle(raw))
             results = [self.executor.poll(handle) for handle in local]
         answers = []
         for handle, result in zip(local, results, strict=True):

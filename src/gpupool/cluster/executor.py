@@ -100,6 +100,9 @@ class RayExecutor(Executor):
         self.isolation_status: IsolationStatus | None = None
         self._files_seen: dict[str, NodeFiles] = {}  # node -> what its files took, last said
         self._changes: Changes | None = None  # made by the first change_fd()
+        # node -> ended attempts released, told to its agent with its next poll (one call)
+        self._releases: dict[str, list[dict[str, Any]]] = {}
+        self._releases_lock = threading.Lock()
 
     # -- paths --------------------------------------------------------------------------------
 
@@ -238,13 +241,18 @@ class RayExecutor(Executor):
         return self.poll_all([handle])[0]
 
     def poll_all(self, handles: list[Handle]) -> list[PollResult]:
-        """One request per node for all its attempts (a gang's tasks with the rest)."""
+        """One request per node for all its attempts (a gang's tasks with the rest), which
+        also carries the attempts released there since the last one."""
         by_node: dict[str, list[Handle]] = {}
         for handle in handles:
             for task in _tasks(handle):
                 by_node.setdefault(task.state["node"], []).append(task)
         if self._changes is not None:  # the nodes with attempts, and only they, are watched
             self._changes.watch_only(set(by_node))
+        with self._releases_lock:
+            releasing = [node for node in self._releases if node not in self._down]
+        for node in releasing:  # a node with nothing running is asked only to release
+            by_node.setdefault(node, [])
         results: dict[Key, PollResult] = {}
         if len(by_node) > 1:  # the nodes answer side by side
             with ThreadPoolExecutor(max_workers=min(len(by_node), PARALLEL_POLLS)) as pool:
@@ -297,13 +305,18 @@ class RayExecutor(Executor):
     def _poll_node(self, node: str, handles: list[Handle]) -> dict[Key, PollResult]:
         if node in self._down:
             return {_key(h): self._node_silent(node, h, "Ray reports it dead") for h in handles}
+        with self._releases_lock:
+            released = self._releases.pop(node, [])
+        asked: dict[str, Any] = {"handles": [_local(h) for h in handles]}
+        if released:
+            asked["released"] = released
         try:
-            answers = self.cluster.call(
-                node, "poll", timeout=POLL_TIMEOUT_S, handles=[_local(h) for h in handles]
-            )
-        except ClusterUnavailable:
+            answers = self.cluster.call(node, "poll", timeout=POLL_TIMEOUT_S, **asked)
+        except ClusterUnavailable as error:
+            _not_released(node, released, error)
             return {_key(h): self._last_seen(h) for h in handles}
         except AgentUnavailable as error:
+            _not_released(node, released, error)
             return {_key(h): self._node_silent(node, h, str(error)) for h in handles}
         self._unanswered.pop(node, None)
         results = {}
@@ -419,10 +432,8 @@ class RayExecutor(Executor):
         self._copied.pop((_key(handle), "metrics"), None)
         if handle.state["node"] in self._down:
             return
-        try:
-            self.cluster.call(handle.state["node"], "release", handle=_local(handle))
-        except (ClusterUnavailable, AgentUnavailable, CallFailed) as error:
-            log.info("cannot release job %s on its node: %s", handle.job_id, error)
+        with self._releases_lock:  # sent with the node's next poll (a lost one is logged)
+            self._releases.setdefault(handle.state["node"], []).append(_local(handle))
 
     def pack_outputs(
         self, job_id: int, node: str | None, path: str, limits: CodeLimits, into: Writable
@@ -663,6 +674,13 @@ def _listening(local: dict[str, Any]) -> dict[str, Any]:
     at the top of the handle's state, as the local executor's (services.endpoints reads it).
     Its runner's socket is on its node: the server reaches it through the node's relay."""
     return {key: local[key] for key in ("host", "port") if key in local}
+
+
+def _not_released(node: str, released: list[dict[str, Any]], error: Exception) -> None:
+    """Released attempts whose poll did not reach their node: its agent, restarted or
+    back, keeps their small records; the runners are gone already."""
+    for local in released:
+        log.info("cannot release job %s on node %s: %s", local["job_id"], node, error)
 
 
 def _unreachable(node: str, error: Exception) -> LaunchError:

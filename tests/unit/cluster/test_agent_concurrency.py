@@ -175,3 +175,30 @@ def test_changes_returns_at_once_when_the_count_moved_and_waits_otherwise(pool) 
         assert waiting.result(timeout=30) > now, "a runner's change ended the wait"
     until_all_ended(executor, [handle])
     executor.release(handle)
+
+
+def test_released_attempts_go_to_their_node_with_its_next_poll(pool) -> None:  # noqa: ANN001
+    executor, bridge = pool
+    agent: NodeAgent = bridge.agent
+    first = executor.start(task(shell(EXIT_LATER.format(code=0)), job_id=11, node="n1"))
+    second = executor.start(task(shell(WAIT_LONG), job_id=12, node="n1"))
+    until_all_ended(executor, [first])
+    attempt_dir = first.state["local"]["attempt_dir"]
+    assert attempt_dir in agent.executor._records  # the agent's record of the ended attempt
+
+    executor.release(first)
+    assert "release" not in bridge.calls, "no call of its own"
+    polls = bridge.calls["poll"]
+    executor.poll_all([second])
+    assert bridge.calls["poll"] == polls + 1, "one call: the release rode on the poll"
+    assert attempt_dir not in agent.executor._records
+
+    executor.stop(second, 0.0)
+    until_all_ended(executor, [second])
+    executor.release(second)
+    polls = bridge.calls["poll"]
+    executor.poll_all([])  # nothing left running there: a call only to release
+    assert bridge.calls["poll"] == polls + 1
+    assert second.state["local"]["attempt_dir"] not in agent.executor._records
+    executor.poll_all([])
+    assert bridge.calls["poll"] == polls + 1, "nothing to release, nothing asked"
