@@ -73,5 +73,10 @@ def format_duration(seconds: float) -> str:
     """The shortest exact form of a duration: 90 -> '90s', 7200 -> '2h', 5400 -> '90m'."""
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
         if seconds >= size and seconds % size == 0:
-            return f"{seconds / size:g}{unit}"
-    return f"{seconds:g}s"
+            return f"{_number(seconds / size)}{unit}"
+    return f"{_number(seconds)}s"
+
+
+def _number(value: float) -> str:
+    """Every digit of the value ('g' keeps six: 1000001 would read '1e+06')."""
+    return str(int(value)) if value == int(value) else repr(float(value))
