@@ -55,7 +55,7 @@ class Lazy:
 
 
 # The commands of users (gpupool.main adds the operators'); help: the first paragraph of each
-# command's own help (tests/unit/cli/test_lazy_commands.py checks they agree).
+# command's own help (tests/unit/cli/test_main.py checks they agree).
 COMMANDS: Mapping[str, Lazy] = MappingProxyType(
     {
         "login": Lazy(
