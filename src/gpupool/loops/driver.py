@@ -2,10 +2,12 @@
 
 Each pass: the launch failures a failed commit left, reconcile, stops, checkpoints, and — when
 an attempt changed, the driver was woken, or ``schedule_interval`` passed — a scheduling cycle
-(which launches and preempts as it goes). Between passes it rests a few times as long as the
-pass took (so that under a stream of submits one pass serves many and the API keeps the CPU
-and the database's write lock), then sleeps until woken, an attempt changes (the executor's
-``change_fd``), or a tick; a wake-up lets a burst of submits gather for ``BATCH_WINDOW``.
+(which launches and preempts as it goes). Then it sleeps until woken, an attempt changes (the
+executor's ``change_fd``), or a tick, and a wake-up from that sleep is acted on at once: a
+lone submit starts without waiting. Work that arrived while a pass ran waits first: a
+stream of submits a few times as long as the pass took, jobs ending one after another as
+long, so that the API keeps its share of the CPU and of the database's write lock, and one
+pass then serves the whole burst.
 """
 
 from __future__ import annotations
@@ -37,7 +39,6 @@ log = logging.getLogger(__name__)
 BUSY_POLL = 0.25
 MAX_REST = 0.25
 SUBMIT_REST_FACTOR = 5
-BATCH_WINDOW = 0.01
 FULL_DISK_LOG_SECONDS = 60.0
 
 
@@ -122,19 +123,36 @@ class Driver:
                 self._say_storage_full()
             except Exception:  # the loop must outlive any one bad pass
                 log.exception("control loop pass failed")
-            # When work just ended, GPUs are idle: rest only as long as the pass took.
-            factor = 1 if ended_work else SUBMIT_REST_FACTOR
-            self._stopping.wait(min(factor * (self.monotonic() - began), MAX_REST))
+            rest = self.rest_after(self.monotonic() - began, ended_work)
+            if rest > 0:
+                self._stopping.wait(rest)
             tick = BUSY_POLL if len(self.actives) else self.schedule_interval
             woken = self._wait(tick)
-            if woken:  # submits come in bursts: let a burst gather into one pass
-                self._stopping.wait(BATCH_WINDOW)
 
     def _say_storage_full(self) -> None:
         now = self.monotonic()
         if now - self._full_said_at >= FULL_DISK_LOG_SECONDS:
             self._full_said_at = now
             log.warning("the disk is full: nothing can be recorded; retrying until there is room")
+
+    def rest_after(self, took: float, ended_work: bool) -> float:
+        """How long to wait before the next pass, after one that took ``took`` seconds:
+        nothing when no work came while it ran (a submit then starts at once); when
+        submits came (a stream), a few times as long as it took, so that the API keeps its
+        share and one pass serves them all; when attempts changed, or work had just ended
+        (GPUs idle), as long only."""
+        woken, changed = self._pending()
+        if not (woken or changed):
+            return 0.0
+        factor = SUBMIT_REST_FACTOR if woken and not ended_work else 1
+        return min(factor * took, MAX_REST)
+
+    def _pending(self) -> tuple[bool, bool]:
+        """(woken, an attempt changed) since the last wait, left for the next to take."""
+        changes = self.executor.change_fd()
+        fds = [self._wake_r] if changes is None else [self._wake_r, changes]
+        ready, _, _ = io_select.select(fds, [], [], 0)
+        return self._wake_r in ready, changes is not None and changes in ready
 
     def _wait(self, timeout: float) -> bool:
         """Sleep until woken, an attempt changes, or the timeout; True if woken."""

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
+
 from gpupool.executors.task import Observed, PollResult
 from gpupool.loops import Control
+from gpupool.loops.driver import MAX_REST, SUBMIT_REST_FACTOR
 from gpupool.store.db import Database
 from tests.support.clock import ManualClock
 from tests.unit.loops.conftest import ScriptedExecutor, job_row, submit
@@ -33,3 +36,32 @@ def test_the_face_wakes_the_driver_and_reads_the_pipelines(
     assert control.driver._wait(0) is True  # woken: the next pass schedules at once
     control.driver.stop()
     control.face.wake()  # stopped: a wake does nothing
+
+
+def test_a_wake_after_an_idle_wait_is_not_held_back(control: Control) -> None:
+    """Nothing came while the pass ran: the next pass may start as soon as woken (a lone
+    submit waits for no batch window); submits that came during it (a stream) wait a few
+    times as long as it took, so that the API keeps its share; ended jobs as long only."""
+    driver = control.driver
+    assert driver.rest_after(0.01, ended_work=False) == 0.0
+    control.face.wake()
+    assert driver.rest_after(0.01, ended_work=False) == 0.01 * SUBMIT_REST_FACTOR
+    assert driver.rest_after(0.01, ended_work=True) == 0.01
+    assert driver.rest_after(10.0, ended_work=False) == MAX_REST
+    assert driver._wait(0) is True  # still pending: the next wait takes it
+    assert driver.rest_after(0.01, ended_work=False) == 0.0
+
+
+def test_attempts_that_changed_during_a_pass_rest_as_long_as_it_took(
+    control: Control, executor: ScriptedExecutor
+) -> None:
+    read, write = os.pipe()
+    executor.change_fd = lambda: read  # type: ignore[method-assign]
+    executor.clear_changes = lambda: os.read(read, 4096)  # type: ignore[method-assign]
+    try:
+        assert control.driver.rest_after(0.02, ended_work=False) == 0.0
+        os.write(write, b"!")  # a runner rewrote its state during the pass
+        assert control.driver.rest_after(0.02, ended_work=False) == 0.02
+    finally:
+        os.close(read)
+        os.close(write)
