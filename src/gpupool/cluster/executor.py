@@ -311,7 +311,17 @@ class RayExecutor(Executor):
         if released:
             asked["released"] = released
         try:
-            answers = self.cluster.call(node, "poll", timeout=POLL_TIMEOUT_S, **asked)
+            try:
+                answers = self.cluster.call(node, "poll", timeout=POLL_TIMEOUT_S, **asked)
+            except CallFailed:
+                if not released:
+                    raise
+                # an agent made by an older server (it outlives the server) takes no
+                # releases with its polls: they are sent one by one, as it expects
+                answers = self.cluster.call(
+                    node, "poll", timeout=POLL_TIMEOUT_S, handles=asked["handles"]
+                )
+                self._release_one_by_one(node, released)
         except ClusterUnavailable as error:
             _not_released(node, released, error)
             return {_key(h): self._last_seen(h) for h in handles}
@@ -434,6 +444,13 @@ class RayExecutor(Executor):
             return
         with self._releases_lock:  # sent with the node's next poll (a lost one is logged)
             self._releases.setdefault(handle.state["node"], []).append(_local(handle))
+
+    def _release_one_by_one(self, node: str, released: list[dict[str, Any]]) -> None:
+        for local in released:
+            try:
+                self.cluster.call(node, "release", handle=local)
+            except (ClusterUnavailable, AgentUnavailable, CallFailed) as error:
+                _not_released(node, [local], error)
 
     def pack_outputs(
         self, job_id: int, node: str | None, path: str, limits: CodeLimits, into: Writable

@@ -18,7 +18,7 @@ import pytest
 from tests.support.tasks import task
 
 from gpupool.cluster.agent import NodeAgent
-from gpupool.cluster.client import AgentUnavailable
+from gpupool.cluster.client import AgentUnavailable, CallFailed
 from gpupool.cluster.executor import RayExecutor
 from gpupool.executors.base import Handle
 from gpupool.executors.task import Observed
@@ -202,3 +202,40 @@ def test_released_attempts_go_to_their_node_with_its_next_poll(pool) -> None:  #
     assert second.state["local"]["attempt_dir"] not in agent.executor._records
     executor.poll_all([])
     assert bridge.calls["poll"] == polls + 1, "nothing to release, nothing asked"
+
+
+class OlderAgent:
+    """An agent made by an older server: its poll takes no releases (Ray raises: CallFailed)."""
+
+    def __init__(self, agent: NodeAgent) -> None:
+        self.agent = agent
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.agent, name)
+
+    def poll(self, handles: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return self.agent.poll(handles)
+
+
+class RaisingBridge(Bridge):
+    def call(self, node: str, method: str, timeout: float = 30.0, **args: Any) -> Any:
+        try:
+            return super().call(node, method, timeout, **args)
+        except TypeError as error:
+            raise CallFailed(f"TypeError: {error}") from error
+
+
+def test_an_agent_of_an_older_server_gets_its_releases_one_by_one(pool) -> None:  # noqa: ANN001
+    executor, bridge = pool
+    agent: NodeAgent = bridge.agent
+    older = RaisingBridge(OlderAgent(agent))  # type: ignore[arg-type]
+    executor.cluster = older
+    handle = executor.start(task(shell(EXIT_LATER.format(code=0)), job_id=21, node="n1"))
+    until_all_ended(executor, [handle])
+    attempt_dir = handle.state["local"]["attempt_dir"]
+
+    executor.release(handle)
+    executor.poll_all([])
+
+    assert older.calls["release"] == 1
+    assert attempt_dir not in agent.executor._records
