@@ -1,5 +1,7 @@
 """The composition root: opening the platform — data directory, database, first admin,
-this node (or the Ray pool), the executor, the control pipelines — as one ``Platform``.
+this node (or the Ray pool), the executor, the control pipelines and the pipelines beside
+them (metric ingest, rollouts, notebooks' idleness, storage; on a pool the node and head
+watches) — as one ``Platform``.
 
 It builds everything and nothing but the server's entry points (``gpupool.server``) and
 tests import it: services never see the loops, only the ``LoopSide`` face the platform
@@ -14,12 +16,19 @@ import os
 from gpupool.executors.base import Executor
 from gpupool.executors.isolation import Isolation
 from gpupool.executors.local import LocalExecutor
-from gpupool.loops import Control
+from gpupool.loops import Control, LoopFace
+from gpupool.loops.discovery import NodeWatcher
+from gpupool.loops.ingest import Ingest
+from gpupool.loops.nodes import Head, Nodes
+from gpupool.loops.notebook_idle import NotebookIdle
+from gpupool.loops.rollouts import Rollouts
+from gpupool.loops.storage import Storage
 from gpupool.scheduler import schedule
 from gpupool.scheduler.types import Clock, Schedule
 from gpupool.services import identity
 from gpupool.services.core import SystemClock
-from gpupool.services.platform import NodeWatcher, Platform
+from gpupool.services.deployments import Serving
+from gpupool.services.platform import Background, Platform
 from gpupool.settings import Settings
 from gpupool.store.db import Database, prepare
 
@@ -59,7 +68,19 @@ def open_platform(
     watcher.refresh()
     found = watcher.inventory
     log.info("node %s: %d GPUs, %d CPUs", found.name, len(found.gpus), found.cpus)
-    return Platform(settings, db, executor, control.face, control, clock, watcher, first)
+    serving = Serving(db)
+    return Platform(
+        settings,
+        db,
+        executor,
+        control.face,
+        control,
+        clock,
+        watcher,
+        serving,
+        first,
+        watches=_watches(settings, db, executor, clock, control.face, serving),
+    )
 
 
 def _open_pool(
@@ -70,20 +91,50 @@ def _open_pool(
     first: identity.Bootstrap | None,
 ) -> Platform:
     """Ray mode: the head (or the cluster given), its nodes watched instead of this machine."""
-    from gpupool.services.cluster import Cluster, NodeWatch
+    from gpupool.services.cluster import Cluster
 
     cluster = Cluster.open(settings)
     control = Control.open(db, cluster.executor, settings, clock, decide)
-    cluster.watch = NodeWatch(cluster, db, clock, on_change=control.face.wake)
+    nodes = Nodes(cluster, db, clock, on_change=control.face.wake)
+    cluster.watch, cluster.watches = nodes, [nodes, Head(cluster)]
     if cluster.client.connect():
-        cluster.watch.look()  # this machine's node, before the first request comes
+        nodes.look()  # this machine's node, before the first request comes
     else:
         log.warning("%s", cluster.client.problem)
+    serving = Serving(db)
     platform = Platform(
-        settings, db, cluster.executor, control.face, control, clock, None, first, cluster=cluster
+        settings,
+        db,
+        cluster.executor,
+        control.face,
+        control,
+        clock,
+        None,
+        serving,
+        first,
+        cluster=cluster,
+        watches=_watches(settings, db, cluster.executor, clock, control.face, serving),
     )
     platform.on_node_removed = cluster.removed
     return platform
+
+
+def _watches(
+    settings: Settings,
+    db: Database,
+    executor: Executor,
+    clock: Clock,
+    loop: LoopFace,
+    serving: Serving,
+) -> tuple[Background, ...]:
+    """The pipelines beside the control thread, each with only the ports it uses, in the
+    order they start (and stop the other way round)."""
+    return (
+        Ingest(db, executor, clock),
+        Rollouts(db, settings, clock, serving, loop.wake, loop.recent_nodes),
+        NotebookIdle(db, clock, loop.wake, settings.notebook_idle_seconds),
+        Storage(db, settings, clock, loop.stops_recorded, executor.node_files),
+    )
 
 
 def _keep_private(settings: Settings) -> None:

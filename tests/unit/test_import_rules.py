@@ -64,8 +64,10 @@ ALLOWED: dict[str, frozenset[str]] = {
     "proxy": SERVER_SIDE
     | {"store", "scheduler", "executors", "sim", "discovery", "cluster", "runner"},
     # loops -> services, and what the pipelines drive and record: the database (Core
-    # statements on the hot path), the pure scheduler, the executor port
-    "loops": SERVER_SIDE | {"services", "store", "scheduler", "executors"},
+    # statements on the hot path), the pure scheduler, the executor port; the Ray pool's
+    # node and head watches drive the bridge and the head (cluster); this node's is
+    # discovered again (discovery)
+    "loops": SERVER_SIDE | {"services", "store", "scheduler", "executors", "cluster", "discovery"},
     "api": SERVER_SIDE | {"services", "proxy"},
     # what users run
     "client": BASE,  # users' scripts import it alone

@@ -1,9 +1,10 @@
 """A look every interval in a daemon thread of its own, until stopped.
 
-The platform's background loops (the cluster's node and head watches, the metrics ingester,
-the notebook idle watch, the deployment loop) are each one: a ``tick`` that may fail (logged,
-and the loop goes on), a rest between looks, a ``wake`` that ends the rest early, and a
-``stop`` that ends the loop and waits for its thread.
+The pipelines that run beside the control thread (the Ray pool's node and head watches,
+metric ingest, the notebooks' idleness, rollouts, storage) each run in one: a ``tick`` that
+may fail (logged, and the watch goes on), a rest between looks, a ``wake`` that ends the
+rest early, and a ``stop`` that ends the watch and waits for its thread. The rules each
+look applies are the services'; only the thread is here.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""The server's head watch, with a head, a client and a clock that the test drives: a head
-whose port stops answering is told to the client at once; an ended head of this server is
-started again after a short wait, longer after each failed start, never while something
-else listens on its port, and the bridge is reconnected."""
+"""The Ray pool's head watch (``loops.nodes.Head``), with a head, a client and a clock that
+the test drives: a head whose port stops answering is told to the client at once; an ended
+head of this server is started again after a short wait, longer after each failed start,
+never while something else listens on its port, and the bridge is reconnected."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import threading
 from dataclasses import dataclass, field
 
 from gpupool.cluster.process import RayStartError
-from gpupool.services.cluster._cluster import HEAD_RESTART_FIRST_S, HeadWatch
+from gpupool.loops.nodes import HEAD_RESTART_FIRST_S, Head
 
 
 @dataclass
@@ -68,8 +68,8 @@ class World:
         return self.started[-1]
 
 
-def watch(cluster: FakeCluster, world: World) -> HeadWatch:
-    return HeadWatch(cluster, clock=world.clock, probe=world.probe, start=world.start)
+def watch(cluster: FakeCluster, world: World) -> Head:
+    return Head(cluster, clock=world.clock, probe=world.probe, start=world.start)
 
 
 def test_a_silent_port_makes_the_cluster_unreachable_after_two_looks() -> None:

@@ -4,12 +4,14 @@
 face (its ``__init__``) and private modules (``_x``); ``core`` holds the ports they all use,
 and above them ``platform`` holds the running server (``Platform``) that requests see. The
 control pipelines (``gpupool.loops``) and the composition root (``gpupool.platform``) are
-built on services, never the other way. Four rules keep that shape:
+built on services, never the other way. Five rules keep that shape:
 
 - outside a package, code imports only its public face, never one of its private modules;
 - no import cycle, between capability packages or between modules of services;
 - no capability package imports ``services.platform``;
-- no module of services imports the loops or the composition root.
+- no module of services imports the loops or the composition root;
+- no module of services makes a thread (or a pool of them): work in the background is a
+  pipeline of ``gpupool.loops``, which calls the services' rules.
 
 Every import counts, wherever it is written: inside a function or an ``if TYPE_CHECKING:``
 block too (a cycle hidden behind an import in a function is still a cycle of dependencies).
@@ -29,6 +31,17 @@ SOURCE = Path(gpupool.__file__).resolve().parent.parent  # the folder that holds
 SERVICES = "gpupool.services"
 ABOVE = frozenset({f"{SERVICES}.platform"})  # built on every package
 BUILT_ON_SERVICES = ("gpupool.loops", "gpupool.platform")  # services never import them
+# what makes a thread, or a pool of threads or processes: never in services
+THREADS = frozenset(
+    {
+        "threading.Thread",
+        "threading.Timer",
+        "concurrent.futures.ThreadPoolExecutor",
+        "concurrent.futures.ProcessPoolExecutor",
+        "multiprocessing.Process",
+        "multiprocessing.Pool",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -97,6 +110,51 @@ def imports_of_the_loops(root: Path) -> list[str]:
     ]
 
 
+def threads_made(root: Path) -> list[str]:
+    """Where a module of services names what makes a thread (``THREADS``), however it was
+    imported (``import threading``, ``from threading import Thread as T``, ...)."""
+    found = []
+    for path in sorted((root / "gpupool" / "services").rglob("*.py")):
+        module = module_name(root, path)
+        tree = ast.parse(path.read_text(), str(path))
+        names = _imported_names(tree)
+        made = {
+            (node.lineno, name)
+            for node in ast.walk(tree)
+            if (name := _dotted(node, names)) in THREADS
+        }
+        found += [f"{module}:{line} makes a {name}" for line, name in sorted(made)]
+    return found
+
+
+def _imported_names(tree: ast.AST) -> dict[str, str]:
+    """Each name a module binds by an import -> the dotted name it stands for."""
+    names: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname:
+                    names[alias.asname] = alias.name
+                else:
+                    top = alias.name.split(".")[0]
+                    names[top] = top
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            for alias in node.names:
+                names[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+    return names
+
+
+def _dotted(node: ast.AST, names: dict[str, str]) -> str | None:
+    """``a.b.c`` (a name, or attributes of one) with its first name as it was imported."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name) or node.id not in names:
+        return None
+    return ".".join([names[node.id], *reversed(parts)])
+
+
 # -- the real tree ----------------------------------------------------------------------------
 
 
@@ -123,6 +181,11 @@ def test_no_capability_imports_the_platform() -> None:
 def test_services_never_import_the_loops_or_the_composition_root() -> None:
     found = imports_of_the_loops(SOURCE)
     assert found == [], "services that import loops or gpupool.platform:\n" + "\n".join(found)
+
+
+def test_no_module_of_services_makes_a_thread() -> None:
+    found = threads_made(SOURCE)
+    assert found == [], "services that make threads (a pipeline of loops/):\n" + "\n".join(found)
 
 
 def test_services_is_packages_and_the_platform_above_them() -> None:
@@ -272,6 +335,30 @@ def test_services_that_import_the_loops_or_the_root_are_found(tmp_path: Path) ->
     ]
 
 
+def test_a_service_that_makes_a_thread_is_found(tmp_path: Path) -> None:
+    root = fake_tree(
+        tmp_path,
+        {
+            "gpupool/services/jobs/__init__.py": "import threading\n",
+            "gpupool/services/jobs/_watch.py": (
+                "import threading\n"
+                "from concurrent.futures import ThreadPoolExecutor as Pool\n"
+                "from threading import Timer\n"
+                "lock = threading.Lock()\n"
+                "thread = threading.Thread(target=print)\n"
+                "pool = Pool(4)\n"
+                "class Look(Timer):\n    pass\n"
+            ),
+            "gpupool/loops/watch.py": "import threading\nthreading.Thread(target=print)\n",
+        },
+    )
+    assert threads_made(root) == [
+        "gpupool.services.jobs._watch:5 makes a threading.Thread",
+        "gpupool.services.jobs._watch:6 makes a concurrent.futures.ThreadPoolExecutor",
+        "gpupool.services.jobs._watch:7 makes a threading.Timer",
+    ]
+
+
 def test_a_clean_fake_tree_passes(tmp_path: Path) -> None:
     root = fake_tree(
         tmp_path,
@@ -292,6 +379,7 @@ def test_a_clean_fake_tree_passes(tmp_path: Path) -> None:
     assert package_cycle(root) is None
     assert module_cycle(root) is None
     assert imports_from_below(root) == []
+    assert threads_made(root) == []
 
 
 # -- reading the source -----------------------------------------------------------------------

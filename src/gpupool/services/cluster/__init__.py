@@ -1,21 +1,23 @@
 """The pool's machines as services see them: nodes, the Ray cluster, the pool's views.
 
 Nodes are registered, drained, marked down and removed here (``_nodes``); the Ray pool's
-head, node and head watches and joins are in ``_cluster``; the pool page and its Prometheus
-figures in ``_pool`` and ``_pool_metrics``; node rows become read models in ``_views``. It
-imports only ``services.core`` of the services: identity, jobs and scheduling build on it.
+head, its bridge and joins are in ``_cluster`` (the node and head watches are
+``gpupool.loops.nodes``); the pool page and its Prometheus figures in ``_pool`` and
+``_pool_metrics``; node rows become read models in ``_views``. It imports only
+``services.core`` of the services: identity, jobs and scheduling build on it.
 """
 
 from __future__ import annotations
 
 from gpupool.services.cluster._cluster import (
     Cluster,
-    NodeWatch,
+    best_status,
     describe,
     health,
     join,
     join_token,
     node_name,
+    start_head,
 )
 from gpupool.services.cluster._nodes import (
     ACTIVE,
@@ -23,10 +25,12 @@ from gpupool.services.cluster._nodes import (
     drain,
     get_node,
     list_nodes,
+    mark_down,
     node_addresses,
     nothing_to_stop,
     register,
     remove,
+    removed_names,
     show_node,
     undrain,
 )
@@ -36,7 +40,7 @@ from gpupool.services.cluster._pool_metrics import read as read_pool_metrics
 __all__ = [
     "ACTIVE",
     "Cluster",
-    "NodeWatch",
+    "best_status",
     "capacity",
     "describe",
     "drain",
@@ -45,13 +49,16 @@ __all__ = [
     "join",
     "join_token",
     "list_nodes",
+    "mark_down",
     "node_addresses",
     "node_name",
     "nothing_to_stop",
     "read_pool_metrics",
     "register",
     "remove",
+    "removed_names",
     "show_node",
     "show_pool",
+    "start_head",
     "undrain",
 ]

@@ -1,5 +1,6 @@
 """The pool on Ray, as the server runs it: the head (started, reused or attached to), the
-bridge to it, the watch that turns Ray's nodes into gpupool's, and joining.
+bridge to it, and joining; the watches that turn Ray's nodes into gpupool's and restart an
+ended head are pipelines (``gpupool.loops.nodes``).
 
 A machine joins with ``gpupool node join SERVER --token T``: it shows the join token to
 ``join``, gets the head's address and the pool's Ray secret back, and starts a Ray node
@@ -16,18 +17,15 @@ import os
 import secrets
 import socket
 import threading
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import gpupool
 import gpupool.services.cluster._nodes as nodes
-from gpupool.cluster.client import AgentUnavailable, CallFailed, ClusterClient, ClusterUnavailable
+from gpupool.cluster.client import CallFailed, ClusterClient, ClusterUnavailable
 from gpupool.cluster.executor import RayExecutor, api_address
-from gpupool.cluster.probe import HeadProbe, gcs_answers
-from gpupool.cluster.process import RayProcess, RayStartError, start_node
+from gpupool.cluster.process import RayProcess, start_node
 from gpupool.cluster.rayenv import (
     LOOPBACK,
     ensure_token,
@@ -36,26 +34,18 @@ from gpupool.cluster.rayenv import (
     ray_environment,
     split_address,
 )
-from gpupool.domain.inventory import NodeInventory
 from gpupool.domain.isolation import IsolationStatus
 from gpupool.domain.views import ClusterView, HealthView, JoinView
 from gpupool.errors import Conflict, NotAPool, NotFound, Unauthenticated
-from gpupool.scheduler.types import Clock
-from gpupool.services.core import Context, Principal, Watch
+from gpupool.services.core import Context, Principal
 from gpupool.settings import Settings
-from gpupool.store.db import Database
 
 log = logging.getLogger(__name__)
 
-WATCH_SECONDS = 1.0
 HEAD_RECORD = "head.json"
 RAY_ADDRESS_RECORD = "ray_current_cluster"  # in Ray's temp dir: the head it started last
 JOIN_TOKEN_FILE = "join-token"
-INVENTORY_TIMEOUT_S = 120.0
-HEAD_RESTART_FIRST_S = 2.0  # the wait before starting an ended head; doubled after a failure
-HEAD_RESTART_LONGEST_S = 60.0
 HEAD_START_TRIES = 4  # at the server's start: a busy machine's head may miss Ray's deadlines
-RECONNECT_TIMEOUT_S = 30.0
 
 
 @dataclass
@@ -69,9 +59,27 @@ class ClusterState:
     nodes_up: list[str] = field(default_factory=list)
 
 
+class NodesSeen(Protocol):
+    """What the node watch (``gpupool.loops.nodes.Nodes``) knows of the nodes, as the
+    cluster reads it: the nodes up, and a removed node forgotten."""
+
+    up: dict[str, float]
+
+    def forget(self, name: str) -> None: ...
+
+
+class Background(Protocol):
+    """A watch in a thread of its own, started and stopped with the cluster."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
 class Cluster:
     """Owned by the Platform in Ray mode: the head (when this server runs it), the bridge,
-    the executor that runs attempts through the agents, the node watch and the head watch."""
+    the executor that runs attempts through the agents; the node watch and the head watch
+    (``gpupool.loops.nodes``) are given to it by the composition root, and run with it."""
 
     def __init__(
         self,
@@ -90,8 +98,8 @@ class Cluster:
             node_lost_seconds=settings.node_lost_seconds,
             api_address=api_address(settings.host, settings.port, client.address),
         )
-        self.watch: NodeWatch | None = None
-        self.head_watch = HeadWatch(self)
+        self.watch: NodesSeen | None = None  # the node watch (gpupool.loops.nodes)
+        self.watches: list[Background] = []  # the node and head watches, set by the root
 
     @classmethod
     def open(cls, settings: Settings) -> Cluster:
@@ -151,9 +159,8 @@ class Cluster:
 
     def start(self) -> None:
         """Start watching the nodes and the head."""
-        if self.watch is not None:
-            self.watch.start()
-        self.head_watch.start()
+        for watch in self.watches:
+            watch.start()
 
     def stop(self) -> None:
         """Stop the watches, then the head this server started (GCS, raylet, this machine's
@@ -161,9 +168,8 @@ class Cluster:
         the joined nodes stop their work once the head has been gone ``node_lost_seconds``.
         A head this server found running (a server killed before it started it: it keeps
         the work it runs) and a cluster given by ``ray_address`` are left to run."""
-        self.head_watch.stop()
-        if self.watch is not None:
-            self.watch.stop()
+        for watch in reversed(self.watches):
+            watch.stop()
         if self.head is not None and self.owns_head:
             log.info("stopping the Ray head this server started (pid %s)", self.head.pid)
             self.head.stop()
@@ -175,173 +181,10 @@ class Cluster:
         self.client.close()
 
 
-class NodeWatch(Watch):
-    """Every second: Ray's view of the nodes, turned into gpupool's (register, down, up)."""
-
-    def __init__(
-        self,
-        cluster: Cluster,
-        db: Database,
-        clock: Clock,
-        on_change: Callable[[], None],
-        interval: float = WATCH_SECONDS,
-    ) -> None:
-        self.cluster, self.db, self.clock = cluster, db, clock
-        self.on_change, self.interval = on_change, interval
-        self.up: dict[str, float] = {}  # node -> when its inventory was last read
-        self.statuses: dict[str, IsolationStatus] = {}
-        self.kept_out: set[str] = set()  # Ray node ids of removed nodes: said once
-        super().__init__("gpupool-nodes", "the cluster's nodes", interval, look_first=True)
-
-    def tick(self) -> None:
-        if self.look():
-            self.on_change()
-
-    def look(self) -> bool:
-        """One look; True when what the scheduler may use changed."""
-        try:
-            seen = self.cluster.client.nodes()
-        except ClusterUnavailable:
-            return False
-        alive = self._admitted({n["name"]: n for n in seen if n["name"] and n["alive"]})
-        changed = False
-        for name in [name for name in self.up if name not in alive]:
-            changed |= self._down(name, "Ray reports the node dead or gone")
-        refresh = self.cluster.settings.discovery_interval_seconds
-        for name, node in alive.items():
-            due = name not in self.up or (
-                refresh > 0 and time.monotonic() - self.up[name] > refresh
-            )
-            if due:
-                changed |= self._discover(name, node.get("address"))
-        return changed
-
-    def forget(self, name: str) -> None:
-        """``name`` was removed: it is no longer up (``look`` keeps it out from now on)."""
-        self.up.pop(name, None)
-        self.statuses.pop(name, None)
-
-    def _admitted(self, alive: dict[str, dict]) -> dict[str, dict]:
-        """``alive`` without the nodes an admin removed: a removed node whose joiner still
-        runs (and joins again after a head restart) stays out until an admin lets it back.
-        Said once per Ray node (a new one after each restart of the head)."""
-        with self.db.reader() as session:
-            removed = nodes.removed_names(session) & alive.keys()
-        ray_ids = {alive[name]["ray_id"]: name for name in removed}
-        for ray_id in sorted(ray_ids.keys() - self.kept_out):
-            log.warning(
-                "node %s runs, but an admin removed it: kept out of the pool until an admin "
-                "lets it back (gpupool node undrain %s); Ray node %s",
-                ray_ids[ray_id],
-                ray_ids[ray_id],
-                ray_id,
-            )
-        self.kept_out = set(ray_ids)
-        return {name: node for name, node in alive.items() if name not in removed}
-
-    def _discover(self, name: str, address: str | None) -> bool:
-        client = self.cluster.client
-        try:
-            inventory = NodeInventory.model_validate(
-                client.call(name, "inventory", timeout=INVENTORY_TIMEOUT_S)
-            )
-            status = client.call(name, "isolation_status")
-            fabric = client.call(name, "fabric", address=address)
-        except (ClusterUnavailable, AgentUnavailable, CallFailed) as error:
-            log.warning("cannot discover node %s: %s", name, error)
-            return False
-        if status is not None:
-            self.statuses[name] = IsolationStatus.model_validate(status)
-            self.cluster.executor.isolation_status = best_status(self.statuses)
-        joined = name not in self.up
-        self.up[name] = time.monotonic()
-        self.cluster.executor.node_up(name)
-        with self.db.session() as session:
-            nodes.register(
-                session, inventory, self.clock.now(), address=address, fabric_group=fabric["name"]
-            )
-        if joined:
-            log.info("node %s is up: %d GPUs, %d CPUs", name, len(inventory.gpus), inventory.cpus)
-        return True
-
-    def _down(self, name: str, why: str) -> bool:
-        self.up.pop(name, None)
-        self.statuses.pop(name, None)
-        self.cluster.executor.node_down(name)
-        with self.db.session() as session:
-            nodes.mark_down(session, name, self.clock.now(), why)
-        log.warning("node %s is down: %s", name, why)
-        return True
-
-
 def best_status(statuses: dict[str, IsolationStatus]) -> IsolationStatus | None:
     """The isolation the pool can give: a node that runs jobs first."""
     ranked = sorted(statuses.values(), key=lambda s: not s.runs_jobs)
     return ranked[0] if ranked else None
-
-
-class HeadWatch(Watch):
-    """Every second, in a thread of its own (a head restart takes seconds, and no request
-    waits for it): tells the client as soon as the head's port stops answering, so that the
-    server says the cluster is unreachable at once rather than when Ray gives up; and, when
-    this server runs the head and it has ended, starts it again (same port, same secret),
-    waiting longer after each failed start. The bridge reconnects on the next call, and the
-    node watch registers the nodes again as their joiners bring them back."""
-
-    def __init__(
-        self,
-        cluster: Cluster,
-        interval: float = WATCH_SECONDS,
-        clock: Callable[[], float] = time.monotonic,
-        probe: Callable[[str], bool] = gcs_answers,
-        start: Callable[[threading.Event], RayProcess] | None = None,
-    ) -> None:
-        """``start``: how a new head is started (``start_head`` with the cluster's settings)."""
-        self.cluster, self.interval, self.clock = cluster, interval, clock
-        self.probe = HeadProbe(cluster.client.address, clock=clock, probe=probe)
-        self.start_head = start or (lambda abort: start_head(cluster.settings, None, abort))
-        self.backoff = HEAD_RESTART_FIRST_S
-        self.next_start: float | None = None  # when to start the ended head
-        super().__init__("gpupool-head", "the Ray head", interval)
-
-    def tick(self) -> None:
-        self.look()
-
-    def look(self) -> None:
-        """One look at the head: a lost head is told to the client; an ended one of ours
-        is started again when its wait is over."""
-        head = self.cluster.head
-        if head is not None and not head.alive():
-            self.cluster.client.lost(f"its process (pid {head.pid}) has ended")
-            self._restart(head)
-        elif not self.probe.look():
-            self.cluster.client.lost("its port does not accept connections")
-
-    def _restart(self, head: RayProcess) -> None:
-        now = self.clock()
-        if self.next_start is None:
-            self.next_start = now + self.backoff
-            log.warning("the Ray head has ended; starting it again in %g s", self.backoff)
-        if now < self.next_start:
-            return
-        head.stop()  # what is left of its session
-        if self.probe.probe(self.cluster.address):  # not ours: never two heads on one port
-            self._wait_longer(f"another process listens at {self.cluster.address}")
-            return
-        try:
-            self.cluster.head = self.start_head(self._stopping)
-        except RayStartError as error:
-            self._wait_longer(str(error))
-            return
-        self.cluster.owns_head = True
-        log.warning("the Ray head runs again (pid %s)", self.cluster.head.pid)
-        self.next_start, self.backoff = None, HEAD_RESTART_FIRST_S
-        self.cluster.client.connect(RECONNECT_TIMEOUT_S)
-
-    def _wait_longer(self, why: str) -> None:
-        self.backoff = min(self.backoff * 2, HEAD_RESTART_LONGEST_S)
-        self.next_start = self.clock() + self.backoff
-        log.warning("the Ray head did not start (%s); again in %g s", why, self.backoff)
 
 
 # -- the head -----------------------------------------------------------------------------------

@@ -1,10 +1,9 @@
 """What every capability of ``gpupool.services`` may use: the ports of the running server.
 
 ``Context`` and ``LoopSide`` are what a service call sees of the server and its control loop;
-``Principal`` is who asks; ``Forecast`` and its parts are the loop's start estimates;
-``Watch`` is the thread every background look runs in; the clock, the loop's counters and the
-data directory's lock and reserve. This package imports no capability package, so each of
-them may import it without a cycle.
+``Principal`` is who asks; ``Forecast`` and its parts are the loop's start estimates; the clock, the
+loop's counters and the data directory's lock and reserve. This package imports no capability
+package, so each of them may import it without a cycle.
 """
 
 from __future__ import annotations
@@ -23,7 +22,6 @@ from gpupool.services.core._context import (
 from gpupool.services.core._datadir import DataDirLock, Reserve, current_holder
 from gpupool.services.core._estimates import NOT_YET, OUTRUN, Bounds, Duration, Estimate, Forecast
 from gpupool.services.core._loop_stats import LoopStats, StatsSnapshot
-from gpupool.services.core._watch import Watch
 
 __all__ = [
     "Bounds",
@@ -44,7 +42,6 @@ __all__ = [
     "Submits",
     "SystemClock",
     "Tells",
-    "Watch",
     "Writes",
     "current_holder",
 ]

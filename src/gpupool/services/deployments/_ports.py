@@ -1,5 +1,5 @@
 """What the deployments' services need of the running server beyond ``core.Submits``: the
-deployments' loop, which holds the /serve routing table and the traffic counts.
+/serve routing table and the traffic counts (``_rollouts.Serving``).
 
 It lives with the deployments (not in ``services.core``) because its types are theirs:
 the shared context stays free of any capability's types, so every capability may import it.
@@ -14,7 +14,7 @@ from gpupool.services.deployments._routing import RoutingTable, Traffic
 
 
 class DeploymentSide(Protocol):
-    """The deployments' loop as services see it (``_rollouts.DeploymentLoop``)."""
+    """The deployments as the /serve route and services see them (``_rollouts.Serving``)."""
 
     @property
     def routes(self) -> RoutingTable:
@@ -38,5 +38,5 @@ class DeploymentContext(Submits, Protocol):
 
     @property
     def deployments(self) -> DeploymentSide:
-        """The deployments' loop: its routing table and traffic counts."""
+        """The deployments' routing table and traffic counts."""
         ...

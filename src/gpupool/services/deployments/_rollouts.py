@@ -1,18 +1,20 @@
-"""The deployments' loop: it turns each deployment's desired state into running replicas.
+"""Rollouts: how each deployment's desired state becomes running replicas.
 
-Each pass, in a thread of its own beside the control loop:
+Each pass of the rollouts pipeline (``gpupool.loops.rollouts``), in a thread of its own
+beside the control loop:
 
-1. reads every replica that is not stopped, with its job's state and endpoint;
+1. reads every replica that is not stopped, with its job's state and endpoint (``probes``);
 2. health-checks those whose job runs (``GET <health path>`` on the replica, through its
-   endpoint), with no transaction open;
-3. in one short transaction, moves each replica on (``replica_step``: ready after its first
-   passing check; unhealthy after ``deploy_unhealthy_after`` failing ones, and then stopped
-   and replaced; restarted with back-off when its job ended) and each deployment towards
-   what it asks for (``deployment_step``: replicas added or retired; a rolling update one
-   replica at a time: a new replica first, an old one retired only once it is ready —
-   maxSurge 1, maxUnavailable 0; a new version whose replica never gets ready stops the roll
-   and the old version keeps serving);
-4. publishes the routing table the /serve route reads (ready replicas only).
+   endpoint), with no transaction open (the pipeline's own work);
+3. in one short transaction (``roll``), moves each replica on (``replica_step``: ready
+   after its first passing check; unhealthy after ``deploy_unhealthy_after`` failing ones,
+   and then stopped and replaced; restarted with back-off when its job ended) and each
+   deployment towards what it asks for (``deployment_step``: replicas added or retired; a
+   rolling update one replica at a time: a new replica first, an old one retired only once
+   it is ready — maxSurge 1, maxUnavailable 0; a new version whose replica never gets
+   ready stops the roll and the old version keeps serving);
+4. publishes the routing table the /serve route reads (ready replicas only), kept with the
+   traffic counts by ``Serving``.
 
 Replica jobs are submitted and cancelled through the jobs service, so the control loop does
 the rest (it is woken when there is something for it).
@@ -22,27 +24,23 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-import httpx
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 import gpupool.services.deployments._deployments as deployments
 from gpupool.domain.deployments import (
     LIVE_STATES,
-    REPLICA_TOKEN_HEADER,
     DeploymentReason,
     ReplicaState,
 )
 from gpupool.domain.jobs import JobStatus
 from gpupool.errors import GpupoolError
-from gpupool.scheduler.types import Clock, NodeCapacity
-from gpupool.services.core import Watch
+from gpupool.scheduler.types import NodeCapacity
 from gpupool.services.deployments._replicas import stop_replica_job, submit_replica
 from gpupool.services.deployments._routing import RoutingTable, Traffic, load_routes
-from gpupool.services.jobs import Endpoint, JobLimits, Via, client_via, endpoints_of
+from gpupool.services.jobs import Endpoint, JobLimits, Via, endpoints_of
 from gpupool.settings import Settings
 from gpupool.store.db import Database
 from gpupool.store.models import (
@@ -52,8 +50,6 @@ from gpupool.store.models import (
     ModelVersionModel,
 )
 
-PROBES_AT_ONCE = 16
-PROBE_TIMEOUT_S = 2.0
 FIRST_BACKOFF_S = 1.0
 STEADY_S = 60.0  # a replica ready this long before its job ended restarts without delay
 
@@ -69,44 +65,16 @@ class Probe:
     via: Via = None  # the way to a replica with a network of its own (services.jobs.endpoints_of)
 
 
-class DeploymentLoop(Watch):
-    """Owned by the platform (started and stopped with it); ``routes`` and ``traffic`` are
-    what the /serve route reads and counts into. A pass every health interval, or at once
-    when a deployment changed."""
+class Serving:
+    """The deployments as the /serve route and the deployments' services see them
+    (``_ports.DeploymentSide``): the routing table (``routes``) and the traffic counts
+    (``traffic``), kept in memory by the server. ``reconcile`` is the rollouts pipeline's
+    wake, set once it is built: a change a user made is reconciled at once."""
 
-    def __init__(
-        self,
-        db: Database,
-        settings: Settings,
-        clock: Clock,
-        wake: Callable[[], None],
-        recent_nodes: Callable[[], tuple[NodeCapacity, ...]],
-    ) -> None:
-        """``wake`` tells the control loop to schedule now (replicas were submitted or
-        cancelled); ``recent_nodes`` is its view of the nodes' capacities."""
-        self.db, self.settings, self.clock = db, settings, clock
-        self.wake_loop, self.recent_nodes = wake, recent_nodes
+    def __init__(self, db: Database, reconcile: Callable[[], None] = lambda: None) -> None:
+        self.db, self.reconcile = db, reconcile
         self.routes = RoutingTable()
         self.traffic = Traffic()
-        self._http: httpx.Client | None = None
-        self._pool: ThreadPoolExecutor | None = None
-        interval = settings.deploy_health_interval_seconds
-        super().__init__("gpupool-deployments", "the deployments", interval, look_first=True)
-
-    # -- lifecycle ---------------------------------------------------------------------------
-
-    def start(self) -> None:
-        timeout = min(PROBE_TIMEOUT_S, self.settings.deploy_health_interval_seconds)
-        self._http = httpx.Client(timeout=timeout, trust_env=False, follow_redirects=False)
-        self._pool = ThreadPoolExecutor(PROBES_AT_ONCE, thread_name_prefix="gpupool-health")
-        super().start()
-
-    def stop(self) -> None:
-        super().stop()
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
-        if self._http is not None:
-            self._http.close()
 
     def changed(self, name: str) -> None:
         """Publish the routes of the deployments called ``name`` now (a revoked key stops
@@ -114,70 +82,55 @@ class DeploymentLoop(Watch):
         with self.db.reader() as session:
             found = load_routes(session, name)
         self.routes.publish_named(name, found)
-        self.wake()
+        self.reconcile()
 
-    def tick(self) -> None:
-        self.run_once()
-
-    # -- one pass ----------------------------------------------------------------------------
-
-    def run_once(self) -> None:
-        probes = self._probes()
-        health = self._check(probes)
-        now = self.clock.now()
-        with self.db.session() as session:
-            submitted = Pass(self, session, health, now).run()
-        if submitted:
-            self.wake_loop()
+    def publish(self) -> None:
+        """Publish every deployment's routes (after a pass of the rollouts pipeline)."""
         with self.db.reader() as session:
             self.routes.publish(load_routes(session))
 
-    def _probes(self) -> list[Probe]:
-        """What to check: each replica whose job runs and has an endpoint."""
-        with self.db.reader() as session:
-            rows = session.execute(
-                select(
-                    DeploymentReplicaModel.id,
-                    DeploymentReplicaModel.job_id,
-                    DeploymentReplicaModel.token,
-                    DeploymentModel,
-                )
-                .join(DeploymentModel, DeploymentModel.id == DeploymentReplicaModel.deployment_id)
-                .where(
-                    DeploymentReplicaModel.state.in_([s.value for s in LIVE_STATES]),
-                    DeploymentReplicaModel.job_id.is_not(None),
-                )
-            ).all()
-            endpoints = endpoints_of(session, [row.job_id for row in rows])
-            return [
-                Probe(
-                    replica_id,
-                    job_id,
-                    _url(endpoints[job_id], deployment.template),
-                    token,
-                    endpoints[job_id].via,
-                )
-                for replica_id, job_id, token, deployment in rows
-                if job_id in endpoints
-            ]
 
-    def _check(self, probes: list[Probe]) -> dict[tuple[int, int], bool]:
-        """(replica id, job id) -> whether its health check passed (2xx)."""
-        if not probes or self._pool is None:
-            return {}
-        answers = self._pool.map(self._passes, probes)
-        return {(p.replica_id, p.job_id): ok for p, ok in zip(probes, answers, strict=True)}
+def probes(session: Session) -> list[Probe]:
+    """Step (1): what to check, each replica whose job runs and has an endpoint."""
+    rows = session.execute(
+        select(
+            DeploymentReplicaModel.id,
+            DeploymentReplicaModel.job_id,
+            DeploymentReplicaModel.token,
+            DeploymentModel,
+        )
+        .join(DeploymentModel, DeploymentModel.id == DeploymentReplicaModel.deployment_id)
+        .where(
+            DeploymentReplicaModel.state.in_([s.value for s in LIVE_STATES]),
+            DeploymentReplicaModel.job_id.is_not(None),
+        )
+    ).all()
+    endpoints = endpoints_of(session, [row.job_id for row in rows])
+    return [
+        Probe(
+            replica_id,
+            job_id,
+            _url(endpoints[job_id], deployment.template),
+            token,
+            endpoints[job_id].via,
+        )
+        for replica_id, job_id, token, deployment in rows
+        if job_id in endpoints
+    ]
 
-    def _passes(self, probe: Probe) -> bool:
-        headers = {REPLICA_TOKEN_HEADER: probe.token} if probe.token else None
-        try:
-            if probe.via is None:
-                return 200 <= self._http.get(probe.url, headers=headers).status_code < 300
-            timeout = min(PROBE_TIMEOUT_S, self.settings.deploy_health_interval_seconds)
-            with client_via(probe.via, timeout) as client:
-                return 200 <= client.get(probe.url, headers=headers).status_code < 300
-        except (httpx.HTTPError, OSError):
-            return False
+
+def roll(
+    session: Session,
+    settings: Settings,
+    recent_nodes: Callable[[], tuple[NodeCapacity, ...]],
+    health: dict[tuple[int, int], bool],
+    now: float,
+) -> bool:
+    """Step (3), in one transaction: each replica, then each deployment, moved on given the
+    health checks made (``health``: (replica id, job id) -> passed); True when replica jobs
+    were submitted or cancelled (the control loop has work). ``recent_nodes``: the control
+    loop's view of the nodes' capacities (a replica's job is checked against them)."""
+    return Pass(session, settings, recent_nodes, health, now).run()
 
 
 class Pass:
@@ -185,13 +138,14 @@ class Pass:
 
     def __init__(
         self,
-        loop: DeploymentLoop,
         session: Session,
+        settings: Settings,
+        recent_nodes: Callable[[], tuple[NodeCapacity, ...]],
         health: dict[tuple[int, int], bool],
         now: float,
     ) -> None:
-        self.loop, self.session, self.health, self.now = loop, session, health, now
-        self.settings = loop.settings
+        self.session, self.settings, self.recent_nodes = session, settings, recent_nodes
+        self.health, self.now = health, now
         self.submitted = False
         self._nodes = None
 
@@ -437,7 +391,7 @@ class Pass:
 
     def _capacities(self) -> tuple[NodeCapacity, ...]:
         if self._nodes is None:
-            self._nodes = self.loop.recent_nodes()
+            self._nodes = self.recent_nodes()
         return self._nodes
 
     def _deployments(self) -> list[DeploymentModel]:

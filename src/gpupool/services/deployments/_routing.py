@@ -2,11 +2,11 @@
 
 ``RoutingTable``: each live deployment's name, team, the keys that may call it (their
 hashes) and its ready replicas' endpoints, by id and by name (a name is unique in a team,
-not in the pool: two teams may each serve one of a name), published by the deployment loop
+not in the pool: two teams may each serve one of a name), published by the rollouts pipeline
 after each of its passes (and at once after a change a user made: a new key, a revoked one,
 a stop).
 ``Traffic``: requests and latency per deployment and per replica, counted by the /serve
-route. Both are kept in memory by the loop's owner: a restarted server starts its counts
+route. Both are kept in memory by ``_rollouts.Serving``: a restarted server starts its counts
 from zero, and its table is published again by the first pass.
 """
 

@@ -1,14 +1,23 @@
 """Jobs' training metrics and GPU samples: read, compared, summarised, and ingested.
 
-Reading, comparing and summarising a job's metrics and its GPUs' busy share (``_metrics``);
-the ingester that copies what the runners wrote into the database, off the control loop
-(``_ingest``). It imports ``services.core`` and ``services.jobs``; models and notebooks
-build on it.
+Reading, comparing and summarising a job's metrics and its GPUs' busy share (``_metrics``); how what
+the runners wrote is read and kept in the database (``_ingest``: its rules; the pipeline that runs
+them, off the control loop, is ``gpupool.loops.ingest``). It imports ``services.core`` and
+``services.jobs``; models and notebooks build on it.
 """
 
 from __future__ import annotations
 
-from gpupool.services.metrics._ingest import Ingester
+from gpupool.services.metrics._ingest import (
+    Batch,
+    Source,
+    close_empty,
+    is_new,
+    keep,
+    nothing_ever,
+    read_batch,
+    sources,
+)
 from gpupool.services.metrics._metrics import (
     MAX_POINTS,
     compare,
@@ -19,11 +28,18 @@ from gpupool.services.metrics._metrics import (
 )
 
 __all__ = [
-    "Ingester",
+    "Batch",
     "MAX_POINTS",
+    "Source",
+    "close_empty",
     "compare",
     "final_values",
     "gpu_busy",
+    "is_new",
+    "keep",
+    "nothing_ever",
+    "read_batch",
     "read_metrics",
+    "sources",
     "summarize",
 ]

@@ -1,13 +1,13 @@
 """Ingesting jobs' metrics: each attempt's records file into ``job_metrics``, with a cursor.
 
 The runner of each attempt appends the points it kept to a records file (``[name, step, time,
-value]`` per line; on a Ray node the executor copies it to the server with the log). An
-``Ingester``, in a thread of its own owned by the platform (never on the scheduling path),
-reads each running or just-ended attempt's file from its cursor, whole lines only, and
-inserts the points and moves the cursor in one short transaction: a server killed at any
-moment has either kept a batch and its cursor or neither, so a restart neither loses nor
-repeats a point. An attempt's cursor is ``done`` once the attempt had ended before a read
-that found nothing more: its runner writes the last points before it records the exit.
+value]`` per line; on a Ray node the executor copies it to the server with the log). An ingest
+pipeline (``gpupool.loops.ingest``), in a thread of its own (never on the scheduling path), reads
+each running or just-ended attempt's file from its cursor, whole lines only (``read_batch``), and
+inserts the points and moves the cursor in one short transaction (``keep``): a server killed at any
+moment has either kept a batch and its cursor or neither, so a restart neither loses nor repeats a
+point. An attempt's cursor is ``done`` once the attempt had ended before a read that found nothing
+more: its runner writes the last points before it records the exit.
 """
 
 from __future__ import annotations
@@ -22,16 +22,9 @@ from sqlalchemy import and_, insert, or_, select
 from sqlalchemy.orm import Session
 
 from gpupool.executors.base import Executor, Handle
-from gpupool.scheduler.types import Clock
-from gpupool.services.core import Watch
-from gpupool.store.db import Database
 from gpupool.store.models import AttemptModel, JobMetricModel, MetricCursorModel
 
 ACTIVE = ("starting", "running", "orphaned")
-INTERVAL_SECONDS = 0.5
-BATCH_BYTES = 1024**2  # read per attempt per pass: about 25,000 points, a short transaction
-REST_FACTOR = 2.0  # after a pass that kept points: rest twice as long as it took
-RECENT_SECONDS = 60.0  # attempts that ended this long before a pass are looked at again
 MAX_NAME = 100
 
 
@@ -55,136 +48,85 @@ class Batch:
     eof: bool  # nothing more in the file past ``end`` for now
 
 
-class Ingester(Watch):
-    """Reads every attempt's metric records into the database, every ``interval`` seconds,
-    in a thread of its own; ``run_once`` does one pass (tests call it directly)."""
+def sources(session: Session, executor: Executor, since: float) -> list[Source]:
+    """Attempts launched and not read to their end that run, ended since ``since``, or
+    were read in part (all of them when ``since`` is -inf: a server's first pass)."""
+    cursor = MetricCursorModel
+    joined = and_(cursor.job_id == AttemptModel.job_id, cursor.attempt == AttemptModel.number)
+    base = (
+        select(AttemptModel, cursor)
+        .outerjoin(cursor, joined)
+        .where(AttemptModel.executor_state.is_not(None), or_(cursor.done.is_(None), ~cursor.done))
+    )
+    if math.isinf(since):
+        rows = list(session.execute(base))
+    else:
+        lately = or_(AttemptModel.status.in_(ACTIVE), AttemptModel.ended_at >= since)
+        rows = list(session.execute(base.where(lately)))
+        rows += list(session.execute(base.where(cursor.done.is_(False))))
+    found = {(a.job_id, a.number): _source(executor, a, c) for a, c in rows}
+    return list(found.values())
 
-    def __init__(
-        self,
-        db: Database,
-        executor: Executor,
-        clock: Clock,
-        interval: float = INTERVAL_SECONDS,
-        batch_bytes: int = BATCH_BYTES,
-    ) -> None:
-        self.db, self.executor, self.clock = db, executor, clock
-        self.batch_bytes = batch_bytes
-        self.ingested = 0  # points, since the server started
-        self._since = -math.inf  # the first pass looks at every attempt not read to its end
-        self._busy = False  # the last pass kept points
-        super().__init__("gpupool-metrics", "the jobs' metrics", interval, look_first=True)
 
-    def tick(self) -> int:
-        self._busy = False
-        kept = self.run_once()
-        self._busy = kept > 0
-        return kept
+def _source(executor: Executor, row: AttemptModel, cursor: MetricCursorModel | None) -> Source:
+    handle = executor.load_state(row.executor_state)
+    path = executor.metrics_path(handle) if isinstance(handle, Handle) else Path()
+    ended = row.status not in ACTIVE
+    position = cursor.position if cursor else 0
+    return Source(row.job_id, row.number, path, position, ended, cursor is not None)
 
-    def rest(self, took: float) -> float:
-        # Under a stream of points, passes back to back would take the server's CPU (and
-        # the database's write lock) from the scheduling cycle: rest a few times as long as
-        # the pass took, so ingestion keeps to a share of the time.
-        return REST_FACTOR * took if self._busy else self.interval
 
-    def run_once(self) -> int:
-        """One pass over every attempt with records to read; the points ingested."""
-        now = self.clock.now()
-        with self.db.reader() as session:
-            sources = self._sources(session, self._since)
-        self._since = now - RECENT_SECONDS
-        kept, empty = 0, []
-        for source in sources:
-            batch = read_batch(source, self.batch_bytes)  # outside any transaction
-            if _nothing_ever(source, batch):
-                empty.append(source)
-            else:
-                kept += self._ingest(source, batch)
-        if empty:  # ended attempts that reported nothing (most, after an upgrade): at once
-            self._close_empty(empty)
-        return kept
-
-    # -- what to read --------------------------------------------------------------------------
-
-    def _sources(self, session: Session, since: float) -> list[Source]:
-        """Attempts launched and not read to their end that run, ended since ``since``, or
-        were read in part (all of them on the first pass)."""
-        cursor = MetricCursorModel
-        joined = and_(cursor.job_id == AttemptModel.job_id, cursor.attempt == AttemptModel.number)
-        base = (
-            select(AttemptModel, cursor)
-            .outerjoin(cursor, joined)
-            .where(
-                AttemptModel.executor_state.is_not(None), or_(cursor.done.is_(None), ~cursor.done)
-            )
+def close_empty(session: Session, sources: list[Source]) -> None:
+    """Mark done, in two statements, the attempts that ended without a point to read: the
+    cursors that exist are read at once, the others inserted at once (one that exists was
+    made by a pass that read points: it is left as it is)."""
+    cursors = MetricCursorModel.__table__
+    keys = {(source.job_id, source.attempt) for source in sources}
+    found = session.execute(
+        select(cursors.c.job_id, cursors.c.attempt).where(
+            cursors.c.job_id.in_({job_id for job_id, _ in keys})
         )
-        if math.isinf(since):
-            rows = list(session.execute(base))
-        else:
-            lately = or_(AttemptModel.status.in_(ACTIVE), AttemptModel.ended_at >= since)
-            rows = list(session.execute(base.where(lately)))
-            rows += list(session.execute(base.where(cursor.done.is_(False))))
-        sources = {(a.job_id, a.number): self._source(a, c) for a, c in rows}
-        return list(sources.values())
-
-    def _source(self, row: AttemptModel, cursor: MetricCursorModel | None) -> Source:
-        handle = self.executor.load_state(row.executor_state)
-        path = self.executor.metrics_path(handle) if isinstance(handle, Handle) else Path()
-        ended = row.status not in ACTIVE
-        position = cursor.position if cursor else 0
-        return Source(row.job_id, row.number, path, position, ended, cursor is not None)
-
-    # -- reading and keeping -------------------------------------------------------------------
-
-    def _close_empty(self, sources: list[Source]) -> None:
-        """Mark done, in one transaction of two statements, the attempts that ended without a
-        point to read: the cursors that exist are read at once, the others inserted at once
-        (one that exists was made by a pass that read points: it is left as it is)."""
-        cursors = MetricCursorModel.__table__
-        keys = {(source.job_id, source.attempt) for source in sources}
-        with self.db.session() as session:
-            found = session.execute(
-                select(cursors.c.job_id, cursors.c.attempt).where(
-                    cursors.c.job_id.in_({job_id for job_id, _ in keys})
-                )
-            )
-            missing = keys - {tuple(row) for row in found}
-            if missing:
-                session.execute(
-                    insert(cursors),
-                    [
-                        {"job_id": job_id, "attempt": attempt, "position": 0, "done": True}
-                        for job_id, attempt in sorted(missing)
-                    ],
-                )
-
-    def _ingest(self, source: Source, batch: Batch) -> int:
-        """Keep what was read from the cursor on, in one transaction."""
-        finished = source.ended and batch.eof
-        if batch.end == source.position and not finished and source.known:
-            return 0  # nothing new (a new attempt gets its cursor at once: it is then
-            # read to its end whenever it ends, whatever time its end is recorded with)
-        with self.db.session() as session:
-            if not self._keep(session, source, batch, finished):
-                return 0
-        self.ingested += len(batch.points)
-        return len(batch.points)
-
-    def _keep(self, session: Session, source: Source, batch: Batch, finished: bool) -> bool:
-        """Insert the points and move the cursor, guarded by the position read from."""
-        key = (source.job_id, source.attempt)
-        cursor = session.get(MetricCursorModel, key)
-        if cursor is None:
-            cursor = MetricCursorModel(job_id=source.job_id, attempt=source.attempt, position=0)
-            session.add(cursor)
-        if cursor.position != source.position or cursor.done:
-            return False  # another pass moved it: what was read is kept already
-        if batch.points:
-            session.execute(insert(JobMetricModel.__table__), batch.points)  # Core: fast
-        cursor.position, cursor.done = batch.end, finished
-        return True
+    )
+    missing = keys - {tuple(row) for row in found}
+    if missing:
+        session.execute(
+            insert(cursors),
+            [
+                {"job_id": job_id, "attempt": attempt, "position": 0, "done": True}
+                for job_id, attempt in sorted(missing)
+            ],
+        )
 
 
-def _nothing_ever(source: Source, batch: Batch) -> bool:
+def is_new(source: Source, batch: Batch) -> bool:
+    """Whether a read from ``source`` has anything to keep: new points, the attempt's end,
+    or the cursor of an attempt seen for the first time (it is then read to its end
+    whenever it ends, whatever time its end is recorded with)."""
+    return batch.end != source.position or finished(source, batch) or not source.known
+
+
+def finished(source: Source, batch: Batch) -> bool:
+    """The attempt had ended before the read, and the read reached the end of its records."""
+    return source.ended and batch.eof
+
+
+def keep(session: Session, source: Source, batch: Batch) -> bool:
+    """Insert the points and move the cursor, guarded by the position read from; False
+    when another pass moved it (what was read is kept already)."""
+    key = (source.job_id, source.attempt)
+    cursor = session.get(MetricCursorModel, key)
+    if cursor is None:
+        cursor = MetricCursorModel(job_id=source.job_id, attempt=source.attempt, position=0)
+        session.add(cursor)
+    if cursor.position != source.position or cursor.done:
+        return False
+    if batch.points:
+        session.execute(insert(JobMetricModel.__table__), batch.points)  # Core: fast
+    cursor.position, cursor.done = batch.end, finished(source, batch)
+    return True
+
+
+def nothing_ever(source: Source, batch: Batch) -> bool:
     """An attempt that ended with nothing read, and nothing to read, ever."""
     return source.ended and source.position == 0 and batch.end == 0 and batch.eof
 

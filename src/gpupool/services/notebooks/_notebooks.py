@@ -8,7 +8,7 @@ quotas, fair share, the scheduler and the sandbox apply; the job runs JupyterLab
 owner's workspace, with a new token that only the server and the job know.
 
 The functions that take a ``Context`` are what the API calls; those that take a ``Session``
-are the steps they (and the idle watch, ``_notebook_watch``) are made of.
+are the steps they (and the idle watch, ``_idleness``) are made of.
 """
 
 from __future__ import annotations

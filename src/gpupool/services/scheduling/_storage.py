@@ -6,8 +6,9 @@ keep notebooks in the team (a workspace counts for each team its user has notebo
 (3) the archives of its model versions and (4) the code archives its members uploaded (an
 upload counts for each team of its uploader). The database knows (3) and (4); (1) and (2)
 are summed as ``du`` counts them (blocks allocated, a file linked twice once) by the
-``StorageWatch``, every ``storage_scan_seconds``, in three steps that hold no transaction
-across the walk: load the teams' files, walk them, record. A finished job's directory no
+storage pipeline (``gpupool.loops.storage``), every ``storage_scan_seconds``, in three steps
+that hold no transaction across the walk: load the teams' files (``load_team_files``), walk
+them (``StorageScan``), record (``record_usage``). A finished job's directory no
 longer changes: it is walked once and its size kept by the watch. On a pool, (1) and (2)
 are also on the nodes that ran the jobs: each node's agent walks its own disk when asked
 (``executors.usage``), and a node that does not answer counts as it did last.
@@ -27,7 +28,6 @@ same way.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -38,12 +38,9 @@ from gpupool.domain.jobs import FINAL_STATUSES
 from gpupool.domain.units import format_bytes
 from gpupool.executors.local import WORKSPACES
 from gpupool.executors.usage import FilesScan, NodeFiles
-from gpupool.scheduler.types import Clock
 from gpupool.services import identity
 from gpupool.services import jobs as job_service
-from gpupool.services.core import Reserve, Watch
 from gpupool.settings import Settings
-from gpupool.store.db import Database
 from gpupool.store.models import (
     AttemptModel,
     CodeUploadModel,
@@ -61,7 +58,6 @@ log = logging.getLogger(__name__)
 # what the nodes of a pool hold of the jobs (id -> finished) and workspaces (user names) asked
 NodesFiles = Callable[[dict[int, bool], set[str]], NodeFiles]
 
-DISK_CHECK_SECONDS = 1.0  # the disk's free space is looked at this often (a statvfs)
 FINISHED = frozenset(status.value for status in FINAL_STATUSES)
 
 
@@ -126,63 +122,7 @@ class StorageScan:
         return TeamUsage(team.team_id, team.name, team.quota, used, running)
 
 
-class StorageWatch(Watch):
-    """Looks at the disk's free space every second and sums the teams' files every
-    ``storage_scan_seconds`` (at once when the disk runs low); stops the running jobs of
-    teams over their quota. ``on_stops``: told when stops were recorded (the control loop
-    sends them). ``nodes``: on a pool, what the nodes hold (their agents walk their disks)."""
-
-    def __init__(
-        self,
-        db: Database,
-        settings: Settings,
-        clock: Clock,
-        on_stops: Callable[[], None],
-        nodes: NodesFiles | None = None,
-    ) -> None:
-        self.db, self.clock, self.on_stops = db, clock, on_stops
-        self.scan_seconds = settings.storage_scan_seconds
-        self.files = StorageScan(settings, nodes)
-        self.reserve = Reserve(
-            settings.data_dir, settings.disk_reserve_bytes, settings.disk_low_bytes
-        )
-        self._next_scan = 0.0
-        interval = min(DISK_CHECK_SECONDS, self.scan_seconds)
-        super().__init__("gpupool-storage", "the teams' storage", interval, look_first=True)
-
-    def start(self) -> None:
-        self.reserve.keep()
-        super().start()
-
-    def tick(self) -> list[TeamUsage] | None:
-        """One look: the scan when it is due, or at once when the disk runs low."""
-        low = self.reserve.low()
-        released = low and self.reserve.release()
-        if not (released or time.monotonic() >= self._next_scan):
-            return None
-        self._next_scan = time.monotonic() + self.scan_seconds
-        found = self.scan(low)
-        if not low:
-            self.reserve.keep()
-        return found
-
-    def scan(self, disk_low: bool = False) -> list[TeamUsage]:
-        """Sum every team's files, record them, and stop the running jobs of the teams over
-        their quota (``disk_low``: of the team using the most space, if none is over)."""
-        with self.db.reader() as session:
-            teams = load(session)
-        found = self.files.measure(teams)
-        low_mark = self.reserve.limits()[1] if disk_low else None
-        with self.db.session() as session:
-            stopped = apply(session, found, self.clock.now(), low_mark, self.reserve.free())
-        # also when none was recorded now: an attempt launched since a stop was recorded for
-        # it may not have been sent its stop yet
-        if stopped or disk_low or any(usage.over for usage in found):
-            self.on_stops()
-        return found
-
-
-def load(session: Session) -> list[TeamFiles]:
+def load_team_files(session: Session) -> list[TeamFiles]:
     """Step (1): each team not deleted, its quota, its jobs, its notebook users and what its
     archives take."""
     teams = identity.team_rows(session)
@@ -208,7 +148,7 @@ def load(session: Session) -> list[TeamFiles]:
     ]
 
 
-def apply(
+def record_usage(
     session: Session,
     found: list[TeamUsage],
     now: float,

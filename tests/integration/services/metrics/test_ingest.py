@@ -1,4 +1,4 @@
-"""The metrics ingester's cursor, and what services read of the points (a real database)."""
+"""The metric ingest pipeline's cursor, and what services read of the points (a real database)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from gpupool.executors.local import LocalExecutor
-from gpupool.services.metrics import Ingester, final_values, gpu_busy
+from gpupool.loops.ingest import Ingest
+from gpupool.services.metrics import final_values, gpu_busy
 from gpupool.store.db import Database, prepare
 from gpupool.store.models import (
     AttemptModel,
@@ -93,7 +94,7 @@ def test_points_are_read_once_whole_lines_only_and_to_the_end(db: Database, tmp_
     attempts = Attempts(db, tmp_path / "jobs")
     records = attempts.launch(1)
     clock = ManualClock(100.0)
-    ingester = Ingester(db, attempts.executor, clock)
+    ingester = Ingest(db, attempts.executor, clock)
     write(records, ["loss", 0, 1.0, 0.5], ["loss", 1, 2.0, 0.25])
     records.open("a").write('["loss", 2, 3.0, ')  # a line the runner is still writing
     assert ingester.run_once() == 2
@@ -113,12 +114,12 @@ def test_a_new_ingester_goes_on_from_the_cursor(db: Database, tmp_path: Path) ->
     attempts = Attempts(db, tmp_path / "jobs")
     records = attempts.launch(1)
     write(records, ["a", 0, 1.0, 1.0])
-    assert Ingester(db, attempts.executor, ManualClock(1.0)).run_once() == 1
+    assert Ingest(db, attempts.executor, ManualClock(1.0)).run_once() == 1
     write(records, ["a", 1, 2.0, 2.0])
     quick = attempts.launch(2)  # started and ended while no server ran
     write(quick, ["b", None, 3.0, 3.0], end="")  # its runner ended: a last line is whole
     attempts.end(2, at=5.0)
-    restarted = Ingester(db, attempts.executor, ManualClock(1000.0))
+    restarted = Ingest(db, attempts.executor, ManualClock(1000.0))
     assert restarted.run_once() == 2
     assert sorted(points(db)) == [(1, "a", 0, 1.0), (1, "a", 1, 2.0), (2, "b", None, 3.0)]
 
@@ -127,7 +128,7 @@ def test_a_small_batch_size_reads_in_several_passes(db: Database, tmp_path: Path
     attempts = Attempts(db, tmp_path / "jobs")
     records = attempts.launch(1)
     write(records, *[["x", i, float(i), float(i)] for i in range(50)], ["bad"], "not json")
-    ingester = Ingester(db, attempts.executor, ManualClock(1.0), batch_bytes=100)
+    ingester = Ingest(db, attempts.executor, ManualClock(1.0), batch_bytes=100)
     while ingester.run_once():
         pass
     assert [p[2] for p in points(db)] == list(range(50))
