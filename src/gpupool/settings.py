@@ -113,7 +113,7 @@ class Settings(BaseSettings):
     # Failed sign-ins (and unknown API tokens) allowed in a moving window of this many seconds,
     # per user name and per client address; past them the server answers 429 until the window
     # lets one more in, even to the right password.
-    # A valid token, session or key is never refused (the rules: services/throttle.py).
+    # A valid token, session or key is never refused (the rules: services.identity's throttle).
     signin_window_seconds: int = Field(default=300, ge=1)
     signin_max_per_user: int = Field(default=10, ge=1)
     signin_max_per_address: int = Field(default=30, ge=1)

@@ -688,7 +688,7 @@ def _gang_state(tasks: list[tuple[str, dict[str, Any], dict[str, Any]]]) -> dict
 
 def _listening(local: dict[str, Any]) -> dict[str, Any]:
     """Where a task that listens serves on its node (what its agent's executor chose), kept
-    at the top of the handle's state, as the local executor's (services.endpoints reads it).
+    at the top of the handle's state, as the local executor's (services.jobs's endpoints read it).
     Its runner's socket is on its node: the server reaches it through the node's relay."""
     return {key: local[key] for key in ("host", "port") if key in local}
 

@@ -2,9 +2,10 @@
 
 A deployment asks for ``replicas`` copies of one workload (a model version's files served by
 the built-in server, or the user's own command) behind the platform's proxy at
-``/serve/NAME/...``. The server reconciles it (``gpupool.services.rollouts``): each replica
-is a slot that runs one replica job at a time; a job that ends is replaced, a replica that
-fails its health checks is stopped and replaced, and an update rolls replica by replica.
+``/serve/NAME/...``. The server reconciles it (``gpupool.loops.rollouts``, by the rules of
+``gpupool.services.deployments``): each replica is a slot that runs one replica job at a
+time; a job that ends is replaced, a replica that fails its health checks is stopped and
+replaced, and an update rolls replica by replica.
 This module holds the rules and the read models; it does no I/O.
 """
 

@@ -4,7 +4,7 @@ A node is *up* while the pool reaches it and *down* once the cluster lost it. Ap
 that, an admin may *drain* it (no new work is placed there; what runs goes on to its end)
 and *remove* it (it leaves the listings and the pool; registering again is a new join).
 The scheduler sees one flag, ``schedulable``, derived from these three in one place
-(``gpupool.services.nodes.settle``).
+(``gpupool.services.cluster``'s ``settle``).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@
 - on the node's network, a TCP port free on the address it binds, picked when it starts.
 
 The handle's state keeps them (``"host"``, ``"port"``, ``"socket"``), which
-``services.endpoints`` reads; an attempt recovered after a crash finds them again in the
+``services.jobs`` (its endpoints) reads; an attempt recovered after a crash finds them again in the
 runner's spec."""
 
 from __future__ import annotations

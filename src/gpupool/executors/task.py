@@ -67,7 +67,7 @@ class TaskSpec:
     launch: dict[str, Any] | None = None
     # the task serves on a port (JobSpec.listen): its executor picks one free on the node at
     # start, gives it as PORT (and the address to bind as GPUPOOL_LISTEN_HOST) and keeps
-    # both in the handle's state ("port", "host") for the proxy (services.endpoints)
+    # both in the handle's state ("port", "host") for the proxy (services.jobs's endpoints)
     listen: bool = False
     # the task runs in its user's workspace (JobSpec.workspace): a directory of that user's
     # on the node, kept across jobs, that the executor resolves and the sandbox shows

@@ -1,8 +1,9 @@
 """What the teams' files take on a node's disk: its jobs' directories and its workspaces.
 
-One machine's server walks its own data directory (``services.storage``); on a pool, each
-node's agent walks its own for the server, which adds them up (``NodeFiles``). A finished
-job's directory no longer changes: its size is kept, so that it is walked once.
+One machine's server walks its own data directory (the storage scan of
+``services.scheduling``); on a pool, each node's agent walks its own for the server, which
+adds them up (``NodeFiles``). A finished job's directory no longer changes: its size is
+kept, so that it is walked once.
 """
 
 from __future__ import annotations

@@ -62,8 +62,8 @@ class TeamModel(Base):
     gpu_limit: Mapped[float | None] = mapped_column(Float)
     weight: Mapped[float] = mapped_column(Float, default=1.0, server_default=text("1"))
     deleted_at: Mapped[float | None] = mapped_column(Time)
-    # storage (services.storage): the most bytes its files may take (None: no quota), and
-    # what they took at the last scan (None: not scanned yet), and when
+    # storage (services.scheduling, loops.storage): the most bytes its files may take (None:
+    # no quota), and what they took at the last scan (None: not scanned yet), and when
     storage_quota: Mapped[int | None] = mapped_column(BigInteger)
     storage_used: Mapped[int | None] = mapped_column(BigInteger)
     storage_scanned_at: Mapped[float | None] = mapped_column(Time)
@@ -160,7 +160,7 @@ class WebSessionModel(Base):
 
 class NodeModel(Base):
     """A node of the pool. ``schedulable`` (new work may be placed here) is derived from
-    ``state``, ``drain`` and ``removed_at`` by ``services.nodes.settle`` only; a removed
+    ``state``, ``drain`` and ``removed_at`` by ``services.cluster``'s ``settle`` only; a removed
     node keeps its row (and name) until it registers again, as a new join."""
 
     __tablename__ = "nodes"
@@ -419,7 +419,7 @@ class ModelFileModel(Base):
 
 class DeploymentModel(Base):
     """A deployment: the desired state of a served model (its version, replicas, resources,
-    command or the built-in server), reconciled by ``services.rollouts``. Its name is unique
+    command or the built-in server), reconciled by ``loops.rollouts``. Its name is unique
     in its team among deployments not stopped (its address: /serve/NAME/..., or
     /serve/NAME@TEAM/... where two teams use the name).
     ``generation`` counts the versions it was asked to serve: replicas of an older one are

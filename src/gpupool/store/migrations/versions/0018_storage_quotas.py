@@ -1,7 +1,7 @@
 """storage quotas: the most bytes a team's files may take, and what they took at the last scan
 
 ``storage_quota`` null: no quota. ``storage_used`` and ``storage_scanned_at`` are written by
-the server's storage scan (services.storage); null until its first scan.
+the server's storage scan (services.scheduling, loops.storage); null until its first scan.
 
 Revision ID: 0018
 Revises: 0017
