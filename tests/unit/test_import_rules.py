@@ -13,19 +13,27 @@ when the import runs; and a cycle hidden behind an import inside a function is s
 modules that cannot be understood one without the other.
 
 The tests at the end build a small fake package in a temporary directory and run the same
-checks on it, to show that each kind of violation is caught.
+checks on it, to show that each kind of violation is caught. Reading the imports, their graph
+and its cycles is ``tests/support/imports.py``, shared with the tests of services' shape.
 """
 
 from __future__ import annotations
 
-import ast
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
 
 import gpupool
+from tests.support.imports import (
+    Import,
+    fake_package,
+    find_cycle,
+    graph,
+    imports,
+    imports_of,
+    module_name,
+)
 
 PACKAGE = Path(gpupool.__file__).resolve().parent
 
@@ -102,18 +110,6 @@ EXCEPTIONS: dict[tuple[str, str], str] = {
     ("gpupool.api.upstream", "cluster"): "the proxy moves to proxy/ (issue 24, item 3)",
     ("gpupool.api.upstream", "runner"): "the proxy moves to proxy/ (issue 24, item 3)",
 }
-
-
-@dataclass(frozen=True)
-class Import:
-    module: str  # the importing module, e.g. gpupool.api.routers.jobs
-    target: str  # what it imports, e.g. gpupool.services.jobs
-    line: int
-    deferred: bool = False  # in a function or a TYPE_CHECKING block: not run on import
-
-    @property
-    def where(self) -> str:
-        return f"{self.module}:{self.line} imports {self.target}"
 
 
 # -- the rules on gpupool ---------------------------------------------------------------------
@@ -196,18 +192,6 @@ def test_the_rules_read_as_the_design_says(importer: str, target: str, expected:
 
 
 # -- the checks catch each kind of violation (on a fake package) ---------------------------
-
-
-def fake_package(root: Path, files: dict[str, str]) -> Path:
-    """A package ``gpupool`` under ``root`` with these modules (path -> source)."""
-    package = root / "gpupool"
-    for name, source in {"__init__.py": "", **files}.items():
-        path = package / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        for parent in path.relative_to(package).parents:
-            (package / parent / "__init__.py").touch()
-        path.write_text(source)
-    return package
 
 
 def test_a_forbidden_arrow_is_caught(tmp_path: Path) -> None:
@@ -379,72 +363,7 @@ def part(module: str) -> str:
     return names[1] if len(names) > 1 else ""
 
 
-# -- reading the source ---------------------------------------------------------------------
-
-
-def imports(package: Path) -> Iterator[Import]:
-    """Every import of a gpupool module by a module of ``package`` (a gpupool tree)."""
-    for path in sorted(package.rglob("*.py")):
-        yield from imports_of(path, module_name(path, package))
-
-
-def module_name(path: Path, package: Path) -> str:
-    names = ["gpupool", *path.relative_to(package).with_suffix("").parts]
-    return ".".join(names[:-1] if names[-1] == "__init__" else names)
-
-
-def imports_of(path: Path, module: str) -> Iterator[Import]:
-    is_package = path.name == "__init__.py"
-    tree = ast.parse(path.read_text(), str(path))
-    deferred = {id(n) for block in ast.walk(tree) if _is_deferred(block) for n in ast.walk(block)}
-    for node in ast.walk(tree):
-        for target in _targets(node, module, is_package):
-            if target == "gpupool" or target.startswith("gpupool."):
-                yield Import(module, target, node.lineno, id(node) in deferred)
-
-
-def _is_deferred(node: ast.AST) -> bool:
-    """A block whose imports do not run when its module is imported."""
-    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-        return True
-    test = node.test if isinstance(node, ast.If) else None
-    name = test.id if isinstance(test, ast.Name) else getattr(test, "attr", None)
-    return name == "TYPE_CHECKING"
-
-
-def _targets(node: ast.AST, module: str, is_package: bool) -> list[str]:
-    """What one statement imports: modules, and for ``from X import y`` both X and X.y (y
-    may be a module: ``from gpupool import store``)."""
-    if isinstance(node, ast.Import):
-        return [alias.name for alias in node.names]
-    if not isinstance(node, ast.ImportFrom):
-        return []
-    base = _resolve(node, module, is_package)
-    return [base, *(f"{base}.{alias.name}" for alias in node.names)]
-
-
-def _resolve(node: ast.ImportFrom, module: str, is_package: bool) -> str:
-    """The absolute name of a ``from`` import's module (relative ones resolved)."""
-    if not node.level:
-        return node.module or ""
-    here = module.split(".") if is_package else module.split(".")[:-1]
-    anchor = here[: len(here) - (node.level - 1)]
-    return ".".join([*anchor, *([node.module] if node.module else [])])
-
-
-# -- cycles -----------------------------------------------------------------------------------
-
-
-def graph(package: Path) -> dict[str, set[str]]:
-    """Module -> the gpupool modules it imports, wherever the import is written (``from X
-    import y`` counts X.y when X.y is a module, else X)."""
-    modules = {module_name(path, package) for path in package.rglob("*.py")}
-    edges: dict[str, set[str]] = {module: set() for module in modules}
-    for found in imports(package):
-        target = found.target if found.target in modules else found.target.rpartition(".")[0]
-        if target in modules and target != found.module:
-            edges[found.module].add(target)
-    return edges
+# -- what a module loads ----------------------------------------------------------------------
 
 
 def reachable(start: str, edges: dict[str, set[str]]) -> set[str]:
@@ -456,28 +375,3 @@ def reachable(start: str, edges: dict[str, set[str]]) -> set[str]:
                 seen.add(target)
                 todo.append(target)
     return seen
-
-
-def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
-    """One cycle of ``edges`` as a path that ends where it starts, or None."""
-    done: set[str] = set()
-    for start in sorted(edges):
-        path = _cycle_from(start, edges, done, [])
-        if path is not None:
-            return path
-    return None
-
-
-def _cycle_from(
-    node: str, edges: dict[str, set[str]], done: set[str], path: list[str]
-) -> list[str] | None:
-    if node in path:
-        return [*path[path.index(node) :], node]
-    if node in done:
-        return None
-    for target in sorted(edges.get(node, ())):
-        found = _cycle_from(target, edges, done, [*path, node])
-        if found is not None:
-            return found
-    done.add(node)
-    return None
