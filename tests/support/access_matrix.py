@@ -258,6 +258,12 @@ class World:
         """A new notebook of the owning member, stopped: its owner may resume it."""
         notebook = self.fresh_notebook()
         self.api("POST", f"/notebooks/{notebook}/stop", MEMBER)
+        # claimed already (the control thread acts at once), its job takes a pass to end
+        wait_for(
+            lambda: self.api("GET", f"/notebooks/{notebook}", MEMBER)["state"] == "stopped",
+            30,
+            f"notebook {notebook} stopped",
+        )
         return notebook
 
     def array(self) -> int:
