@@ -59,7 +59,12 @@ def test_a_jobs_metrics_stay_its_own(pool: Pool, exchange: Path) -> None:
     team_b_name, team_b = pool.member("team-b")
     victim = pool.submit(team_a, [sys.executable, "-c", VICTIM], workdir=str(exchange))
     job_id = victim["id"]
-    wait_for(lambda: "victim ready" in pool.log(job_id), 60, "team A's job to run")
+    wait_for(
+        lambda: "victim ready" in pool.log(job_id),
+        60,
+        "team A's job to run",
+        about=lambda: (pool.job(job_id), pool.log(job_id)),
+    )
     seen = wait_for(lambda: _series(team_a, job_id), 30, "A's points kept")
     assert seen["loss"] == [1.0, 0.9, 0.8, 0.7, 0.6]
     for path in (f"/jobs/{job_id}/metrics", f"/jobs/{job_id}/metrics/summary"):

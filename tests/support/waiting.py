@@ -14,13 +14,18 @@ def wait_for(
     timeout: float = 30.0,
     what: str = "condition",
     every: float = 0.01,
+    about: Callable[[], object] | None = None,
 ) -> T:
-    """Poll ``check`` until it returns something truthy, and return that; fail at ``timeout``."""
+    """Poll ``check`` until it returns something truthy, and return that; fail at ``timeout``
+    (with what ``about`` says then: the state that explains the wait, for the failure)."""
     deadline = time.monotonic() + timeout
     while True:
         value = check()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}; last: {value!r}")
+            said = f"; {about()!r}" if about is not None else ""
+            raise AssertionError(
+                f"timed out after {timeout} s waiting for {what}; last: {value!r}{said}"
+            )
         time.sleep(every)

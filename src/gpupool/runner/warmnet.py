@@ -38,6 +38,7 @@ import socket
 import subprocess
 import time
 
+from gpupool.runner.bridge import unix_address
 from gpupool.runner.layout import STATE_FILE, process_create_time
 from gpupool.runner.network import (
     PASTA_LOG_FILE,
@@ -133,8 +134,8 @@ class Slot:
         message = json.dumps({"dir": self.dir, "uid": uid}).encode()
         fds = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, self.fd.to_bytes(4, "little"))]
         try:
-            with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
-                sock.sendmsg([message], fds, 0, path)
+            with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock, unix_address(path) as to:
+                sock.sendmsg([message], fds, 0, to)
         except OSError:
             self.own()  # nobody took it: this runner discards it
             return False
@@ -179,7 +180,8 @@ class WarmPool:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
         self.returns = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        self.returns.bind(path)
+        with unix_address(path) as address:  # a deep data directory's path is too long
+            self.returns.bind(address)
         self.returns.setblocking(False)
 
     def take(self, uid: str | None = None) -> Slot | None:

@@ -135,7 +135,8 @@ def test_a_cancel_wins_over_a_preemption(
     job = submit(
         client, workload(exchange, str(release)), grace_period_seconds=60, workdir=str(exchange)
     )
-    wait_for(lambda: (exchange / "running-1").exists(), 60, "attempt 1 to run")
+    seen = lambda: client.get(f"/api/v1/jobs/{job['id']}").json()  # noqa: E731
+    wait_for(lambda: (exchange / "running-1").exists(), 60, "attempt 1 to run", about=seen)
     preempter.fire(job["id"], job["id"])
     platform.loop.wake()
     wait_for(lambda: (exchange / "term-1").exists(), 60, "SIGTERM to reach the workload")

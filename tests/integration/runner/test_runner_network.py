@@ -239,12 +239,21 @@ def test_the_executor_starts_isolated_jobs_in_warm_namespaces_with_egress(tmp_pa
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="a network namespace of the test's own: root")
 @pytest.mark.skipif(shutil.which("pasta") is None, reason="pasta (Debian's passt) is missing")
-def test_a_namespace_left_empty_serves_the_next_job_of_the_same_account(tmp_path) -> None:  # noqa: ANN001
+@pytest.mark.parametrize("deep", [False, True], ids=["data-dir", "deep-data-dir"])
+def test_a_namespace_left_empty_serves_the_next_job_of_the_same_account(
+    tmp_path,  # noqa: ANN001
+    deep: bool,
+) -> None:
     """pasta's set-up is not paid again: the namespace of a job that ended holding nothing
     goes back to the fork server, and the next job of that account starts in it, with
-    egress; its pasta still ends with the executor."""
-    from gpupool.runner.warmnet import WARM_DIR
+    egress; its pasta still ends with the executor. A data directory so deep that the
+    return socket's path is over the kernel's 108 bytes works the same."""
+    from gpupool.runner.warmnet import RETURN_SOCKET, WARM_DIR
 
+    if deep:
+        tmp_path = tmp_path / ("deep" * 20)
+        tmp_path.mkdir()
+        assert len(str(tmp_path / "jobs" / WARM_DIR / RETURN_SOCKET)) > 108
     with outside_world() as world:
         executor = world.call(lambda: _executor(tmp_path))
         try:
