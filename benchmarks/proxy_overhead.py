@@ -37,11 +37,11 @@ from httpcore._backends.sync import SyncStream
 from sqlalchemy import select
 
 from gpupool.domain.deployments import REPLICA_TOKEN_HEADER
+from gpupool.executors.base import listening
 from gpupool.runner import bridge
-from gpupool.services.jobs import endpoint_of
 from gpupool.settings import Settings
 from gpupool.store.db import Database
-from gpupool.store.models import DeploymentReplicaModel
+from gpupool.store.models import AttemptModel, DeploymentReplicaModel
 
 WARM_UP = 100
 ROUNDS = {"trivial": 1500, "ten-ms": 300}  # requests each way, interleaved
@@ -185,8 +185,13 @@ def replica_url(api: httpx.Client, data_dir, name: str) -> Target:  # noqa: ANN0
     replica_job = api.get(f"/api/v1/deployments/{name}").json()["replica_list"][0]["job_id"]
     database = Database(Settings(data_dir=data_dir).database)
     try:
-        with database.reader() as session:
-            found = endpoint_of(session, replica_job)
+        with database.reader() as session:  # where the server's executor recorded it listens
+            state = session.scalar(
+                select(AttemptModel.executor_state)
+                .where(AttemptModel.job_id == replica_job)
+                .order_by(AttemptModel.number.desc())
+            )
+            found = listening(state["state"])
             url = f"{found.url}/predict"
             token = session.scalar(
                 select(DeploymentReplicaModel.token).where(

@@ -437,3 +437,8 @@ class NotebookActive(Conflict):
     """The notebook runs, or is still stopping: stop it first, or wait until it has stopped."""
 
     code = "notebook_active"
+
+
+def error_body(code: str, message: str, details: Any = None) -> dict[str, Any]:
+    """An error as every answer of the platform carries it (``{"error": {...}}``)."""
+    return {"error": {"code": code, "message": message, "details": details or {}}}

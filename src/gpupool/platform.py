@@ -1,7 +1,7 @@
 """The composition root: opening the platform — data directory, database, first admin,
 this node (or the Ray pool), the executor, the control pipelines and the pipelines beside
-them (metric ingest, rollouts, notebooks' idleness, storage; on a pool the node and head
-watches) — as one ``Platform``.
+them (metric ingest, rollouts, notebooks' routes and idleness, storage; on a pool the node
+and head watches), the proxy's routing table — as one ``Platform``.
 
 It builds everything and nothing but the server's entry points (``gpupool.server``) and
 tests import it: services never see the loops, only the ``LoopSide`` face the platform
@@ -16,18 +16,21 @@ import os
 from gpupool.executors.base import Executor
 from gpupool.executors.isolation import Isolation
 from gpupool.executors.local import LocalExecutor
-from gpupool.loops import Control, LoopFace
+from gpupool.loops import Control
 from gpupool.loops.discovery import NodeWatcher
 from gpupool.loops.ingest import Ingest
 from gpupool.loops.nodes import Head, Nodes
 from gpupool.loops.notebook_idle import NotebookIdle
+from gpupool.loops.notebook_routes import NotebookRoutes as NotebookRoutesWatch
 from gpupool.loops.rollouts import Rollouts
 from gpupool.loops.storage import Storage
+from gpupool.proxy import Kind, Routes
 from gpupool.scheduler import schedule
 from gpupool.scheduler.types import Clock, Schedule
-from gpupool.services import identity
+from gpupool.services import deployments, identity, notebooks
 from gpupool.services.core import SystemClock
 from gpupool.services.deployments import Serving
+from gpupool.services.notebooks import NotebookRoutes
 from gpupool.services.platform import Background, Platform
 from gpupool.settings import Settings
 from gpupool.store.db import Database, prepare
@@ -68,7 +71,9 @@ def open_platform(
     watcher.refresh()
     found = watcher.inventory
     log.info("node %s: %d GPUs, %d CPUs", found.name, len(found.gpus), found.cpus)
-    serving = Serving(db)
+    routes = _routes()
+    serving = Serving(db, executor, routes)
+    notebooks = NotebookRoutes(db, executor, routes)
     return Platform(
         settings,
         db,
@@ -77,9 +82,11 @@ def open_platform(
         control,
         clock,
         watcher,
+        routes,
         serving,
+        notebooks,
         first,
-        watches=_watches(settings, db, executor, clock, control.face, serving),
+        watches=_watches(settings, db, executor, clock, control, serving, notebooks),
     )
 
 
@@ -101,7 +108,9 @@ def _open_pool(
         nodes.look()  # this machine's node, before the first request comes
     else:
         log.warning("%s", cluster.client.problem)
-    serving = Serving(db)
+    routes = _routes()
+    serving = Serving(db, cluster.executor, routes)
+    notebooks = NotebookRoutes(db, cluster.executor, routes)
     platform = Platform(
         settings,
         db,
@@ -110,13 +119,24 @@ def _open_pool(
         control,
         clock,
         None,
+        routes,
         serving,
+        notebooks,
         first,
         cluster=cluster,
-        watches=_watches(settings, db, cluster.executor, clock, control.face, serving),
+        watches=_watches(settings, db, cluster.executor, clock, control, serving, notebooks),
     )
     platform.on_node_removed = cluster.removed
     return platform
+
+
+def _routes() -> Routes:
+    """The proxy's one routing table, with each kind's rule from the capability that
+    publishes it (who may open a notebook, who may call a deployment)."""
+    return Routes(
+        admit={Kind.NOTEBOOK: notebooks.admit, Kind.DEPLOYMENT: deployments.admit},
+        lookup={Kind.DEPLOYMENT: deployments.published_under},
+    )
 
 
 def _watches(
@@ -124,15 +144,28 @@ def _watches(
     db: Database,
     executor: Executor,
     clock: Clock,
-    loop: LoopFace,
+    control: Control,
     serving: Serving,
+    notebook_routes: NotebookRoutes,
 ) -> tuple[Background, ...]:
     """The pipelines beside the control thread, each with only the ports it uses, in the
-    order they start (and stop the other way round)."""
+    order they start (and stop the other way round). The notebooks' routes are published
+    again whenever the control thread saw attempts start or end."""
+    loop = control.face
+    published = NotebookRoutesWatch(notebook_routes)
+    control.driver.on_changed.append(published.wake)
     return (
         Ingest(db, executor, clock),
-        Rollouts(db, settings, clock, serving, loop.wake, loop.recent_nodes),
-        NotebookIdle(db, clock, loop.wake, settings.notebook_idle_seconds),
+        Rollouts(db, executor, settings, clock, serving, loop.wake, loop.recent_nodes),
+        published,
+        NotebookIdle(
+            db,
+            executor,
+            clock,
+            loop.wake,
+            settings.notebook_idle_seconds,
+            stopped=notebook_routes.publish,
+        ),
         Storage(db, settings, clock, loop.stops_recorded, executor.node_files),
     )
 

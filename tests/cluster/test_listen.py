@@ -15,11 +15,15 @@ from collections.abc import Iterator
 import httpx
 import psutil
 import pytest
+from sqlalchemy import select
 
 from gpupool.cluster import relay
-from gpupool.services.jobs import Endpoint, endpoint_of
+from gpupool.domain.endpoints import Endpoint, RelayTarget
+from gpupool.executors.base import listening
+from gpupool.proxy import client_via
 from gpupool.settings import Settings
 from gpupool.store.db import Database
+from gpupool.store.models import AttemptModel
 from tests.support.cli import Cli, wait_for, wait_status
 from tests.support.pool import Pool
 from tests.support.proxying import echo_command
@@ -44,8 +48,13 @@ def on_n1(pool: Pool) -> Iterator[tuple[int, Endpoint]]:
         assert job["status"] == "running" and job["placement"]["node"] == "n1", job
         database = Database(Settings(data_dir=pool.server.data_dir).database)
         try:
-            with database.reader() as session:
-                found = endpoint_of(session, job_id)
+            with database.reader() as session:  # what the server's Ray executor recorded
+                state = session.scalar(
+                    select(AttemptModel.executor_state)
+                    .where(AttemptModel.job_id == job_id)
+                    .order_by(AttemptModel.number.desc())
+                )
+            found = listening(state["state"])
         finally:
             database.dispose()
         assert found is not None
@@ -57,7 +66,7 @@ def on_n1(pool: Pool) -> Iterator[tuple[int, Endpoint]]:
 
 def hello(endpoint: Endpoint) -> dict | None:
     try:
-        with endpoint.client(5) as client:
+        with client_via(endpoint.via, 5) as client:
             return client.get(f"{endpoint.url}/hello").json()
     except (httpx.HTTPError, OSError):
         return None
@@ -143,7 +152,7 @@ def test_the_relay_refuses_a_client_that_does_not_prove_the_attempts_key(
         assert told(header(target.key, named, 1) + b"\n") == b""
         assert told(header(target.key, job_id, named) + b"\n") == b""
     # the attempt's key opens that attempt only
-    moved = relay.RelayTarget(target.host, target.port, target.key, job_id + 1, 1)
+    moved = RelayTarget(target.host, target.port, target.key, job_id + 1, 1)
     with pytest.raises(relay.RelayError):
         relay.connect(moved, 10).close()
     assert hello(found) is not None  # the real client gets through all the same

@@ -87,7 +87,7 @@ def test_a_cookie_in_utf8_passes_byte_for_byte(proxied: Proxied) -> None:
 def test_a_workload_cannot_flood_a_browsers_cookie_jar(
     proxied: Proxied, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="gpupool.api.proxy"):
+    with caplog.at_level(logging.WARNING, logger="gpupool.proxy._forward"):
         got = set_cookies(proxied, many=200)
     assert len(got) == MAX_SET_COOKIES
     assert all(cookie.endswith(f"; Path=/w/{proxied.job_id}/") for cookie in got), got

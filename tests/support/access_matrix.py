@@ -26,8 +26,9 @@ from sqlalchemy import select
 import gpupool.services.cluster._nodes as nodes
 from gpupool.api.access import Rule, rule_of
 from gpupool.api.app import create_app
-from gpupool.api.deps import CSRF_HEADER, SAFE_METHODS, SESSION_COOKIE
+from gpupool.api.deps import SAFE_METHODS
 from gpupool.domain.inventory import NodeInventory
+from gpupool.domain.web import CSRF_HEADER, SESSION_COOKIE
 from gpupool.executors.fake import NeverStartsExecutor
 from gpupool.platform import open_platform
 from gpupool.services.platform import Platform

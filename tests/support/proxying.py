@@ -30,16 +30,18 @@ from fastapi.testclient import TestClient
 from starlette.concurrency import run_in_threadpool
 
 from gpupool.api.proxied import proxy_caller, refusal
-from gpupool.api.proxy import (
+from gpupool.domain.endpoints import Endpoint
+from gpupool.errors import GpupoolError, NotFound
+from gpupool.proxy import (
     PROXIED_METHODS,
     Proxy,
     ProxyAnswer,
     ProxyLimits,
+    client_via,
     proxy_of,
     refuse_websocket,
 )
-from gpupool.errors import GpupoolError, NotFound
-from gpupool.services.jobs import Endpoint, endpoint_of
+from gpupool.services.jobs import endpoint_of
 from gpupool.services.platform import Platform
 from tests.support import echo_server
 from tests.support.platform import make_settings, running_app, submit, wait_job
@@ -64,7 +66,7 @@ class Proxied:
 
     def endpoint(self, job_id: int | None = None) -> Endpoint | None:
         with self.platform.db.reader() as session:
-            return endpoint_of(session, job_id or self.job_id)
+            return endpoint_of(session, self.platform.executor, job_id or self.job_id)
 
     def start_echo(self) -> int:
         """Another echo job; its id once its server answers."""
@@ -78,7 +80,7 @@ class Proxied:
         if found is None:
             return False
         try:
-            with found.client(2) as client:  # through its runner's socket: the only way in
+            with client_via(found.via, 2) as client:  # through its runner's socket: the only way in
                 return client.get(f"{found.url}/ready").status_code == 200
         except (httpx.HTTPError, OSError):
             return False
@@ -182,7 +184,7 @@ def _marked(answer: Response) -> Response:
 async def _endpoint(platform: Platform, job_id: int) -> Endpoint:
     def find() -> Endpoint | None:
         with platform.db.reader() as session:
-            return endpoint_of(session, job_id)
+            return endpoint_of(session, platform.executor, job_id)
 
     found = await run_in_threadpool(find)
     if found is None:

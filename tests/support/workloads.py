@@ -7,7 +7,7 @@ from pathlib import Path
 import httpx
 import psutil
 
-from gpupool.services.jobs import Endpoint
+from gpupool.proxy import client_via
 
 # Attempt 1 prints five lines, then runs until SIGTERM, which it answers with a last line;
 # attempt 2 prints twelve lines (more bytes than attempt 1: an offset carried over from
@@ -36,7 +36,7 @@ def runner_client(data_dir: Path, job_id: int, timeout: float = 10.0) -> httpx.C
     only way to a workload on a network of its own (the platform's, and the root's here)."""
     attempts = data_dir / "jobs" / str(job_id) / "attempts"
     latest = max(attempts.iterdir(), key=lambda p: int(p.name))
-    return Endpoint("127.0.0.1", 8000, str(latest / "listen.sock")).client(timeout)
+    return client_via(str(latest / "listen.sock"), timeout)
 
 
 def node_listeners(pids: set[int], port: int) -> list[int]:

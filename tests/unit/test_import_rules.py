@@ -63,19 +63,20 @@ ALLOWED: dict[str, frozenset[str]] = {
     # cluster -> executors, and what they stand on; a joining node talks to the server
     # through the client, as any other program would
     "cluster": SERVER_SIDE | {"executors", "runner", "discovery", "client"},
+    # proxy -> the ways to a workload: the runner's socket, on a pool's nodes the cluster's
+    # relay; it never reads the database nor knows a capability (they publish into it)
+    "proxy": SERVER_SIDE | {"cluster", "runner"},
     # services -> {store, scheduler, executors, sim, discovery}; and the cluster capability
-    # builds the Ray executor (cluster), jobs read the runner's notes and reach its socket
+    # builds the Ray executor (cluster), jobs read the runner's notes; notebooks and
+    # deployments publish their routes into the proxy's table
     "services": SERVER_SIDE
-    | {"store", "scheduler", "executors", "sim", "discovery", "cluster", "runner"},
-    # proxy -> as services; it reaches workloads through the runner's socket, on a pool's
-    # nodes through the cluster's relay
-    "proxy": SERVER_SIDE
-    | {"store", "scheduler", "executors", "sim", "discovery", "cluster", "runner"},
+    | {"store", "scheduler", "executors", "sim", "discovery", "cluster", "runner", "proxy"},
     # loops -> services, and what the pipelines drive and record: the database (Core
     # statements on the hot path), the pure scheduler, the executor port; the Ray pool's
     # node and head watches drive the bridge and the head (cluster); this node's is
-    # discovered again (discovery)
-    "loops": SERVER_SIDE | {"services", "store", "scheduler", "executors", "cluster", "discovery"},
+    # discovered again (discovery); health checks reach workloads the proxy's way (proxy)
+    "loops": SERVER_SIDE
+    | {"services", "store", "scheduler", "executors", "cluster", "discovery", "proxy"},
     "api": SERVER_SIDE | {"services", "proxy"},
     # what users run
     "client": BASE,  # users' scripts import it alone
@@ -104,12 +105,7 @@ NEVER: dict[str, frozenset[str]] = {
 # Modules allowed a part that their own part may not import, each for a stated reason; an
 # entry that no longer matches an import fails too, so that it goes when the import goes.
 # (importing module, imported part) -> why
-EXCEPTIONS: dict[tuple[str, str], str] = {
-    ("gpupool.api.proxy", "cluster"): "the proxy moves to proxy/ (issue 24, item 3)",
-    ("gpupool.api.proxy", "runner"): "the proxy moves to proxy/ (issue 24, item 3)",
-    ("gpupool.api.upstream", "cluster"): "the proxy moves to proxy/ (issue 24, item 3)",
-    ("gpupool.api.upstream", "runner"): "the proxy moves to proxy/ (issue 24, item 3)",
-}
+EXCEPTIONS: dict[tuple[str, str], str] = {}
 
 
 # -- the rules on gpupool ---------------------------------------------------------------------

@@ -20,7 +20,7 @@ from gpupool.api import (
     ui,
 )
 from gpupool.api.limits import AllowedHosts, BodyLimit
-from gpupool.api.proxy import Proxy
+from gpupool.proxy import Proxy
 from gpupool.api.routers import (
     admin,
     cluster,
@@ -83,7 +83,7 @@ def create_app(platform: Platform, start_loop: bool = True) -> FastAPI:
     docs.mount(app, f"{API_PREFIX}/docs", app.openapi_url)
     # code uploads count their own bodies, against max_code_bytes (services/jobs/_code.py)
     # and notebooks' bodies (a saved notebook, an upload) are streamed by the proxy under its
-    # own limit (api/proxy.py ProxyLimits); /serve reads its bodies whole, so the limit holds
+    # own limit (proxy.ProxyLimits); /serve reads its bodies whole, so the limit holds
     own_limits = (f"{API_PREFIX}/code", "/notebooks")
     app.add_middleware(BodyLimit, max_bytes=platform.settings.max_body_bytes, own_limits=own_limits)
     # Added last, so it runs first: a request for an unknown host gets no further.

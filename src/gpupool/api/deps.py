@@ -9,12 +9,11 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import HTTPConnection
 
 from gpupool.api import peers
+from gpupool.domain.web import CSRF_HEADER, SESSION_COOKIE
 from gpupool.services import identity
 from gpupool.services.core import Principal
 from gpupool.services.platform import Platform
 
-SESSION_COOKIE = "gpupool_session"
-CSRF_HEADER = "x-csrf-token"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 # its name where users reach the server over https: a browser takes a __Host- cookie only
 # Secure, with Path=/ and no Domain, and from nothing but this origin (docs/security.md)

@@ -22,6 +22,7 @@ from gpupool.errors import (
     InvalidRequest,
     NoHealthyReplica,
     TooManyAttempts,
+    error_body,
 )
 
 log = logging.getLogger(__name__)
@@ -50,10 +51,6 @@ HTTP_CODES = {
     405: ("method_not_allowed", "this method is not allowed here: see /api/v1/docs"),
     413: ("payload_too_large", "the request body is too large"),
 }
-
-
-def error_body(code: str, message: str, details: Any = None) -> dict[str, Any]:
-    return {"error": {"code": code, "message": message, "details": details or {}}}
 
 
 def install(app: FastAPI) -> None:

@@ -6,8 +6,7 @@ import json
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gpupool.api.errors import error_body
-from gpupool.errors import HostNotAllowed
+from gpupool.errors import HostNotAllowed, error_body
 
 
 class BodyLimit:

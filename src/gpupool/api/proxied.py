@@ -27,8 +27,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import HTTPConnection
 
 from gpupool.api.deps import SAFE_METHODS, session_secret, token_caller
-from gpupool.api.errors import error_body
-from gpupool.errors import CsrfFailed, GpupoolError, TooManyAttempts
+from gpupool.errors import CsrfFailed, GpupoolError, TooManyAttempts, error_body
 from gpupool.services import identity
 from gpupool.services.core import Principal
 from gpupool.services.platform import Platform

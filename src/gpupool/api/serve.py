@@ -4,7 +4,7 @@ Who may call (``services.deployments``): the members of its team and admins, wit
 platform's session cookie or an API token (``Authorization: Bearer``), and the holders of one
 of its keys (``Authorization: Bearer gpd_...``). Anyone else gets 404 (a viewer of its team:
 403); without credentials, 401. No ready replica: 503 no_healthy_replica, with Retry-After.
-Neither the key, the token nor the cookie reaches the replica (``api.forwarding``); the
+Neither the key, the token nor the cookie reaches the replica (``proxy._forwarding``); the
 replica's own token (``X-Gpupool-Replica-Token``) is added after every client-sent
 ``X-Gpupool-*`` header was dropped, so that it can refuse any other caller of its node.
 
@@ -15,7 +15,7 @@ deployment is an API: its cookies would be stored on the platform's origin).
 The body is read whole before it is sent (a replica's request is small: the server's body
 limit holds), so that a replica that refuses the connection — it just died, or is being
 replaced — is skipped and the request sent to the next one. The proxy reaches replicas with
-a client of its own (``api.upstream``), and passes a small answer on whole: what /serve adds
+a client of its own (``proxy._upstream``), and passes a small answer on whole: what /serve adds
 to a request is measured by benchmarks/proxy_overhead.py.
 """
 
@@ -29,12 +29,18 @@ from fastapi.responses import JSONResponse, Response
 from starlette.requests import HTTPConnection
 
 from gpupool.api.access import Rule, declare
-from gpupool.api.errors import error_body
 from gpupool.api.proxied import bearer_secret, proxy_caller, refusal
-from gpupool.api.proxy import PROXIED_METHODS, ProxyAnswer, proxy_of, refuse_websocket
-from gpupool.errors import GpupoolError, NoHealthyReplica, NotFound, UpstreamRefused
+from gpupool.errors import GpupoolError, NoHealthyReplica, NotFound, UpstreamRefused, error_body
+from gpupool.proxy import (
+    PROXIED_METHODS,
+    Kind,
+    NoRoute,
+    ProxyAnswer,
+    Route,
+    proxy_of,
+    refuse_websocket,
+)
 from gpupool.services import deployments
-from gpupool.services.deployments import Route
 from gpupool.services.platform import Platform
 
 router = APIRouter(include_in_schema=False)
@@ -60,7 +66,7 @@ async def serve(name: str, path: str, request: Request) -> Response:
     response, replica_id = await _forward(ctx, request, route, upstream_path)
     failed = response.status_code >= 500
     seconds = time.perf_counter() - began
-    ctx.deployments.traffic.record(route.deployment_id, replica_id, seconds, failed)
+    ctx.deployments.traffic.record(route.id, replica_id, seconds, failed)
     return _confined(response)
 
 
@@ -74,24 +80,27 @@ async def serve_websocket(websocket: WebSocket, name: str, path: str) -> None:
     except GpupoolError as error:
         await refuse_websocket(websocket, error)
         return
-    picked = ctx.deployments.routes.pick(route, set())
+    picked = ctx.routes.pick(route, set())
     if picked is None:
         await refuse_websocket(websocket, NoHealthyReplica())
         return
-    target = "ws" + picked[1].url.removeprefix("http") + upstream_path
-    await proxy_of(websocket).websocket(
-        websocket, target, route.headers_for(picked[0]), via=picked[1].via
-    )
+    target = "ws" + picked.endpoint.url.removeprefix("http") + upstream_path
+    await proxy_of(websocket).websocket(websocket, target, picked.headers, via=picked.endpoint.via)
 
 
 async def _route(ctx: Platform, connection: HTTPConnection, name: str) -> Route:
     """The deployment's route, once its caller is let in (a key first: checking it as an
-    API token would count it against the caller's address as an unknown token)."""
+    API token would count it against the caller's address as an unknown token). One call
+    to the proxy's table: no database."""
     secret = bearer_secret(connection)
     if secret is not None and deployments.is_key(secret):
-        return deployments.route_for_key(ctx, name, secret)
-    who = await proxy_caller(connection)
-    return deployments.route_for(ctx, who, name)  # the routing table: no database
+        caller = deployments.key_holder(secret)
+    else:
+        caller = await proxy_caller(connection)
+    try:
+        return ctx.routes.route(Kind.DEPLOYMENT, name, caller)
+    except NoRoute:
+        raise deployments.unknown(name) from None
 
 
 async def _forward(
@@ -101,24 +110,23 @@ async def _forward(
     most once; the last refusal when none did."""
     tried: set[int] = set()
     answer: Response = _unavailable(NoHealthyReplica())
-    while (picked := ctx.deployments.routes.pick(route, tried)) is not None:
-        replica_id, endpoint = picked
-        tried.add(replica_id)
+    while (picked := ctx.routes.pick(route, tried)) is not None:
+        tried.add(picked.id)
         try:
             answer = await proxy_of(request).http(
                 request,
-                endpoint.url + path,
-                route.headers_for(replica_id),
+                picked.endpoint.url + path,
+                picked.headers,
                 raise_refused=True,
                 whole=True,
                 keep_cookies=False,
-                via=endpoint.via,
+                via=picked.endpoint.via,
             )
         except UpstreamRefused as error:  # nothing was sent: the next replica gets it
             answer = JSONResponse(error_body(error.code, error.message), status_code=error.status)
             continue
         if not _proxy_failure(answer) or request.method not in IDEMPOTENT:
-            return answer, replica_id
+            return answer, picked.id
     return answer, None
 
 

@@ -32,10 +32,11 @@ from typing import Any
 
 from gpupool.cluster.client import AgentUnavailable, CallFailed, ClusterClient, ClusterUnavailable
 from gpupool.domain.code import CodeLimits
+from gpupool.domain.endpoints import Endpoint
 from gpupool.domain.isolation import IsolationStatus
 from gpupool.errors import NoModelFiles, OutputsUnreachable
 from gpupool.executors import outputs
-from gpupool.executors.base import Capabilities, Executor, Handle, LaunchError
+from gpupool.executors.base import Capabilities, Executor, Handle, LaunchError, listening
 from gpupool.executors.gang import (
     GangLog,
     combined,
@@ -110,6 +111,14 @@ class RayExecutor(Executor):
         return (
             self.jobs_dir / str(handle.job_id) / "attempts" / str(handle.attempt) / layout.LOG_FILE
         )
+
+    def endpoint(self, handle: Handle) -> Endpoint | None:
+        """Where the attempt listens, through its node agent's relay (a gang: its first
+        task, on its node's network)."""
+        state = handle.state
+        if state.get("gang"):
+            state = state["gang"][0]
+        return listening(state)
 
     def isolation(self) -> IsolationStatus | None:
         return self.isolation_status

@@ -47,10 +47,10 @@ import os
 import socket
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpupool.domain.endpoints import RelayTarget, number
 from gpupool.runner import bridge
 from gpupool.runner.network import LISTEN_SOCKET
 
@@ -66,45 +66,10 @@ MAX_RELAYED = 4096  # connections relayed at once; more are closed
 CONNECT_SECONDS = 10.0
 ANSWER_OK = b"\x00"
 ANSWER_FAILED = b"\x01"
-MAX_NUMBER = 2**62
 
 
 class RelayError(OSError):
     """The agent's relay turned the connection away, or did not answer as it should."""
-
-
-@dataclass(frozen=True)
-class RelayTarget:
-    """What the server needs to reach one attempt through its node's agent: the agent's
-    listener (``host``, ``port``), the attempt's key and numbers."""
-
-    host: str
-    port: int
-    key: str = field(repr=False)  # never in a log line
-    job_id: int
-    attempt: int
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "host": self.host,
-            "port": self.port,
-            "key": self.key,
-            "job_id": self.job_id,
-            "attempt": self.attempt,
-        }
-
-    @classmethod
-    def from_json(cls, raw: object) -> RelayTarget | None:
-        """The target an executor recorded, or None when it is not one."""
-        if not isinstance(raw, dict):
-            return None
-        host, port, key = raw.get("host"), raw.get("port"), raw.get("key")
-        job_id, attempt = raw.get("job_id"), raw.get("attempt")
-        if not (isinstance(host, str) and host and isinstance(key, str) and key):
-            return None
-        if not all(_number(n) for n in (job_id, attempt)) or not _number(port) or port > 65535:
-            return None
-        return cls(host, port, key, job_id, attempt)  # type: ignore[arg-type]
 
 
 def attempt_key(secret: bytes, job_id: int, attempt: int) -> str:
@@ -209,10 +174,6 @@ def _line(sock: socket.socket) -> bytes:
             break
         data += chunk
     return bytes(data)
-
-
-def _number(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and 0 < value < MAX_NUMBER
 
 
 # -- the agent's side ---------------------------------------------------------------------------
@@ -323,7 +284,7 @@ def read_request(
     if not isinstance(sent, dict) or sent.get("version") != VERSION:
         return None
     job_id, attempt, given = sent.get("job"), sent.get("attempt"), sent.get("proof")
-    if not (_number(job_id) and _number(attempt) and isinstance(given, str)):
+    if not (number(job_id) and number(attempt) and isinstance(given, str)):
         return None
     expected = proof(attempt_key(secret, job_id, attempt), nonce, job_id, attempt)
     if not hmac.compare_digest(given.encode(), expected.encode()):
@@ -395,7 +356,7 @@ def _read_record(record: Path) -> dict[str, Any] | None:
         bytes.fromhex(kept["secret"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    if not isinstance(kept.get("host"), str) or not _number(kept.get("port")):
+    if not isinstance(kept.get("host"), str) or not number(kept.get("port")):
         return None
     return kept
 
@@ -462,7 +423,7 @@ def open_api_forward(
     if address is None:
         kept = _read_json(record)
         host, port = kept.get("host"), kept.get("port")
-        if not isinstance(host, str) or not _number(port):
+        if not isinstance(host, str) or not number(port):
             return None
         address = (host, port)
     forward = ApiForward(path, address)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from gpupool.domain.code import CodeLimits
+from gpupool.domain.endpoints import Endpoint, RelayTarget, port
 from gpupool.domain.isolation import IsolationStatus
 from gpupool.errors import NoModelFiles
 from gpupool.executors.gang import planned
@@ -117,6 +118,11 @@ class Executor(ABC):
         executor keeps no outputs."""
         raise NoModelFiles("this server keeps no outputs of its jobs")
 
+    def endpoint(self, handle: Handle) -> Endpoint | None:
+        """Where the attempt listens (a job with ``listen``), as the platform reaches it;
+        None when it does not listen. Read from the handle alone: no call to a node."""
+        return None
+
     def get_state(self, handle: Handle) -> dict[str, Any]:
         return {"job_id": handle.job_id, "attempt": handle.attempt, "state": handle.state}
 
@@ -153,3 +159,21 @@ def free_local_port(host: str = "127.0.0.1") -> int:
     with socket.socket(family) as sock:
         sock.bind((host, 0))
         return sock.getsockname()[1]
+
+
+def listening(state: dict[str, Any]) -> Endpoint | None:
+    """The endpoint an executor recorded in a handle's state when it started the attempt:
+    ``host`` and ``port``; ``socket``, the runner's socket, for a workload with a network of
+    its own; ``relay``, its node agent's relay to that socket (a pool's node). None without
+    a valid port or host, or with a relay that is not one (never the address instead: that
+    is the workload's own loopback)."""
+    found, host = port(state.get("port")), state.get("host")
+    if found is None or not isinstance(host, str) or not host:
+        return None
+    if "relay" in state:
+        relay = RelayTarget.from_json(state["relay"])
+        return None if relay is None else Endpoint(host, found, relay=relay)
+    socket = state.get("socket")
+    return Endpoint(
+        host, found, socket if isinstance(socket, str) and socket.startswith("/") else None
+    )

@@ -30,11 +30,12 @@ from typing import Any
 import psutil
 
 from gpupool.domain.code import CodeLimits
+from gpupool.domain.endpoints import Endpoint
 from gpupool.domain.isolation import IsolationStatus
 from gpupool.errors import GpupoolError
 from gpupool.executors import code as archives
 from gpupool.executors import outputs
-from gpupool.executors.base import Executor, Handle, LaunchError
+from gpupool.executors.base import Executor, Handle, LaunchError, listening
 from gpupool.executors.isolation import Isolation
 from gpupool.executors.listening import listen, listen_inside, recorded
 from gpupool.executors.outputs import Writable
@@ -151,6 +152,10 @@ class LocalExecutor(Executor):
 
     def log_path(self, handle: Handle) -> Path:
         return Path(handle.state["attempt_dir"]) / layout.LOG_FILE
+
+    def endpoint(self, handle: Handle) -> Endpoint | None:
+        """Where the attempt listens: what ``start`` chose (``executors.listening``)."""
+        return listening(handle.state)
 
     def isolation(self) -> IsolationStatus | None:
         return self._isolation.status() if self._isolation is not None else None

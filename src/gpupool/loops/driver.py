@@ -71,6 +71,8 @@ class Driver:
         self._thread: threading.Thread | None = None
         self._last_schedule = 0.0
         self._full_said_at = -math.inf
+        # told after a pass in which attempts started or ended (the notebooks' routes)
+        self.on_changed: list[Callable[[], None]] = []
 
     def start(self) -> None:
         self.readopt.run()
@@ -103,6 +105,9 @@ class Driver:
         that fails (a full disk) is simply done again by the next one."""
         self.launch.record_failures()
         changed = self.reconcile.run()
+        if changed:
+            for listener in self.on_changed:  # after the commit: they read what it recorded
+                listener()
         self.stops.run()
         self.checkpoints.run()
         overdue = self.monotonic() - self._last_schedule > self.schedule_interval

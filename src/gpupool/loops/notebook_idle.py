@@ -7,7 +7,7 @@ with no transaction open (silence concludes nothing: still starting, or gone); e
 answering notebook is judged by its kernels and GPU samples (``judge_idleness``). Apply: in
 one transaction, what was seen is recorded and the notebooks idle for
 ``notebook_idle_seconds`` stopped, each guarded by its job id (``record_idleness``); the
-control loop is woken when GPUs were given back.
+control loop is woken when GPUs were given back, and the notebooks' routes withdrawn.
 """
 
 from __future__ import annotations
@@ -18,10 +18,11 @@ from collections.abc import Callable
 import httpx
 
 from gpupool.domain.notebooks import Kernel
+from gpupool.executors.base import Executor
 from gpupool.loops.watch import Watch
+from gpupool.proxy import client_via
 from gpupool.scheduler.types import Clock
 from gpupool.services import notebooks
-from gpupool.services.jobs import client_via
 from gpupool.store.db import Database
 
 log = logging.getLogger(__name__)
@@ -36,13 +37,17 @@ class NotebookIdle(Watch):
     def __init__(
         self,
         db: Database,
+        executor: Executor,
         clock: Clock,
         wake: Callable[[], None],
         idle_seconds: float,
+        stopped: Callable[[], None] = lambda: None,
         client: httpx.Client | None = None,
     ) -> None:
-        """``wake``: tells the control loop to schedule now (GPUs were given back)."""
-        self.db, self.clock, self.wake_loop = db, clock, wake
+        """``wake``: tells the control loop to schedule now (GPUs were given back);
+        ``stopped``: tells the notebooks' routes that some were stopped (their routes go)."""
+        self.db, self.executor, self.clock, self.wake_loop = db, executor, clock, wake
+        self.stopped = stopped
         self.idle_seconds = idle_seconds
         self.client = client or httpx.Client(timeout=ASK_TIMEOUT, trust_env=False)
         interval = notebooks.idle_interval(idle_seconds)
@@ -57,7 +62,7 @@ class NotebookIdle(Watch):
         with self.db.session() as session:
             notebooks.settle(session, self.clock.now())
         with self.db.reader() as session:
-            looks = notebooks.looks(session)
+            looks = notebooks.looks(session, self.executor)
         kernels = {look.notebook_id: self.kernels(look) for look in looks}
         answered = [look for look in looks if kernels[look.notebook_id] is not None]
         with self.db.reader() as session:
@@ -67,6 +72,7 @@ class NotebookIdle(Watch):
         with self.db.session() as session:
             stopped = notebooks.record_idleness(session, seen, self.clock.now(), self.idle_seconds)
         if stopped:
+            self.stopped()
             self.wake_loop()
         return stopped
 

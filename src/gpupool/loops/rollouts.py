@@ -6,7 +6,7 @@ whose job runs and where they answer (``services.deployments.probes``). Slow wor
 health checks (``GET <health path>``, 16 at a time), with no transaction open. Apply: in one
 transaction, replicas and deployments moved on (``roll``: the rollout rules are the
 deployments' service's); the control loop woken when replica jobs were submitted or
-cancelled; then the routing table published (``Serving.publish``).
+cancelled; then the deployments' routes published into the proxy's table (``Serving.publish``).
 """
 
 from __future__ import annotations
@@ -17,10 +17,11 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 
 from gpupool.domain.deployments import REPLICA_TOKEN_HEADER
+from gpupool.executors.base import Executor
 from gpupool.loops.watch import Watch
+from gpupool.proxy import client_via
 from gpupool.scheduler.types import Clock, NodeCapacity
 from gpupool.services.deployments import Probe, Serving, probes, roll
-from gpupool.services.jobs import client_via
 from gpupool.settings import Settings
 from gpupool.store.db import Database
 
@@ -29,12 +30,14 @@ PROBE_TIMEOUT_S = 2.0
 
 
 class Rollouts(Watch):
-    """Started and stopped with the platform; publishes into ``serving`` (the routing table
-    the /serve route reads) after each pass, and is woken by it when a deployment changed."""
+    """Started and stopped with the platform; publishes through ``serving`` (into the
+    proxy's table, which the /serve route reads) after each pass, and is woken by it when
+    a deployment changed."""
 
     def __init__(
         self,
         db: Database,
+        executor: Executor,
         settings: Settings,
         clock: Clock,
         serving: Serving,
@@ -43,7 +46,8 @@ class Rollouts(Watch):
     ) -> None:
         """``wake`` tells the control loop to schedule now (replicas were submitted or
         cancelled); ``recent_nodes`` is its view of the nodes' capacities."""
-        self.db, self.settings, self.clock, self.serving = db, settings, clock, serving
+        self.db, self.executor, self.settings = db, executor, settings
+        self.clock, self.serving = clock, serving
         self.wake_loop, self.recent_nodes = wake, recent_nodes
         self._http: httpx.Client | None = None
         self._pool: ThreadPoolExecutor | None = None
@@ -69,7 +73,7 @@ class Rollouts(Watch):
 
     def run_once(self) -> None:
         with self.db.reader() as session:
-            checks = probes(session)
+            checks = probes(session, self.executor)
         health = self._check(checks)
         now = self.clock.now()
         with self.db.session() as session:

@@ -23,8 +23,17 @@ class Watch:
     that fails is logged and the watch goes on. ``look_first``: the first look at start.
     Subclasses give ``tick``; ``rest`` may make the rest depend on how long the look took."""
 
-    def __init__(self, name: str, what: str, interval: float, look_first: bool = False) -> None:
+    def __init__(
+        self,
+        name: str,
+        what: str,
+        interval: float,
+        look_first: bool = False,
+        min_rest: float = 0.0,
+    ) -> None:
+        """``min_rest``: the least time between two looks, however often it is woken."""
         self.name, self.what, self.interval, self.look_first = name, what, interval, look_first
+        self.min_rest = min_rest
         self._stopping = threading.Event()
         self._woken = threading.Event()
         self._thread: threading.Thread | None = None
@@ -63,5 +72,7 @@ class Watch:
             self._pause(self.rest(time.monotonic() - began))
 
     def _pause(self, seconds: float) -> None:
-        self._woken.wait(seconds)
+        if self.min_rest > 0 and self._stopping.wait(min(self.min_rest, seconds)):
+            return
+        self._woken.wait(max(0.0, seconds - self.min_rest))
         self._woken.clear()

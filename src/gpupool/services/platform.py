@@ -5,8 +5,10 @@ executor, the control pipelines (``loop``: their face, ``services.core.LoopSide`
 ``control``: their thread), this node's discovery (``watcher``) or the Ray pool, and the
 pipelines that run beside the control thread (``watches``: metric ingest, rollouts,
 notebooks' idleness, storage; built in ``gpupool.loops`` with only the ports each uses).
-Services see none of them but through the ports here: the deployments' routing table
-(``deployments``) is the services' own, published into by the rollouts pipeline.
+Services see none of them but through the ports here. The proxy's routing table
+(``routes``) is published into by the deployments (``deployments``: from the rollouts
+pipeline) and the notebooks (``notebooks``: from the notebooks' routes pipeline, and at
+once when one is stopped); the /serve and /notebooks routers read it.
 """
 
 from __future__ import annotations
@@ -17,12 +19,14 @@ from typing import TYPE_CHECKING, Protocol
 from gpupool.domain.inventory import NodeInventory
 from gpupool.domain.isolation import IsolationStatus
 from gpupool.executors.base import Executor
+from gpupool.proxy import Routes
 from gpupool.scheduler.types import Clock
 from gpupool.services import cluster as cluster_service
 from gpupool.services import identity
 from gpupool.services.core import LoopSide, NodeRemoved
 from gpupool.services.deployments import Serving
 from gpupool.services.identity import SignInThrottle
+from gpupool.services.notebooks import NotebookRoutes
 from gpupool.settings import Settings
 from gpupool.store.db import Database
 
@@ -60,7 +64,9 @@ class Platform:
     control: Background  # their thread (gpupool.loops.Control)
     clock: Clock
     watcher: OwnNode | None  # this node's discovery (None on a Ray pool)
-    deployments: Serving  # the /serve routing table and traffic counts
+    routes: Routes  # the proxy's one routing table
+    deployments: Serving  # the deployments' routes and traffic counts
+    notebooks: NotebookRoutes  # the notebooks' routes
     first_start: identity.Bootstrap | None = None
     cluster: Cluster | None = None  # the Ray pool, when the server runs one (--ray)
     # metric ingest, rollouts, notebooks' idleness, storage: each in a thread of its own

@@ -16,6 +16,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
 from gpupool.domain.jobs import JobKind, JobSpec, JobStatus
+from gpupool.proxy import client_via
 from gpupool.services import identity, jobs
 from gpupool.services.jobs import endpoints_of
 from gpupool.store.models import AttemptModel
@@ -42,7 +43,7 @@ def web(proxied: Proxied) -> Iterator[httpx.Client]:
 def test_a_listening_job_is_told_its_port_and_endpoint_of_finds_it(proxied: Proxied) -> None:
     found = proxied.endpoint()
     assert found is not None and found.host == "127.0.0.1" and found.socket is not None
-    with found.client(5) as client:  # the workload itself, through its runner's socket
+    with client_via(found.via, 5) as client:  # the workload itself, through its runner's socket
         said = client.get(f"{found.url}/hello").json()
     assert said["port"] == str(found.port) and said["listen_host"] == "127.0.0.1"
     with proxied.platform.db.reader() as session:
@@ -51,7 +52,9 @@ def test_a_listening_job_is_told_its_port_and_endpoint_of_finds_it(proxied: Prox
         # else of the machine may hold that port, so asking there proves nothing)
         assert _node_listeners_of(state["state"]["attempt_dir"], found.port) == []
         assert state["state"]["port"] == found.port  # kept for a restarted server
-        assert endpoints_of(session, [proxied.job_id, 999]) == {proxied.job_id: found}
+        assert endpoints_of(session, proxied.platform.executor, [proxied.job_id, 999]) == {
+            proxied.job_id: found
+        }
     job = proxied.client.get(f"/api/v1/jobs/{proxied.job_id}").json()
     assert job["spec"]["listen"] is True and job["kind"] == "job"
 

@@ -5,12 +5,13 @@ Who may call: a notebook's team sees it (TEAM_READ), its team's members and the 
 admins stop it (TEAM_WRITE), and its owner alone resumes and opens it (OWNER): anyone else
 gets 404 there, admins included (opening a notebook runs code as its owner). The proxy adds
 the notebook's token for JupyterLab; neither the token, the platform's cookie nor the
-caller's API token reach the browser or JupyterLab (``api.proxy``).
+caller's API token reach the browser or JupyterLab (``gpupool.proxy``).
 """
 
 from __future__ import annotations
 
 import gzip
+from collections.abc import Mapping
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, WebSocket, status
@@ -20,12 +21,18 @@ from starlette.requests import HTTPConnection
 
 from gpupool.api.access import Rule, allow, declare
 from gpupool.api.deps import Id, PlatformDep
-from gpupool.api.errors import error_body
 from gpupool.api.proxied import proxy_caller, refusal
-from gpupool.api.proxy import PROXIED_METHODS, proxy_of, refuse_websocket
 from gpupool.api.ui import ENV, PAGE_HEADERS
 from gpupool.domain.notebooks import IdleGpuView, NotebookRequest, NotebookView, base_path
-from gpupool.errors import GpupoolError, NotebookNotRunning, UpstreamUnavailable
+from gpupool.errors import GpupoolError, NotebookNotRunning, UpstreamUnavailable, error_body
+from gpupool.proxy import (
+    PROXIED_METHODS,
+    Kind,
+    NoRoute,
+    Route,
+    proxy_of,
+    refuse_websocket,
+)
 from gpupool.services import notebooks
 from gpupool.services.core import Principal
 from gpupool.services.platform import Platform
@@ -96,14 +103,15 @@ def resume(
 async def proxy(notebook_id: Id, path: str, request: Request, ctx: PlatformDep) -> Response:
     """Forward the owner's request to the notebook's JupyterLab, with its token."""
     try:
-        upstream = await _upstream(ctx, request, notebook_id)
+        route = await _route(ctx, request, notebook_id)
     except NotebookNotRunning as error:
         return _not_running(request, notebook_id, error)
     except GpupoolError as error:
         return refusal(request, error)
-    target = upstream.url + _upstream_path(request)
+    upstream = route.upstreams[0]
+    target = upstream.endpoint.url + _upstream_path(request)
     answer = await proxy_of(request).http(
-        request, target, _sent(request, upstream), via=upstream.via
+        request, target, _sent(request, upstream.headers), via=upstream.endpoint.via
     )
     if answer.status_code == 502 and not isinstance(answer, StreamingResponse):
         # not answering yet: JupyterLab takes a few seconds to start listening
@@ -111,7 +119,7 @@ async def proxy(notebook_id: Id, path: str, request: Request, ctx: PlatformDep) 
             f"notebook {notebook_id} is starting: JupyterLab does not answer yet", state="starting"
         )
         return _not_running(request, notebook_id, starting)
-    return await _without_token(_without_login_cookie(answer), upstream.token)
+    return await _without_token(_without_login_cookie(answer), route.secret)
 
 
 @proxy_router.websocket(PREFIX + "/{notebook_id}/{path:path}")
@@ -119,28 +127,34 @@ async def proxy_websocket(websocket: WebSocket, notebook_id: Id, path: str) -> N
     """A WebSocket (a kernel's channels, a terminal) to the owner's notebook."""
     ctx: Platform = websocket.app.state.platform
     try:
-        upstream = await _upstream(ctx, websocket, notebook_id)
+        route = await _route(ctx, websocket, notebook_id)
     except GpupoolError as error:
         await refuse_websocket(websocket, error)
         return
-    target = "ws" + upstream.url.removeprefix("http") + _upstream_path(websocket)
-    await proxy_of(websocket).websocket(websocket, target, upstream.headers(), via=upstream.via)
+    upstream = route.upstreams[0]
+    target = "ws" + upstream.endpoint.url.removeprefix("http") + _upstream_path(websocket)
+    await proxy_of(websocket).websocket(
+        websocket, target, upstream.headers, via=upstream.endpoint.via
+    )
 
 
-async def _upstream(
-    ctx: Platform, connection: HTTPConnection, notebook_id: int
-) -> notebooks.Upstream:
+async def _route(ctx: Platform, connection: HTTPConnection, notebook_id: int) -> Route:
+    """The notebook's route for its caller: one call to the proxy's table; only where it
+    has none do the notebook's records say why (not its caller's, stopped, starting)."""
     who = await proxy_caller(connection)
-    return await run_in_threadpool(notebooks.upstream, ctx, who, notebook_id)
+    try:
+        return ctx.routes.route(Kind.NOTEBOOK, str(notebook_id), who)
+    except NoRoute:
+        return await run_in_threadpool(notebooks.not_served, ctx, who, notebook_id)
 
 
-def _sent(request: Request, upstream: notebooks.Upstream) -> dict[str, str]:
+def _sent(request: Request, headers: Mapping[str, str]) -> dict[str, str]:
     """The headers added for JupyterLab: its token; for a page, no compression (so that
     ``_without_token`` can read it)."""
-    headers = upstream.headers()
+    sent = dict(headers)
     if request.method == "GET" and "/static/" not in request.url.path:
-        headers["Accept-Encoding"] = "identity"
-    return headers
+        sent["Accept-Encoding"] = "identity"
+    return sent
 
 
 async def _without_token(answer: Response, token: str) -> Response:

@@ -3,8 +3,9 @@
 A deployment answers the members of its team (and admins), signed in with the platform's
 session cookie or an API token, and the holders of a key made for that deployment
 (``gpupool deploy key create NAME``; shown once, stored as its hash). Anyone else is told
-it does not exist (404) — a viewer of its team, who sees it, is told no (403). The routing
-table the deployments' loop publishes answers these questions without a database read.
+it does not exist (404) — a viewer of its team, who sees it, is told no (403). The proxy's
+routing table answers these questions without a database read, by this capability's rule
+(``admit``), on the routes the rollouts pipeline publishes.
 
 A name is unique in a team, not in the pool. ``NAME`` alone means the one deployment of
 that name the caller sees (or, of several, the one they may call); where several of their
@@ -24,10 +25,10 @@ from gpupool.domain.deployments import (
     split_address,
 )
 from gpupool.errors import AmbiguousDeployment, Forbidden, NoHealthyReplica, NotFound
+from gpupool.proxy import KeyHolder, Route, Who
 from gpupool.services.core import Principal, Reads
 from gpupool.services.deployments._deployments import get_deployment
 from gpupool.services.deployments._ports import DeploymentContext
-from gpupool.services.deployments._routing import Route
 from gpupool.services.identity import new_secret, secret_hash
 from gpupool.store.models import DeploymentKeyModel, DeploymentModel, UserModel
 
@@ -39,23 +40,32 @@ def is_key(secret: str) -> bool:
     return secret.startswith(f"{KEY_PREFIX}_")
 
 
-def route_for_key(ctx: DeploymentContext, address: str, secret: str) -> Route:
-    """The route at ``address`` (NAME or NAME@TEAM) for the holder of key ``secret``;
-    NotFound unless it is a live key of that deployment (another deployment's key, a
-    revoked one, a made-up one). A key is of one deployment: it settles which."""
-    hashed = secret_hash(secret)
-    for route in _named(ctx, address):
-        if hashed in route.key_hashes:
-            return _serving(route)
-    raise NotFound(_unknown(address))
+def key_holder(secret: str) -> KeyHolder:
+    """The caller who shows key ``secret`` (known by its hash alone)."""
+    return KeyHolder(secret_hash(secret))
 
 
-def route_for(ctx: DeploymentContext, who: Principal, address: str) -> Route:
-    """The route at ``address`` (NAME or NAME@TEAM) for a signed-in caller: its team's
-    members and admins; a viewer of the team is refused (403); others are told it does not
-    exist (404); several of the caller's teams with NAME: 409 ambiguous_deployment."""
-    route = _pick(who, address, [r for r in _named(ctx, address) if who.can_see_team(r.team_id)])
-    if not who.can_act_on_team(route.team_id):
+def published_under(address: str) -> str:
+    """The key a deployment's route is published under: its name (``NAME@TEAM`` → NAME)."""
+    return split_address(address)[0]
+
+
+def admit(routes: tuple[Route, ...], address: str, caller: Who | KeyHolder) -> Route:
+    """The proxy table's rule for deployments: of the live ones called as ``address`` says
+    (NAME or NAME@TEAM), the one ``caller`` may call. A key holder: the deployment that key
+    is of (NotFound for another's key, a revoked one, a made-up one: a key settles which).
+    A signed-in caller: its team's members and admins; a viewer of the team is refused
+    (403); others are told it does not exist (404); several of the caller's teams with
+    NAME: 409 ambiguous_deployment. NoHealthyReplica when the one meant has none ready."""
+    _, team = split_address(address)
+    named = [route for route in routes if team is None or route.team == team]
+    if isinstance(caller, KeyHolder):
+        for route in named:
+            if caller.key_hash in route.key_hashes:
+                return _serving(route)
+        raise unknown(address)
+    route = _pick(caller, address, [r for r in named if caller.can_see_team(r.team_id)])
+    if not caller.can_act_on_team(route.team_id):
         raise Forbidden(
             f"viewers of a team see its deployments but do not call them: ask for a key "
             f"(gpupool deploy key create {route.name} --team {route.team}) or for the member "
@@ -64,14 +74,7 @@ def route_for(ctx: DeploymentContext, who: Principal, address: str) -> Route:
     return _serving(route)
 
 
-def _named(ctx: DeploymentContext, address: str) -> list[Route]:
-    """The live deployments at ``address``: those of its name, of its team if it names one."""
-    name, team = split_address(address)
-    found = ctx.deployments.routes.named(name)
-    return [route for route in found if team is None or route.team == team]
-
-
-def _pick(who: Principal, address: str, seen: list[Route]) -> Route:
+def _pick(who: Who, address: str, seen: list[Route]) -> Route:
     """Of the deployments of a name that ``who`` sees, the one meant: the only one, else the
     only one ``who`` may call; none: 404; several: 409 naming each one's team address."""
     if len(seen) == 1:
@@ -80,7 +83,7 @@ def _pick(who: Principal, address: str, seen: list[Route]) -> Route:
     if len(callable_) == 1:
         return callable_[0]
     if not seen:
-        raise NotFound(_unknown(address))
+        raise unknown(address)
     addresses = [serve_url(route.name, route.team) for route in seen]
     raise AmbiguousDeployment(
         f"several of your teams have a deployment {seen[0].name}: call the one you mean at "
@@ -90,7 +93,7 @@ def _pick(who: Principal, address: str, seen: list[Route]) -> Route:
 
 
 def _serving(route: Route) -> Route:
-    if not route.replicas:
+    if not route.upstreams:
         raise NoHealthyReplica(
             f"deployment {route.name} has no healthy replica right now (starting, restarting "
             f"or failing its health checks): try again shortly; 'gpupool deploy show "
@@ -159,7 +162,7 @@ def _own(session, who: Principal, name: str, team: str | None) -> DeploymentMode
     deployment = get_deployment(session, who, name, team)
     who.require_member()
     if not who.can_act_on_team(deployment.team_id):
-        raise NotFound(_unknown(name))
+        raise unknown(name)
     return deployment
 
 
@@ -175,5 +178,6 @@ def _view(key: DeploymentKeyModel, deployment: str, creator: str) -> KeyView:
     )
 
 
-def _unknown(name: str) -> str:
-    return f"no deployment {name} that you may call: list yours with 'gpupool deploy ls'"
+def unknown(name: str) -> NotFound:
+    """What a caller is told of a deployment they may not call, or that is not there."""
+    return NotFound(f"no deployment {name} that you may call: list yours with 'gpupool deploy ls'")

@@ -1,5 +1,5 @@
 """What the deployments' services need of the running server beyond ``core.Submits``: the
-/serve routing table and the traffic counts (``_rollouts.Serving``).
+proxy's routing table and the traffic counts (``_rollouts.Serving``).
 
 It lives with the deployments (not in ``services.core``) because its types are theirs:
 the shared context stays free of any capability's types, so every capability may import it.
@@ -9,16 +9,17 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from gpupool.proxy import Routes
 from gpupool.services.core import Submits
-from gpupool.services.deployments._routing import RoutingTable, Traffic
+from gpupool.services.deployments._routing import Traffic
 
 
 class DeploymentSide(Protocol):
     """The deployments as the /serve route and services see them (``_rollouts.Serving``)."""
 
     @property
-    def routes(self) -> RoutingTable:
-        """Live deployments and their ready replicas, as the /serve route reaches them."""
+    def routes(self) -> Routes:
+        """The proxy's table, where live deployments and their ready replicas are published."""
         ...
 
     @property

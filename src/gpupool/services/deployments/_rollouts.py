@@ -35,12 +35,15 @@ from gpupool.domain.deployments import (
     DeploymentReason,
     ReplicaState,
 )
+from gpupool.domain.endpoints import Endpoint, Via
 from gpupool.domain.jobs import JobStatus
 from gpupool.errors import GpupoolError
+from gpupool.executors.base import Executor
+from gpupool.proxy import Kind, Routes
 from gpupool.scheduler.types import NodeCapacity
 from gpupool.services.deployments._replicas import stop_replica_job, submit_replica
-from gpupool.services.deployments._routing import RoutingTable, Traffic, load_routes
-from gpupool.services.jobs import Endpoint, JobLimits, Via, endpoints_of
+from gpupool.services.deployments._routing import Traffic, load_routes
+from gpupool.services.jobs import JobLimits, endpoints_of
 from gpupool.settings import Settings
 from gpupool.store.db import Database
 from gpupool.store.models import (
@@ -62,35 +65,42 @@ class Probe:
     job_id: int
     url: str
     token: str | None
-    via: Via = None  # the way to a replica with a network of its own (services.jobs.endpoints_of)
+    via: Via = None  # the way to a replica with a network of its own (Executor.endpoint)
 
 
 class Serving:
     """The deployments as the /serve route and the deployments' services see them
-    (``_ports.DeploymentSide``): the routing table (``routes``) and the traffic counts
-    (``traffic``), kept in memory by the server. ``reconcile`` is the rollouts pipeline's
-    wake, set once it is built: a change a user made is reconciled at once."""
+    (``_ports.DeploymentSide``): their routes, published into the proxy's table
+    (``routes``), and the traffic counts (``traffic``), kept in memory by the server.
+    ``reconcile`` is the rollouts pipeline's wake, set once it is built: a change a user
+    made is reconciled at once."""
 
-    def __init__(self, db: Database, reconcile: Callable[[], None] = lambda: None) -> None:
-        self.db, self.reconcile = db, reconcile
-        self.routes = RoutingTable()
+    def __init__(
+        self,
+        db: Database,
+        executor: Executor,
+        routes: Routes,
+        reconcile: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.db, self.executor, self.reconcile = db, executor, reconcile
+        self.routes = routes
         self.traffic = Traffic()
 
     def changed(self, name: str) -> None:
         """Publish the routes of the deployments called ``name`` now (a revoked key stops
         working before the call that revoked it returns), then reconcile at once."""
         with self.db.reader() as session:
-            found = load_routes(session, name)
-        self.routes.publish_named(name, found)
+            found = load_routes(session, self.executor, name)
+        self.routes.publish_key(Kind.DEPLOYMENT, name, found)
         self.reconcile()
 
     def publish(self) -> None:
         """Publish every deployment's routes (after a pass of the rollouts pipeline)."""
         with self.db.reader() as session:
-            self.routes.publish(load_routes(session))
+            self.routes.publish(Kind.DEPLOYMENT, load_routes(session, self.executor))
 
 
-def probes(session: Session) -> list[Probe]:
+def probes(session: Session, executor: Executor) -> list[Probe]:
     """Step (1): what to check, each replica whose job runs and has an endpoint."""
     rows = session.execute(
         select(
@@ -105,7 +115,7 @@ def probes(session: Session) -> list[Probe]:
             DeploymentReplicaModel.job_id.is_not(None),
         )
     ).all()
-    endpoints = endpoints_of(session, [row.job_id for row in rows])
+    endpoints = endpoints_of(session, executor, [row.job_id for row in rows])
     return [
         Probe(
             replica_id,

@@ -1,28 +1,27 @@
-"""What the proxy needs to serve a deployment without a database read per request.
+"""What the proxy needs to serve a deployment without a database read per request, and
+what /serve counted.
 
-``RoutingTable``: each live deployment's name, team, the keys that may call it (their
-hashes) and its ready replicas' endpoints, by id and by name (a name is unique in a team,
-not in the pool: two teams may each serve one of a name), published by the rollouts pipeline
-after each of its passes (and at once after a change a user made: a new key, a revoked one,
-a stop).
-``Traffic``: requests and latency per deployment and per replica, counted by the /serve
-route. Both are kept in memory by ``_rollouts.Serving``: a restarted server starts its counts
-from zero, and its table is published again by the first pass.
+``load_routes``: each live deployment's route (``proxy.Route`` of kind deployment): its
+name, team, the keys that may call it (their hashes) and its ready replicas, each with its
+endpoint and its token; ``_rollouts.Serving`` publishes them into the proxy's table after
+each pass of the rollouts pipeline (and at once after a change a user made: a new key, a
+revoked one, a stop). ``Traffic``: requests and latency per deployment and per replica,
+counted by the /serve route, in memory: a restarted server starts its counts from zero.
 """
 
 from __future__ import annotations
 
-import itertools
 import threading
 from collections import deque
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gpupool.domain.deployments import REPLICA_TOKEN_HEADER, ReplicaState, TrafficView
-from gpupool.services.jobs import Endpoint, endpoints_of
+from gpupool.executors.base import Executor
+from gpupool.proxy import Kind, Route, Upstream
+from gpupool.services.jobs import endpoints_of
 from gpupool.store.models import (
     DeploymentKeyModel,
     DeploymentModel,
@@ -33,68 +32,9 @@ from gpupool.store.models import (
 LATENCY_SAMPLES = 2048  # the latest requests' latencies kept per deployment and replica
 
 
-@dataclass(frozen=True)
-class Route:
-    """A live deployment as the proxy sees it: ``replicas`` are its READY ones, ``tokens``
-    the secret each was started with (by replica id: sent to it with each request)."""
-
-    deployment_id: int
-    name: str
-    team_id: int
-    replicas: tuple[tuple[int, Endpoint], ...] = ()
-    key_hashes: frozenset[str] = frozenset()
-    tokens: Mapping[int, str] = field(default_factory=dict)
-    team: str = ""
-
-    def headers_for(self, replica_id: int) -> dict[str, str]:
-        """What the proxy adds to a request to this replica (its token)."""
-        token = self.tokens.get(replica_id)
-        return {REPLICA_TOKEN_HEADER: token} if token else {}
-
-
-class RoutingTable:
-    """Deployments by id, replaced whole by each publication, looked up by name (the
-    deployments of that name, one per team at most); round-robin picks."""
-
-    def __init__(self) -> None:
-        self._routes: dict[int, Route] = {}
-        self._named: dict[str, tuple[Route, ...]] = {}
-        self._turns = itertools.count()  # next() is atomic in CPython: no lock needed
-        self._lock = threading.Lock()
-
-    def publish(self, routes: dict[int, Route]) -> None:
-        with self._lock:
-            self._set(dict(routes))
-
-    def publish_named(self, name: str, routes: dict[int, Route]) -> None:
-        """Replace the routes of the deployments called ``name`` (one was made, stopped, or
-        its keys changed), leaving the others as they are."""
-        with self._lock:
-            kept = {i: r for i, r in self._routes.items() if r.name != name}
-            self._set(kept | {i: r for i, r in routes.items() if r.name == name})
-
-    def named(self, name: str) -> tuple[Route, ...]:
-        """The live deployments called ``name``, of whichever team (by id)."""
-        return self._named.get(name, ())
-
-    def _set(self, routes: dict[int, Route]) -> None:
-        named: dict[str, list[Route]] = {}
-        for deployment_id in sorted(routes):
-            named.setdefault(routes[deployment_id].name, []).append(routes[deployment_id])
-        # replaced together, each whole: a reader sees the old pair or the new one's parts
-        self._routes, self._named = routes, {n: tuple(r) for n, r in named.items()}
-
-    def pick(self, route: Route, tried: set[int]) -> tuple[int, Endpoint] | None:
-        """The next ready replica in turn that was not tried yet for this request."""
-        left = [replica for replica in route.replicas if replica[0] not in tried]
-        if not left:
-            return None
-        return left[next(self._turns) % len(left)]
-
-
-def load_routes(session: Session, name: str | None = None) -> dict[int, Route]:
-    """The route of every live deployment (of those called ``name`` only, when given), by
-    id, read now."""
+def load_routes(session: Session, executor: Executor, name: str | None = None) -> list[Route]:
+    """The route of every live deployment (of those called ``name`` only, when given), read
+    now."""
     query = (
         select(DeploymentModel.id, DeploymentModel.name, DeploymentModel.team_id, TeamModel.name)
         .join(TeamModel, TeamModel.id == DeploymentModel.team_id)
@@ -104,27 +44,24 @@ def load_routes(session: Session, name: str | None = None) -> dict[int, Route]:
         query = query.where(DeploymentModel.name == name)
     deployments = session.execute(query).all()
     ids = [row[0] for row in deployments]
-    ready, tokens = _ready(session, ids)
+    ready = _ready(session, executor, ids)
     keys = _keys(session, ids)
-    return {
-        did: Route(
-            did,
+    return [
+        Route(
+            Kind.DEPLOYMENT,
             name,
+            did,
             team_id,
-            tuple(ready.get(did, ())),
-            keys.get(did, frozenset()),
-            {rid: tokens[rid] for rid, _ in ready.get(did, ()) if rid in tokens},
             team,
+            key_hashes=keys.get(did, frozenset()),
+            upstreams=tuple(ready.get(did, ())),
         )
         for did, name, team_id, team in deployments
-    }
+    ]
 
 
-def _ready(
-    session: Session, ids: list[int]
-) -> tuple[dict[int, list[tuple[int, Endpoint]]], dict[int, str]]:
-    """The ready replicas of each deployment that have an endpoint, by replica id, and
-    each one's token."""
+def _ready(session: Session, executor: Executor, ids: list[int]) -> dict[int, list[Upstream]]:
+    """The ready replicas of each deployment that have an endpoint, with their tokens."""
     rows = session.execute(
         select(
             DeploymentReplicaModel.deployment_id,
@@ -138,15 +75,17 @@ def _ready(
         )
         .order_by(DeploymentReplicaModel.id)
     ).all()
-    endpoints = endpoints_of(session, [row.job_id for row in rows if row.job_id is not None])
-    found: dict[int, list[tuple[int, Endpoint]]] = {}
-    tokens: dict[int, str] = {}
+    jobs = [row.job_id for row in rows if row.job_id is not None]
+    endpoints = endpoints_of(session, executor, jobs)
+    found: dict[int, list[Upstream]] = {}
     for deployment_id, replica_id, job_id, token in rows:
         if job_id in endpoints:
-            found.setdefault(deployment_id, []).append((replica_id, endpoints[job_id]))
-            if token:
-                tokens[replica_id] = token
-    return found, tokens
+            # a replica started before replicas had tokens gets none
+            headers = {REPLICA_TOKEN_HEADER: token} if token else {}
+            found.setdefault(deployment_id, []).append(
+                Upstream(replica_id, endpoints[job_id], headers)
+            )
+    return found
 
 
 def _keys(session: Session, ids: list[int]) -> dict[int, frozenset[str]]:

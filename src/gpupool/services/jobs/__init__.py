@@ -5,7 +5,7 @@ stops (``_stops``) and what its attempts' ends do to it (``_transitions``), chec
 watched (``_checkpoints``), logs (``_logs``), code snapshots and uploads (``_code``,
 ``_incoming``), the model files a job may be shown (``_model_files``), where a listening job
 is reached (``_endpoints``) and the job read models (``_views``). It imports
-``services.core``, ``services.cluster`` and ``services.identity``; scheduling, metrics,
+``services.core`` and ``services.identity``; scheduling, metrics,
 models, notebooks and deployments build on it.
 """
 
@@ -25,7 +25,7 @@ from gpupool.services.jobs._code import archive_path as code_archive_path
 from gpupool.services.jobs._code import limits as code_limits
 from gpupool.services.jobs._code import receive as receive_code
 from gpupool.services.jobs._code import show_code
-from gpupool.services.jobs._endpoints import Endpoint, Via, client_via, endpoint_of, endpoints_of
+from gpupool.services.jobs._endpoints import endpoint_of, endpoints_of
 from gpupool.services.jobs._incoming import Incoming, sweep_leftovers
 from gpupool.services.jobs._jobs import (
     MAX_LIST,
@@ -72,7 +72,6 @@ __all__ = [
     "ACTIVE_ATTEMPT",
     "CODE_INCOMING",
     "CheckpointWatcher",
-    "Endpoint",
     "Incoming",
     "JobFilter",
     "JobLimits",
@@ -82,7 +81,6 @@ __all__ = [
     "MAX_LIST",
     "MAX_RANK",
     "StopRequest",
-    "Via",
     "Watched",
     "admit",
     "apply_transition",
@@ -92,7 +90,6 @@ __all__ = [
     "cancel_job",
     "cancel_pending",
     "cancelled",
-    "client_via",
     "code_archive_path",
     "code_limits",
     "endpoint_of",

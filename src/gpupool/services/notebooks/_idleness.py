@@ -24,9 +24,11 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 import gpupool.services.notebooks._notebooks as notebooks
+from gpupool.domain.endpoints import Via
 from gpupool.domain.notebooks import Kernel, StopCause, Verdict, base_path, idle_message, judge
+from gpupool.executors.base import Executor
 from gpupool.services import metrics
-from gpupool.services.jobs import Via, endpoints_of
+from gpupool.services.jobs import endpoints_of
 from gpupool.store.models import JobModel, NotebookModel
 
 LONGEST_INTERVAL = 60.0
@@ -41,7 +43,7 @@ class Look:
     url: str  # its JupyterLab's kernels, through its own port
     token: str
     active_at: float | None  # None: its JupyterLab never answered the watch yet
-    via: Via = None  # the way to it, when it has a network of its own (services.jobs.endpoint_of)
+    via: Via = None  # the way to it, when it has a network of its own (Executor.endpoint)
 
 
 @dataclass(frozen=True)
@@ -56,7 +58,7 @@ def interval(idle_seconds: float) -> float:
     return min(LONGEST_INTERVAL, idle_seconds / 4)
 
 
-def looks(session: Session) -> list[Look]:
+def looks(session: Session, executor: Executor) -> list[Look]:
     """Step (1): the running notebooks that hold GPUs, and where their JupyterLab answers."""
     rows = session.execute(
         select(NotebookModel, JobModel)
@@ -68,7 +70,7 @@ def looks(session: Session) -> list[Look]:
             JobModel.gpus > 0,  # without GPUs there is nothing to give back
         )
     ).all()
-    found = endpoints_of(session, [job.id for _, job in rows])
+    found = endpoints_of(session, executor, [job.id for _, job in rows])
     return [
         Look(
             nb.id,

@@ -1,4 +1,4 @@
-"""Notebooks: start, list, show, stop, resume; where the proxy reaches one; idle GPUs.
+"""Notebooks: start, list, show, stop, resume; idle GPUs.
 
 A notebook is seen by its team (as its job is), stopped by its team's members and the
 pool's admins, and resumed and opened by its owner alone: opening one runs code as its
@@ -16,7 +16,6 @@ from __future__ import annotations
 import secrets
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -33,11 +32,11 @@ from gpupool.domain.notebooks import (
     launch_command,
     stopped_by_message,
 )
-from gpupool.errors import NotebookActive, NotebookNotRunning, NotFound
+from gpupool.errors import NotebookActive, NotFound
 from gpupool.scheduler.types import NodeCapacity
 from gpupool.services import jobs as job_service
-from gpupool.services.core import Principal, Submits, Tells, Writes
-from gpupool.services.jobs import Via, endpoint_of
+from gpupool.services.core import Principal, Submits, Writes
+from gpupool.services.notebooks._ports import NotebookStops
 from gpupool.store.models import JobModel, NotebookModel
 
 MAX_LIST = 500
@@ -47,19 +46,6 @@ SHOWN_STATE = {
     JobStatus.STARTING.value: NotebookState.STARTING,
     JobStatus.RUNNING.value: NotebookState.RUNNING,
 }
-
-
-@dataclass(frozen=True)
-class Upstream:
-    """Where the proxy forwards a notebook's requests (``http://host:port``), and the
-    token it adds for JupyterLab (never sent to the browser)."""
-
-    url: str
-    token: str
-    via: Via = None  # the way to it: a notebook has a network of its own (jobs.endpoint_of)
-
-    def headers(self) -> dict[str, str]:
-        return {"Authorization": f"token {self.token}"}
 
 
 # -- what the API calls ------------------------------------------------------------------------
@@ -96,8 +82,9 @@ def show_notebook(ctx: Writes, who: Principal, notebook_id: int) -> NotebookView
         return view(notebook, _job(session, notebook), ctx.clock.now())
 
 
-def stop_notebook(ctx: Tells, who: Principal, notebook_id: int) -> NotebookView:
-    """Stop the notebook's job (SIGTERM, then SIGKILL after its grace): its files stay."""
+def stop_notebook(ctx: NotebookStops, who: Principal, notebook_id: int) -> NotebookView:
+    """Stop the notebook's job (SIGTERM, then SIGKILL after its grace): its files stay; the
+    proxy no longer reaches it once this returns."""
     now = ctx.clock.now()
     with ctx.db.session() as session:
         notebook = visible(session, who, notebook_id)
@@ -105,6 +92,7 @@ def stop_notebook(ctx: Tells, who: Principal, notebook_id: int) -> NotebookView:
         if notebook.stopped_at is None:
             stop(session, notebook, now, StopCause.USER, stopped_by_message(who.name))
         shown = view(notebook, _job(session, notebook), now)
+    ctx.notebooks.changed(notebook_id)
     ctx.loop.wake()
     return shown
 
@@ -123,18 +111,6 @@ def resume_notebook(ctx: Submits, who: Principal, notebook_id: int) -> NotebookV
         shown = view(notebook, session.get(JobModel, notebook.job_id), now)
     ctx.loop.wake()
     return shown
-
-
-def upstream(ctx: Writes, who: Principal, notebook_id: int) -> Upstream:
-    """Where the owner's requests to the notebook go. NotFound for anyone but its owner;
-    NotebookNotRunning while it is not serving."""
-    with ctx.db.reader() as session:
-        notebook = owned(session, who, notebook_id)
-        found = endpoint_of(session, notebook.job_id) if notebook.job_id else None
-        if notebook.stopped_at is not None or notebook.token is None or found is None:
-            shown = view(notebook, _job(session, notebook), ctx.clock.now())
-            raise NotebookNotRunning(_not_serving(shown), state=shown.state.value)
-        return Upstream(found.url, notebook.token, found.via)
 
 
 def idle_gpus(ctx: Submits, who: Principal, shown_after: float) -> list[IdleGpuView]:
@@ -245,11 +221,15 @@ def owned(session: Session, who: Principal, notebook_id: int) -> NotebookModel:
     notebook = session.get(NotebookModel, notebook_id)
     mine = notebook is not None and notebook.user_id == who.user_id
     if not mine or not who.can_see_team(notebook.team_id):
-        raise NotFound(
-            f"no notebook {notebook_id} of yours: only its owner may open or resume a "
-            "notebook; list yours with 'gpupool notebook ls'"
-        )
+        raise NotFound(not_yours(notebook_id))
     return notebook
+
+
+def not_yours(notebook_id: int) -> str:
+    return (
+        f"no notebook {notebook_id} of yours: only its owner may open or resume a "
+        "notebook; list yours with 'gpupool notebook ls'"
+    )
 
 
 def view(notebook: NotebookModel, job: JobModel | None, now: float) -> NotebookView:

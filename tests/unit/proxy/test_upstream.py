@@ -1,4 +1,4 @@
-"""/serve's own HTTP/1.1 client (api.upstream) against a scripted replica on 127.0.0.1: each
+"""/serve's own HTTP/1.1 client (proxy._upstream) against a scripted replica on 127.0.0.1: each
 way an answer can end (Content-Length, chunked, the connection's close, none), kept-alive
 connections reused and stale ones dropped, and answers it refuses to pass on."""
 
@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from gpupool.api.upstream import Broken, Refused, TimedOut, UpstreamLimits, Upstreams
+from gpupool.proxy._upstream import Broken, Refused, TimedOut, UpstreamLimits, Upstreams
 from tests.support.server import free_port
 
 OK = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello"

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from urllib.parse import quote, urlsplit
 
-from gpupool.api.deps import CSRF_HEADER, SESSION_COOKIE
+from gpupool.domain.web import CSRF_HEADER, SESSION_COOKIE
 
 Headers = list[tuple[str, str]]
 

@@ -2,9 +2,9 @@
 
 One ``Proxy`` per app (made in its lifespan, on ``app.state.proxy``, closed at shutdown),
 holding pools of kept-alive HTTP connections: httpx's, for notebooks (bodies streamed both
-ways), and ``api.upstream``'s, for /serve (a model's small bodies whole: far cheaper). It
+ways), and ``proxy._upstream``'s, for /serve (a model's small bodies whole: far cheaper). It
 forwards HTTP requests, and WebSockets frame by frame, to a target URL its caller chose;
-what it passes on is decided by ``api.forwarding`` (a workload's cookies, for one, confined to
+what it passes on is decided by ``proxy._forwarding`` (a workload's cookies, for one, confined to
 the path it is reached under, ``route_prefix``, or dropped where its caller says so). It
 decides nothing about who may call: the routers of /notebooks and /serve let a caller in
 (``api.proxied``) before they call it.
@@ -33,8 +33,17 @@ from websockets.asyncio.client import ClientConnection, connect, unix_connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 from websockets.typing import Origin, Subprotocol
 
-from gpupool.api.errors import error_body
-from gpupool.api.forwarding import (
+from gpupool.cluster.relay import connect_async
+from gpupool.domain.endpoints import RelayTarget, Via
+from gpupool.errors import (
+    GpupoolError,
+    PayloadTooLarge,
+    UpstreamRefused,
+    UpstreamTimeout,
+    UpstreamUnavailable,
+    error_body,
+)
+from gpupool.proxy._forwarding import (
     NO_COOKIES,
     Caller,
     CookieRule,
@@ -43,17 +52,8 @@ from gpupool.api.forwarding import (
     request_headers,
     response_headers,
 )
-from gpupool.api.upstream import Answer, Broken, Refused, TimedOut, UpstreamLimits, Upstreams
-from gpupool.cluster.relay import RelayTarget, connect_async
-from gpupool.errors import (
-    GpupoolError,
-    PayloadTooLarge,
-    UpstreamRefused,
-    UpstreamTimeout,
-    UpstreamUnavailable,
-)
+from gpupool.proxy._upstream import Answer, Broken, Refused, TimedOut, UpstreamLimits, Upstreams
 from gpupool.runner import bridge
-from gpupool.services.jobs import Via
 
 log = logging.getLogger(__name__)
 
@@ -144,7 +144,7 @@ class Proxy:
         that cannot be reached: 502 upstream_unavailable (a ``ProxyAnswer``); too slow: 504.
         ``raise_refused``: raise UpstreamRefused when the workload refused the connection
         (nothing of the request was sent), so that the caller may send it elsewhere.
-        ``whole`` (/serve): through ``api.upstream``, the request's body read whole, and an
+        ``whole`` (/serve): through ``proxy._upstream``, the request's body read whole, and an
         answer that says it is small passed on whole, as a plain Response (without it,
         every answer is a StreamingResponse, for a caller that reads or rewrites it).
         ``keep_cookies``: pass on the workload's cookies, confined to the path it is reached
@@ -186,7 +186,7 @@ class Proxy:
         cookies: CookieRule,
         via: Via = None,
     ) -> Response:
-        """``http`` for /serve, through ``api.upstream``: the request's body whole, and the
+        """``http`` for /serve, through ``proxy._upstream``: the request's body whole, and the
         answer too when it says it is small."""
         upstream = _origin(target)
         parts = urlsplit(upstream)

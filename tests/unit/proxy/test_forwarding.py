@@ -3,7 +3,7 @@ header yes, hop-by-hop headers never, X-Forwarded-* from what the server saw."""
 
 from __future__ import annotations
 
-from gpupool.api.forwarding import (
+from gpupool.proxy._forwarding import (
     MAX_SET_COOKIES,
     NO_COOKIES,
     Caller,
@@ -14,8 +14,6 @@ from gpupool.api.forwarding import (
     response_headers,
     without_platform_cookies,
 )
-from gpupool.services.jobs import Endpoint
-from gpupool.services.jobs._endpoints import listens_at
 
 CALLER = Caller(address="10.1.2.3", scheme="https", host="gpu.example.com")
 UPSTREAM = "http://127.0.0.1:41000"
@@ -174,16 +172,3 @@ def test_a_redirect_to_the_workloads_own_address_becomes_a_path() -> None:
     assert (
         location("http://127.0.0.1:41000.evil.example/x") == "http://127.0.0.1:41000.evil.example/x"
     )
-
-
-def test_where_an_attempt_listens_is_read_from_its_executor_state() -> None:
-    assert listens_at({"state": {"port": 41000, "host": "10.0.0.5"}}) == ("10.0.0.5", 41000, None)
-    assert listens_at({"state": {"port": 41000}}) == (None, 41000, None)  # the node's address
-    # a network of its own: reached through its runner's socket
-    inside = {"state": {"port": 8000, "host": "127.0.0.1", "socket": "/d/a/listen.sock"}}
-    assert listens_at(inside) == ("127.0.0.1", 8000, "/d/a/listen.sock")
-    gang = {"state": {"gang": [{"node": "n1", "port": 5, "host": "10.0.0.7"}, {"port": 6}]}}
-    assert listens_at(gang) == ("10.0.0.7", 5, None)
-    for state in (None, {}, {"state": {}}, {"state": {"port": "80"}}, {"state": {"port": 0}}):
-        assert listens_at(state) is None
-    assert Endpoint("::1", 8000).url == "http://[::1]:8000"

@@ -27,9 +27,9 @@ from typing import TypeVar
 
 import h11
 
-from gpupool.cluster.relay import RelayTarget, connect_async
+from gpupool.cluster.relay import connect_async
+from gpupool.domain.endpoints import RelayTarget, Via
 from gpupool.runner import bridge
-from gpupool.services.jobs import Via
 
 Headers = list[tuple[str, str]]
 Key = tuple[str, int] | str | RelayTarget  # a replica's kept-alive connections: how reached
