@@ -2,7 +2,8 @@
 ``simulate`` for operators.
 
 Only what a command needs is imported: ``--version`` answers before Typer and Rich are
-loaded, and every other command loads its own module only (gpupool.cli.main.LazyGroup).
+loaded, ``gpupool ls`` runs without Typer (gpupool.cli.quick), and every other command loads
+its own module only (gpupool.cli.main.LazyGroup).
 """
 
 from __future__ import annotations
@@ -43,6 +44,10 @@ def main() -> None:
     if sys.argv[1:2] == ["--version"]:
         print(version_line())
         return
+    from gpupool.cli.quick import quick  # Typer-free: the commands it runs need no Typer
+
+    if (command := quick(sys.argv[1:])) is not None:
+        sys.exit(command())
     build_app()()
 
 

@@ -10,10 +10,11 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
+from gpupool.cli.connection import connect
+from gpupool.cli.options import OutputOption
 from gpupool.cli.output import (
     CliError,
     Output,
-    OutputOption,
     err,
     escape,
     new_table,
@@ -22,7 +23,6 @@ from gpupool.cli.output import (
     share,
     timestamp,
 )
-from gpupool.cli.session import connect
 from gpupool.client import ApiError, Client
 from gpupool.domain.jobs import Role
 from gpupool.domain.units import format_bytes, parse_bytes

@@ -6,9 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import typer
-
-from gpupool.cli.output import age, escape
+from gpupool.cli.output import age, visible
 from gpupool.client import Client
 
 ADDRESS = re.compile(r"^\s*(\d{1,10})(?:_(\d{1,10}))?\s*$")
@@ -22,9 +20,9 @@ def parse_target(text: str) -> tuple[int, int | None]:
     7), the task of index 7 of array 12. Anything else is a usage error (exit 2)."""
     found = ADDRESS.match(text)
     if not found:
-        raise typer.BadParameter(
-            f"'{text}' is neither a job id (12) nor a task of a job array (12_7)"
-        )
+        from typer import BadParameter  # here: `gpupool ls` loads this module without Typer
+
+        raise BadParameter(f"'{text}' is neither a job id (12) nor a task of a job array (12_7)")
     index = found.group(2)
     return int(found.group(1)), None if index is None else int(index)
 
@@ -98,13 +96,14 @@ def counts_text(counts: dict[str, int]) -> str:
 
 
 def array_row(array: dict[str, Any], gpus: str) -> list[str]:
-    """An array as one row of ``gpupool ls`` (``gpus``: what each task asks for)."""
+    """An array as one row of ``gpupool ls`` (``gpus``: what each task asks for), in cells
+    of gpupool.cli.output.print_table."""
     return [
-        escape(array_id_text(array)),
-        escape(array.get("name") or "-"),
-        escape(array["user"]),
-        escape(array["team"]),
-        escape(counts_text(array["counts"])),
+        visible(array_id_text(array)),
+        visible(array.get("name") or "-"),
+        visible(array["user"]),
+        visible(array["team"]),
+        visible(counts_text(array["counts"])),
         gpus,
         "-",
         age(array["submitted_at"]),

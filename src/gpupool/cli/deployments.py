@@ -15,17 +15,17 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
+from gpupool.cli.connection import connect
+from gpupool.cli.options import OutputOption
 from gpupool.cli.output import (
     CliError,
     Output,
-    OutputOption,
     escape,
     new_table,
     out,
     print_json,
     timestamp,
 )
-from gpupool.cli.session import connect
 from gpupool.domain.models import parse_reference
 
 # What `gpupool deploy X ...` means when X is none of these: `gpupool deploy create X ...`.

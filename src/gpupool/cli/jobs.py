@@ -14,11 +14,19 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from gpupool.cli import arrays
+from gpupool.cli.connection import connect
+from gpupool.cli.listing import (
+    gpus_text,
+    is_gang,
+    launcher_text,
+    list_jobs,
+    node_gpus_text,
+    reason_text,
+)
+from gpupool.cli.options import OutputOption
 from gpupool.cli.output import (
     CliError,
     Output,
-    OutputOption,
-    age,
     duration,
     err,
     escape,
@@ -31,7 +39,6 @@ from gpupool.cli.output import (
     status_text,
     timestamp,
 )
-from gpupool.cli.session import connect
 from gpupool.client import ApiError, Client
 from gpupool.client.api import LogPart
 from gpupool.domain.units import format_bytes, format_duration, parse_duration
@@ -39,22 +46,14 @@ from gpupool.domain.units import format_bytes, format_duration, parse_duration
 if TYPE_CHECKING:
     from gpupool.client.code import Sent
 
-ACTIVE = ["pending", "starting", "running"]
 TARGET_HELP = "The job id, or ID_INDEX for a task of a job array (12_7)."
 WAITING = {"pending", "starting"}
-FINAL = {"succeeded", "failed", "cancelled", "lost"}
 POLL = 0.25
 RUN_SETTINGS = {"allow_interspersed_args": False}
 # the panels of gpupool run --help: small ones, so that it reads at 80 columns
 RESOURCES, NODES, QUEUE, WHAT = "Resources", "Several nodes", "Queue and limits", "The job"
 JOB_FILE_SUFFIXES = (".yaml", ".yml", ".json")  # a lone one as the command is a mistake
 GANG_EXAMPLE = "gpupool run --nodes 2 --gpus-per-node 4 --launcher torch -- python train.py"
-LAUNCHER_NAMES = {
-    "torch": "torch, one process per GPU",
-    "torchrun": "torch, one torchrun per node",
-    "tensorflow": "tensorflow",
-    "mpi": "mpi",
-}
 
 
 class Network(StrEnum):
@@ -588,70 +587,6 @@ def exit_code_of(job: dict[str, Any]) -> int:
 # -- ls --------------------------------------------------------------------------------------
 
 
-def gpus_text(resources: dict[str, Any]) -> str:
-    """'1', '0.5', '20 GiB' or '2 (>=40 GiB)' for a job's GPU request."""
-    count, gpu_memory = resources.get("gpus") or 0, resources.get("gpu_memory_bytes")
-    if not count and not gpu_memory:
-        return "-"
-    if not gpu_memory:
-        return share(count)
-    if not count:
-        return memory(gpu_memory)
-    return f"{share(count)} ({memory(gpu_memory)})"
-
-
-def request_text(spec: dict[str, Any]) -> str:
-    """The GPUS column: ``gpus_text``, or for a job over several nodes (or with a launcher)
-    '2 nodes × 4 GPUs, torch'."""
-    if not is_gang(spec):
-        return gpus_text(spec["resources"])
-    nodes = spec.get("nodes") or 1
-    text = f"{nodes} node{'' if nodes == 1 else 's'} × {node_gpus_text(spec['resources'])}"
-    return text + (f", {launcher_text(spec)}" if spec.get("launcher") else "")
-
-
-def is_gang(spec: dict[str, Any]) -> bool:
-    """A job over several nodes, or one started by a launcher (JobSpec.is_gang)."""
-    return (spec.get("nodes") or 1) > 1 or bool(spec.get("launcher"))
-
-
-def node_gpus_text(resources: dict[str, Any]) -> str:
-    """What one node of a gang gets: '4 GPUs', '1 GPU (40 GiB)', '0.5 GPU', 'no GPU'."""
-    count, gpu_memory = resources.get("gpus") or 0, resources.get("gpu_memory_bytes")
-    if not count:
-        return f"{memory(gpu_memory)} of one GPU" if gpu_memory else "no GPU"
-    text = f"{share(count)} GPU{'s' if count > 1 else ''}"
-    return text + (f" ({memory(gpu_memory)})" if gpu_memory else "")
-
-
-def launcher_text(spec: dict[str, Any]) -> str:
-    """'torch, one process per GPU', 'torch, one torchrun per node', 'mpi'; '-' for none."""
-    if not spec.get("launcher"):
-        return "-"
-    key = "torchrun" if spec.get("launcher_mode") == "torchrun" else spec["launcher"]
-    return LAUNCHER_NAMES.get(key, spec["launcher"])
-
-
-def age_text(job: dict[str, Any]) -> str:
-    """Pending: time since submission; running: time since start; ended: how long it ran."""
-    start = job.get("started_at") or job["submitted_at"]
-    if job["status"] == "pending":
-        return age(job["submitted_at"])
-    if job["status"] in FINAL:
-        return duration((job.get("ended_at") or start) - start)
-    return age(start)
-
-
-def reason_text(job: dict[str, Any]) -> str:
-    """The reason code, with the queue position of a pending job."""
-    reason = job.get("reason") or "-"
-    if job["status"] == "pending" and job.get("position"):
-        return f"{reason} (#{job['position']})"
-    if job["status"] == "failed" and job.get("exit_code") is not None:
-        return f"{reason} (exit {job['exit_code']})"
-    return reason
-
-
 def ls(
     all_: Annotated[bool, typer.Option("--all", "-a", help="Include ended jobs.")] = False,
     status: Annotated[
@@ -673,52 +608,7 @@ def ls(
     A job array is one row, its tasks counted by status; --array ID lists its tasks. With
     -o json, every job is listed, arrays' tasks too (each with its array_id and array_index).
     """
-    statuses = status or ([] if all_ else ACTIVE)
-    filters = {"status": statuses, "team": team, "user": user, "limit": limit}
-    table = new_table("ID", "NAME", "USER", "TEAM", "STATUS", "GPUS", "NODE", "AGE", "REASON")
-    with connect() as client:
-        if array is not None or output == Output.JSON:
-            found = client.jobs(**filters, array=array)
-            if output == Output.JSON:
-                print_json(found)
-                return
-            rows = [(0, job_row(job)) for job in found]
-        else:
-            rows = listed_rows(client, filters)
-    for _, row in rows[:limit]:
-        table.add_row(*row)
-    out.print(table)
-
-
-def listed_rows(client: Client, filters: dict[str, Any]) -> list[tuple[int, list[str]]]:
-    """Jobs outside arrays and arrays as one row each, newest first (an array is as new as
-    its first task)."""
-    alone = client.jobs(**filters, array_tasks=False)
-    rows = [(job["id"], job_row(job)) for job in alone]
-    for found in client.arrays(**filters):
-        rows.append((found["id"], arrays.array_row(found, gpus_text(found["spec"]["resources"]))))
-    return sorted(rows, key=lambda row: -row[0])
-
-
-def job_row(job: dict[str, Any]) -> list[str]:
-    placement = job.get("placement") or {}
-    return [
-        arrays.task_id_text(job),
-        escape(name_text(job)),
-        escape(job["user"]),
-        escape(job["team"]),
-        status_text(job["status"]),
-        escape(request_text(job["spec"])),
-        escape(nodes_text(placement)),
-        age_text(job),
-        escape(reason_text(job)),
-    ]
-
-
-def name_text(job: dict[str, Any]) -> str:
-    """The job's name, and its kind when it is not a batch job: 'lab (notebook)'."""
-    name, kind = job.get("name") or "-", job.get("kind") or "job"
-    return name if kind == "job" else f"{name} ({kind})"
+    list_jobs(all_, status, team, user, limit, array, output)
 
 
 # -- show ------------------------------------------------------------------------------------
@@ -815,12 +705,6 @@ def _status_lines(job: dict[str, Any]) -> list[str]:
         f"checkpoint: {timestamp(job.get('checkpoint_at'))}",
     ]
     return lines
-
-
-def nodes_text(placement: dict[str, Any]) -> str:
-    """'n1' for a job on one node; 'n1+n2' for one over several."""
-    tasks = placement.get("tasks") or ([placement] if placement else [])
-    return "+".join(task["node"] for task in tasks) or "-"
 
 
 def _placement_lines(job: dict[str, Any]) -> list[str]:

@@ -17,9 +17,14 @@ from types import MappingProxyType
 from typing import Any
 
 import typer
-from typer.core import TyperCommand
+from typer.core import TyperCommand, TyperGroup
 
-from gpupool.cli.output import CliGroup, UsageProblem
+try:
+    from typer.exceptions import TyperException as UsageProblem
+except ImportError:  # Typer before it vendored Click
+    from click import ClickException as UsageProblem
+
+from gpupool.cli.output import error_exit_code
 
 HELP = "gpupool: run jobs on a shared GPU pool."
 LISTING = "gpupool.listing"  # ctx.meta key: commands are only listed (help, completion)
@@ -201,6 +206,22 @@ MEANT: Mapping[str, tuple[str, ...]] = MappingProxyType(
         "serve": ("server",),
     }
 )
+
+
+class CliGroup(TyperGroup):
+    """The top-level group: its ``invoke`` is the error boundary of every command (what it
+    does with an error: gpupool.cli.output.error_exit_code)."""
+
+    def invoke(self, ctx: typer.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (typer.Exit, typer.Abort, UsageProblem):
+            raise
+        except (Exception, KeyboardInterrupt) as error:
+            code = error_exit_code(error)
+            if code is None:
+                raise
+            raise typer.Exit(code) from None
 
 
 class LazyGroup(CliGroup):

@@ -10,8 +10,8 @@ from typing import Annotated, Any
 import typer
 
 from gpupool.cli import arrays
+from gpupool.cli.connection import connect
 from gpupool.cli.output import escape, new_table, out, print_json
-from gpupool.cli.session import connect
 
 EMPTY = (
     "Job {job} has reported no metrics yet: a job reports them with gpupool.metrics.log(step=..., "

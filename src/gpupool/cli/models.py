@@ -7,10 +7,11 @@ from typing import Annotated, Any
 
 import typer
 
+from gpupool.cli.connection import connect, read_config
+from gpupool.cli.options import OutputOption
 from gpupool.cli.output import (
     CliError,
     Output,
-    OutputOption,
     escape,
     memory,
     new_table,
@@ -18,7 +19,6 @@ from gpupool.cli.output import (
     print_json,
     timestamp,
 )
-from gpupool.cli.session import connect, read_config
 from gpupool.client import Client
 
 model_app = typer.Typer(

@@ -7,10 +7,11 @@ from typing import Annotated, Any
 
 import typer
 
+from gpupool.cli.connection import connect
 from gpupool.cli.main import NODE_COMMANDS, group_over
+from gpupool.cli.options import OutputOption
 from gpupool.cli.output import (
     Output,
-    OutputOption,
     err,
     escape,
     memory,
@@ -20,7 +21,6 @@ from gpupool.cli.output import (
     share,
     timestamp,
 )
-from gpupool.cli.session import connect
 
 node_app = typer.Typer(
     help="One node of the pool: show it; drain, undrain or remove it (admins).",

@@ -10,9 +10,10 @@ from typing import Annotated, Any
 
 import typer
 
+from gpupool.cli.connection import connect
+from gpupool.cli.options import OutputOption
 from gpupool.cli.output import (
     Output,
-    OutputOption,
     duration,
     escape,
     new_table,
@@ -21,7 +22,6 @@ from gpupool.cli.output import (
     status_text,
     timestamp,
 )
-from gpupool.cli.session import connect
 
 notebook_app = typer.Typer(
     help="Notebooks: a JupyterLab of yours in your workspace, behind the server's sign-in; "

@@ -1,8 +1,13 @@
-"""Shared rendering for the CLI, and its one error boundary.
+"""Shared rendering for the CLI, and what its one error boundary does with an error.
 
 Everything the user asked for goes to stdout (tables, ids, JSON, logs); spinners, notes and
 errors go to stderr. An ``ApiError`` or ``CliError`` becomes one red line
 ``error [code]: message`` on stderr and exit code 1; usage errors exit 2 (Typer's own).
+
+This module imports neither Typer nor Rich: ``gpupool ls`` runs without Typer
+(gpupool.cli.quick), and Rich is loaded when something is printed through it (``out``,
+``err``, ``escape``), not for a table written to a pipe or file (``print_table``). The Typer
+side of the boundary is gpupool.cli.main.CliGroup; Typer's options are in gpupool.cli.options.
 """
 
 from __future__ import annotations
@@ -12,25 +17,17 @@ import os
 import re
 import sys
 import time
+from collections.abc import Callable, Iterable, Sequence
 from enum import StrEnum
-from typing import TYPE_CHECKING, Annotated, Any
-
-import typer
-from rich.console import Console
-from rich.markup import escape as markup_escape
-from rich.table import Table
-from typer.core import TyperGroup
-
-try:
-    from typer.exceptions import TyperException as UsageProblem
-except ImportError:  # Typer before it vendored Click
-    from click import ClickException as UsageProblem
+from typing import TYPE_CHECKING, Any
 
 from gpupool.client import ApiError
 from gpupool.domain.units import format_bytes
 
 if TYPE_CHECKING:
     from pydantic import ValidationError
+    from rich.console import Console
+    from rich.table import Table
 
 MAX_ERROR = 500  # characters of an error message shown
 PIPED_WIDTH = 200  # tables written to a pipe or file are not folded at 80 columns
@@ -39,11 +36,44 @@ PIPED_WIDTH = 200  # tables written to a pipe or file are not folded at 80 colum
 # bidi overrides (they reorder what follows), and lone surrogates (no UTF-8 terminal takes one)
 CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 NAMED_CONTROLS = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+# What makes Rich treat a pipe as a terminal (colours, the terminal's width): print_table
+# leaves a table to Rich when one of them is set
+TERMINAL_VARIABLES = ("FORCE_COLOR", "TTY_COMPATIBLE")
 
-out = Console(highlight=False, soft_wrap=True, emoji=False)
-if not out.is_terminal:
-    out = Console(highlight=False, soft_wrap=True, emoji=False, width=PIPED_WIDTH)
-err = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
+Cell = str | tuple[str, str]  # a cell of print_table: plain text, or (plain text, Rich style)
+
+
+class LazyConsole:
+    """A Rich console made at its first use: a command that prints nothing through it does
+    without importing Rich (about 25 ms of a CLI call)."""
+
+    def __init__(self, make: Callable[[], Console]) -> None:
+        self._make = make
+        self._console: Console | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._console is None:
+            self._console = self._make()
+        return getattr(self._console, name)
+
+
+def _stdout_console() -> Console:
+    from rich.console import Console
+
+    console = Console(highlight=False, soft_wrap=True, emoji=False)
+    if not console.is_terminal:
+        console = Console(highlight=False, soft_wrap=True, emoji=False, width=PIPED_WIDTH)
+    return console
+
+
+def _stderr_console() -> Console:
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
+
+
+out: Console = LazyConsole(_stdout_console)  # type: ignore[assignment]
+err: Console = LazyConsole(_stderr_console)  # type: ignore[assignment]
 
 
 class Output(StrEnum):
@@ -51,11 +81,6 @@ class Output(StrEnum):
 
     TABLE = "table"
     JSON = "json"
-
-
-OutputOption = Annotated[
-    Output, typer.Option("--output", "-o", help="table (default) or json.", case_sensitive=False)
-]
 
 
 class CliError(Exception):
@@ -72,7 +97,14 @@ def escape(text: object) -> str:
     (ESC as \\x1b, CR as \\r), never acted on by the terminal, and markup escaped. The CLI
     uses this instead of Rich's own ``escape``; only a job's log (``gpupool logs``) is printed
     as it is, since it is the job's own output."""
-    return markup_escape(CONTROL.sub(_visible, str(text)))
+    from rich.markup import escape as markup_escape
+
+    return markup_escape(visible(text))
+
+
+def visible(text: object) -> str:
+    """``escape`` without the markup: the text of a cell of ``print_table``."""
+    return CONTROL.sub(_visible, str(text))
 
 
 def _visible(match: re.Match[str]) -> str:
@@ -109,35 +141,32 @@ def settings_problem_of(error: Exception) -> str | None:
     return None
 
 
-class CliGroup(TyperGroup):
-    """The top-level group: its ``invoke`` is the error boundary of every command."""
-
-    def invoke(self, ctx: typer.Context) -> Any:
-        try:
-            return super().invoke(ctx)
-        except ApiError as error:
-            report_error(error.code, error.message)
-            raise typer.Exit(1) from None
-        except CliError as error:
-            report_error(error.code, error.message)
-            raise typer.Exit(error.exit_code) from None
-        except KeyboardInterrupt:
-            err.print("[yellow]interrupted[/yellow]")
-            raise typer.Exit(130) from None
-        except BrokenPipeError:  # the reader left (gpupool logs -f 12 | head): nothing to say
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no flush error
-            raise typer.Exit(1) from None
-        except (typer.Exit, typer.Abort, UsageProblem):
-            raise
-        except Exception as error:  # bad settings, or a bug or a surprise: one line
-            if (problem := settings_problem_of(error)) is not None:
-                report_error("bad_setting", problem)
-                raise typer.Exit(2) from None
-            if os.environ.get("GPUPOOL_DEBUG"):
-                raise
-            name = type(error).__name__
-            report_error("unexpected", f"{name}: {error} (GPUPOOL_DEBUG=1 shows more)")
-            raise typer.Exit(1) from None
+def error_exit_code(error: BaseException) -> int | None:
+    """What the CLI's error boundary does with an error a command raised: report it on stderr
+    and give the exit code, or None for an error to raise as it is (GPUPOOL_DEBUG's bugs)."""
+    if isinstance(error, ApiError):
+        report_error(error.code, error.message)
+        return 1
+    if isinstance(error, CliError):
+        report_error(error.code, error.message)
+        return error.exit_code
+    if isinstance(error, KeyboardInterrupt):
+        err.print("[yellow]interrupted[/yellow]")
+        return 130
+    if isinstance(error, BrokenPipeError):  # the reader left (gpupool logs -f 12 | head)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no flush error
+        return 1
+    if not isinstance(error, Exception):
+        return None
+    # bad settings, or a bug or a surprise: one line
+    if (problem := settings_problem_of(error)) is not None:
+        report_error("bad_setting", problem)
+        return 2
+    if os.environ.get("GPUPOOL_DEBUG"):
+        return None
+    name = type(error).__name__
+    report_error("unexpected", f"{name}: {error} (GPUPOOL_DEBUG=1 shows more)")
+    return 1
 
 
 # -- plain output ----------------------------------------------------------------------------
@@ -145,15 +174,85 @@ class CliGroup(TyperGroup):
 
 def print_json(data: Any) -> None:
     """Print plain JSON on stdout and nothing else."""
-    typer.echo(json.dumps(data, indent=2))
+    sys.stdout.write(json.dumps(data, indent=2) + "\n")
+    sys.stdout.flush()
 
 
 def new_table(*columns: str) -> Table:
     """A borderless table with the given upper-case headers."""
+    from rich.table import Table
+
     table = Table(box=None, pad_edge=False, header_style="bold")
     for column in columns:
         table.add_column(column, overflow="fold")
     return table
+
+
+def print_table(columns: Sequence[str], rows: Iterable[Sequence[Cell]]) -> None:
+    """Print a ``new_table`` of these columns and rows on stdout, as ``out.print`` does.
+
+    Cells are plain text (``visible``), not markup. Where Rich would print the table as plain
+    text, it is written here, byte for byte the same, without loading Rich: to a pipe or a
+    file, with no variable asking for a terminal, printable ASCII cells and a table within
+    PIPED_WIDTH (tests/unit/cli/test_output.py compares the two)."""
+    rows = [list(row) for row in rows]
+    text = _plain_table(columns, rows) if _plain_stdout() else None
+    if text is not None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    table = new_table(*columns)
+    for row in rows:
+        table.add_row(*(_markup(cell) for cell in row))
+    out.print(table)
+
+
+def _plain_stdout() -> bool:
+    """Whether ``out`` is the CLI's own console and Rich would write stdout without colour."""
+    if not isinstance(out, LazyConsole) or sys.stdout is None:
+        return False
+    if any(name in os.environ for name in TERMINAL_VARIABLES):
+        return False
+    isatty = getattr(sys.stdout, "isatty", None)
+    try:
+        return isatty is not None and not isatty()
+    except ValueError:  # closed
+        return False
+
+
+def _plain_table(columns: Sequence[str], rows: list[list[Cell]]) -> str | None:
+    """The table as Rich prints it without colour when every cell is one line of printable
+    ASCII without spaces at its ends or a backslash (Rich's markup escape does not give back
+    every one) and it fits PIPED_WIDTH; None otherwise."""
+    texts = [list(columns)] + [[_text(cell) for cell in row] for row in rows]
+    if not columns or any(len(row) != len(columns) for row in texts):
+        return None
+    for row in texts:
+        for text in row:
+            plain = text.isascii() and text.isprintable() and "\\" not in text
+            if not plain or text != text.strip():
+                return None
+    widths = [max(len(row[column]) for row in texts) for column in range(len(columns))]
+    if sum(widths) + 2 * (len(widths) - 1) > PIPED_WIDTH:
+        return None
+    return "".join(
+        "  ".join(text.ljust(width) for text, width in zip(row, widths, strict=True)) + "\n"
+        for row in texts
+    )
+
+
+def _text(cell: Cell) -> str:
+    return cell if isinstance(cell, str) else cell[0]
+
+
+def _markup(cell: Cell) -> str:
+    """A cell as Rich markup: its text escaped, in its style."""
+    from rich.markup import escape as markup_escape
+
+    if isinstance(cell, str):
+        return markup_escape(cell)
+    text, style = cell
+    return f"[{style}]{markup_escape(text)}[/{style}]"
 
 
 # -- values ----------------------------------------------------------------------------------
@@ -213,5 +312,9 @@ STATUS_STYLE = {
 
 def status_text(status: str) -> str:
     """The status with Rich colour markup."""
-    style = STATUS_STYLE.get(status, "white")
-    return f"[{style}]{escape(status)}[/{style}]"
+    return _markup(status_cell(status))
+
+
+def status_cell(status: str) -> tuple[str, str]:
+    """The status as a cell of ``print_table``, in its colour."""
+    return visible(status), STATUS_STYLE.get(status, "white")

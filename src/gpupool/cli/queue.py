@@ -7,9 +7,10 @@ from typing import Annotated, Any
 
 import typer
 
-from gpupool.cli.jobs import gpus_text
-from gpupool.cli.output import Output, OutputOption, duration, escape, new_table, out, print_json
-from gpupool.cli.session import connect
+from gpupool.cli.connection import connect
+from gpupool.cli.listing import gpus_text
+from gpupool.cli.options import OutputOption
+from gpupool.cli.output import Output, duration, escape, new_table, out, print_json
 
 MAX_MESSAGE = 60  # characters of a reason message shown; `gpupool why JOB` shows all of it
 EMPTY = "No job is waiting: every job submitted so far has started or ended."

@@ -1,39 +1,16 @@
-"""Logging in, who am I, and the connection every other command uses."""
+"""Logging in, who am I, and one's own password."""
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Annotated
 
 import typer
 
-from gpupool.cli.output import CliError, Output, OutputOption, escape, out, print_json
-from gpupool.client import Client, ClientConfig, load_config, save_config
-
-NOT_LOGGED_IN = "not logged in: run gpupool login URL --token T"
-
-
-def read_config() -> ClientConfig:
-    """The saved URL and token (or GPUPOOL_URL + GPUPOOL_TOKEN); CliError when absent."""
-    try:
-        config = load_config()
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        raise CliError("bad_config", f"cannot read the gpupool config: {error}") from error
-    if config is None:
-        raise CliError("not_logged_in", NOT_LOGGED_IN)
-    return config
-
-
-@contextmanager
-def connect() -> Iterator[Client]:
-    """A client for the configured server, closed afterwards."""
-    client = Client.from_config(read_config())
-    try:
-        yield client
-    finally:
-        client.close()
+from gpupool.cli.connection import connect, read_config
+from gpupool.cli.options import OutputOption
+from gpupool.cli.output import CliError, Output, escape, out, print_json
+from gpupool.client import Client, ClientConfig, save_config
 
 
 def describe(who: dict) -> str:

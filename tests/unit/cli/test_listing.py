@@ -3,7 +3,7 @@ before (and an older server's answer without a kind, as a batch job)."""
 
 from __future__ import annotations
 
-from gpupool.cli.jobs import name_text
+from gpupool.cli.listing import name_text
 
 
 def test_a_job_that_is_not_a_batch_job_shows_its_kind() -> None:
