@@ -1,8 +1,9 @@
 """Notebooks against other users: a notebook is its team's to see, and its owner's alone to
 open or resume. A member of another team cannot see, stop, resume, open it or reach its
 kernel's WebSocket (404); a teammate and an admin see it but cannot open or resume it; its
-token is shown nowhere. A hostile kernel (``hostile.ACTIONS``, run in a notebook of team B)
-reaches nothing of team A's running job or the server.
+token is shown nowhere; once its owner's stop returns, nothing reaches it. A hostile kernel
+(``hostile.ACTIONS``, run in a notebook of team B) reaches nothing of team A's running job
+or the server.
 
 One server (as root: each user's work under an account of its own), one notebook of each
 team: JupyterLab's start-up is the slow part.
@@ -76,6 +77,21 @@ def test_notebooks_are_their_owners_alone_and_a_hostile_kernel_reaches_nothing(
     assert pool.job(victim["id"])["status"] == "running"
     (exchange / "release").touch()
     assert pool.wait(victim["id"], {"succeeded", "failed"})["status"] == "succeeded"
+    _a_stop_closes_it_before_it_returns(team_a, lab, mine["id"], kernel)
+
+
+def _a_stop_closes_it_before_it_returns(
+    owner: httpx.Client, lab: Lab, notebook: int, kernel: str
+) -> None:
+    """Once its owner's stop has returned, nothing reaches the notebook through the proxy,
+    though its job may still be ending (its route is withdrawn by the stop itself)."""
+    assert owner.post(f"/notebooks/{notebook}/stop").status_code == 200
+    answer = lab.get("api/kernels")
+    assert answer.status_code == 503, answer.text
+    assert answer.json()["error"]["code"] == "notebook_not_running"
+    with pytest.raises(InvalidStatus) as refused:
+        connect(lab.channels_url(kernel), additional_headers=lab.headers)
+    assert refused.value.response.status_code == 503
 
 
 def _start(client: httpx.Client, resources: dict) -> dict:
