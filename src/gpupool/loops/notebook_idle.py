@@ -20,7 +20,7 @@ import httpx
 from gpupool.domain.notebooks import Kernel
 from gpupool.executors.base import Executor
 from gpupool.loops.watch import Watch
-from gpupool.proxy import client_via
+from gpupool.proxy import PLAIN_HTTP, client_via
 from gpupool.scheduler.types import Clock
 from gpupool.services import notebooks
 from gpupool.store.db import Database
@@ -49,7 +49,9 @@ class NotebookIdle(Watch):
         self.db, self.executor, self.clock, self.wake_loop = db, executor, clock, wake
         self.stopped = stopped
         self.idle_seconds = idle_seconds
-        self.client = client or httpx.Client(timeout=ASK_TIMEOUT, trust_env=False)
+        self.client = client or httpx.Client(
+            timeout=ASK_TIMEOUT, trust_env=False, verify=PLAIN_HTTP
+        )
         interval = notebooks.idle_interval(idle_seconds)
         super().__init__("gpupool-idle", "the notebooks' idleness", interval)
 

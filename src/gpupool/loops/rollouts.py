@@ -19,7 +19,7 @@ import httpx
 from gpupool.domain.deployments import REPLICA_TOKEN_HEADER
 from gpupool.executors.base import Executor
 from gpupool.loops.watch import Watch
-from gpupool.proxy import client_via
+from gpupool.proxy import PLAIN_HTTP, client_via
 from gpupool.scheduler.types import Clock, NodeCapacity
 from gpupool.services.deployments import Probe, Serving, probes, roll
 from gpupool.settings import Settings
@@ -57,7 +57,9 @@ class Rollouts(Watch):
 
     def start(self) -> None:
         timeout = min(PROBE_TIMEOUT_S, self.settings.deploy_health_interval_seconds)
-        self._http = httpx.Client(timeout=timeout, trust_env=False, follow_redirects=False)
+        self._http = httpx.Client(
+            timeout=timeout, trust_env=False, follow_redirects=False, verify=PLAIN_HTTP
+        )
         self._pool = ThreadPoolExecutor(PROBES_AT_ONCE, thread_name_prefix="gpupool-health")
         super().start()
 

@@ -16,7 +16,7 @@ it; the API's routers call it.
 
 from __future__ import annotations
 
-from gpupool.proxy._clients import client_via
+from gpupool.proxy._clients import PLAIN_HTTP, client_via
 from gpupool.proxy._forward import (
     PROXIED_METHODS,
     Proxy,
@@ -28,6 +28,7 @@ from gpupool.proxy._forward import (
 from gpupool.proxy._table import Admit, KeyHolder, Kind, NoRoute, Route, Routes, Upstream, Who
 
 __all__ = [
+    "PLAIN_HTTP",
     "PROXIED_METHODS",
     "Admit",
     "KeyHolder",

@@ -43,6 +43,7 @@ from gpupool.errors import (
     UpstreamUnavailable,
     error_body,
 )
+from gpupool.proxy._clients import PLAIN_HTTP
 from gpupool.proxy._forwarding import (
     NO_COOKIES,
     Caller,
@@ -102,6 +103,7 @@ class Proxy:
                 max_keepalive_connections=limits.max_keepalive,
             ),
             trust_env=False,  # never through an HTTP(S)_PROXY of the server's environment
+            verify=PLAIN_HTTP,
         )
         timeouts = httpx.Timeout(
             connect=limits.connect_seconds,
@@ -549,6 +551,7 @@ class SocketTransports:
                 uds=address.__enter__(),
                 limits=httpx.Limits(max_keepalive_connections=32),
                 trust_env=False,
+                verify=PLAIN_HTTP,  # one made once (_clients): a transport per workload
             )
         self._open[path] = (transport, address)
         while len(self._open) > MAX_SOCKET_TRANSPORTS:
@@ -573,7 +576,7 @@ class _RelayTransport(httpx.AsyncHTTPTransport):
     the workload (``cluster.relay``); kept alive as any other."""
 
     def __init__(self, target: RelayTarget) -> None:
-        super().__init__(trust_env=False)
+        super().__init__(trust_env=False, verify=PLAIN_HTTP)
         self._pool = httpcore.AsyncConnectionPool(
             max_keepalive_connections=32, network_backend=_RelayBackend(target)
         )
