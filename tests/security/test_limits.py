@@ -140,6 +140,8 @@ LOOK = (
     "print('PIDS=' + read('/sys/fs/cgroup/pids/pids.max', '/sys/fs/cgroup/pids.max'), flush=True)\n"
     "print('MEMORY=' + read('/sys/fs/cgroup/memory/memory.limit_in_bytes',"
     " '/sys/fs/cgroup/memory.max'), flush=True)\n"
+    "moves = [m for m in open('/proc/self/mountinfo') if 'gpupool-moves' in m]\n"
+    "print('MOVES=' + str(len(moves)), flush=True)\n"
 )
 
 
@@ -258,6 +260,7 @@ def test_a_job_sees_its_own_cgroup_and_no_other_jobs(pool: Pool, exchange: Path)
     assert ended["status"] == "succeeded", pool.log(looker["id"])
     log = pool.log(looker["id"])
     assert line(log, "JOBS") == "", "it saw other jobs' cgroups"
+    assert line(log, "MOVES") == "0", "it saw the node's fast-moves hierarchy mounted"
     if pool.as_root:  # its own limits, where a container's are: 4,096 tasks, 256 GiB / 4 GPUs
         assert line(log, "PIDS") == "4096"
         assert int(line(log, "MEMORY")) == 64 * GIB

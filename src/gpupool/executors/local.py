@@ -38,6 +38,7 @@ from gpupool.executors import outputs
 from gpupool.executors.base import Executor, Handle, LaunchError, listening
 from gpupool.executors.isolation import Isolation
 from gpupool.executors.listening import listen, listen_inside, recorded
+from gpupool.executors.moves import FastMoves
 from gpupool.executors.outputs import Writable
 from gpupool.executors.remains import Remains, find_process
 from gpupool.executors.task import Observed, PollResult, TaskSpec
@@ -46,6 +47,7 @@ from gpupool.runner.network import leftover_egress
 from gpupool.runner.warmnet import WARM_DIR, sweep_warm
 
 NOTIFY_FIFO = ".notify"
+MOVES_DIR = ".cgroup-moves"  # where the fast-moves hierarchy is mounted, in its holder
 LAUNCH_DIR = ".gpupool"  # in the job's outputs: what its tasks start (launch plans)
 CHECKPOINTS = "checkpoints"
 CODE = "code"
@@ -114,9 +116,20 @@ class LocalExecutor(Executor):
         self._unreaped: list[subprocess.Popen[bytes]] = []
         self._adopted: dict[str, psutil.Process] = {}  # runners found again by pid
         self._records: dict[str, tuple[tuple[int, int, int], dict[str, Any]]] = {}
+        self._moves: FastMoves | None = None
         if isolation is not None:  # a node's executor: the cgroups its killed runners left
             self.remains.sweep(self.jobs_dir)
             self._stop_leftover_egress()
+            self._hold_fast_moves(isolation)
+
+    def _hold_fast_moves(self, isolation: Isolation) -> None:
+        """Moves into cgroups without the kernel's wait, while this executor runs (root,
+        cgroups in use, the setting on: ``executors.moves``)."""
+        if not isolation.settings.cgroup_fast_moves or os.geteuid() != 0:
+            return
+        self._moves, why = FastMoves.hold(self.jobs_dir / MOVES_DIR)
+        if why is not None:
+            log.info("moving jobs into their cgroups waits for the kernel: %s", why)
 
     def _warm_network(self) -> list[str]:
         """The fork server's options for keeping network namespaces warm (root only, with
@@ -345,6 +358,9 @@ class LocalExecutor(Executor):
         """Stop the fork server; runners it launched keep running."""
         if self._fork_server is not None:
             self._fork_server.close()
+        if self._moves is not None:
+            self._moves.close()
+            self._moves = None
         if self._changes is not None:
             os.close(self._changes)
             self._changes = None
