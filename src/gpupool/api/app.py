@@ -20,7 +20,6 @@ from gpupool.api import (
     ui,
 )
 from gpupool.api.limits import AllowedHosts, BodyLimit
-from gpupool.proxy import Proxy
 from gpupool.api.routers import (
     admin,
     cluster,
@@ -35,6 +34,7 @@ from gpupool.api.routers import (
 from gpupool.api.routers import deployments as deployment_api
 from gpupool.api.routers import metrics as job_metrics
 from gpupool.api.routers import models as model_registry
+from gpupool.proxy import Proxy
 from gpupool.services.platform import Platform
 
 API_PREFIX = "/api/v1"
