@@ -83,7 +83,7 @@ class Control:
         watcher = CheckpointWatcher(executor, settings.checkpoint_scan_seconds)
         checkpoints = Checkpoints(db, clock, actives, watcher)
         driver = Driver(
-            executor,
+            executor,  # its changes only (``driver.Changes``)
             actives,
             readopt,
             reconcile,

@@ -20,9 +20,9 @@ import select as io_select
 import threading
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 from gpupool.errors import StorageFull
-from gpupool.executors.base import Executor
 from gpupool.loops.active import ActiveAttempts
 from gpupool.loops.checkpoints import Checkpoints
 from gpupool.loops.launch import Launch
@@ -42,12 +42,21 @@ SUBMIT_REST_FACTOR = 5
 FULL_DISK_LOG_SECONDS = 60.0
 
 
+class Changes(Protocol):
+    """What the driver needs of the executor: a descriptor that becomes readable when an
+    attempt may have changed, and a way to take what it said (``Executor.change_fd``)."""
+
+    def change_fd(self) -> int | None: ...
+
+    def clear_changes(self) -> None: ...
+
+
 class Driver:
     """Runs in one background thread of the server; ``wake`` makes it act at once."""
 
     def __init__(
         self,
-        executor: Executor,
+        changes: Changes,
         actives: ActiveAttempts,
         readopt: Readopt,
         reconcile: Reconcile,
@@ -59,7 +68,7 @@ class Driver:
         schedule_interval: float,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.executor, self.actives = executor, actives
+        self.changes, self.actives = changes, actives
         self.readopt, self.reconcile, self.stops = readopt, reconcile, stops
         self.checkpoints, self.launch, self.scheduling = checkpoints, launch, scheduling
         self.stats, self.schedule_interval = stats, schedule_interval
@@ -154,18 +163,18 @@ class Driver:
 
     def _pending(self) -> tuple[bool, bool]:
         """(woken, an attempt changed) since the last wait, left for the next to take."""
-        changes = self.executor.change_fd()
+        changes = self.changes.change_fd()
         fds = [self._wake_r] if changes is None else [self._wake_r, changes]
         ready, _, _ = io_select.select(fds, [], [], 0)
         return self._wake_r in ready, changes is not None and changes in ready
 
     def _wait(self, timeout: float) -> bool:
         """Sleep until woken, an attempt changes, or the timeout; True if woken."""
-        changes = self.executor.change_fd()
+        changes = self.changes.change_fd()
         fds = [self._wake_r] if changes is None else [self._wake_r, changes]
         ready, _, _ = io_select.select(fds, [], [], timeout)
         if changes in ready:
-            self.executor.clear_changes()
+            self.changes.clear_changes()
         if self._wake_r not in ready:
             return False
         with contextlib.suppress(BlockingIOError):
