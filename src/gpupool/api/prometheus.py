@@ -23,7 +23,8 @@ from starlette.concurrency import run_in_threadpool
 
 from gpupool.api.access import Rule, allow
 from gpupool.services import cluster
-from gpupool.services.core import Context, Principal
+from gpupool.services.core import Principal
+from gpupool.services.platform import Platform
 
 PATH = "/metrics"
 
@@ -31,7 +32,7 @@ PATH = "/metrics"
 class PoolCollector(Collector):
     """The pool's families, read from the platform at each scrape."""
 
-    def __init__(self, ctx: Context) -> None:
+    def __init__(self, ctx: Platform) -> None:
         self.ctx = ctx
 
     def collect(self) -> Iterator[Metric]:
@@ -76,7 +77,7 @@ class PoolCollector(Collector):
         yield cycles
 
 
-def mount(app: FastAPI, ctx: Context) -> None:
+def mount(app: FastAPI, ctx: Platform) -> None:
     """The app's own registry, with the pool's collector, served at ``/metrics``."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(PoolCollector(ctx))

@@ -31,7 +31,8 @@ from gpupool.domain.units import format_bytes, format_duration
 from gpupool.domain.views import SubmitOptionsView
 from gpupool.errors import InvalidRequest, NotFound
 from gpupool.services import cluster, identity, jobs, metrics, scheduling
-from gpupool.services.core import Context, Principal
+from gpupool.services.core import Principal
+from gpupool.services.platform import Platform
 
 HERE = Path(__file__).resolve().parent
 TEMPLATES = HERE / "templates"
@@ -485,7 +486,7 @@ def teams_page(
     )
 
 
-def _why(ctx: Context, who: Principal, job_id: int) -> dict[str, Any] | None:
+def _why(ctx: Platform, who: Principal, job_id: int) -> dict[str, Any] | None:
     try:
         return scheduling.why_waits(ctx, who, job_id).model_dump(mode="json")
     except NotFound:
@@ -497,7 +498,7 @@ def _job_number(text: str) -> int | None:
     return int(text) if JOB_ID.fullmatch(text) else None
 
 
-def _form_from(ctx: Context, who: Principal, job_id: int) -> dict[str, Any]:
+def _form_from(ctx: Platform, who: Principal, job_id: int) -> dict[str, Any]:
     """The fields of an earlier job, to submit it again (only a job the user can see)."""
     try:
         job = jobs.show_job(ctx, who, job_id)

@@ -29,7 +29,8 @@ from gpupool.domain.views import (
     WhyView,
 )
 from gpupool.services import jobs, scheduling
-from gpupool.services.core import Context, Principal
+from gpupool.services.core import Principal
+from gpupool.services.platform import Platform
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 STREAM_TICK = 0.25  # seconds between reads of a log that has nothing new
@@ -214,7 +215,7 @@ async def stream_logs(
 
 
 async def _events(
-    request: Request, ctx: Context, who: Principal, cursor: jobs.LogCursor
+    request: Request, ctx: Platform, who: Principal, cursor: jobs.LogCursor
 ) -> AsyncIterator[str]:
     """The service's steps as Server-Sent Events, until the log ends or the client leaves."""
     while not await request.is_disconnected():

@@ -3,7 +3,8 @@
 Nodes are registered, drained, marked down and removed here (``_nodes``); the Ray pool's
 head, its bridge and joins are in ``_cluster`` (the node and head watches are
 ``gpupool.loops.nodes``); the pool page and its Prometheus figures in ``_pool`` and
-``_pool_metrics``; node rows become read models in ``_views``. It imports only
+``_pool_metrics``; node rows become read models in ``_views``; what its calls need of the
+server beyond the core ports (the Ray pool, the own node) in ``_ports``. It imports only
 ``services.core`` of the services: identity, jobs and scheduling build on it.
 """
 

@@ -37,7 +37,8 @@ from gpupool.cluster.rayenv import (
 from gpupool.domain.isolation import IsolationStatus
 from gpupool.domain.views import ClusterView, HealthView, JoinView
 from gpupool.errors import Conflict, NotAPool, NotFound, Unauthenticated
-from gpupool.services.core import Context, Principal
+from gpupool.services.cluster._ports import Describes, Joins, Pool
+from gpupool.services.core import ClusterSide, Principal
 from gpupool.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -310,7 +311,7 @@ def is_loopback(address: str) -> bool:
 # -- what the API calls -------------------------------------------------------------------------
 
 
-def join(ctx: Context, address: str, token: str, name: str | None = None) -> JoinView:
+def join(ctx: Joins, address: str, token: str, name: str | None = None) -> JoinView:
     """The head's address and the pool's Ray secret, for the right join token; a wrong one is
     counted against ``address`` as an unknown API token is (429 past the limit), and the right
     one is never refused, whatever its address did. With ``name``:
@@ -334,7 +335,7 @@ def join(ctx: Context, address: str, token: str, name: str | None = None) -> Joi
     return JoinView(**answer)
 
 
-def health(ctx: Context) -> HealthView:
+def health(ctx: Pool) -> HealthView:
     """The server answers; in Ray mode, also whether its cluster does (public: no more)."""
     view = HealthView(version=gpupool.__version__)
     if ctx.cluster is None:
@@ -343,7 +344,7 @@ def health(ctx: Context) -> HealthView:
     return view.model_copy(update={"cluster": "reachable" if reachable else "unreachable"})
 
 
-def describe(ctx: Context, who: Principal) -> ClusterView:
+def describe(ctx: Describes, who: Principal) -> ClusterView:
     """The engine and its health; admins also get the head's address and the join command."""
     cluster = ctx.cluster
     if cluster is None:
@@ -363,7 +364,7 @@ def describe(ctx: Context, who: Principal) -> ClusterView:
     return view.model_copy(update={"address": state.address, "join_command": command})
 
 
-def _pool(ctx: Context) -> Cluster:
+def _pool(ctx: Pool) -> ClusterSide:
     if ctx.cluster is None:
         raise NotAPool(
             "this server runs one machine, so no machine can join it: start it with "

@@ -28,8 +28,9 @@ from gpupool.domain.views import (
 )
 from gpupool.errors import NodeBusy, NotFound, OwnNodeKept
 from gpupool.scheduler.types import GpuCapacity, NodeCapacity
+from gpupool.services.cluster._ports import NodeRemovals
 from gpupool.services.cluster._views import HostHeld, node_event_view, node_view
-from gpupool.services.core import Context, Principal, Reads, Tells
+from gpupool.services.core import Principal, Reads, Tells
 from gpupool.store.models import (
     AttemptModel,
     JobModel,
@@ -93,7 +94,7 @@ def undrain(ctx: Tells, who: Principal, name: str) -> NodeView:
     return shown
 
 
-def remove(ctx: Context, who: Principal, name: str) -> NodeRemovedView:
+def remove(ctx: NodeRemovals, who: Principal, name: str) -> NodeRemovedView:
     """Take a node out of the pool: it is no longer listed nor schedulable, and the cluster
     side is told (``ctx.on_node_removed``) after the commit, to stop it. It stays out, its
     joiner running or not, until an admin lets it back (``undrain``).

@@ -3,10 +3,12 @@
 The services the API calls open their own transactions and tell the control loop what
 changed, so they need the database, the clock, the settings and a side of the control loop.
 They see them through these protocols, which ``services.platform.Platform`` (and the control
-pipelines' face ``loops.LoopFace``, ``identity.TokenCache``, ``identity.SignInThrottle``)
-satisfy. It imports
-only its neighbours in ``services.core`` and no capability's types, so every capability may
-import it without a cycle (tests/unit/services/test_packages.py checks there is none).
+pipelines' face ``loops.LoopFace``, ``identity.TokenCache``, ``identity.SignInThrottle``,
+``cluster.Cluster``) satisfy; a capability whose calls need more than ``Reads``, ``Writes``,
+``Tells`` or ``Submits`` adds the members it uses in a port of its own (its ``_ports``). It
+imports only its neighbours in ``services.core`` and no capability's types, so every
+capability may import it without a cycle (tests/unit/services/test_packages.py checks there
+is none).
 """
 
 from __future__ import annotations
@@ -15,9 +17,7 @@ from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
-from gpupool.domain.isolation import IsolationStatus
 from gpupool.domain.waiting import PendingReason
-from gpupool.executors.base import Executor
 from gpupool.scheduler.types import Clock, NodeCapacity
 from gpupool.services.core._access import Principal
 from gpupool.services.core._estimates import Forecast
@@ -135,39 +135,3 @@ class Submits(Tells, Protocol):
 
     @property
     def settings(self) -> Settings: ...
-
-
-class Context(Submits, Protocol):
-    """The running server as a service call sees it: what the narrower ports above offer,
-    and the executor, the token cache, the throttle, the cluster and the node's own name.
-    A service takes the narrowest of these ports that has what it uses."""
-
-    @property
-    def executor(self) -> Executor: ...
-
-    @property
-    def tokens(self) -> TokenMemory: ...
-
-    @property
-    def throttle(self) -> Throttle: ...
-
-    def isolation(self) -> IsolationStatus | None:
-        """How this node keeps jobs apart (None: no sandbox)."""
-        ...
-
-    @property
-    def cluster(self) -> ClusterSide | None:
-        """The Ray pool when the server runs one (``services.cluster.Cluster``); None: one
-        machine."""
-        ...
-
-    @property
-    def own_node(self) -> str | None:
-        """The name of the server's own node (None until it is discovered)."""
-        ...
-
-    @property
-    def on_node_removed(self) -> NodeRemoved:
-        """Told a node's name once an admin's removal of it is committed, so that the
-        cluster side stops that node (the platform's default does nothing)."""
-        ...

@@ -3,8 +3,9 @@
 Users and teams (``_users``, ``_teams``), team quotas and their history (``_quotas``,
 ``_history``), API tokens, the token cache and the first admin (``_auth``, ``_tokens``,
 ``_recovery``), sign-in and web sessions (``_identity``, ``_web_sessions``, ``_passwords``)
-and the sign-in throttle (``_throttle``). It imports ``services.core`` and, for quotas checked
-against the pool's size, ``services.cluster``; jobs and scheduling build on it.
+and the sign-in throttle (``_throttle``); what its calls need of the server beyond the core
+ports (the token cache, the throttle) in ``_ports``. It imports ``services.core`` and, for
+quotas checked against the pool's size, ``services.cluster``; jobs and scheduling build on it.
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 import gpupool.services.identity._auth as auth
 from gpupool.domain.views import WhoAmIView
 from gpupool.errors import CsrfFailed, NotFound, Unauthenticated
-from gpupool.services.core import Context, Principal, Reads, Writes
+from gpupool.services.core import Principal, Reads, Writes
+from gpupool.services.identity._ports import RecentTokens, SignIns, TokenChecks
 from gpupool.services.identity._views import who_am_i
 from gpupool.store.models import JobModel, UserModel
 
@@ -26,13 +27,13 @@ class WebSignIn:
     who: WhoAmIView
 
 
-def recent_token(ctx: Context, secret: str) -> Principal | None:
+def recent_token(ctx: RecentTokens, secret: str) -> Principal | None:
     """The caller of an API token seen lately, without a database read (None: not seen
     lately, ask ``by_token``); never refused, whatever its address did."""
     return ctx.tokens.known(secret, ctx.clock.now())
 
 
-def by_token(ctx: Context, secret: str, address: str) -> Principal:
+def by_token(ctx: TokenChecks, secret: str, address: str) -> Principal:
     """The caller of an API token; Unauthenticated (counted against ``address``) for a token
     unknown, revoked or expired, or TooManyAttempts once ``address`` sent too many of those.
     A valid token is let in whatever its address did."""
@@ -72,7 +73,7 @@ def job_source(ctx: Reads, job_id: int) -> str:
         return f"job {job_id}" if job is None else f"job {job_id} ({job.user.name})"
 
 
-def sign_in(ctx: Context, user: str, password: str, address: str) -> WebSignIn:
+def sign_in(ctx: SignIns, user: str, password: str, address: str) -> WebSignIn:
     """Open a web session with a password (or an API token as the password); failures are
     throttled per user name and per address."""
     now, hours = ctx.clock.now(), ctx.settings.session_hours

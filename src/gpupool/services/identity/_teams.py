@@ -20,7 +20,8 @@ from gpupool.domain.views import (
     UserView,
 )
 from gpupool.errors import Conflict
-from gpupool.services.core import Context, Principal, Tells
+from gpupool.services.core import Principal, Tells
+from gpupool.services.identity._ports import Forgets, TeamDeletes
 from gpupool.services.identity._views import user_view
 from gpupool.store.models import TeamModel
 
@@ -82,7 +83,7 @@ def set_quota(ctx: Tells, name: str, quota: quotas.Quota, keep_storage: bool = F
     return shown
 
 
-def delete_team(ctx: Context, name: str) -> TeamDeletedView:
+def delete_team(ctx: TeamDeletes, name: str) -> TeamDeletedView:
     """Delete a team without unfinished jobs (see ``users.delete_team``)."""
     with ctx.db.session() as session:
         deleted = users.delete_team(session, name, ctx.clock.now())
@@ -92,7 +93,7 @@ def delete_team(ctx: Context, name: str) -> TeamDeletedView:
 
 
 def add_member(
-    ctx: Context, who: Principal, team: str, user: str, admin: bool | None = None
+    ctx: Forgets, who: Principal, team: str, user: str, admin: bool | None = None
 ) -> UserView:
     """Make ``user`` a member of ``team``: it sees and submits the team's jobs; ``admin``:
     make it a team admin of it, or not (None: as it was). ``who``: a pool admin or a team
@@ -104,7 +105,7 @@ def add_member(
     return shown
 
 
-def remove_member(ctx: Context, who: Principal, team: str, user: str) -> UserView:
+def remove_member(ctx: Forgets, who: Principal, team: str, user: str) -> UserView:
     """End ``user``'s membership of ``team`` (and its being a team admin of it); its jobs
     there stay in the team. ``who``: as for ``add_member``."""
     with ctx.db.session() as session:

@@ -7,7 +7,8 @@ import gpupool.services.identity._auth as auth
 import gpupool.services.identity._users as users
 from gpupool.domain.views import TokenCreatedView, TokenView
 from gpupool.errors import NotFound
-from gpupool.services.core import Context, Principal, Reads, Writes
+from gpupool.services.core import Principal, Reads, Writes
+from gpupool.services.identity._ports import TokenRevokes
 from gpupool.services.identity._views import token_view
 from gpupool.store.models import UserModel
 
@@ -37,7 +38,7 @@ def create_token(
         return TokenCreatedView(token=secret, **dict(token_view(token, owner.name)))
 
 
-def revoke_token(ctx: Context, who: Principal, token_id: int) -> TokenView:
+def revoke_token(ctx: TokenRevokes, who: Principal, token_id: int) -> TokenView:
     """Revoke one of ``who``'s tokens (an admin: anyone's); its web sessions end with it."""
     with ctx.db.session() as session:
         token = auth.revoke_token(session, token_id, who, ctx.clock.now())

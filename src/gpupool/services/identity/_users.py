@@ -1,9 +1,9 @@
 """Users, teams and memberships.
 
-The functions that take a ``Context`` are what the API calls about users: each opens its own
-transaction, returns read models and says what changed (the token cache forgets, the control
-loop reads weights again). Those that take a ``Session`` are the steps (``_teams``
-calls them for teams).
+The functions that take a port (``core.Reads``, ``core.Tells``, ``_ports.UserChanges``...) are
+what the API calls about users: each opens its own transaction, returns read models and says
+what changed (the token cache forgets, the control loop reads weights again). Those that take
+a ``Session`` are the steps (``_teams`` calls them for teams).
 """
 
 from __future__ import annotations
@@ -34,8 +34,9 @@ from gpupool.errors import (
     WrongPassword,
 )
 from gpupool.executors import accounts
-from gpupool.services.core import Context, Principal, Reads, Tells
+from gpupool.services.core import Principal, Reads, Tells
 from gpupool.services.identity._passwords import hash_password, verify_password
+from gpupool.services.identity._ports import PasswordChecks, UserChanges
 from gpupool.services.identity._views import user_view, who_am_i
 from gpupool.services.identity._web_sessions import end_web_sessions
 from gpupool.store.models import JobModel, MembershipModel, TeamModel, UserModel
@@ -83,7 +84,7 @@ def add_user(
 
 
 def change_user(
-    ctx: Context,
+    ctx: UserChanges,
     name: str,
     *,
     role: Role | None = None,
@@ -114,7 +115,7 @@ def change_user(
 
 
 def change_own_password(
-    ctx: Context, who: Principal, current: str | None, new: str, address: str
+    ctx: PasswordChecks, who: Principal, current: str | None, new: str, address: str
 ) -> WhoAmIView:
     """``who``'s change of its own password (see ``set_own_password``). A wrong current
     password counts as a failed sign-in from ``address``, and is throttled as one."""

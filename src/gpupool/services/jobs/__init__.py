@@ -4,7 +4,8 @@ Submitting, listing and cancelling (``_jobs``), job arrays (``_arrays``), why an
 stops (``_stops``) and what its attempts' ends do to it (``_transitions``), checkpoints
 watched (``_checkpoints``), logs (``_logs``), code snapshots and uploads (``_code``,
 ``_incoming``), the model files a job may be shown (``_model_files``), where a listening job
-is reached (``_endpoints``) and the job read models (``_views``). It imports
+is reached (``_endpoints``), the job read models (``_views``) and what reading a log needs of
+the server beyond the core ports (``_ports``). It imports
 ``services.core`` and ``services.identity``; scheduling, metrics,
 models, notebooks and deployments build on it.
 """

@@ -29,7 +29,7 @@ from gpupool.domain.views import CodeLimitsView, CodeView
 from gpupool.errors import CodeHashMismatch, CodeNotFound, CodeTooLarge
 from gpupool.executors import code as archives
 from gpupool.services import identity
-from gpupool.services.core import Context, Principal, Reads, Submits, Writes
+from gpupool.services.core import Principal, Reads, Submits, Writes
 from gpupool.services.jobs._incoming import Incoming
 from gpupool.settings import Settings
 from gpupool.store.models import CodeUploadModel, MembershipModel
@@ -65,7 +65,7 @@ def show_code(ctx: Reads, who: Principal, ref: str) -> CodeView:
 
 
 async def receive(
-    ctx: Context,
+    ctx: Submits,
     who: Principal,
     chunks: AsyncIterator[bytes],
     expected: str | None = None,

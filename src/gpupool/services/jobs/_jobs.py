@@ -1,8 +1,9 @@
 """Jobs: submit, list, show, cancel, events. The control loop does the rest.
 
-The functions that take a ``Context`` are what the API calls: each opens its own
-transaction, returns read models, and wakes the control loop when there is work for it. The
-functions that take a ``Session`` are the steps they (and other services) are made of.
+The functions that take a port (``core.Reads``, ``Submits``...) are what the API calls: each
+opens its own transaction, returns read models, and wakes the control loop when there is work
+for it. The functions that take a ``Session`` are the steps they (and other services) are
+made of.
 """
 
 from __future__ import annotations

@@ -27,7 +27,8 @@ from gpupool.domain.ranklogs import rank_label, select_lines, task_label
 from gpupool.domain.views import JobStateView, LogChunkView
 from gpupool.errors import InvalidRequest, NotFound, OffsetOutOfRange
 from gpupool.executors.base import Executor
-from gpupool.services.core import Context, Principal
+from gpupool.services.core import Principal
+from gpupool.services.jobs._ports import LogReads
 from gpupool.store.models import AttemptModel
 
 MAX_CHUNK = 1024**2
@@ -109,7 +110,7 @@ class LogStep:
 
 
 def read_log(
-    ctx: Context,
+    ctx: LogReads,
     who: Principal,
     job_id: int,
     attempt: int | None,
@@ -132,7 +133,7 @@ def read_log(
 
 
 def open_log(
-    ctx: Context,
+    ctx: LogReads,
     who: Principal,
     job_id: int,
     attempt: int | None,
@@ -146,7 +147,7 @@ def open_log(
     return LogCursor(job_id, attempt, offset, follow, lines)
 
 
-def follow_step(ctx: Context, who: Principal, at: LogCursor) -> LogStep:
+def follow_step(ctx: LogReads, who: Principal, at: LogCursor) -> LogStep:
     """Read on from ``at`` and move it: the attempt when it is new, the text read, the job's
     state when it changed; with ``follow``, on to each later attempt from its start; ``end``
     once the log read will not grow any more. A ``log`` event comes whenever the offset moves,
@@ -178,7 +179,7 @@ def follow_step(ctx: Context, who: Principal, at: LogCursor) -> LogStep:
 
 
 def _read(
-    ctx: Context,
+    ctx: LogReads,
     who: Principal,
     job_id: int,
     attempt: int | None,

@@ -1,9 +1,10 @@
 """The model registry: models, their versions and the archives of their files.
 
 Registering a version from a job's outputs or an upload, listing and showing models and
-resolving ``name:version`` (``_models``). It imports ``services.core``, ``identity`` (team
-quotas), ``jobs`` (a version's source job, uploads) and ``metrics`` (a version's final
-metrics); deployments build on it.
+resolving ``name:version`` (``_models``); what a registration needs of the server beyond the
+core ports, the executor and the settings, in ``_ports``. It imports ``services.core``,
+``identity`` (team quotas), ``jobs`` (a version's source job, uploads) and ``metrics`` (a
+version's final metrics); deployments build on it.
 """
 
 from __future__ import annotations

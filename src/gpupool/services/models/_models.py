@@ -52,9 +52,10 @@ from gpupool.errors import (
 )
 from gpupool.executors import outputs
 from gpupool.services import identity, jobs
-from gpupool.services.core import Context, Principal, Reads, Writes
+from gpupool.services.core import Principal, Reads, Writes
 from gpupool.services.jobs import Incoming
 from gpupool.services.metrics import final_values
+from gpupool.services.models._ports import Packs, Registers
 from gpupool.store.models import (
     ModelFileModel,
     ModelVersionModel,
@@ -158,7 +159,7 @@ def show_version(
         return resolve_version(session, who, name, version, team)
 
 
-def register(ctx: Context, who: Principal, asked: Registration) -> ModelVersionView:
+def register(ctx: Registers, who: Principal, asked: Registration) -> ModelVersionView:
     """Record a new version of ``asked.name`` from the job's outputs (see the module's
     docstring for the steps). Slow (it copies files): call it from a worker thread."""
     source = load_source(ctx, who, asked)
@@ -222,7 +223,7 @@ def load_source(ctx: Reads, who: Principal, asked: Registration) -> Source:
         )
 
 
-def pack(ctx: Context, source: Source) -> Packed:
+def pack(ctx: Packs, source: Source) -> Packed:
     """Step 2 (no transaction open): the job's files as one archive in the model store."""
     limits = ctx.settings.model_limits()
     store = ctx.settings.models_dir
