@@ -5,7 +5,7 @@ are reconciled and their routes published into the proxy's table (``_rollouts``:
 and the publisher, ``Serving``; ``_replicas``, ``_routing``; the pipeline that runs them is
 ``gpupool.loops.rollouts``); deployment keys and who may call a deployment (``_access``:
 ``admit``, the table's rule for deployments); what these services need of the server beyond
-``Context`` (``_ports``). It imports ``services.core``, ``identity``, ``jobs`` (replicas are
+``core.Submits`` (``_ports``). It imports ``services.core``, ``identity``, ``jobs`` (replicas are
 jobs) and ``models``, and the proxy's table; nothing in services builds on it but the
 composition root.
 """

@@ -7,8 +7,9 @@ exist). Each start or resume submits a job of kind notebook through the jobs ser
 quotas, fair share, the scheduler and the sandbox apply; the job runs JupyterLab in the
 owner's workspace, with a new token that only the server and the job know.
 
-The functions that take a ``Context`` are what the API calls; those that take a ``Session``
-are the steps they (and the idle watch, ``_idleness``) are made of.
+The functions that take a port of the server (``Writes``, ``Submits``, ``NotebookStops``)
+are what the API calls; those that take a ``Session`` are the steps they (and the idle
+watch, ``_idleness``) are made of.
 """
 
 from __future__ import annotations
