@@ -64,9 +64,12 @@ def test_help_lists_every_command_with_its_help_line() -> None:
 
 
 def test_a_command_loads_only_its_own_modules() -> None:
-    modules = imported("ls")
+    modules = imported("show", "12")
     assert "gpupool.cli.jobs" in modules
     assert not modules & {"gpupool.cli.admin", "gpupool.server", "gpupool.sim.cli", "httpx"}
+    listing = imported("ls")  # run without Typer (gpupool.cli.quick)
+    assert "gpupool.cli.listing" in listing
+    assert not listing & {"gpupool.cli.jobs", "gpupool.cli.admin", "gpupool.server", "typer"}
     assert "typer" not in imported("--version")
 
 
