@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 
 from gpupool.cluster import relay
+from gpupool.domain.endpoints import Endpoint, RelayTarget
+from gpupool.executors.base import listening
 from gpupool.runner import bridge
 from gpupool.runner.network import LISTEN_SOCKET
 
@@ -26,7 +28,7 @@ JOB, ATTEMPT = 5, 1
 @dataclass
 class Served:
     relay: relay.Relay
-    target: relay.RelayTarget
+    target: RelayTarget
 
 
 def echo(listener: socket.socket) -> None:
@@ -66,7 +68,7 @@ def served(tmp_path: Path) -> Iterator[Served]:
         workload.close()
 
 
-def talk(target: relay.RelayTarget) -> bytes:
+def talk(target: RelayTarget) -> bytes:
     with relay.connect(target, 10) as conn:
         conn.sendall(b"hello")
         conn.shutdown(socket.SHUT_WR)
@@ -117,29 +119,19 @@ def test_the_secret_is_kept_for_an_agent_that_comes_back(tmp_path: Path) -> None
 
 
 def test_the_server_reads_a_relay_from_an_attempts_state_and_nothing_else() -> None:
-    from gpupool.services.jobs._endpoints import listens_at
-
     recorded = {"host": "10.0.0.5", "port": 41000, "key": "ab" * 32, "job_id": 7, "attempt": 2}
     state = {"node": "n1", "host": "127.0.0.1", "port": 8000, "relay": recorded}
-    assert listens_at({"state": state}) == (
-        "127.0.0.1",
-        8000,
-        relay.RelayTarget("10.0.0.5", 41000, "ab" * 32, 7, 2),
-    )
+    target = RelayTarget("10.0.0.5", 41000, "ab" * 32, 7, 2)
+    assert listening(state) == Endpoint("127.0.0.1", 8000, relay=target)
     for bad in ({**recorded, "port": 70000}, {**recorded, "job_id": "../7"}, {}, "x"):
         # never the address instead: on the server's machine, that port is anybody's
-        assert listens_at({"state": {**state, "relay": bad}}) is None
+        assert listening({**state, "relay": bad}) is None
 
 
 def test_a_serving_attempt_whose_agent_gave_no_relay_has_no_endpoint() -> None:
     from gpupool.cluster.executor import _task_state
-    from gpupool.services.jobs._endpoints import listens_at
 
     local = {"attempt_dir": "/d", "host": "127.0.0.1", "port": 8000, "socket": "/d/listen.sock"}
-    assert listens_at({"state": _task_state("n1", local)}) is None  # not the server's 8000
+    assert listening(_task_state("n1", local)) is None  # not the server's 8000
     on_the_nodes_network = {"attempt_dir": "/d", "host": "10.0.0.5", "port": 41000}
-    assert listens_at({"state": _task_state("n1", on_the_nodes_network)}) == (
-        "10.0.0.5",
-        41000,
-        None,
-    )
+    assert listening(_task_state("n1", on_the_nodes_network)) == Endpoint("10.0.0.5", 41000)

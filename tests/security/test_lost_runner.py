@@ -28,7 +28,15 @@ def sandbox_pids(state: dict) -> list[int]:
 
 
 def alive(pids: list[int]) -> list[int]:
-    return [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"]
+    """Those of ``pids`` still running (one may end while it is looked at)."""
+    found = []
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                found.append(pid)
+        except psutil.NoSuchProcess:
+            pass
+    return found
 
 
 def hold_every_gpu(pool: Pool) -> tuple[dict, dict, dict]:
