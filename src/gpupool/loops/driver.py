@@ -4,10 +4,11 @@ Each pass: the launch failures a failed commit left, reconcile, stops, checkpoin
 an attempt changed, the driver was woken, or ``schedule_interval`` passed — a scheduling cycle
 (which launches and preempts as it goes). Then it sleeps until woken, an attempt changes (the
 executor's ``change_fd``), or a tick, and a wake-up from that sleep is acted on at once: a
-lone submit starts without waiting. Work that arrived while a pass ran waits first: a
-stream of submits a few times as long as the pass took, jobs ending one after another as
-long, so that the API keeps its share of the CPU and of the database's write lock, and one
-pass then serves the whole burst.
+lone submit starts without waiting, and so do attempts that changed while a pass ran (a job
+ended: its GPUs wait for the next pass, which then serves every end that came meanwhile).
+Only a stream of submits that came while a pass ran waits first, a few times as long as the
+pass took, so that the API keeps its share of the CPU and of the database's write lock, and
+one pass then serves the whole burst.
 """
 
 from __future__ import annotations
@@ -151,22 +152,20 @@ class Driver:
 
     def rest_after(self, took: float, ended_work: bool) -> float:
         """How long to wait before the next pass, after one that took ``took`` seconds:
-        nothing when no work came while it ran (a submit then starts at once); when
-        submits came (a stream), a few times as long as it took, so that the API keeps its
-        share and one pass serves them all; when attempts changed, or work had just ended
-        (GPUs idle), as long only."""
-        woken, changed = self._pending()
-        if not (woken or changed):
+        nothing when no submit came while it ran (attempts that changed meanwhile, jobs
+        that ended and left GPUs idle, are served at once: a rest there measured 6 ms more
+        of idle GPU per job in a drain); when submits came (a stream), a few times as long
+        as it took, so that the API keeps its share and one pass serves them all; as long
+        only when that pass had also seen work end (GPUs idle)."""
+        if not self._woken_meanwhile():
             return 0.0
-        factor = SUBMIT_REST_FACTOR if woken and not ended_work else 1
+        factor = SUBMIT_REST_FACTOR if not ended_work else 1
         return min(factor * took, MAX_REST)
 
-    def _pending(self) -> tuple[bool, bool]:
-        """(woken, an attempt changed) since the last wait, left for the next to take."""
-        changes = self.changes.change_fd()
-        fds = [self._wake_r] if changes is None else [self._wake_r, changes]
-        ready, _, _ = io_select.select(fds, [], [], 0)
-        return self._wake_r in ready, changes is not None and changes in ready
+    def _woken_meanwhile(self) -> bool:
+        """Whether a wake (a submit) came since the last wait, left for the next to take."""
+        ready, _, _ = io_select.select([self._wake_r], [], [], 0)
+        return bool(ready)
 
     def _wait(self, timeout: float) -> bool:
         """Sleep until woken, an attempt changes, or the timeout; True if woken."""

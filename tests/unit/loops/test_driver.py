@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import select
 
 from gpupool.executors.task import Observed, PollResult
 from gpupool.loops import Control
@@ -52,16 +53,19 @@ def test_a_wake_after_an_idle_wait_is_not_held_back(control: Control) -> None:
     assert driver.rest_after(0.01, ended_work=False) == 0.0
 
 
-def test_attempts_that_changed_during_a_pass_rest_as_long_as_it_took(
+def test_attempts_that_changed_during_a_pass_are_served_at_once(
     control: Control, executor: ScriptedExecutor
 ) -> None:
+    """A job that ended while a pass ran left GPUs idle: the next pass comes at once (the
+    wait before it finds the change there, and takes it)."""
     read, write = os.pipe()
     executor.change_fd = lambda: read  # type: ignore[method-assign]
     executor.clear_changes = lambda: os.read(read, 4096)  # type: ignore[method-assign]
     try:
-        assert control.driver.rest_after(0.02, ended_work=False) == 0.0
         os.write(write, b"!")  # a runner rewrote its state during the pass
-        assert control.driver.rest_after(0.02, ended_work=False) == 0.02
+        assert control.driver.rest_after(0.02, ended_work=True) == 0.0
+        assert control.driver._wait(5.0) is False  # a change, not a wake
+        assert select.select([read], [], [], 0)[0] == []  # taken: the next wait sleeps
     finally:
         os.close(read)
         os.close(write)
