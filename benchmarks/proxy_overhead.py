@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 import httpcore
 import httpx
+import psutil
 from harness import FINAL, percentile, start_server, stop_on_sigterm, wait_until
 from httpcore._backends.sync import SyncStream
 from sqlalchemy import select
@@ -44,6 +45,7 @@ from gpupool.store.db import Database
 from gpupool.store.models import AttemptModel, DeploymentReplicaModel
 
 WARM_UP = 100
+IDLE_SECONDS = 3.0  # the server measured alone, before each interleaved run
 ROUNDS = {"trivial": 1500, "ten-ms": 300}  # requests each way, interleaved
 CLIENTS = 8
 RATE_ROUNDS = 3  # rounds of (direct, proxied), each of CLIENTS x PER_CLIENT requests
@@ -114,7 +116,8 @@ def main() -> None:
                 "ten-ms": deploy_command(api, server.data_dir),
             }
         for name, direct in replicas.items():
-            compare(name, direct, Target(f"{server.url}/serve/{name}/predict", headers))
+            target = Target(f"{server.url}/serve/{name}/predict", headers)
+            compare(name, direct, target, psutil.Process(server.process.pid))
     finally:
         server.stop()
 
@@ -203,9 +206,16 @@ def replica_url(api: httpx.Client, data_dir, name: str) -> Target:  # noqa: ANN0
         database.dispose()
 
 
-def compare(name: str, to_replica: Target, to_serve: Target) -> None:
-    """Print both paths' figures for one replica, and how they compare."""
+def compare(name: str, to_replica: Target, to_serve: Target, server: psutil.Process) -> None:
+    """Print both paths' figures for one replica, and how they compare; and the server's CPU
+    per proxied request: direct requests never reach it, so what it spent in the
+    interleaved run, less what its pipelines spend anyway (its rate over IDLE_SECONDS just
+    before), is the proxied requests'."""
+    idle_rate = _cpu_rate(server, IDLE_SECONDS)
+    before, began = sum(server.cpu_times()[:2]), time.monotonic()
     direct, proxied = interleaved(to_replica, to_serve, ROUNDS[name])
+    spent = sum(server.cpu_times()[:2]) - before - idle_rate * (time.monotonic() - began)
+    server_ms = 1000 * spent / ROUNDS[name]
     direct_rate, proxied_rate = rates(to_replica, to_serve, PER_CLIENT[name])
     base, through = Figures(direct, direct_rate), Figures(proxied, proxied_rate)
     print(f"{name} replica ({ROUNDS[name]} requests each way, interleaved; {CLIENTS} clients)")
@@ -219,6 +229,17 @@ def compare(name: str, to_replica: Target, to_serve: Target) -> None:
         f"{through.p50 - base.p50:.2f} ms at p50, "
         f"{statistics.fmean(proxied) - statistics.fmean(direct):.2f} ms on the mean"
     )
+    print(
+        f"  the server's CPU per proxied request: {server_ms:.2f} ms "
+        f"(its pipelines' own, {1000 * idle_rate:.0f} ms a second, left out)"
+    )
+
+
+def _cpu_rate(process: psutil.Process, seconds: float) -> float:
+    """CPU seconds per second that ``process`` spends over the next ``seconds``."""
+    before = sum(process.cpu_times()[:2])
+    time.sleep(seconds)
+    return (sum(process.cpu_times()[:2]) - before) / seconds
 
 
 def line(what: str, figures: Figures) -> None:
