@@ -71,7 +71,12 @@ def wait_job(
         job = client.get(f"/api/v1/jobs/{job_id}").json()
         return job if job["status"] in statuses else None
 
-    return wait_for(check, timeout, f"job {job_id} to be {'/'.join(sorted(statuses))}", 0.05)
+    def seen() -> dict:  # why it was not there yet, for the failure
+        job = client.get(f"/api/v1/jobs/{job_id}").json()
+        return {k: job.get(k) for k in ("status", "reason", "message", "events", "attempts")}
+
+    what = f"job {job_id} to be {'/'.join(sorted(statuses))}"
+    return wait_for(check, timeout, what, 0.05, about=seen)
 
 
 def submit(client: TestClient, command: list[str], **fields: Any) -> dict:

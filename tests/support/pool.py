@@ -79,14 +79,15 @@ class Pool:
     def start(
         cls, root: Path, head_gpus: str = "2xA100-SXM4-80GB:80GiB", env: dict | None = None
     ) -> Pool:
-        ray_port = free_port()
-        env = {
-            "GPUPOOL_NODE_NAME": "head",
-            "GPUPOOL_RAY_PORT": str(ray_port),
-            "GPUPOOL_NODE_LOST_SECONDS": "5",
-            **(env or {}),
-        }
+        env = {"GPUPOOL_NODE_NAME": "head", "GPUPOOL_NODE_LOST_SECONDS": "5", **(env or {})}
         server = ServerProcess(root / "server", gpus=head_gpus, env=env, args=["--ray"])
+        # Ray's head and the server each need a port of their own: two free ports asked for
+        # one after the other may be the same one (neither is held until its server binds it)
+        ray_port = free_port()
+        while ray_port == server.port:
+            ray_port = free_port()
+        env.setdefault("GPUPOOL_RAY_PORT", str(ray_port))
+        server.extra_env = env
         server.start(timeout=120)
         return cls(root, server, env=env)
 
