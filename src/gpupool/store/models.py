@@ -515,3 +515,47 @@ class DeploymentEventModel(Base):
     at: Mapped[float] = mapped_column(Time)
     reason: Mapped[str] = mapped_column(String(50))
     message: Mapped[str] = mapped_column(Text)
+
+class EnvironmentModel(Base):
+    """A named Python environment of a team (``team_id`` None: a prefix an admin registered
+    for every team); its versions are ``EnvironmentVersionModel``. Names are unique per team."""
+
+    __tablename__ = "environments"
+    __table_args__ = (UniqueConstraint("team_id", "name", name="uq_environments_team_name"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    team_id: Mapped[int | None] = mapped_column(ForeignKey("teams.id"), index=True)
+    name: Mapped[str] = mapped_column(String(63))
+    description: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[float] = mapped_column(Time)
+
+    team: Mapped[TeamModel | None] = relationship(lazy="joined")
+
+
+class EnvironmentVersionModel(Base):
+    """A version of an environment: its lock (every package pinned with its hashes), the
+    Python and platform it was resolved for, and its id (``domain.environments.env_id``), or
+    the path of a registered prefix."""
+
+    __tablename__ = "environment_versions"
+    __table_args__ = (
+        UniqueConstraint("environment_id", "env", name="uq_environment_versions_env"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    environment_id: Mapped[int] = mapped_column(
+        ForeignKey("environments.id", ondelete="CASCADE"), index=True
+    )
+    env: Mapped[str] = mapped_column(String(71), index=True)  # sha256:<hex>
+    python: Mapped[str] = mapped_column(String(20))
+    platform: Mapped[str] = mapped_column(String(100))
+    kind: Mapped[str] = mapped_column(String(20))  # domain.environments.SourceKind
+    source: Mapped[str] = mapped_column(Text)  # what it was made from, as given
+    lock: Mapped[str | None] = mapped_column(Text)  # None: a registered prefix
+    prefix: Mapped[str | None] = mapped_column(Text)
+    packages: Mapped[list[str]] = mapped_column(JSON)  # name==version, from the lock
+    created_at: Mapped[float] = mapped_column(Time)
+    created_by: Mapped[int] = mapped_column(ForeignKey("users.id"))
+
+    environment: Mapped[EnvironmentModel] = relationship(lazy="joined")
+    creator: Mapped[UserModel] = relationship(lazy="joined")
