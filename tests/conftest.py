@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
+from tests.support.images import Registry, missing_tools
 from tests.support.postgres import PostgresServer
 from tests.support.server import ServerProcess
 
@@ -93,3 +94,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         path = item.nodeid.split("::", 1)[0]
         group = "ray-pool" if path.startswith("tests/cluster/") else path
         item.add_marker(pytest.mark.xdist_group(group))
+
+
+@pytest.fixture(scope="session")
+def image_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
+    """A real container registry on 127.0.0.1 (Debian's docker-registry) for the tests of
+    container images, which push the images they build with ``tests.support.images``."""
+    why = missing_tools()
+    if why is not None:
+        pytest.skip(why)
+    registry = Registry(tmp_path_factory.mktemp("registry")).start()
+    yield registry
+    registry.stop()
