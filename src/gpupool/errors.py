@@ -439,6 +439,63 @@ class NotebookActive(Conflict):
     code = "notebook_active"
 
 
+class InvalidDatasetName(InvalidRequest):
+    """A dataset's or a volume's name is 1 to 100 letters, digits, '.', '_' or '-', starting
+    with a letter or a digit."""
+
+    code = "invalid_dataset_name"
+
+
+class BadManifest(InvalidRequest):
+    """A dataset manifest lists regular files with relative paths inside the version (no
+    absolute path, no '..', each once, none below another file), each with its size, mode
+    and SHA-256: gpupool dataset create --from DIR writes one."""
+
+    code = "bad_manifest"
+
+
+class DatasetTooLarge(ClientError):
+    """The version holds more than this server keeps in one (GPUPOOL_MAX_DATASET_BYTES,
+    GPUPOOL_MAX_DATASET_FILES): split it into several datasets, or ask an admin to raise the
+    limits."""
+
+    status = 413
+    code = "dataset_too_large"
+
+
+class BlobHashMismatch(InvalidRequest):
+    """The bytes received do not have the SHA-256 in the URL: upload each file under the
+    hash of its bytes."""
+
+    code = "blob_hash_mismatch"
+
+
+class BlobsMissing(Conflict):
+    """Some of the version's files were not uploaded: upload the blobs named (gpupool dataset
+    create does), then commit again."""
+
+    code = "blobs_missing"
+
+
+class DatasetInUse(Conflict):
+    """Jobs that have not ended use this version: wait for them, or cancel them, then delete
+    it."""
+
+    code = "dataset_in_use"
+
+
+class AmbiguousDataset(InvalidRequest):
+    """Several of your teams have a dataset (or a volume) of this name: say which with
+    --team."""
+
+    code = "ambiguous_dataset"
+
+
+class VolumeExists(Conflict):
+    """The team has a volume of this name already: pick another name, or use that one."""
+
+    code = "volume_exists"
+
 def error_body(code: str, message: str, details: Any = None) -> dict[str, Any]:
     """An error as every answer of the platform carries it (``{"error": {...}}``)."""
     return {"error": {"code": code, "message": message, "details": details or {}}}

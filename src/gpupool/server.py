@@ -240,10 +240,14 @@ def _open(settings: Settings) -> tuple[DataDirLock, Platform]:
 def _sweep_part_files(settings: Settings) -> None:
     """Remove the part files of uploads and model registrations that the last server left
     when it was killed (this one holds the data directory's lock: none is under way)."""
-    from gpupool.services import jobs, models
+    from gpupool.services import datasets, jobs, models
     from gpupool.services.jobs import sweep_leftovers
 
-    where = (settings.code_dir / jobs.CODE_INCOMING, settings.models_dir / models.MODEL_INCOMING)
+    where = (
+        settings.code_dir / jobs.CODE_INCOMING,
+        settings.models_dir / models.MODEL_INCOMING,
+        settings.datasets_dir / datasets.DATASET_INCOMING,
+    )
     removed = sweep_leftovers(where)
     if removed:
         console.print(

@@ -88,6 +88,14 @@ class Settings(BaseSettings):
     # -- the model registry (docs/models.md): the most one model version may hold ----------
     max_model_bytes: int = Field(default=10 * 1024**3, ge=1)  # its files' bytes
     max_model_files: int = Field(default=100_000, ge=1)  # its files and directories
+    # -- datasets and volumes (docs/datasets.md) ------------------------------------------
+    # The dataset store (a POSIX directory: local, or NFS, CephFS, Lustre shared by the
+    # nodes; default: the data directory's "datasets"), the most one version may hold, and
+    # where each node keeps the versions it materialised (default: data dir's dataset-cache)
+    datasets_store: Path | None = None
+    max_dataset_bytes: int = Field(default=100 * 1024**3, ge=1)
+    max_dataset_files: int = Field(default=1_000_000, ge=1)
+    dataset_cache: Path | None = None
     # The most tasks one job array may have (sbatch's MaxArraySize); every task is a job.
     max_array_tasks: int = Field(default=10_000, ge=1, le=MAX_ARRAY_TASKS)
     # -- notebooks (docs/notebooks.md) -----------------------------------------------------
@@ -242,6 +250,23 @@ class Settings(BaseSettings):
         return CodeLimits(
             self.max_model_bytes + allowance, self.max_model_bytes, self.max_model_files
         )
+
+    @property
+    def datasets_dir(self) -> Path:
+        """The dataset store: ``blobs/<2 hex>/<hex>``, each file's bytes (and each version's
+        manifest) kept once by SHA-256."""
+        return self.datasets_store or self.data_dir / "datasets"
+
+    @property
+    def dataset_cache_dir(self) -> Path:
+        """This node's materialised versions: ``<manifest hex>/``, read-only, shared by
+        the jobs that read them."""
+        return self.dataset_cache or self.data_dir / "dataset-cache"
+
+    @property
+    def volumes_dir(self) -> Path:
+        """The teams' volumes on this node: ``<team id>/<name>/``."""
+        return self.data_dir / "volumes"
 
     @property
     def cluster_dir(self) -> Path:

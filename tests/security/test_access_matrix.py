@@ -14,6 +14,7 @@ alone may do.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import Enum
@@ -144,6 +145,18 @@ def _model(world: World, _who: Identity) -> Target:
     return Target({"name": world.model(), "version": 1}, team_owned=True)
 
 
+def _dataset(world: World, _who: Identity) -> Target:
+    return Target({"name": world.dataset(), "version": 1}, team_owned=True)
+
+
+def _fresh_dataset(world: World, _who: Identity) -> Target:
+    return Target({"name": world.fresh_dataset(), "version": 1}, team_owned=True)
+
+
+def _dataset_blob(world: World, _who: Identity) -> Target:
+    return Target({"sha256": hashlib.sha256(world.DATASET_FILE).hexdigest()})
+
+
 def _model_page(world: World, _who: Identity) -> Target:
     return Target({"team": OWNERS, "name": world.model()}, team_owned=True)
 
@@ -241,6 +254,11 @@ PARAMS: dict[str, Factory] = {
     "/api/v1/models/{name}/versions": _model,
     "/api/v1/models/{name}/versions/{version}": _model,
     "/models/{team}/{name}": _model_page,
+    "/api/v1/datasets/{name}": _fresh_dataset,  # GET, and DELETE (a fresh one each call)
+    "/api/v1/datasets/{name}/uploads": _dataset,
+    "/api/v1/datasets/{name}/versions": _dataset,
+    "/api/v1/datasets/{name}/versions/{version}": _fresh_dataset,
+    "/api/v1/dataset-blobs/{sha256}": _dataset_blob,
     "/api/v1/deployments/{name}": _deployment,
     "/api/v1/deployments/{name}/scale": _deployment,
     "/api/v1/deployments/{name}/update": _served_model,
@@ -285,6 +303,15 @@ BODIES: dict[str, Factory] = {
     "POST /api/v1/code": lambda world, _who: world.code(),
     "POST /api/v1/nodes/{name}/drain": lambda _world, _who: {"reason": "matrix"},
     "POST /api/v1/models/{name}/versions": lambda world, _who: {"job_id": world.succeeded_job()},
+    "POST /api/v1/datasets/{name}/uploads": lambda world, _who: {
+        "manifest": world.dataset_manifest(),
+        "team": OWNERS,
+    },
+    "POST /api/v1/datasets/{name}/versions": lambda world, _who: {
+        "manifest": world.dataset_manifest(),
+        "team": OWNERS,
+    },
+    "PUT /api/v1/dataset-blobs/{sha256}": lambda world, _who: world.DATASET_FILE,
     "POST /api/v1/deployments": lambda world, _who: {
         "name": world.unique("new-deployment"),
         "command": ["sleep", "300"],

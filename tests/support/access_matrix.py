@@ -10,6 +10,7 @@ its members.
 
 from __future__ import annotations
 
+import hashlib
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -27,6 +28,7 @@ import gpupool.services.cluster._nodes as nodes
 from gpupool.api.access import Rule, rule_of
 from gpupool.api.app import create_app
 from gpupool.api.deps import SAFE_METHODS
+from gpupool.domain.datasets import ManifestFile, manifest_bytes
 from gpupool.domain.inventory import NodeInventory
 from gpupool.domain.web import CSRF_HEADER, SESSION_COOKIE
 from gpupool.executors.fake import NeverStartsExecutor
@@ -281,6 +283,33 @@ class World:
     def own_code(self, who: str) -> str:
         """The ref of ``code``, uploaded by ``who``: a snapshot is its uploaders' to use."""
         return self.api("PUT", f"/code/{ref(self.code())}", who, self.code())["ref"]
+
+    # -- datasets: a file and the manifest that lists it, uploaded by the owning member --------
+
+    DATASET_FILE = b"matrix,data\n"
+
+    def dataset_manifest(self) -> str:
+        """The SHA-256 of a manifest of one file, both held by the owning team."""
+
+        def upload() -> str:
+            data = self.DATASET_FILE
+            entry = ManifestFile("data.csv", len(data), 0o644, hashlib.sha256(data).hexdigest())
+            manifest = manifest_bytes([entry])
+            for blob in (data, manifest):
+                self.api("PUT", f"/dataset-blobs/{hashlib.sha256(blob).hexdigest()}", MEMBER, blob)
+            return hashlib.sha256(manifest).hexdigest()
+
+        return self.shared("dataset_manifest", upload)
+
+    def dataset(self) -> str:
+        """A dataset of the owning team, with one version."""
+        return self.shared("dataset", self.fresh_dataset)
+
+    def fresh_dataset(self) -> str:
+        name = self.unique("dataset")
+        body = {"manifest": self.dataset_manifest(), "team": OWNERS}
+        self.api("POST", f"/datasets/{name}/versions", MEMBER, body)
+        return name
 
     def fresh_team(self) -> str:
         return self.api("POST", "/teams", ADMIN, {"name": self.unique("team")})["name"]

@@ -31,6 +31,7 @@ from gpupool.api.routers import (
     pool,
     session,
 )
+from gpupool.api.routers import datasets as dataset_api
 from gpupool.api.routers import deployments as deployment_api
 from gpupool.api.routers import metrics as job_metrics
 from gpupool.api.routers import models as model_registry
@@ -73,6 +74,7 @@ def create_app(platform: Platform, start_loop: bool = True) -> FastAPI:
     api.include_router(job_metrics.router)
     api.include_router(deployment_api.router)
     api.include_router(notebooks.router)
+    api.include_router(dataset_api.router)
     app.include_router(api)
     ui.mount(app)
     app.include_router(model_pages.router)
@@ -84,7 +86,8 @@ def create_app(platform: Platform, start_loop: bool = True) -> FastAPI:
     # code uploads count their own bodies, against max_code_bytes (services/jobs/_code.py)
     # and notebooks' bodies (a saved notebook, an upload) are streamed by the proxy under its
     # own limit (proxy.ProxyLimits); /serve reads its bodies whole, so the limit holds
-    own_limits = (f"{API_PREFIX}/code", "/notebooks")
+    # dataset blobs count theirs against max_dataset_bytes (services/datasets/_blobs.py)
+    own_limits = (f"{API_PREFIX}/code", "/notebooks", f"{API_PREFIX}/dataset-blobs")
     app.add_middleware(BodyLimit, max_bytes=platform.settings.max_body_bytes, own_limits=own_limits)
     # Added last, so it runs first: a request for an unknown host gets no further.
     app.add_middleware(AllowedHosts, hosts=platform.settings.host_names())

@@ -559,3 +559,91 @@ class EnvironmentVersionModel(Base):
 
     environment: Mapped[EnvironmentModel] = relationship(lazy="joined")
     creator: Mapped[UserModel] = relationship(lazy="joined")
+
+class DatasetModel(Base):
+    """A named dataset of a team (unique per team); its versions are
+    ``DatasetVersionModel``."""
+
+    __tablename__ = "datasets"
+    __table_args__ = (UniqueConstraint("team_id", "name", name="uq_datasets_team_name"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    team_id: Mapped[int] = mapped_column(ForeignKey("teams.id"), index=True)
+    name: Mapped[str] = mapped_column(String(100))
+    created_at: Mapped[float] = mapped_column(Time)
+    created_by: Mapped[int] = mapped_column(ForeignKey("users.id"))
+
+    team: Mapped[TeamModel] = relationship(lazy="joined")
+
+
+class DatasetVersionModel(Base):
+    """An immutable version of a dataset: its manifest (a blob of the dataset store, named
+    by its SHA-256 in hex), what it holds, and who made it from what."""
+
+    __tablename__ = "dataset_versions"
+    __table_args__ = (
+        UniqueConstraint("dataset_id", "number", name="uq_dataset_versions_dataset_number"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    dataset_id: Mapped[int] = mapped_column(ForeignKey("datasets.id", ondelete="CASCADE"))
+    number: Mapped[int] = mapped_column(Integer)
+    manifest: Mapped[str] = mapped_column(String(64), index=True)
+    file_count: Mapped[int] = mapped_column(Integer)
+    size_bytes: Mapped[int] = mapped_column(BigInteger)
+    blob_count: Mapped[int] = mapped_column(Integer)
+    description: Mapped[str | None] = mapped_column(Text)
+    # the job it was made from (--from-job); a plain id: a version outlives its job
+    source_job_id: Mapped[int | None] = mapped_column(Integer)
+    created_at: Mapped[float] = mapped_column(Time)
+    created_by: Mapped[int] = mapped_column(ForeignKey("users.id"))
+
+    dataset: Mapped[DatasetModel] = relationship(lazy="joined")
+    creator: Mapped[UserModel] = relationship(lazy="joined")
+
+
+class DatasetBlobModel(Base):
+    """A blob of the dataset store that a team holds: one of its members uploaded it (or a
+    version was made of it server side). A team's upload skips only the blobs it holds, so
+    that no team learns what another team stored; the bytes are kept once all the same."""
+
+    __tablename__ = "dataset_blobs"
+    __table_args__ = (UniqueConstraint("team_id", "sha256", name="uq_dataset_blobs_team_sha256"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    team_id: Mapped[int] = mapped_column(ForeignKey("teams.id"))
+    sha256: Mapped[str] = mapped_column(String(64))
+    size: Mapped[int] = mapped_column(BigInteger)
+    created_at: Mapped[float] = mapped_column(Time)
+
+
+class DatasetUseModel(Base):
+    """A job's use of a dataset version (resolved at submit), where it is mounted: what
+    keeps a version in use from being deleted while the job may still start or run."""
+
+    __tablename__ = "dataset_uses"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    version_id: Mapped[int] = mapped_column(
+        ForeignKey("dataset_versions.id", ondelete="CASCADE"), index=True
+    )
+    mount: Mapped[str] = mapped_column(Text)
+
+
+class VolumeModel(Base):
+    """A team's volume: a mutable directory kept on the node, mounted read-write by the
+    team's jobs; ``size_limit`` null: only the team's storage quota bounds it."""
+
+    __tablename__ = "volumes"
+    __table_args__ = (UniqueConstraint("team_id", "name", name="uq_volumes_team_name"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    team_id: Mapped[int] = mapped_column(ForeignKey("teams.id"), index=True)
+    name: Mapped[str] = mapped_column(String(100))
+    size_limit: Mapped[int | None] = mapped_column(BigInteger)
+    created_at: Mapped[float] = mapped_column(Time)
+    created_by: Mapped[int] = mapped_column(ForeignKey("users.id"))
+
+    team: Mapped[TeamModel] = relationship(lazy="joined")
+    creator: Mapped[UserModel] = relationship(lazy="joined")

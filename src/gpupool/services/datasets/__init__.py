@@ -1,0 +1,45 @@
+"""Datasets and volumes: a team's immutable, versioned datasets over content-addressed blobs,
+and its mutable volumes.
+
+Uploading blobs, planning and committing versions, making one from a job's outputs,
+listing, showing, resolving and deleting them (``_datasets``); the dataset store on disk
+(``_blobs``); what they need of the server beyond the core ports, the settings and the
+executor, in ``_ports``. It imports ``services.core``, ``identity`` (teams' storage quotas)
+and ``jobs`` (a version's source job, uploads' part files).
+"""
+
+from __future__ import annotations
+
+from gpupool.services.datasets._blobs import INCOMING as DATASET_INCOMING
+from gpupool.services.datasets._blobs import blob_path
+from gpupool.services.datasets._datasets import (
+    FromJob,
+    NewVersion,
+    commit,
+    delete_dataset,
+    from_job,
+    list_datasets,
+    load_manifest,
+    plan,
+    receive_blob,
+    resolve,
+    show_dataset,
+    show_version,
+)
+
+__all__ = [
+    "DATASET_INCOMING",
+    "FromJob",
+    "NewVersion",
+    "blob_path",
+    "commit",
+    "delete_dataset",
+    "from_job",
+    "list_datasets",
+    "load_manifest",
+    "plan",
+    "receive_blob",
+    "resolve",
+    "show_dataset",
+    "show_version",
+]
