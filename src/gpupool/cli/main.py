@@ -141,6 +141,11 @@ COMMANDS: Mapping[str, Lazy] = MappingProxyType(
             "gpupool.cli.models:model_app",
             "The model registry: versions of your teams' models, registered from jobs' outputs.",
         ),
+        "image": Lazy(
+            "gpupool.cli.images:image_app",
+            "Container images: pull from a registry the site allows, import an archive, list "
+            "and remove your teams' images; run a job in one with gpupool run --image.",
+        ),
         "deploy": Lazy(
             "gpupool.cli.deployments:deploy_app",
             "Serve a registered model with replicas at /serve/NAME/: gpupool deploy "
