@@ -14,7 +14,6 @@ import logging
 import os
 
 from gpupool.executors.base import Executor
-from gpupool.executors.environments import NodeEnvironments
 from gpupool.executors.isolation import Isolation
 from gpupool.executors.local import LocalExecutor
 from gpupool.loops import Control
@@ -64,7 +63,6 @@ def open_platform(
         isolation=isolation,
         code_limits=settings.code_limits(),
         model_limits=settings.model_limits(),
-        environments=NodeEnvironments(settings),
     )
     control = Control.open(db, executor, settings, clock, decide)
     watcher = NodeWatcher(

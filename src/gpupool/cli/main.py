@@ -141,10 +141,10 @@ COMMANDS: Mapping[str, Lazy] = MappingProxyType(
             "gpupool.cli.models:model_app",
             "The model registry: versions of your teams' models, registered from jobs' outputs.",
         ),
-        "image": Lazy(
-            "gpupool.cli.images:image_app",
-            "Container images: pull from a registry the site allows, import an archive, list "
-            "and remove your teams' images; run a job in one with gpupool run --image.",
+        "dataset": Lazy(
+            "gpupool.cli.datasets:dataset_app",
+            "Datasets: immutable, numbered versions of your teams' data, mounted read-only in "
+            "jobs (gpupool run --dataset NAME[:VERSION][:/MOUNT]).",
         ),
         "deploy": Lazy(
             "gpupool.cli.deployments:deploy_app",

@@ -388,57 +388,6 @@ class Client:
         body = {"job_id": job_id} | {k: v for k, v in fields.items() if v is not None}
         return self._call("POST", f"{_model_path(name)}/versions", json=body)
 
-    # -- container images --------------------------------------------------------------------
-
-    def images(self, team: str | None = None) -> list[dict[str, Any]]:
-        """The images of your teams and the site's (every one, for an admin)."""
-        return self._call("GET", "/images", params={"team": team})
-
-    def image(self, name: str, team: str | None = None) -> dict[str, Any]:
-        """One image, by the name it is listed under or its digest."""
-        return self._call("GET", _image_path(name), params={"team": team})
-
-    def pull_image(self, ref: str, team: str | None = None) -> dict[str, Any]:
-        """Pull ``ref`` from a registry the site allows, for ``team`` (slow: give the client
-        a long timeout)."""
-        body = {"ref": ref} | ({"team": team} if team else {})
-        return self._call("POST", "/images/pull", json=body)
-
-    def import_image(
-        self, archive: BinaryIO, size: int, name: str | None = None, team: str | None = None
-    ) -> dict[str, Any]:
-        """Import ``size`` bytes of ``archive`` (an OCI or docker archive) as ``name``."""
-        body = Upload(archive, size, "application/x-tar")
-        params = {"name": name, "team": team}
-        return self._call("POST", "/images/import", params=params, upload=body)
-
-    def remove_image(self, name: str, team: str | None = None) -> dict[str, Any]:
-        """Remove the image; ApiError image_in_use while a job of its team runs in it."""
-        return self._call("DELETE", _image_path(name), params={"team": team})
-
-    # -- Python environments -------------------------------------------------------------------
-
-    def environments(self, team: str | None = None) -> list[dict[str, Any]]:
-        return self._call("GET", "/environments", params={"team": team})
-
-    def environment(self, ref: str, team: str | None = None) -> dict[str, Any]:
-        """``NAME``: the environment and its versions; ``NAME@ID``: that version, its lock
-        included."""
-        return self._call("GET", _environment_path(ref), params={"team": team})
-
-    def create_environment(self, body: dict[str, Any]) -> dict[str, Any]:
-        """A version of an environment (fields of POST /environments: name, team, python,
-        and requirements, pyproject or lock). The server resolves it against its index
-        before it answers, so this waits up to RESOLVE_WAIT seconds."""
-        return self._slow_call("POST", "/environments", json=body)
-
-    def register_environment(self, body: dict[str, Any]) -> dict[str, Any]:
-        """An existing prefix as an environment (name, path, team, description); admins."""
-        return self._call("POST", "/environments/prefixes", json=body)
-
-    def remove_environment(self, ref: str, team: str | None = None) -> list[str]:
-        return self._call("DELETE", _environment_path(ref), params={"team": team})
-
     # -- deployments -------------------------------------------------------------------------
 
     def deploy(self, spec: dict[str, Any]) -> dict[str, Any]:
@@ -508,6 +457,48 @@ class Client:
         """Admins: notebooks holding GPUs idle for more than ``longer_than`` seconds."""
         return self._call("GET", "/notebooks/idle-gpus", params={"longer_than": longer_than})
 
+    # -- datasets ----------------------------------------------------------------------------
+
+    def datasets(self, team: str | None = None) -> list[dict[str, Any]]:
+        return self._call("GET", "/datasets", params={"team": team})
+
+    def dataset(self, name: str, team: str | None = None) -> dict[str, Any]:
+        """The dataset with its versions, newest first."""
+        return self._call("GET", _dataset_path(name), params={"team": team})
+
+    def dataset_version(
+        self, name: str, version: int, team: str | None = None, files: bool = True
+    ) -> dict[str, Any]:
+        params = {"team": team, "files": "true" if files else "false"}
+        return self._call("GET", _dataset_path(name, version), params=params)
+
+    def upload_blob(
+        self, sha256: str, source: BinaryIO, size: int, team: str | None = None
+    ) -> dict[str, Any]:
+        """Store ``size`` bytes of ``source`` as the blob ``sha256`` (hex) for ``team``."""
+        body = Upload(source, size)
+        return self._call("PUT", f"/dataset-blobs/{sha256}", params={"team": team}, upload=body)
+
+    def plan_dataset_upload(
+        self, name: str, manifest: str, team: str | None = None
+    ) -> dict[str, Any]:
+        """Which blobs of the uploaded manifest ``manifest`` (hex) the team lacks."""
+        body = {"manifest": manifest} | ({"team": team} if team else {})
+        return self._call("POST", f"{_dataset_path(name)}/uploads", json=body)
+
+    def create_dataset_version(self, name: str, **fields: Any) -> dict[str, Any]:
+        """A new version: ``manifest`` (an uploaded one) or ``from_job`` (and ``path``), with
+        ``team`` and ``description``; from a job, the server copies the files (slow: give
+        the client a long timeout)."""
+        body = {k: v for k, v in fields.items() if v is not None}
+        return self._call("POST", f"{_dataset_path(name)}/versions", json=body)
+
+    def delete_dataset(
+        self, name: str, version: int | None = None, team: str | None = None
+    ) -> None:
+        """Delete one version, or the dataset with all of them (``version`` None)."""
+        self._call("DELETE", _dataset_path(name, version), params={"team": team})
+
     # -- transport ---------------------------------------------------------------------------
 
     def _call(self, method: str, path: str, **kwargs: Any) -> Any:
@@ -534,8 +525,8 @@ def _model_path(name: str, version: int | None = None) -> str:
     return f"/models/{quote(name, safe='')}" + (f"/versions/{version}" if version else "")
 
 
-def _image_path(name: str) -> str:
-    return f"/images/{quote(name, safe='/:@')}"
+def _dataset_path(name: str, version: int | None = None) -> str:
+    return f"/datasets/{quote(name, safe='')}" + (f"/versions/{version}" if version else "")
 
 
 def _deployment_path(name: str, action: str | None = None) -> str:

@@ -647,24 +647,3 @@ class VolumeModel(Base):
 
     team: Mapped[TeamModel] = relationship(lazy="joined")
     creator: Mapped[UserModel] = relationship(lazy="joined")
-class ImageModel(Base):
-    """A container image a team holds (or the site: ``team_id`` null, an admin's, for every
-    team), by the name it was pulled or imported as; its files are kept once by manifest
-    digest in the image store (``services.images``), however many teams hold it."""
-
-    __tablename__ = "images"
-    __table_args__ = (UniqueConstraint("team_id", "name", name="uq_images_team_name"),)
-
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    team_id: Mapped[int | None] = mapped_column(ForeignKey("teams.id"), index=True)
-    name: Mapped[str] = mapped_column(String(255))
-    digest: Mapped[str] = mapped_column(String(80), index=True)  # sha256:<hex> of its manifest
-    source: Mapped[str] = mapped_column(String(10))  # pull or import
-    size_bytes: Mapped[int] = mapped_column(BigInteger)
-    # Env, Entrypoint, Cmd and WorkingDir of its config (executors.images.ImageConfig)
-    config: Mapped[dict[str, Any]] = mapped_column(JSON)
-    created_at: Mapped[float] = mapped_column(Time)
-    created_by: Mapped[int] = mapped_column(ForeignKey("users.id"))
-
-    team: Mapped[TeamModel | None] = relationship(lazy="joined")
-    creator: Mapped[UserModel] = relationship(lazy="joined")

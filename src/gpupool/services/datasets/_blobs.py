@@ -80,7 +80,7 @@ def keep_bytes(settings: Settings, data: bytes) -> str:
         return sha
 
 
-def read(settings: Settings, sha256: str, max_bytes: int) -> bytes | None:
+def read_blob(settings: Settings, sha256: str, max_bytes: int) -> bytes | None:
     """The blob's bytes (a manifest), None when the store lacks it; DatasetTooLarge over
     ``max_bytes``."""
     path = blob_path(settings.datasets_dir, sha256)

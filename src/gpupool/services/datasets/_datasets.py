@@ -70,7 +70,14 @@ from gpupool.errors import (
 )
 from gpupool.services import identity, jobs
 from gpupool.services.core import Principal, Reads
-from gpupool.services.datasets import _blobs as blobs
+from gpupool.services.datasets._blobs import (
+    INCOMING,
+    keep_bytes,
+    keep_stream,
+    read_blob,
+    receive,
+    too_large,
+)
 from gpupool.services.datasets._ports import Copies, Stores
 from gpupool.services.jobs import Incoming
 from gpupool.settings import Settings
@@ -193,7 +200,7 @@ def find_dataset(session: Session, who: Principal, name: str, team: str | None) 
 
 def load_manifest(settings: Settings, sha256: str) -> Manifest:
     """A version's manifest, read back from the store (it was checked when committed)."""
-    data = blobs.read(settings, sha256, _manifest_limit(settings))
+    data = read_blob(settings, sha256, _manifest_limit(settings))
     if data is None:
         raise RuntimeError(f"the manifest {sha256} is missing from the dataset store")
     return parse_manifest(data, settings.max_dataset_files, settings.max_dataset_bytes)
@@ -213,9 +220,9 @@ async def receive_blob(
     """Keep the blob read from ``chunks`` (its SHA-256 checked) and record that ``who``'s
     team holds it; its size. Slow: the bytes are written as they come."""
     if declared_bytes is not None and declared_bytes > ctx.settings.max_dataset_bytes:
-        raise blobs.too_large(declared_bytes, ctx.settings)
+        raise too_large(declared_bytes, ctx.settings)
     team_id = await asyncio.to_thread(_writable_team, ctx, who, team)
-    size = await blobs.receive(ctx.settings, chunks, sha256)
+    size = await receive(ctx.settings, chunks, sha256)
     await asyncio.to_thread(_hold, ctx, team_id, {sha256: size})
     return size
 
@@ -290,7 +297,7 @@ def from_job(ctx: Copies, who: Principal, asked: FromJob) -> DatasetVersionView:
         team_id, node = job.team_id, job.node
     files = _pack_into_blobs(ctx, asked.job_id, node, path)
     data = manifest_bytes(files)
-    sha = blobs.keep_bytes(ctx.settings, data)
+    sha = keep_bytes(ctx.settings, data)
     manifest = parse_manifest(data, ctx.settings.max_dataset_files, ctx.settings.max_dataset_bytes)
     sizes = {**manifest.blobs, sha: len(data)}
     with ctx.db.session() as session:
@@ -463,7 +470,7 @@ def _manifest_of(ctx: Stores, team_id: int, sha256: str) -> Manifest:
     """The manifest ``sha256``, which the team must hold (uploaded by one of its members)."""
     with ctx.db.reader() as session:
         held = _held(session, team_id, {sha256: 0})
-    data = blobs.read(ctx.settings, sha256, _manifest_limit(ctx.settings)) if held else None
+    data = read_blob(ctx.settings, sha256, _manifest_limit(ctx.settings)) if held else None
     if data is None:
         raise BlobsMissing(
             f"the manifest {sha256} was not uploaded by your team: upload it first "
@@ -569,17 +576,17 @@ def _pack_into_blobs(ctx: Copies, job_id: int, node: str | None, path: str) -> l
         settings.max_dataset_files,
     )
     with Incoming.open(
-        settings.datasets_dir / blobs.INCOMING,
+        settings.datasets_dir / INCOMING,
         prefix="job",
         max_bytes=limits.archive_bytes,
-        too_large=lambda size: blobs.too_large(size, settings),
+        too_large=lambda size: too_large(size, settings),
         what="dataset storage",
     ) as incoming:
         try:
             ctx.executor.pack_outputs(job_id, node, path, limits, incoming)
-        except ModelTooLarge as too_large:
+        except ModelTooLarge as over:
             raise DatasetTooLarge(
-                too_large.message.replace("model version", "dataset version")
+                over.message.replace("model version", "dataset version")
             ) from None
         incoming.finish()
         files = []
@@ -590,6 +597,6 @@ def _pack_into_blobs(ctx: Copies, job_id: int, node: str | None, path: str) -> l
                 source = tar.extractfile(member)
                 if source is None:
                     continue
-                sha, size = blobs.keep_stream(settings, source)
+                sha, size = keep_stream(settings, source)
                 files.append(ManifestFile(member.name, size, member.mode & 0o777, sha))
         return files

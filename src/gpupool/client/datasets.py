@@ -1,0 +1,135 @@
+"""Uploading a directory as a dataset version, sending only what the server lacks.
+
+``scan`` walks the directory and hashes each regular file (SHA-256) into a manifest: its
+path relative to the directory, its size and its mode (0755 for a file any execute bit is
+set on, else 0644). Symbolic links are followed to the regular files they name (a dataset
+holds copies); links to directories, and anything else that is not a regular file, are left
+out and counted. ``send`` uploads the manifest, asks which blobs the team lacks, uploads
+those only (each checked against its SHA-256 by the server), and commits the version.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import stat
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpupool.client.api import Client
+from gpupool.domain.datasets import ManifestFile, manifest_bytes
+
+CHUNK = 1 << 20
+
+
+class ScanError(Exception):
+    """The directory cannot be sent as it is; ``code`` is a stable name, as the server's."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code, self.message = code, message
+
+
+@dataclass
+class Scan:
+    """A directory's files as a manifest, and where each blob's bytes are on this machine."""
+
+    files: list[ManifestFile] = field(default_factory=list)
+    sources: dict[str, Path] = field(default_factory=dict)  # sha256 -> a file with its bytes
+    skipped: list[str] = field(default_factory=list)  # not regular files: left out
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(f.size for f in self.files)
+
+
+@dataclass(frozen=True)
+class Sent:
+    """What ``send`` did: the version made, and the blobs and bytes it uploaded."""
+
+    version: dict[str, Any]
+    uploaded_blobs: int
+    uploaded_bytes: int
+    total_bytes: int
+
+
+def scan(root: Path) -> Scan:
+    """The files below ``root`` (a directory, or one file), hashed; ScanError when there is
+    nothing to send."""
+    root = root.expanduser()
+    if root.is_file():
+        found = Scan()
+        _add(found, root.name, root)
+        return found
+    if not root.is_dir():
+        raise ScanError("not_a_directory", f"{root} is not a directory or a file: give one")
+    found = Scan()
+    for directory, names, files in os.walk(root, followlinks=False):
+        names.sort()
+        base = Path(directory)
+        for name in names[:]:
+            if (base / name).is_symlink():
+                names.remove(name)
+                found.skipped.append(str((base / name).relative_to(root)))
+        for name in sorted(files):
+            path = base / name
+            _add(found, path.relative_to(root).as_posix(), path)
+    if not found.files:
+        raise ScanError("empty_dataset", f"{root} holds no regular file: nothing to send")
+    return found
+
+
+def send(
+    client: Client,
+    name: str,
+    found: Scan,
+    team: str | None = None,
+    description: str | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> Sent:
+    """Upload ``found`` as the next version of ``name``: the manifest, then the blobs the
+    team lacks, then the commit. ``progress(bytes sent, bytes to send)`` after each blob."""
+    manifest = manifest_bytes(found.files)
+    digest = hashlib.sha256(manifest).hexdigest()
+    client.upload_blob(digest, io.BytesIO(manifest), len(manifest), team)
+    plan = client.plan_dataset_upload(name, digest, team)
+    sent = 0
+    for sha in plan["missing"]:
+        path = found.sources[sha]
+        with path.open("rb") as source:
+            size = os.fstat(source.fileno()).st_size
+            client.upload_blob(sha, source, size, team)
+        sent += size
+        if progress is not None:
+            progress(sent, plan["missing_bytes"])
+    version = client.create_dataset_version(
+        name, manifest=digest, team=team, description=description
+    )
+    return Sent(version, len(plan["missing"]), sent, found.size_bytes)
+
+
+def _add(found: Scan, relative: str, path: Path) -> None:
+    try:
+        st = path.stat()  # follows a link to the file it names
+    except OSError:
+        found.skipped.append(relative)
+        return
+    if not stat.S_ISREG(st.st_mode):
+        found.skipped.append(relative)
+        return
+    digest, size = _hash(path)
+    mode = 0o755 if st.st_mode & 0o111 else 0o644
+    found.files.append(ManifestFile(relative, size, mode, digest))
+    found.sources.setdefault(digest, path)
+
+
+def _hash(path: Path) -> tuple[str, int]:
+    sha, size = hashlib.sha256(), 0
+    with path.open("rb") as file:
+        while chunk := file.read(CHUNK):
+            sha.update(chunk)
+            size += len(chunk)
+    return sha.hexdigest(), size
