@@ -439,6 +439,20 @@ class NotebookActive(Conflict):
     code = "notebook_active"
 
 
+class UnknownDependency(InvalidRequest):
+    """A job this job is to depend on is not a job of its team: give the id or the name of a
+    job of that team ('gpupool ls --team TEAM' lists them)."""
+
+    code = "unknown_dependency"
+
+
+class AmbiguousDependency(InvalidRequest):
+    """Several jobs of the team that have not ended bear this name: depend on one by its id
+    ('gpupool ls' lists them)."""
+
+    code = "ambiguous_dependency"
+
+
 class InvalidDatasetName(InvalidRequest):
     """A dataset's or a volume's name is 1 to 100 letters, digits, '.', '_' or '-', starting
     with a letter or a digit."""
@@ -495,6 +509,66 @@ class VolumeExists(Conflict):
     """The team has a volume of this name already: pick another name, or use that one."""
 
     code = "volume_exists"
+
+class ImageNotFound(NotFound):
+    """No such image that you can use: list them with 'gpupool image ls', or pull it with
+    'gpupool image pull REF' (import an archive with 'gpupool image import FILE.tar')."""
+
+    code = "image_not_found"
+
+
+class InvalidImageName(InvalidRequest):
+    """An image is named [registry/]path[:tag][@sha256:...] as docker names it, or by its
+    digest (sha256: and 64 hex digits) as 'gpupool image ls' lists it."""
+
+    code = "invalid_image_name"
+
+
+class RegistryNotAllowed(ClientError):
+    """Images are pulled only from the registries this site allows (GPUPOOL_IMAGE_REGISTRIES):
+    pull from one of them, import the image as an archive ('gpupool image import'), or ask an
+    admin to allow the registry."""
+
+    status = 403
+    code = "registry_not_allowed"
+
+
+class ImagePullFailed(ClientError):
+    """The registry did not give the image: check its name and tag (skopeo's message says
+    what the registry answered), and that the registry is up."""
+
+    status = 422
+    code = "image_pull_failed"
+
+
+class BadImageArchive(InvalidRequest):
+    """The upload is not an image archive: give an OCI archive or what 'docker save' writes
+    (one image), as a .tar."""
+
+    code = "bad_image_archive"
+
+
+class ImageTooLarge(ClientError):
+    """The image archive is larger than this server takes (GPUPOOL_MAX_IMAGE_BYTES): pull it
+    from a registry the site allows, or ask an admin to raise the limit."""
+
+    status = 413
+    code = "image_too_large"
+
+
+class ImageInUse(Conflict):
+    """Jobs that have not ended run in this image: wait for them, or cancel them, then remove
+    it."""
+
+    code = "image_in_use"
+
+
+class ImageNeedsSandbox(Conflict):
+    """A job runs in an image only in a sandbox, and this server runs jobs unsandboxed
+    (GPUPOOL_ISOLATION=off): run it without --image, or ask an admin to turn isolation on."""
+
+    code = "image_needs_sandbox"
+
 
 def error_body(code: str, message: str, details: Any = None) -> dict[str, Any]:
     """An error as every answer of the platform carries it (``{"error": {...}}``)."""

@@ -14,6 +14,7 @@ import logging
 import os
 
 from gpupool.executors.base import Executor
+from gpupool.executors.environments import NodeEnvironments
 from gpupool.executors.isolation import Isolation
 from gpupool.executors.local import LocalExecutor
 from gpupool.loops import Control
@@ -63,6 +64,7 @@ def open_platform(
         isolation=isolation,
         code_limits=settings.code_limits(),
         model_limits=settings.model_limits(),
+        environments=NodeEnvironments(settings),
     )
     control = Control.open(db, executor, settings, clock, decide)
     watcher = NodeWatcher(

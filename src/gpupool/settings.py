@@ -96,6 +96,35 @@ class Settings(BaseSettings):
     max_dataset_bytes: int = Field(default=100 * 1024**3, ge=1)
     max_dataset_files: int = Field(default=1_000_000, ge=1)
     dataset_cache: Path | None = None
+    # -- Python environments (docs/environments.md) ---------------------------------------
+    # Where each node builds and keeps the environments its jobs use (default: the data
+    # directory's "envs"), with uv's cache beside them: an env's files are hard links into
+    # it, so envs that share packages share their bytes.
+    envs_store: Path | None = None
+    # The package index environments are resolved (on the server) and built (on each node)
+    # from: "pip" reads the machine's pip configuration (index-url, extra-index-url,
+    # find-links, no-index), else an index URL; the extra index URLs and find-links
+    # locations (space- or comma-separated) and no-index add to it.
+    env_index_url: str = "pip"
+    env_extra_index_urls: str = ""
+    env_find_links: str = ""
+    env_no_index: bool = False
+    # Packages with no wheel for the platform are built from source only where allowed: a
+    # source build runs the package's own code (on the server when resolving, too).
+    env_allow_source_builds: bool = False
+    env_resolve_timeout_seconds: float = Field(default=300.0, gt=0)
+    env_build_timeout_seconds: float = Field(default=1800.0, gt=0)
+    # -- container images (docs/images.md) ---------------------------------------------------
+    # Registries images are pulled from, comma-separated host[:port]; "=insecure" after one
+    # pulls from it over plain HTTP or TLS no CA signs (a registry on the site's own network).
+    # Empty: no pulls (an image archive can still be imported).
+    image_registries: str = ""
+    # Where the server keeps images (an OCI layout per image) and each node its unpacked
+    # trees (default: the data directory's "images"), the largest archive an import takes,
+    # and how long a pull may take.
+    images_store: Path | None = None
+    max_image_bytes: int = Field(default=20 * 1024**3, ge=1)
+    image_pull_timeout_seconds: float = Field(default=1800.0, gt=0)
     # The most tasks one job array may have (sbatch's MaxArraySize); every task is a job.
     max_array_tasks: int = Field(default=10_000, ge=1, le=MAX_ARRAY_TASKS)
     # -- notebooks (docs/notebooks.md) -----------------------------------------------------
@@ -239,6 +268,12 @@ class Settings(BaseSettings):
         return CodeLimits(self.max_code_bytes, self.max_code_unpacked_bytes, self.max_code_entries)
 
     @property
+    def images_dir(self) -> Path:
+        """The image store: ``oci/<hex>/`` (one OCI layout per image, by manifest digest),
+        ``roots/<hex>/`` (this node's unpacked trees) and ``incoming/`` (pulls, imports)."""
+        return self.images_store or self.data_dir / "images"
+
+    @property
     def models_dir(self) -> Path:
         """The model store: each version's files as one archive, ``sha256/<hex>.tar.gz``."""
         return self.data_dir / "models"
@@ -267,6 +302,12 @@ class Settings(BaseSettings):
     def volumes_dir(self) -> Path:
         """The teams' volumes on this node: ``<team id>/<name>/``."""
         return self.data_dir / "volumes"
+
+    @property
+    def envs_dir(self) -> Path:
+        """This node's environments: ``<hex>/`` each (read-only once built), and uv's cache
+        in ``.uv-cache``."""
+        return self.envs_store or self.data_dir / "envs"
 
     @property
     def cluster_dir(self) -> Path:

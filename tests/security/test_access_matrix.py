@@ -157,6 +157,10 @@ def _dataset_blob(world: World, _who: Identity) -> Target:
     return Target({"sha256": hashlib.sha256(world.DATASET_FILE).hexdigest()})
 
 
+def _fresh_image(world: World, _who: Identity) -> Target:
+    return Target({"name": world.fresh_image()}, team_owned=True)
+
+
 def _model_page(world: World, _who: Identity) -> Target:
     return Target({"team": OWNERS, "name": world.model()}, team_owned=True)
 
@@ -259,6 +263,7 @@ PARAMS: dict[str, Factory] = {
     "/api/v1/datasets/{name}/versions": _dataset,
     "/api/v1/datasets/{name}/versions/{version}": _fresh_dataset,
     "/api/v1/dataset-blobs/{sha256}": _dataset_blob,
+    "/api/v1/images/{name}": _fresh_image,  # GET, and DELETE (a fresh one each call)
     "/api/v1/deployments/{name}": _deployment,
     "/api/v1/deployments/{name}/scale": _deployment,
     "/api/v1/deployments/{name}/update": _served_model,
@@ -312,6 +317,8 @@ BODIES: dict[str, Factory] = {
         "team": OWNERS,
     },
     "PUT /api/v1/dataset-blobs/{sha256}": lambda world, _who: world.DATASET_FILE,
+    "POST /api/v1/images/pull": lambda world, _who: {"ref": world.image_ref()},
+    "POST /api/v1/images/import": lambda world, _who: world.image_archive(),
     "POST /api/v1/deployments": lambda world, _who: {
         "name": world.unique("new-deployment"),
         "command": ["sleep", "300"],

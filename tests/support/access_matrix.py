@@ -36,6 +36,7 @@ from gpupool.platform import open_platform
 from gpupool.services.platform import Platform
 from gpupool.store.models import JobModel, TeamModel, UserModel
 from tests.support.code import archive, ref, regular
+from tests.support.images import ImageConfig, Layout, Registry, base_members, layer
 from tests.support.platform import FINAL, admin_token, make_settings, running_app
 from tests.support.waiting import wait_for
 
@@ -136,6 +137,7 @@ class World:
     identities: dict[str, Identity] = field(default_factory=dict)
     made: dict[str, Any] = field(default_factory=dict)  # shared objects, made on first use
     count: int = 0
+    registry: Registry | None = None  # started by the first pull (image_ref)
 
     # -- calls ---------------------------------------------------------------------------------
 
@@ -311,6 +313,36 @@ class World:
         self.api("POST", f"/datasets/{name}/versions", MEMBER, body)
         return name
 
+    # -- container images: an archive the owning member imports; a registry for pulls --------
+
+    def image_archive(self) -> bytes:
+        """An OCI archive of a small image (the same bytes for every caller)."""
+
+        def build() -> bytes:
+            with tempfile.TemporaryDirectory(prefix="gpupool-matrix-image-") as base:
+                layout = Layout(Path(base) / "layout")
+                layout.add("matrix/tool:1", [layer(base_members())], ImageConfig())
+                return layout.oci_archive("matrix/tool:1", Path(base) / "image.tar").read_bytes()
+
+        return self.shared("image_archive", build)
+
+    def fresh_image(self) -> str:
+        name = f"{self.unique('image')}:1"
+        path = f"/images/import?name={name}&team={OWNERS}"
+        return self.api("POST", path, MEMBER, self.image_archive())["name"]
+
+    def image_ref(self) -> str:
+        """An image in a registry the platform allows (started on first use)."""
+
+        def push() -> str:
+            assert self.platform is not None
+            self.registry = Registry(Path(tempfile.mkdtemp(prefix="gpupool-matrix-registry-")))
+            self.registry.start()
+            self.platform.settings.image_registries = f"{self.registry.host}=insecure"
+            return self.registry.push("matrix/pulled", [layer(base_members())])
+
+        return self.shared("image_ref", push)
+
     def fresh_team(self) -> str:
         return self.api("POST", "/teams", ADMIN, {"name": self.unique("team")})["name"]
 
@@ -386,7 +418,11 @@ def running_world(data_dir: Path) -> Iterator[World]:
         world = World(client, platform)
         world.identities[ADMIN] = Identity(ADMIN, ADMIN, admin_token(platform), live=True)
         _populate(world)
-        yield world
+        try:
+            yield world
+        finally:
+            if world.registry is not None:
+                world.registry.stop()
 
 
 def _populate(world: World) -> None:

@@ -33,6 +33,7 @@ from gpupool.api.routers import (
 )
 from gpupool.api.routers import datasets as dataset_api
 from gpupool.api.routers import deployments as deployment_api
+from gpupool.api.routers import images as image_api
 from gpupool.api.routers import metrics as job_metrics
 from gpupool.api.routers import models as model_registry
 from gpupool.proxy import Proxy
@@ -75,6 +76,7 @@ def create_app(platform: Platform, start_loop: bool = True) -> FastAPI:
     api.include_router(deployment_api.router)
     api.include_router(notebooks.router)
     api.include_router(dataset_api.router)
+    api.include_router(image_api.router)
     app.include_router(api)
     ui.mount(app)
     app.include_router(model_pages.router)
@@ -88,6 +90,8 @@ def create_app(platform: Platform, start_loop: bool = True) -> FastAPI:
     # own limit (proxy.ProxyLimits); /serve reads its bodies whole, so the limit holds
     # dataset blobs count theirs against max_dataset_bytes (services/datasets/_blobs.py)
     own_limits = (f"{API_PREFIX}/code", "/notebooks", f"{API_PREFIX}/dataset-blobs")
+    # image archives count theirs against max_image_bytes (services/images/_images.py)
+    own_limits += (f"{API_PREFIX}/images/import",)
     app.add_middleware(BodyLimit, max_bytes=platform.settings.max_body_bytes, own_limits=own_limits)
     # Added last, so it runs first: a request for an unknown host gets no further.
     app.add_middleware(AllowedHosts, hosts=platform.settings.host_names())

@@ -170,6 +170,7 @@ def build_spec(
     code: str | None = None,
     gang: dict[str, Any] | None = None,
     network: str | None = None,
+    after: list[str] | None = None,
 ) -> dict[str, Any]:
     """The JobSpec JSON; fields left out take the server's defaults. ``gang``: ``nodes``,
     ``launcher``, ``launcher_mode``, ``allow_cross_fabric``, ``retries``, as given."""
@@ -194,6 +195,7 @@ def build_spec(
         "max_runtime_seconds": max_runtime,
         "grace_period_seconds": grace_period,
         "network": network,
+        "depends_on": list(after) if after else None,  # the server reads the short forms
         **(gang or {}),
     }
     return {k: v for k, v in spec.items() if v is not None}
@@ -360,6 +362,17 @@ def run(
             rich_help_panel=QUEUE,
         ),
     ] = None,
+    after: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--after",
+            help="Start only once this job has ended: ID or NAME (it succeeded), "
+            "afterany:ID (ended) or afternotok:ID (did not succeed); repeatable (all of). "
+            "Until then it waits with reason Dependency.",
+            metavar="[COND:]JOB",
+            rich_help_panel=QUEUE,
+        ),
+    ] = None,
     name: Annotated[
         str | None, typer.Option(help="A display name.", metavar="TEXT", rich_help_panel=WHAT)
     ] = None,
@@ -435,6 +448,7 @@ def run(
         grace_period=_seconds(grace_period),
         gang=_gang_fields(nodes, launcher, torchrun, allow_cross_fabric, retries),
         network=network.value if network else None,
+        after=after,
     )
     with connect() as client:
         if code:
@@ -631,8 +645,15 @@ def _spec_lines(job: dict[str, Any]) -> list[str]:
         lines.append(f"workdir:    {escape(spec['workdir'])}")
     if spec.get("code"):
         lines.append(f"code:       {escape(code_text(spec['code'], job.get('code_snapshot')))}")
+    if spec.get("depends_on"):
+        lines.append(f"after:      {escape(depends_on_text(spec['depends_on']))}")
     lines.append(f"policy:     {escape(policy_text(spec))}")
     return lines
+
+
+def depends_on_text(deps: list[dict[str, Any]]) -> str:
+    """'afterok:12, afterany:13': the jobs it waits for, as --after takes them."""
+    return ", ".join(f"{d.get('condition') or 'afterok'}:{d['job']}" for d in deps)
 
 
 def gang_text(spec: dict[str, Any]) -> str:

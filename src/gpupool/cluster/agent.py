@@ -38,6 +38,7 @@ from gpupool.domain.code import CodeLimits
 from gpupool.errors import GpupoolError
 from gpupool.executors import outputs
 from gpupool.executors.base import Handle, LaunchError
+from gpupool.executors.environments import NodeEnvironments
 from gpupool.executors.isolation import Isolation
 from gpupool.executors.local import LAUNCH_DIR, WORKSPACES, LocalExecutor, default_base_env
 from gpupool.executors.task import PollResult, task_from_json
@@ -71,6 +72,7 @@ class NodeAgent:
             model_limits=self.settings.model_limits(),
             listen_host=None,  # a task on the node's network binds its node's address
             socket_listeners=True,  # reached through its runner's socket, by the relay
+            environments=NodeEnvironments(self.settings),  # built on this node, by its runners
         )
         self.started_at = time.time()
         self.inventory_data: dict[str, Any] | None = None

@@ -18,6 +18,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from gpupool.domain.code import REF_EXAMPLE, is_ref
+from gpupool.domain.dependencies import MAX_DEPENDENCIES, Dependency
 from gpupool.domain.text import STORABLE, Text, is_stored, stored_context
 from gpupool.domain.units import parse_bytes
 from gpupool.errors import CodeWithWorkdir, GpuTypeWithoutGpus, InvalidLauncher, InvalidNetwork
@@ -304,6 +305,16 @@ class JobSpec(BaseModel):
         "the job's team",
         examples=[REF_EXAMPLE],
     )
+    depends_on: list[Dependency] = Field(
+        default_factory=list,
+        max_length=MAX_DEPENDENCIES,
+        description="jobs of its team that must end first, each with a condition (afterok: "
+        "succeeded, the default; afterany: ended; afternotok: ended without succeeding); "
+        "a job or the short form 'afterok:12', '12' or a name (the newest job of that name in "
+        "the team). Recorded as ids; until they end the job waits with reason Dependency, and "
+        "it is cancelled (DependencyNeverSatisfied) when one ends so that it never can start",
+        examples=[["afterok:12"], [{"job": "prep", "condition": "afterany"}]],
+    )
 
     @field_validator("version")
     @classmethod
@@ -445,3 +456,5 @@ class Reason(StrEnum):
     GPUS_FENCED = "GpusFenced"  # runner gone, processes remain: its GPUs stay reserved
     STORAGE_FULL = "StorageFull"  # the node's disk was full when it was to start
     STORAGE_QUOTA_EXCEEDED = "StorageQuotaExceeded"  # its team's files passed its quota
+    DEPENDENCY = "Dependency"  # waits for jobs it depends on to end (JobSpec.depends_on)
+    DEPENDENCY_NEVER_SATISFIED = "DependencyNeverSatisfied"  # one ended so it never can start

@@ -36,6 +36,7 @@ from gpupool.errors import GpupoolError
 from gpupool.executors import code as archives
 from gpupool.executors import outputs
 from gpupool.executors.base import Executor, Handle, LaunchError, listening
+from gpupool.executors.environments import NodeEnvironments
 from gpupool.executors.isolation import Isolation
 from gpupool.executors.listening import listen, listen_inside, recorded
 from gpupool.executors.moves import FastMoves
@@ -100,8 +101,10 @@ class LocalExecutor(Executor):
         model_limits: CodeLimits | None = None,
         listen_host: str | None = "127.0.0.1",
         socket_listeners: bool = True,
+        environments: NodeEnvironments | None = None,
     ) -> None:
         self.jobs_dir = Path(jobs_dir)
+        self.environments = environments
         self.listen_host = listen_host
         self.socket_listeners = socket_listeners
         self.code_limits = code_limits or CodeLimits()
@@ -243,6 +246,7 @@ class LocalExecutor(Executor):
             workspace=workspace,
             code_dir=str(self._unpack_code(task)) if task.code is not None else None,
             model_dir=str(self._unpack_model(task)) if task.model is not None else None,
+            environment=self._environment(task),
             tenancy=tenancy,
         )
         _write_spec_once(attempt_dir, spec)
@@ -256,6 +260,22 @@ class LocalExecutor(Executor):
             **listening,
         }
         return Handle(job_id=task.job_id, attempt=task.attempt, state=state)
+
+    def _environment(self, task: TaskSpec) -> dict[str, Any] | None:
+        """spec.json's ``environment`` for a task that runs in one; its runner builds it
+        on this node first when it is not here yet (``runner.envbuild``)."""
+        if task.environment is None:
+            return None
+        if task.environment.get("error"):
+            message = str(task.environment["error"])
+            raise LaunchError(message, user_message=message, reason="environment_missing")
+        if self.environments is None:
+            message = "this node does not run jobs with Python environments"
+            raise LaunchError(message, user_message=message, reason="environment_unsupported")
+        try:
+            return self.environments.runner_spec(task.environment)
+        except ValueError as e:
+            raise LaunchError(str(e), user_message=str(e), reason="environment_unusable") from e
 
     def workspace_dir(self, user: str) -> Path:
         """A user's workspace on this node (its notebooks' files), kept across jobs."""
@@ -400,7 +420,7 @@ class LocalExecutor(Executor):
             if record is not None and record.get("started_at") is not None:
                 notes = tuple(record.get("notes") or ())
                 return PollResult(Observed.RUNNING, started_at=record["started_at"], notes=notes)
-            return PollResult(Observed.STARTING)
+            return _starting(attempt_dir)
         # The runner may have written its exit record just before it ended: look again.
         record = self._record(attempt_dir)
         if record is not None and "exit_code" in record:
@@ -542,6 +562,17 @@ def _validate(task: TaskSpec) -> None:
     if problems:
         text = "; ".join(problems)
         raise LaunchError(f"invalid task: {text}", user_message=text, reason="invalid_task")
+
+
+def _starting(attempt_dir: str) -> PollResult:
+    """A runner not done setting up; what it is doing when it says (``progress``: building
+    the job's environment)."""
+    progress = layout.read_json(os.path.join(attempt_dir, layout.PROGRESS_FILE))
+    if progress is None:
+        return PollResult(Observed.STARTING)
+    return PollResult(
+        Observed.STARTING, reason=progress.get("reason"), message=progress.get("message")
+    )
 
 
 def _write_spec_once(attempt_dir: Path, spec: dict[str, Any]) -> None:

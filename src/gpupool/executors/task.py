@@ -55,6 +55,9 @@ class TaskSpec:
     # job read-only (GPUPOOL_MODEL_DIR); ``model_archive``: the archive's path on the server
     model: str | None = None
     model_archive: str | None = None
+    # a Python environment (``JobSpec.environment``, resolved): {"id", "name", "python",
+    # "lock"} or {"id", "name", "prefix"}; the node builds it once (executors.environments)
+    environment: dict[str, Any] | None = None
     # -- one task of a job over several nodes (a gang), or of a launcher ------------------
     task_index: int = 0
     task_count: int = 1

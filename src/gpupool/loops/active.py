@@ -32,6 +32,9 @@ class ActiveAttempt:
     max_runtime: float | None = None
     started_at: float | None = None
     stop_reason: StopReason | None = None
+    # what its runner said it is doing before the start (building its environment), as
+    # last recorded on the job
+    progress: str | None = None
 
     def past_max_runtime(self, now: float) -> bool:
         return (

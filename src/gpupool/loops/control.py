@@ -16,6 +16,7 @@ from functools import partial
 from gpupool.executors.base import Executor
 from gpupool.loops.active import ActiveAttempts
 from gpupool.loops.checkpoints import Checkpoints
+from gpupool.loops.dependencies import Dependencies
 from gpupool.loops.driver import Driver
 from gpupool.loops.face import LoopFace
 from gpupool.loops.launch import Launch, TaskMaker
@@ -94,6 +95,8 @@ class Control:
             stats,
             settings.schedule_interval_seconds,
         )
+        # jobs that wait for others: queued (or cancelled) before the cycle that may start them
+        driver.before_schedule.append(Dependencies(db, clock).run)
         # estimated start times, for the API (computed there, on demand, from its own snapshot)
         etas = EtaPredictor(
             snapshots.nodes, settings.fair_share_half_life_seconds, policy=snapshots.policy

@@ -83,6 +83,8 @@ class Driver:
         self._full_said_at = -math.inf
         # told after a pass in which attempts started or ended (the notebooks' routes)
         self.on_changed: list[Callable[[], None]] = []
+        # run before each scheduling cycle, in order (the jobs that wait for others settled)
+        self.before_schedule: list[Callable[[], object]] = []
 
     def start(self) -> None:
         self.readopt.run()
@@ -123,6 +125,8 @@ class Driver:
         overdue = self.monotonic() - self._last_schedule > self.schedule_interval
         if changed or force_schedule or overdue:
             self._last_schedule = self.monotonic()
+            for step in self.before_schedule:
+                step()
             self.scheduling.run()
             self.stats.cycle(self.monotonic() - self._last_schedule)
         return changed

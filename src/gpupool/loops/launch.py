@@ -100,6 +100,8 @@ class TaskMaker:
     default_grace: float
     code_archive: Callable[[str], Path]
     model_archive: Callable[[str], Path]
+    # a job's recorded environment (NAME@sha256:<hex>) -> what its task carries to the node
+    environment: Callable[[str], dict[str, Any]] | None = None
 
     def grace(self, spec: JobSpec) -> float:
         """The job's own grace period, else the server's."""
@@ -129,7 +131,19 @@ class TaskMaker:
             workspace=spec.workspace,
             model=spec.model,
             model_archive=str(self.model_archive(spec.model)) if spec.model else None,
+            environment=self.environment_of(spec.environment) if spec.environment else None,
         )
+
+    def environment_of(self, ref: str) -> dict[str, Any]:
+        """What the node needs of the job's environment; ``error`` when it cannot be had
+        (removed since the submit: the executor refuses the launch with it)."""
+        name, _, found = ref.partition("@")
+        if self.environment is None:
+            return {"id": found, "name": name, "error": "this server has no environments"}
+        try:
+            return self.environment(ref)
+        except LookupError as e:
+            return {"id": found, "name": name, "error": str(e.args[0])}
 
 
 @dataclass(frozen=True)

@@ -82,7 +82,7 @@ class Reconcile:
         """One pass; True if some attempt changed state."""
         actives = list(self.actives)
         seen = zip(actives, self.executor.poll_all([a.handle for a in actives]), strict=True)
-        changed = [(a, result) for a, result in seen if result.observed != a.observed]
+        changed = [(a, result) for a, result in seen if _changed(a, result)]
         if not changed:
             return False
         now = self.clock.now()
@@ -91,6 +91,7 @@ class Reconcile:
         for active, result in changed:  # committed: only now is it observed
             started, job_status = applied[active.attempt_id]
             active.observed, active.started_at = result.observed, started
+            active.progress = result.message if result.observed == Observed.STARTING else None
             if result.observed in ENDED:
                 self.actives.forget(active)
                 self.stats.ended(outcome(job_status))
@@ -151,6 +152,13 @@ class Reconcile:
             applied[active.attempt_id] = (attempt.started_at, job.status)
         session.flush()  # the ORM rows' status before the next pass reads them
         return applied
+
+
+def _changed(active: ActiveAttempt, result: PollResult) -> bool:
+    """Whether a poll saw something to record: a new state, or new progress of a start."""
+    if result.observed != active.observed:
+        return True
+    return result.observed == Observed.STARTING and result.message != active.progress
 
 
 def _records(core: Connection, query: Select, ids: list[int]) -> dict[int, Record]:

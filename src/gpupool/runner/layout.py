@@ -26,6 +26,7 @@ SPEC_FILE = "spec.json"
 STARTED_FILE = "started"
 STATE_FILE = "state.json"
 STOP_FILE = "stop.json"
+PROGRESS_FILE = "progress"  # what the runner does before the workload starts (its env build)
 LOG_FILE = "output.log"
 RUNNER_LOG_FILE = "runner.log"
 METRICS_FILE = "metrics.jsonl"

@@ -162,6 +162,8 @@ class Runner:
             spec = self._prepare()
             if spec is None:
                 return 0
+            if spec.environment is not None and not self._environment_ready(spec):
+                return 0
             launched = self._launch(spec)
             if launched is None:
                 return 0
@@ -208,6 +210,20 @@ class Runner:
             self._fail(128 + signal.SIGTERM, "stop requested before the workload started")
             return None
         return spec
+
+    def _environment_ready(self, spec: RunnerSpec) -> bool:
+        """Build the job's environment on this node if it is not there yet (a first job of
+        it here); False, with the failure recorded, when it cannot be had."""
+        from gpupool.runner import envbuild  # only for jobs with an environment
+
+        def stopped() -> bool:
+            return self.stop_requested or os.path.exists(self._path(STOP_FILE))
+
+        problem = envbuild.ensure(spec.environment, spec.sandbox, self.dir, self.log, stopped)
+        if problem is not None:
+            self._fail(*problem)
+            return False
+        return True
 
     def _launch(self, spec: RunnerSpec):  # noqa: ANN202 - (workload, log pipe, status pipe)
         """Start the workload in its own session; return it and the read ends of its pipes."""

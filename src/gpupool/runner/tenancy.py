@@ -109,7 +109,8 @@ def missing_program(spec: RunnerSpec, env: dict[str, str]) -> Problem | None:
         return CODE_NOT_FOUND, f"command not found: {name}"
     if not _executable(found):
         return CODE_NOT_EXECUTABLE, f"command is not executable: {name} (permission denied)"
-    visible = [os.path.realpath(p) for p in sandbox.visible_paths(spec.sandbox, spec.job_dirs())]
+    paths = sandbox.visible_paths(spec.sandbox, spec.job_dirs()) + spec.readonly_dirs()
+    visible = [os.path.realpath(p) for p in paths]
     if not any(within(os.path.realpath(found), p) for p in visible):
         return CODE_NOT_FOUND, (
             f"command {name} ({found}) is not in the job's sandbox, which shows the system, "
@@ -130,7 +131,7 @@ def sandbox_argv(
     cwd = spec.cwd()
     shared = mps_dir(spec)
     dirs = spec.job_dirs() + ([shared] if shared else [])
-    shown = [spec.model_dir] if spec.model_dir else []  # read-only
+    shown = spec.readonly_dirs()
     return sandbox.bwrap_argv(
         spec.sandbox,
         spec.command,

@@ -15,6 +15,7 @@ The schema, as JSON (every key the writer may give; ``null`` or absent: not set)
 
     {"version": 1, "job_id": int, "attempt": int, "command": [str, ...], "env": {str: str},
      "workdir": str | null, "code_dir": str | null, "model_dir": str | null,
+     "environment": EnvironmentSpec's object (a Python environment to build or use) | absent,
      "workspace": str | null, "gpu_uuids": [str], "log_limit_bytes": int,
      "stop_grace_seconds": float, "checkpoint_dir": str, "output_dir": str,
      "notify_fifo": str | null,
@@ -67,6 +68,7 @@ def spec_json(
     workspace: str | None = None,
     code_dir: str | None = None,
     model_dir: str | None = None,
+    environment: dict[str, object] | None = None,
     tenancy: dict[str, object] | None = None,
 ) -> dict[str, object]:
     """The whole spec.json of one attempt; ``tenancy``: ``tenancy_json``'s parts, if any."""
@@ -89,6 +91,8 @@ def spec_json(
         spec["code_dir"] = code_dir
     if model_dir is not None:
         spec["model_dir"] = model_dir
+    if environment is not None:
+        spec["environment"] = environment
     spec.update(tenancy or {})
     return spec
 
@@ -211,6 +215,7 @@ class RunnerSpec:
         "workdir",
         "code_dir",
         "model_dir",
+        "environment",
         "workspace",
         "gpu_uuids",
         "log_limit_bytes",
@@ -247,6 +252,10 @@ class RunnerSpec:
             raise SpecError("workdir and code_dir exclude each other")
         # a model version's files, unpacked by the executor: shown read-only (GPUPOOL_MODEL_DIR)
         self.model_dir: str | None = _optional_str(raw, "model_dir")
+        # a Python environment: built on this node first if need be, then shown read-only
+        # with its bin/ first on PATH (runner.envbuild)
+        env = raw.get("environment")
+        self.environment = None if env is None else EnvironmentSpec(env)
         # its user's workspace on the node (JobSpec.workspace): given to its account like its
         # outputs, kept across jobs; its working directory unless it has a workdir or code
         self.workspace: str | None = _optional_str(raw, "workspace")
@@ -289,6 +298,8 @@ class RunnerSpec:
             env["GPUPOOL_WORKSPACE"] = self.workspace
         if self.model_dir:
             env["GPUPOOL_MODEL_DIR"] = self.model_dir
+        if self.environment is not None:
+            self.environment.apply(env)
         env["GPUPOOL_METRICS_FILE"] = self.metrics_file()
         return env
 
@@ -301,6 +312,14 @@ class RunnerSpec:
         unpacked code), its user's workspace."""
         dirs = [self.output_dir, self.checkpoint_dir]
         return dirs + [d for d in (self.workdir, self.code_dir, self.workspace) if d]
+
+    def readonly_dirs(self) -> list[str]:
+        """What the job may read and not change: its model version's files, its
+        environment and the interpreter that environment runs on."""
+        dirs = [self.model_dir] if self.model_dir else []
+        if self.environment is not None:
+            dirs += self.environment.workload_dirs()
+        return dirs
 
     def cwd(self) -> str:
         """Where the job starts: its workdir, else its code, else its workspace, else its
@@ -483,6 +502,84 @@ class SandboxPolicy:
         self.hidden: list[str] = _sandbox_paths(raw, "hidden")
         self.devices: list[tuple[str, str]] = _devices(raw.get("devices"))
         self.network = NetworkPolicy(raw.get("network"))
+
+
+class EnvironmentSpec:
+    """spec.json's ``environment``: a Python environment the job runs with.
+
+    ``id``, ``name``: which (``label`` shows both); ``dir``: where it is on this node (a
+    registered ``prefix``'s own path, else the node's environments directory and its id's
+    hex digits); the rest only for building one that is not there yet (``runner.envbuild``):
+    ``lock`` (its packages, pinned with hashes), ``python`` (this node's interpreter of its
+    Python version, and ``python_version``), ``uv``, uv's ``cache`` directory, ``index`` (uv's
+    index options), ``uv_env`` (uv's environment: no configuration files, no downloads of
+    interpreters), ``shown`` (paths the build reads: the interpreter's prefix, local indexes)
+    and ``timeout`` (seconds).
+    """
+
+    __slots__ = (
+        "id",
+        "name",
+        "dir",
+        "prefix",
+        "lock",
+        "python",
+        "python_version",
+        "uv",
+        "cache",
+        "index",
+        "uv_env",
+        "shown",
+        "timeout",
+    )
+
+    def __init__(self, raw: object) -> None:
+        if not isinstance(raw, dict):
+            raise SpecError("environment must be an object")
+        self.id: str = _str(raw, "id")
+        self.name: str = _str(raw, "name")
+        self.dir: str = _sandbox_path(raw, "dir")
+        self.prefix: bool = raw.get("prefix") is True
+        self.lock: str | None = _optional_str(raw, "lock")
+        self.python: str = "" if self.prefix else _str(raw, "python")
+        self.python_version: str = str(raw.get("python_version") or "")
+        self.uv: str = "" if self.prefix else _sandbox_path(raw, "uv")
+        self.cache: str = "" if self.prefix else _sandbox_path(raw, "cache")
+        self.index: list[str] = _str_list(raw, "index")
+        self.uv_env: dict[str, str] = _env(raw.get("uv_env"))
+        self.shown: list[str] = _sandbox_paths(raw, "shown")
+        self.timeout: float = float(raw.get("timeout") or 1800)
+        if not self.prefix and self.lock is None:
+            raise SpecError("environment.lock is needed unless it is a prefix")
+
+    @property
+    def label(self) -> str:
+        return f"{self.name}@{self.id.split(':', 1)[-1][:12]}"
+
+    def apply(self, env: dict[str, str]) -> None:
+        """Its bin/ first on the job's PATH (so ``python`` is its own), and its name."""
+        path = env.get("PATH") or os.defpath
+        env["PATH"] = os.path.join(self.dir, "bin") + os.pathsep + path
+        env["GPUPOOL_ENVIRONMENT"] = self.label
+        if not self.prefix:
+            env["VIRTUAL_ENV"] = self.dir
+        else:
+            env.pop("VIRTUAL_ENV", None)
+        env.pop("PYTHONHOME", None)
+
+    def workload_dirs(self) -> list[str]:
+        """What a job shows of it, read-only: it, and the interpreter its bin/python links
+        to (recorded when it was built)."""
+        dirs = [self.dir]
+        if not self.prefix:
+            try:
+                with open(os.path.join(self.dir, ".gpupool-env.json"), encoding="utf-8") as f:
+                    home = json.load(f).get("python_home")
+            except (OSError, ValueError):
+                home = None
+            if isinstance(home, str) and home.startswith("/"):
+                dirs.append(home)
+        return dirs
 
 
 class NetworkPolicy:

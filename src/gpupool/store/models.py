@@ -218,6 +218,13 @@ class JobModel(Base):
         Index("ix_jobs_status_team", "status", "team_id"),
         # finds an array's tasks, and one task by its index
         UniqueConstraint("array_id", "array_index", name="uq_jobs_array_task"),
+        # the few jobs that wait for others (services.jobs._dependencies reads them each pass)
+        Index(
+            "ix_jobs_waiting",
+            "id",
+            sqlite_where=text("waiting"),
+            postgresql_where=text("waiting"),
+        ),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
@@ -249,9 +256,25 @@ class JobModel(Base):
     array_index: Mapped[int | None] = mapped_column(Integer)
     # JobKind: a batch job, or the workload of a notebook or of a deployment's replica
     kind: Mapped[str] = mapped_column(String(20), default="job", server_default="job")
+    # it waits for jobs it depends on (JobDependencyModel) and is not given to the scheduler
+    waiting: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
     user: Mapped[UserModel] = relationship(lazy="joined")
     team: Mapped[TeamModel] = relationship(lazy="joined")
+
+
+class JobDependencyModel(Base):
+    """A job (``job_id``) that starts only once another job of its team
+    (``depends_on_id``, submitted before it) has ended as ``condition`` asks
+    (``domain.dependencies.Condition``)."""
+
+    __tablename__ = "job_dependencies"
+
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    depends_on_id: Mapped[int] = mapped_column(
+        ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True, index=True
+    )
+    condition: Mapped[str] = mapped_column(String(20))
 
 
 class AttemptModel(Base):
@@ -646,4 +669,25 @@ class VolumeModel(Base):
     created_by: Mapped[int] = mapped_column(ForeignKey("users.id"))
 
     team: Mapped[TeamModel] = relationship(lazy="joined")
+    creator: Mapped[UserModel] = relationship(lazy="joined")
+class ImageModel(Base):
+    """A container image a team holds (or the site: ``team_id`` null, an admin's, for every
+    team), by the name it was pulled or imported as; its files are kept once by manifest
+    digest in the image store (``services.images``), however many teams hold it."""
+
+    __tablename__ = "images"
+    __table_args__ = (UniqueConstraint("team_id", "name", name="uq_images_team_name"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    team_id: Mapped[int | None] = mapped_column(ForeignKey("teams.id"), index=True)
+    name: Mapped[str] = mapped_column(String(255))
+    digest: Mapped[str] = mapped_column(String(80), index=True)  # sha256:<hex> of its manifest
+    source: Mapped[str] = mapped_column(String(10))  # pull or import
+    size_bytes: Mapped[int] = mapped_column(BigInteger)
+    # Env, Entrypoint, Cmd and WorkingDir of its config (executors.images.ImageConfig)
+    config: Mapped[dict[str, Any]] = mapped_column(JSON)
+    created_at: Mapped[float] = mapped_column(Time)
+    created_by: Mapped[int] = mapped_column(ForeignKey("users.id"))
+
+    team: Mapped[TeamModel | None] = relationship(lazy="joined")
     creator: Mapped[UserModel] = relationship(lazy="joined")

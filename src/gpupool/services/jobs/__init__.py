@@ -2,10 +2,11 @@
 
 Submitting, listing and cancelling (``_jobs``), job arrays (``_arrays``), why and how a job
 stops (``_stops``) and what its attempts' ends do to it (``_transitions``), checkpoints
-watched (``_checkpoints``), logs (``_logs``), code snapshots and uploads (``_code``,
-``_incoming``), the model files a job may be shown (``_model_files``), where a listening job
-is reached (``_endpoints``), the job read models (``_views``) and what reading a log needs of
-the server beyond the core ports (``_ports``). It imports
+watched (``_checkpoints``), the jobs a job waits for (``_dependencies``), logs (``_logs``),
+code snapshots and uploads (``_code``, ``_incoming``), the model files a job may be shown
+(``_model_files``), where a listening job is reached (``_endpoints``), the job read models
+(``_views``) and what reading a log needs of the server beyond the core ports (``_ports``).
+It imports
 ``services.core`` and ``services.identity``; scheduling, metrics,
 models, notebooks and deployments build on it.
 """
@@ -26,6 +27,9 @@ from gpupool.services.jobs._code import archive_path as code_archive_path
 from gpupool.services.jobs._code import limits as code_limits
 from gpupool.services.jobs._code import receive as receive_code
 from gpupool.services.jobs._code import show_code
+from gpupool.services.jobs._dependencies import Settled as DependenciesSettled
+from gpupool.services.jobs._dependencies import carry_out as settle_dependencies
+from gpupool.services.jobs._dependencies import plan as plan_dependencies
 from gpupool.services.jobs._endpoints import endpoint_of, endpoints_of
 from gpupool.services.jobs._incoming import Incoming, sweep_leftovers
 from gpupool.services.jobs._jobs import (
@@ -73,6 +77,7 @@ __all__ = [
     "ACTIVE_ATTEMPT",
     "CODE_INCOMING",
     "CheckpointWatcher",
+    "DependenciesSettled",
     "Incoming",
     "JobFilter",
     "JobLimits",
@@ -104,6 +109,7 @@ __all__ = [
     "list_arrays",
     "list_jobs",
     "open_log",
+    "plan_dependencies",
     "over_storage_quota",
     "past_max_runtime",
     "preempted",
@@ -115,6 +121,7 @@ __all__ = [
     "show_array",
     "show_code",
     "show_job",
+    "settle_dependencies",
     "show_task",
     "submit",
     "submit_array",

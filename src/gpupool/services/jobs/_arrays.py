@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy import JSON, Integer, cast, func, insert, literal, select, update
 from sqlalchemy.orm import Session
 
+import gpupool.services.jobs._dependencies as dependencies
 import gpupool.services.jobs._jobs as jobs
 from gpupool.domain.arrays import ArraySpec, format_indexes
 from gpupool.domain.jobs import FINAL_STATUSES, JobSpec, JobStatus, Reason
@@ -113,9 +114,13 @@ def submit(
             f"{max_tasks:,} in one array: split it into several arrays",
             fields=[{"field": "array.indexes", "message": "too many tasks"}],
         )
+    resolved = dependencies.resolve(session, team.id, spec.depends_on)
+    spec = dependencies.recorded(spec, resolved)
     values = jobs.job_values(principal, team, spec.model_dump(mode="json"), now)
+    values |= dependencies.waiting_values(resolved)  # every task waits for them
     first, record = _first_task(session, JobModel(**values), team, array, now)
     job_ids = [first.id, *_insert_tasks(session, values, first.id, array.tasks[1:])]
+    dependencies.attach(session, job_ids, resolved)
     message = jobs.submitted_message(principal, team) + f" as task of array {first.id}"
     _record(session, job_ids, now, Reason.SUBMITTED, message)
     counts = {JobStatus.PENDING.value: len(job_ids)}

@@ -17,6 +17,7 @@ from sqlalchemy import Select, select, update
 from sqlalchemy.orm import Session
 
 import gpupool.services.jobs._code as code
+import gpupool.services.jobs._dependencies as dependencies
 import gpupool.services.jobs._model_files as model_files
 from gpupool.domain.jobs import MAX_PRIORITY, JobKind, JobSpec, JobStatus, Reason, Role
 from gpupool.domain.views import (
@@ -184,9 +185,13 @@ def submit(
 ) -> JobModel:
     """Queue a job of ``kind``, or refuse it at once if no node could ever run it."""
     team = admit(session, principal, spec, nodes, limits)
-    job = new_job(principal, team, spec, now, kind)
+    resolved = dependencies.resolve(session, team.id, spec.depends_on)
+    job = new_job(principal, team, dependencies.recorded(spec, resolved), now, kind)
+    for column, value in dependencies.waiting_values(resolved).items():
+        setattr(job, column, value)
     session.add(job)
     session.flush()
+    dependencies.attach(session, [job.id], resolved)
     record(session, job.id, now, Reason.SUBMITTED, submitted_message(principal, team))
     return job
 

@@ -27,7 +27,9 @@ def apply(
         or (result.started_at and result.observed != Observed.STARTING)
     ):
         started(session, attempt, job, result.started_at or now, result.notes)
-    if result.observed == Observed.EXITED:
+    if result.observed == Observed.STARTING and result.reason and result.message:
+        progressed(session, job, result, now)
+    elif result.observed == Observed.EXITED:
         exited(session, attempt, job, result, now)
     elif result.observed == Observed.LOST:
         lost(session, attempt, job, result, now)
@@ -49,6 +51,20 @@ def started(
     for note in notes:  # what the node could not hold the job to, or give it
         reason = Reason.NO_EGRESS if note.startswith(NO_EGRESS) else Reason.LIMITS_NOT_ENFORCED
         job_service.record(session, job.id, at, reason, note)
+
+
+def progressed(session: Session, job: JobModel, result: PollResult, now: float) -> None:
+    """What a starting attempt's runner does before the job runs (it builds the job's
+    environment): the job's reason and message, and an event when that reason begins."""
+    if job.status != JobStatus.STARTING.value or job.cancel_requested_at is not None:
+        return
+    try:
+        reason, message = Reason(result.reason), result.message or ""
+    except ValueError:  # a runner newer than this server: nothing it knows to say
+        return
+    if job.reason != reason.value:
+        job_service.record(session, job.id, now, reason, message)
+    job.reason, job.message = reason.value, message
 
 
 def fenced(

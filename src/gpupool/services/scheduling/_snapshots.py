@@ -180,6 +180,7 @@ class SnapshotBuilder:
                 select(JobModel.id).where(
                     JobModel.status == JobStatus.PENDING.value,
                     JobModel.cancel_requested_at.is_(None),
+                    JobModel.waiting.is_(False),  # it waits for other jobs to end
                 )
             )
         )

@@ -113,6 +113,9 @@ def _pending(
     eta = estimate.at if estimate is not None else None
     unknown = estimate.unknown if estimate is not None else "no estimate was made"
     summary = f"it waits: {message}" if message else "it waits"
+    if job.waiting:  # the scheduler is not given it until the jobs it depends on end
+        summary = f"it {message}" if message.startswith("waits") else summary
+        unknown = "it is queued only once the jobs it depends on have ended"
     return Why(
         job.id,
         JobStatus.PENDING,
@@ -140,6 +143,8 @@ def _settled(job: JobModel, status: JobStatus) -> str:
     if status is JobStatus.FAILED:
         code = f" (exit code {job.exit_code})" if job.exit_code is not None else ""
         return f"it has ended: it failed{code}"
+    if status is JobStatus.CANCELLED and job.reason == Reason.DEPENDENCY_NEVER_SATISFIED:
+        return f"it has ended: it was cancelled because {job.message}"
     if status is JobStatus.CANCELLED:
         return "it has ended: it was cancelled"
     return f"it has ended: {status.value}"

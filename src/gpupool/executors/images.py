@@ -1,0 +1,203 @@
+"""Container images on a node: an image's root file tree, unpacked once per node, and its
+config (Env, Entrypoint, Cmd, WorkingDir).
+
+The server keeps each image as an OCI image layout of its own (``<hex>/``, tagged
+``image``); a node unpacks it with ``umoci unpack --rootless`` into its image cache
+(``<hex>/rootfs``, beside ``image.json``, the config a job's start reads), once, shared by
+every job that uses it. The runner binds the tree as the sandbox's read-only root.
+
+Unpacking is where a hostile image is made harmless. umoci keeps every path of a layer
+inside the root (a ``..`` or absolute member lands inside it), refuses a hard link to
+something outside it, writes device nodes as empty files, and leaves symbolic links as
+they are (a link out of the root is resolved inside the sandbox's root, where the host is
+not). What umoci keeps and a sandbox must not hold is removed here: setuid and setgid bits,
+and any special file left (FIFOs, sockets, device nodes).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+TAG = "image"  # the tag of the one image in each stored layout
+ROOTFS = "rootfs"
+CONFIG = "image.json"
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+UNPACK_TIMEOUT_S = 3600.0
+WORD_SIZES = ("x86-64", "AArch64", "64bit")  # ldconfig -p: this machine's libraries
+SPECIAL = stat.S_IFCHR, stat.S_IFBLK, stat.S_IFIFO, stat.S_IFSOCK
+
+
+class ImageError(Exception):
+    """The image cannot be read or unpacked; ``message`` says why, for the job's owner."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+@dataclass(frozen=True)
+class ImageConfig:
+    """What of an image's config a job's start uses."""
+
+    env: list[str] = field(default_factory=list)
+    entrypoint: list[str] = field(default_factory=list)
+    cmd: list[str] = field(default_factory=list)
+    workdir: str = ""
+
+    def env_map(self) -> dict[str, str]:
+        """Env as a mapping, PATH set (docker's default PATH when the image has none)."""
+        env = dict(entry.partition("=")[::2] for entry in self.env if "=" in entry)
+        env.setdefault("PATH", DEFAULT_PATH)
+        return env
+
+    def command(self, command: list[str]) -> list[str]:
+        """What a job runs, as docker does: the Entrypoint, then the job's command in place
+        of the image's Cmd."""
+        return [*self.entrypoint, *command]
+
+    @classmethod
+    def from_json(cls, data: dict[str, object]) -> ImageConfig:
+        def strings(value: object) -> list[str]:
+            return [str(v) for v in value] if isinstance(value, list) else []
+
+        workdir = data.get("workdir") or data.get("WorkingDir") or ""
+        return cls(
+            env=strings(data.get("env", data.get("Env"))),
+            entrypoint=strings(data.get("entrypoint", data.get("Entrypoint"))),
+            cmd=strings(data.get("cmd", data.get("Cmd"))),
+            workdir=str(workdir) if str(workdir).startswith("/") else "",
+        )
+
+
+@dataclass(frozen=True)
+class Unpacked:
+    """An image's tree on this node and its config."""
+
+    root: Path  # the rootfs directory, bound at / in the sandbox
+    config: ImageConfig
+    size_bytes: int = 0
+
+
+def layout_digest(layout: Path) -> str:
+    """The manifest digest of the image tagged ``image`` in the OCI layout ``layout``."""
+    try:
+        index = json.loads((layout / "index.json").read_text())
+        for entry in index.get("manifests") or []:
+            if (entry.get("annotations") or {}).get("org.opencontainers.image.ref.name") == TAG:
+                return str(entry["digest"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise ImageError(f"the image's layout cannot be read: {e}") from e
+    raise ImageError("the image's layout holds no image tagged 'image'")
+
+
+def read_config(layout: Path, digest: str) -> ImageConfig:
+    """The config of the image ``digest`` in ``layout`` (its manifest's config blob)."""
+    try:
+        manifest = json.loads(_blob(layout, digest).read_text())
+        config = json.loads(_blob(layout, str(manifest["config"]["digest"])).read_text())
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ImageError(f"the image's config cannot be read: {e}") from e
+    return ImageConfig.from_json(config.get("config") or {})
+
+
+def layout_size(layout: Path) -> int:
+    """The bytes of the layout's blobs (layers, config, manifest)."""
+    blobs = layout / "blobs" / "sha256"
+    try:
+        return sum(entry.stat().st_size for entry in blobs.iterdir())
+    except OSError:
+        return 0
+
+
+def _blob(layout: Path, digest: str) -> Path:
+    algorithm, _, hexdigest = digest.partition(":")
+    if algorithm != "sha256" or not hexdigest.isalnum():
+        raise ImageError(f"unexpected digest {digest!r}")
+    return layout / "blobs" / "sha256" / hexdigest
+
+
+def unpack_once(layout: Path, digest: str, cache: Path, umoci: str = "umoci") -> Unpacked:
+    """The image ``digest`` (stored in ``layout``) unpacked in this node's ``cache``: at
+    once when it is there already, else unpacked (rootless, neutralised) into a directory of
+    its own and renamed into place, so that a crash or a concurrent start never shows a
+    half tree."""
+    hexdigest = digest.removeprefix("sha256:")
+    final = cache / hexdigest
+    config_path = final / CONFIG
+    if config_path.exists():
+        return Unpacked(final / ROOTFS, ImageConfig.from_json(json.loads(config_path.read_text())))
+    if not (layout / "index.json").exists():
+        raise ImageError(f"the image {digest} is missing from the server's image store")
+    cache.mkdir(parents=True, exist_ok=True, mode=0o700)
+    work = Path(tempfile.mkdtemp(prefix=f".{hexdigest[:12]}-", dir=cache))
+    try:
+        bundle = work / "bundle"
+        argv = [umoci, "unpack", "--rootless", "--image", f"{layout}:{TAG}", str(bundle)]
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=UNPACK_TIMEOUT_S)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise ImageError(f"umoci could not unpack the image: {e}") from e
+        if done.returncode != 0:
+            said = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no message"]
+            raise ImageError(f"the image cannot be unpacked: {said[0].strip(' ⨯•')}")
+        config = read_config(layout, digest)
+        rootfs = bundle / ROOTFS
+        neutralise(rootfs)
+        rootfs.chmod(0o755)
+        (bundle / CONFIG).write_text(json.dumps(asdict(config)))
+        try:
+            os.rename(bundle, final)
+        except OSError:
+            if not config_path.exists():  # another start put it there first: use that one
+                raise
+        return Unpacked(final / ROOTFS, config)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def neutralise(rootfs: Path) -> list[str]:
+    """Strip setuid and setgid bits and remove special files below ``rootfs`` (never
+    following a link); the paths changed, relative to the root."""
+    changed: list[str] = []
+    for directory, dirs, files in os.walk(rootfs):
+        for name in [*dirs, *files]:
+            path = os.path.join(directory, name)
+            info = os.lstat(path)
+            kind = stat.S_IFMT(info.st_mode)
+            if kind in SPECIAL:
+                os.unlink(path)
+                changed.append(os.path.relpath(path, rootfs))
+            elif kind in (stat.S_IFREG, stat.S_IFDIR) and info.st_mode & (
+                stat.S_ISUID | stat.S_ISGID
+            ):
+                os.chmod(path, stat.S_IMODE(info.st_mode) & ~(stat.S_ISUID | stat.S_ISGID))
+                changed.append(os.path.relpath(path, rootfs))
+    return changed
+
+
+def remove(cache: Path, digest: str) -> None:
+    """Forget the image's tree on this node (a later start unpacks it again)."""
+    shutil.rmtree(cache / digest.removeprefix("sha256:"), ignore_errors=True)
+
+
+def driver_libraries(ldconfig_output: str, names: tuple[str, ...]) -> list[tuple[str, str]]:
+    """``(soname, host path)`` of the NVIDIA driver's user-space libraries the dynamic
+    linker knows (``ldconfig -p``'s output): those whose name starts with one of ``names``,
+    for this machine's word size, each once."""
+    found: dict[str, str] = {}
+    for line in ldconfig_output.splitlines():
+        soname, arrow, path = line.strip().partition(" => ")
+        if not arrow or not path.startswith("/"):
+            continue
+        soname, _, flags = soname.partition(" (")
+        if not soname.startswith(names) or not any(w in flags for w in WORD_SIZES):
+            continue
+        found.setdefault(soname, path)
+    return sorted(found.items())

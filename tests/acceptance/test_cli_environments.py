@@ -1,0 +1,153 @@
+"""Python environments from the real CLI against a real server: make one from a
+requirements file, a pyproject.toml and a uv.lock (resolved by uv against a directory of
+wheels the test makes), run jobs in it (built once on the node, then shown read-only with its
+python first on PATH), list, show and remove it, and the clear refusals."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.cli import Cli, hold, refused, wait_status
+from tests.support.server import ServerProcess
+from tests.support.wheels import index_env, wheelhouse
+
+PROBE = (
+    "import sys, os, alpha, beta; print('alpha', alpha.__version__); print('prefix', sys.prefix);"
+    "print('env', os.environ['GPUPOOL_ENVIRONMENT'])"
+)
+
+
+@pytest.fixture(scope="module")
+def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    wheels = wheelhouse(tmp_path_factory.mktemp("wheels"))
+    data = tmp_path_factory.mktemp("envs") / "data"
+    process = ServerProcess(data, env=index_env(wheels)).start()
+    yield process
+    process.stop()
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+def ended(cli: Cli, job_id: int) -> dict:
+    return wait_status(cli, job_id, {"succeeded", "failed", "cancelled", "lost"}, timeout=180)
+
+
+def test_a_job_runs_in_its_environment_built_once_on_the_node(
+    pool: ServerProcess, admin: Cli, tmp_path: Path
+) -> None:
+    requirements = write(tmp_path / "requirements.txt", "# tools\nbeta\n")
+    made = admin.ok("env", "create", "tools", "-r", str(requirements))
+    version = admin.json("env", "show", "tools")["versions"][0]
+    assert made.startswith(f"environment tools@{version['short_id']} (team default, Python 3.")
+    assert version["packages"] == ["alpha==2.0", "beta==0.1"]
+
+    first = admin.submit("--env", "tools", "--", "python", "-c", PROBE)
+    second = admin.submit("--env", f"tools@{version['short_id']}", "--", "python", "-c", PROBE)
+    for job_id in (first, second):
+        assert ended(admin, job_id)["status"] == "succeeded", admin.ok("logs", str(job_id))
+    logs = [admin.ok("logs", str(job_id)) for job_id in (first, second)]
+    env_dir = pool.data_dir / "envs" / version["id"].split(":")[1]
+    for log in logs:
+        assert "alpha 2.0" in log
+        assert f"prefix {env_dir}" in log
+        assert f"env tools@{version['short_id']}" in log
+    built = [log for log in logs if "built on this node" in log]
+    assert len(built) == 1, logs  # one build, whichever job got there first
+    jobs = [admin.job(job_id) for job_id in (first, second)]
+    assert jobs[0]["spec"]["environment"] == f"tools@{version['id']}"  # recorded at submit
+    building = [e["message"] for job in jobs for e in job["events"] if e["reason"] == "EnvBuilding"]
+    assert building and all(f"environment tools@{version['short_id']}" in m for m in building)
+
+    # the environment is read-only to the job, and pip cannot change it
+    script = "import alpha, os; p = os.path.dirname(alpha.__file__);open(os.path.join(p, 'x'), 'w')"
+    denied = admin.submit("--env", "tools", "--", "python", "-c", script)
+    assert ended(admin, denied)["status"] == "failed"
+    assert "Read-only file system" in admin.ok("logs", str(denied))
+
+
+def test_versions_from_pyproject_and_uv_lock_ls_show_and_rm(
+    pool: ServerProcess, admin: Cli, tmp_path: Path, release: Path
+) -> None:
+    pyproject = write(
+        tmp_path / "pyproject.toml",
+        '[project]\nname = "mine"\nversion = "0"\ndependencies = ["alpha<2"]\n',
+    )
+    lock = write(
+        tmp_path / "uv.lock",
+        "version = 1\n"
+        '[[package]]\nname = "mine"\nversion = "0"\nsource = { editable = "." }\n'
+        '[[package]]\nname = "gamma"\nversion = "1.0"\n'
+        'source = { registry = "https://pypi.org/simple" }\n',
+    )
+    one = admin.json("env", "create", "old-alpha", "--pyproject", str(pyproject))
+    two = admin.json("env", "create", "old-alpha", "--lock", str(lock), "-d", "gamma pinned")
+    again = admin.json("env", "create", "old-alpha", "--lock", str(lock))
+    assert one["packages"] == ["alpha==1.0"] and two["packages"] == ["gamma==1.0"]
+    assert again["id"] == two["id"]  # the same lock is the same version
+
+    listed = {e["name"]: e for e in admin.json("env", "ls")}
+    assert listed["old-alpha"]["version_count"] == 2
+    assert listed["old-alpha"]["latest"]["id"] == two["id"]
+    shown = admin.ok("env", "show", "old-alpha")
+    assert one["short_id"] in shown and two["short_id"] in shown and "uv.lock" in shown
+    locked = admin.json("env", "show", f"old-alpha@{one['short_id']}")
+    assert "alpha==1.0" in locked["lock"] and "--hash=sha256:" in locked["lock"]
+
+    held = admin.submit("--env", f"old-alpha@{one['short_id']}", *hold(release))
+    wait_status(admin, held, {"running"}, timeout=180)
+    in_use = admin("env", "rm", f"old-alpha@{one['short_id']}")
+    assert refused(in_use, "environment_in_use") and str(held) in in_use.stderr
+    release.touch()
+    ended(admin, held)
+    assert admin.ok("env", "rm", f"old-alpha@{one['short_id']}").startswith("removed")
+    assert admin.json("env", "show", "old-alpha")["version_count"] == 1
+    admin.ok("env", "rm", "old-alpha")
+    assert refused(admin("env", "show", "old-alpha"), "environment_not_found")
+
+
+def test_what_cannot_be_an_environment_is_refused_clearly(admin: Cli, tmp_path: Path) -> None:
+    def create(text: str, *extra: str):  # noqa: ANN202
+        return admin("env", "create", "bad", "-r", str(write(tmp_path / "r.txt", text)), *extra)
+
+    assert refused(create("-e .\n"), "invalid_environment")
+    assert refused(create("--index-url http://127.0.0.1:9/simple\nalpha\n"), "invalid_environment")
+    assert refused(create("alpha @ http://127.0.0.1:9/alpha.whl\n"), "invalid_environment")
+    assert refused(create("alpha @ file:///etc/passwd\n"), "invalid_environment")
+    assert refused(create("# nothing\n"), "invalid_environment")
+    unresolvable = create("no-such-package-here\n")
+    assert unresolvable.returncode == 1
+    assert unresolvable.stderr.startswith("error [environment_unresolvable]: ")
+    assert "no-such-package-here" in unresolvable.stderr
+    assert refused(create("alpha\n", "--python", "3.4"), "python_unavailable")
+    assert refused(
+        admin("env", "create", "Bad Name", "-r", str(tmp_path / "r.txt")), "invalid_environment"
+    )
+    missing = admin("run", "--env", "nothing-here", "--", "true")
+    assert refused(missing, "environment_not_found")
+    usage = admin("run", "--env", "NOPE", "--", "true")
+    assert usage.returncode == 2 and "neither a variable" in usage.stderr
+
+
+def test_a_prefix_registered_by_an_admin_is_every_teams(
+    admin: Cli, tmp_path: Path, pool: ServerProcess
+) -> None:
+    prefix = tmp_path / "prefix"
+    (prefix / "bin").mkdir(parents=True)
+    tool = prefix / "bin" / "site-tool"
+    tool.write_text("#!/bin/sh\necho site tool here\n")
+    tool.chmod(0o755)
+    prefix.chmod(0o755)
+    tmp_path.chmod(0o755)
+    said = admin.ok("env", "register", "site", "--path", str(prefix))
+    assert said.strip() == f"environment site is the prefix {prefix} (every team)"
+    job_id = admin.submit("--env", "site", "--", "site-tool")
+    assert ended(admin, job_id)["status"] == "succeeded", admin.ok("logs", str(job_id))
+    assert "site tool here" in admin.ok("logs", str(job_id))
+    listed = {e["name"]: e for e in admin.json("env", "ls")}
+    assert listed["site"]["team"] is None

@@ -1,0 +1,100 @@
+"""Hostile use of container images: a member of another team lists, reads, removes and
+re-pulls a team's image by its name or its digest, or names it in a job; a viewer pulls or
+removes; a member removes the site's image. Everything is refused (404 for what another
+team cannot see), and the team's image stays. Hostile images themselves (links out of the
+root, setuid files, device nodes, '..' paths, hard links out) are neutralised or refused:
+tests/integration/api/test_images_api.py."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.support.images import ImageConfig, Registry, base_members, layer
+from tests.support.platform import make_settings, refused, running_app
+
+IMAGES = "/api/v1/images"
+USERS = (("vic", "vision", "member"), ("val", "vision", "viewer"), ("ada", "audio", "member"))
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory, image_registry: Registry) -> Iterator[dict]:
+    """Teams vision and audio; vision's member pulled vision's image, the admin a site one."""
+    data = tmp_path_factory.mktemp("hostile-images") / "data"
+    settings = make_settings(data, image_registries=f"{image_registry.host}=insecure")
+    with running_app(settings) as (admin, platform):
+        headers = {name: _user(admin, name, team, role) for name, team, role in USERS}
+        config = ImageConfig(env=["PATH=/bin", "SECRET=vision-only"])
+        ref = image_registry.push("vision/secret", [layer(base_members())], config)
+        pulled = admin.post(f"{IMAGES}/pull", json={"ref": ref}, headers=headers["vic"])
+        assert pulled.status_code == 201, pulled.text
+        assert pulled.json()["team"] == "vision"
+        site_ref = image_registry.push("site/base", [layer(base_members("site\n"))])
+        site = admin.post(f"{IMAGES}/pull", json={"ref": site_ref})
+        assert site.status_code == 201 and site.json()["team"] is None
+        yield {
+            "client": admin,
+            "platform": platform,
+            "headers": headers,
+            "ref": ref,
+            "digest": pulled.json()["digest"],
+            "site": site_ref,
+        }
+
+
+def test_another_teams_member_cannot_list_show_or_remove_it(world: dict) -> None:
+    client, ada = world["client"], world["headers"]["ada"]
+    listed = client.get(IMAGES, headers=ada).json()
+    assert [i["name"] for i in listed] == [world["site"]]  # the site's only
+    assert client.get(IMAGES, params={"team": "vision"}, headers=ada).json() == []
+    for name in (world["ref"], world["digest"]):
+        refused(client.get(f"{IMAGES}/{name}", headers=ada), 404, "not_found")
+        refused(client.delete(f"{IMAGES}/{name}", headers=ada), 404, "not_found")
+        refused(
+            client.get(f"{IMAGES}/{name}", params={"team": "vision"}, headers=ada),
+            404,
+            "not_found",
+        )
+    vic = world["headers"]["vic"]
+    assert client.get(f"{IMAGES}/{world['ref']}", headers=vic).status_code == 200
+
+
+def test_another_teams_member_cannot_pull_into_the_team(world: dict) -> None:
+    client, ada = world["client"], world["headers"]["ada"]
+    body = {"ref": world["ref"], "team": "vision"}
+    # as a submit to another team is answered
+    refused(client.post(f"{IMAGES}/pull", json=body, headers=ada), 422, "unknown_team")
+    # pulling the same image into its own team gives it its own name for it, nothing more
+    own = client.post(f"{IMAGES}/pull", json={"ref": world["ref"]}, headers=ada)
+    assert own.status_code == 201 and own.json()["team"] == "audio"
+    vic = world["headers"]["vic"]
+    assert client.get(f"{IMAGES}/{world['ref']}", headers=vic).json()["team"] == "vision"
+    assert client.delete(f"{IMAGES}/{world['ref']}", headers=ada).status_code == 200
+    assert client.get(f"{IMAGES}/{world['ref']}", headers=vic).status_code == 200
+
+
+def test_a_viewer_reads_but_neither_pulls_nor_removes(world: dict) -> None:
+    client, val = world["client"], world["headers"]["val"]
+    assert client.get(f"{IMAGES}/{world['ref']}", headers=val).status_code == 200
+    refused(
+        client.post(f"{IMAGES}/pull", json={"ref": world["ref"]}, headers=val), 403, "forbidden"
+    )
+    refused(client.delete(f"{IMAGES}/{world['ref']}", headers=val), 403, "forbidden")
+
+
+def test_a_member_cannot_remove_the_sites_image(world: dict) -> None:
+    client, vic = world["client"], world["headers"]["vic"]
+    assert client.get(f"{IMAGES}/{world['site']}", headers=vic).status_code == 200
+    refused(client.delete(f"{IMAGES}/{world['site']}", headers=vic), 403, "forbidden")
+    assert client.get(f"{IMAGES}/{world['site']}").status_code == 200
+
+
+def _user(admin: TestClient, name: str, team: str, role: str) -> dict[str, str]:
+    if team not in {t["name"] for t in admin.get("/api/v1/teams").json()}:
+        assert admin.post("/api/v1/teams", json={"name": team}).status_code == 201
+    body = {"name": name, "teams": [team], "role": role}
+    assert admin.post("/api/v1/users", json=body).status_code == 201
+    token = admin.post("/api/v1/tokens", json={"name": "t", "user": name}).json()["token"]
+    return {"Authorization": f"Bearer {token}"}
