@@ -146,6 +146,11 @@ COMMANDS: Mapping[str, Lazy] = MappingProxyType(
             "Datasets: immutable, numbered versions of your teams' data, mounted read-only in "
             "jobs (gpupool run --dataset NAME[:VERSION][:/MOUNT]).",
         ),
+        "image": Lazy(
+            "gpupool.cli.images:image_app",
+            "Container images: pull from a registry the site allows, import an archive, list "
+            "and remove your teams' images; run a job in one with gpupool run --image.",
+        ),
         "deploy": Lazy(
             "gpupool.cli.deployments:deploy_app",
             "Serve a registered model with replicas at /serve/NAME/: gpupool deploy "

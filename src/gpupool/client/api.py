@@ -388,6 +388,57 @@ class Client:
         body = {"job_id": job_id} | {k: v for k, v in fields.items() if v is not None}
         return self._call("POST", f"{_model_path(name)}/versions", json=body)
 
+    # -- container images --------------------------------------------------------------------
+
+    def images(self, team: str | None = None) -> list[dict[str, Any]]:
+        """The images of your teams and the site's (every one, for an admin)."""
+        return self._call("GET", "/images", params={"team": team})
+
+    def image(self, name: str, team: str | None = None) -> dict[str, Any]:
+        """One image, by the name it is listed under or its digest."""
+        return self._call("GET", _image_path(name), params={"team": team})
+
+    def pull_image(self, ref: str, team: str | None = None) -> dict[str, Any]:
+        """Pull ``ref`` from a registry the site allows, for ``team`` (slow: give the client
+        a long timeout)."""
+        body = {"ref": ref} | ({"team": team} if team else {})
+        return self._call("POST", "/images/pull", json=body)
+
+    def import_image(
+        self, archive: BinaryIO, size: int, name: str | None = None, team: str | None = None
+    ) -> dict[str, Any]:
+        """Import ``size`` bytes of ``archive`` (an OCI or docker archive) as ``name``."""
+        body = Upload(archive, size, "application/x-tar")
+        params = {"name": name, "team": team}
+        return self._call("POST", "/images/import", params=params, upload=body)
+
+    def remove_image(self, name: str, team: str | None = None) -> dict[str, Any]:
+        """Remove the image; ApiError image_in_use while a job of its team runs in it."""
+        return self._call("DELETE", _image_path(name), params={"team": team})
+
+    # -- Python environments -------------------------------------------------------------------
+
+    def environments(self, team: str | None = None) -> list[dict[str, Any]]:
+        return self._call("GET", "/environments", params={"team": team})
+
+    def environment(self, ref: str, team: str | None = None) -> dict[str, Any]:
+        """``NAME``: the environment and its versions; ``NAME@ID``: that version, its lock
+        included."""
+        return self._call("GET", _environment_path(ref), params={"team": team})
+
+    def create_environment(self, body: dict[str, Any]) -> dict[str, Any]:
+        """A version of an environment (fields of POST /environments: name, team, python,
+        and requirements, pyproject or lock). The server resolves it against its index
+        before it answers, so this waits up to RESOLVE_WAIT seconds."""
+        return self._slow_call("POST", "/environments", json=body)
+
+    def register_environment(self, body: dict[str, Any]) -> dict[str, Any]:
+        """An existing prefix as an environment (name, path, team, description); admins."""
+        return self._call("POST", "/environments/prefixes", json=body)
+
+    def remove_environment(self, ref: str, team: str | None = None) -> list[str]:
+        return self._call("DELETE", _environment_path(ref), params={"team": team})
+
     # -- deployments -------------------------------------------------------------------------
 
     def deploy(self, spec: dict[str, Any]) -> dict[str, Any]:
@@ -527,6 +578,10 @@ def _model_path(name: str, version: int | None = None) -> str:
 
 def _dataset_path(name: str, version: int | None = None) -> str:
     return f"/datasets/{quote(name, safe='')}" + (f"/versions/{version}" if version else "")
+
+
+def _image_path(name: str) -> str:
+    return f"/images/{quote(name, safe='/:@')}"
 
 
 def _deployment_path(name: str, action: str | None = None) -> str:
