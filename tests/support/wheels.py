@@ -58,3 +58,9 @@ def index_env(where: Path) -> dict[str, str]:
 def _digest(text: str) -> str:
     raw = hashlib.sha256(text.encode()).digest()
     return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+
+def lock_line(wheel: Path) -> str:
+    """``name==version --hash=sha256:...`` of a wheel, as a lock pins it."""
+    name, version = wheel.name.split("-")[:2]
+    return f"{name}=={version} --hash=sha256:{hashlib.sha256(wheel.read_bytes()).hexdigest()}\n"

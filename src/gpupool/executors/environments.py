@@ -179,13 +179,8 @@ def _pip_configuration(environ: dict[str, str]) -> dict[str, str]:
     global ones, the user's, ``PIP_CONFIG_FILE``; ``[global]`` then ``[install]``), then
     ``PIP_*`` environment variables."""
     home = environ.get("HOME") or str(Path.home())
-    xdg = os.environ.get("XDG_CONFIG_DIRS", "/etc/xdg").split(":")
-    files = [f"{d}/pip/pip.conf" for d in xdg] + ["/etc/pip.conf"]
-    files += [f"{home}/.pip/pip.conf", f"{home}/.config/pip/pip.conf"]
-    if environ.get("PIP_CONFIG_FILE"):
-        files.append(environ["PIP_CONFIG_FILE"])
     parser = configparser.RawConfigParser()
-    parser.read([f for f in files if os.path.isfile(f)])
+    parser.read([f for f in _pip_files(home, environ) if os.path.isfile(f)])
     found: dict[str, str] = {}
     for section in PIP_SECTIONS:
         if parser.has_section(section):
@@ -195,6 +190,16 @@ def _pip_configuration(environ: dict[str, str]) -> dict[str, str]:
         if value is not None:
             found[key] = value
     return found
+
+
+def _pip_files(home: str, environ: dict[str, str]) -> list[str]:
+    """pip's configuration files, in the order it reads them (a later one wins)."""
+    xdg = os.environ.get("XDG_CONFIG_DIRS", "/etc/xdg").split(":")
+    files = [f"{d}/pip/pip.conf" for d in xdg] + ["/etc/pip.conf"]
+    files += [f"{home}/.pip/pip.conf", f"{home}/.config/pip/pip.conf"]
+    if environ.get("PIP_CONFIG_FILE"):
+        files.append(environ["PIP_CONFIG_FILE"])
+    return files
 
 
 def _split(text: str) -> list[str]:

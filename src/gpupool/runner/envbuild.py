@@ -85,6 +85,7 @@ def _build_once(env, policy, attempt_dir, log, stopped, progress) -> tuple[int, 
     locks = os.path.join(root, ".locks")
     os.makedirs(locks, mode=0o700, exist_ok=True)
     os.makedirs(env.cache, mode=0o700, exist_ok=True)
+    os.chmod(env.cache, 0o700)  # uv's downloads: for the builds alone, never for jobs
     fd = os.open(os.path.join(locks, os.path.basename(env.dir)), os.O_RDWR | os.O_CREAT, 0o600)
     try:
         if not _try_lock(fd):

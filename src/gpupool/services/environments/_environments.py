@@ -187,8 +187,7 @@ def remove(ctx: Writes, who: Principal, ref: str, team: str | None = None) -> li
         environment = _find(session, who, name, team)
         if environment.team_id is None:
             who.require_admin()
-        elif not who.can_act_on_team(environment.team_id):
-            raise _not_found(name, team)
+        who.require_member()  # a viewer sees it, and may not change it
         versions = (
             [_pick(session, environment, given)]
             if given is not None

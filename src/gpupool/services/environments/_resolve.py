@@ -52,6 +52,9 @@ def resolve(settings: Settings, requirements: list[str], python: str) -> tuple[s
     uv's explanation when they cannot be."""
     index = package_index(settings)
     platform = platform_tag()
+    cache = settings.envs_dir / ".uv-cache"  # shared with this node's builds
+    cache.mkdir(mode=0o700, parents=True, exist_ok=True)
+    cache.chmod(0o700)
     with tempfile.TemporaryDirectory(prefix="gpupool-resolve-") as work:
         source = os.path.join(work, "requirements.in")
         with open(source, "w", encoding="utf-8") as f:
@@ -70,7 +73,7 @@ def resolve(settings: Settings, requirements: list[str], python: str) -> tuple[s
             "--python-platform",
             platform,
             "--cache-dir",
-            str(settings.envs_dir / ".uv-cache"),
+            str(cache),
             *index.options,
             *([] if settings.env_allow_source_builds else ["--no-build"]),
             source,
