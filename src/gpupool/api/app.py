@@ -33,7 +33,9 @@ from gpupool.api.routers import (
 )
 from gpupool.api.routers import datasets as dataset_api
 from gpupool.api.routers import deployments as deployment_api
+from gpupool.api.routers import environments as environment_api
 from gpupool.api.routers import images as image_api
+from gpupool.api.routers import jobfiles as jobfile_api
 from gpupool.api.routers import metrics as job_metrics
 from gpupool.api.routers import models as model_registry
 from gpupool.proxy import Proxy
@@ -75,8 +77,10 @@ def create_app(platform: Platform, start_loop: bool = True) -> FastAPI:
     api.include_router(job_metrics.router)
     api.include_router(deployment_api.router)
     api.include_router(notebooks.router)
+    api.include_router(environment_api.router)
     api.include_router(dataset_api.router)
     api.include_router(image_api.router)
+    api.include_router(jobfile_api.router)
     app.include_router(api)
     ui.mount(app)
     app.include_router(model_pages.router)
