@@ -510,6 +510,7 @@ class VolumeExists(Conflict):
 
     code = "volume_exists"
 
+
 class ImageNotFound(NotFound):
     """No such image that you can use: list them with 'gpupool image ls', or pull it with
     'gpupool image pull REF' (import an archive with 'gpupool image import FILE.tar')."""
@@ -573,3 +574,45 @@ class ImageNeedsSandbox(Conflict):
 def error_body(code: str, message: str, details: Any = None) -> dict[str, Any]:
     """An error as every answer of the platform carries it (``{"error": {...}}``)."""
     return {"error": {"code": code, "message": message, "details": details or {}}}
+
+
+# -- Python environments (docs/environments.md) ------------------------------------------------
+
+
+class EnvironmentNotFound(NotFound):
+    """No such environment, or none you can see: list them with 'gpupool env ls'."""
+
+    code = "environment_not_found"
+
+
+class AmbiguousEnvironment(InvalidRequest):
+    """Environments of several of your teams have this name (or several versions start with
+    this id): say which with --team (or give more of the id)."""
+
+    code = "ambiguous_environment"
+
+
+class InvalidEnvironment(InvalidRequest):
+    """An environment's name, Python or packages are not what gpupool can build: the message
+    says what to change."""
+
+    code = "invalid_environment"
+
+
+class EnvironmentUnresolvable(InvalidRequest):
+    """The packages could not be resolved against the site's package index: uv's message
+    says which, and why."""
+
+    code = "environment_unresolvable"
+
+
+class PythonUnavailable(InvalidRequest):
+    """No interpreter of that Python version is installed here (none is downloaded)."""
+
+    code = "python_unavailable"
+
+
+class EnvironmentInUse(Conflict):
+    """Jobs that are pending or running use this environment: cancel them, or let them end."""
+
+    code = "environment_in_use"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import sys
 import time
@@ -75,11 +76,33 @@ class Launcher(StrEnum):
 
 
 def _check_env(values: list[str] | None) -> list[str]:
-    """Reject --env values without '=' as a usage error (exit 2)."""
+    """--env takes variables (NAME=VALUE) and one Python environment (NAME or NAME@ID, as
+    ``gpupool env ls`` lists them); anything else is a usage error (exit 2)."""
+    environments = []
     for value in values or []:
-        if "=" not in value or value.startswith("="):
-            raise typer.BadParameter(f"'{value}' is not NAME=VALUE, e.g. --env BATCH=64")
+        if "=" in value and not value.startswith("="):
+            continue
+        if not ENVIRONMENT_REF.match(value):
+            raise typer.BadParameter(
+                f"'{value}' is neither a variable (NAME=VALUE, e.g. --env BATCH=64) nor a "
+                "Python environment (NAME or NAME@ID, as gpupool env ls lists them)"
+            )
+        environments.append(value)
+    if len(environments) > 1:
+        raise typer.BadParameter(
+            f"a job runs in one Python environment: {', '.join(environments)} are several"
+        )
     return values or []
+
+
+def split_env(values: list[str] | None) -> tuple[list[str], str | None]:
+    """--env's values: (the variables, the Python environment or None)."""
+    variables = [v for v in values or [] if "=" in v and not v.startswith("=")]
+    environments = [v for v in values or [] if v not in variables]
+    return variables, environments[0] if environments else None
+
+
+ENVIRONMENT_REF = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}(@(sha256:)?[0-9a-f]{8,64})?$")
 
 
 def _check_duration(value: str | None) -> str | None:
@@ -381,7 +404,8 @@ def run(
         typer.Option(
             "--env",
             "-e",
-            help="An environment variable of the job; repeatable.",
+            help="A variable of the job (NAME=VALUE; repeatable), or the Python environment "
+            "it runs in (NAME or NAME@ID: gpupool env ls).",
             callback=_check_env,
             metavar="NAME=VALUE",
             rich_help_panel=WHAT,
@@ -430,6 +454,7 @@ def run(
             "send this one",
             param_hint="'--code'",
         )
+    env, environment = split_env(env)
     spec = build_spec(
         command,
         gpus=gpus,
@@ -450,6 +475,8 @@ def run(
         network=network.value if network else None,
         after=after,
     )
+    if environment is not None:
+        spec["environment"] = environment
     with connect() as client:
         if code:
             spec["code"] = send_code(client, directory)

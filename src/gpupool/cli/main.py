@@ -151,6 +151,12 @@ COMMANDS: Mapping[str, Lazy] = MappingProxyType(
             "Container images: pull from a registry the site allows, import an archive, list "
             "and remove your teams' images; run a job in one with gpupool run --image.",
         ),
+        "env": Lazy(
+            "gpupool.cli.environments:env_app",
+            "Python environments: your teams' locked sets of packages (make one from "
+            "requirements.txt, pyproject.toml or uv.lock); run a job in one with gpupool run "
+            "--env NAME.",
+        ),
         "deploy": Lazy(
             "gpupool.cli.deployments:deploy_app",
             "Serve a registered model with replicas at /serve/NAME/: gpupool deploy "

@@ -20,6 +20,7 @@ from gpupool.domain.code import CodeLimits
 
 API = "/api/v1"
 FINAL = {"succeeded", "failed", "cancelled", "lost"}
+RESOLVE_WAIT = 600.0  # seconds an environment's resolve may take on the server
 
 
 class ApiError(Exception):
@@ -552,6 +553,17 @@ class Client:
 
     # -- transport ---------------------------------------------------------------------------
 
+    def _slow_call(self, method: str, path: str, **kwargs: Any) -> Any:
+        """A call whose answer may take long to come (up to ``RESOLVE_WAIT`` seconds)."""
+        kept = self.http.timeout
+        self.http.close()
+        self.http.timeout = max(kept, RESOLVE_WAIT)
+        try:
+            return self._call(method, path, **kwargs)
+        finally:
+            self.http.close()
+            self.http.timeout = kept
+
     def _call(self, method: str, path: str, **kwargs: Any) -> Any:
         try:
             response = self.http.request(method, path, **kwargs)
@@ -570,6 +582,10 @@ class Client:
 
 def _node_path(name: str, action: str | None = None) -> str:
     return f"/nodes/{quote(name, safe='')}" + (f"/{action}" if action else "")
+
+
+def _environment_path(ref: str) -> str:
+    return f"/environments/{quote(ref, safe='@')}"
 
 
 def _model_path(name: str, version: int | None = None) -> str:

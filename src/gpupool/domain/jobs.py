@@ -305,6 +305,14 @@ class JobSpec(BaseModel):
         "the job's team",
         examples=[REF_EXAMPLE],
     )
+    environment: Annotated[str, Field(max_length=200), STORABLE] | None = Field(
+        default=None,
+        description="a Python environment of the job's team (gpupool env ls): NAME (its "
+        "newest version) or NAME@ID; recorded as NAME@sha256:<hex> when submitted. Its "
+        "python comes first on PATH, read-only; a node builds it the first time one of its "
+        "jobs needs it (reason EnvBuilding)",
+        examples=["torch-2-4", "torch-2-4@3f9a1c2b"],
+    )
     depends_on: list[Dependency] = Field(
         default_factory=list,
         max_length=MAX_DEPENDENCIES,
@@ -456,5 +464,6 @@ class Reason(StrEnum):
     GPUS_FENCED = "GpusFenced"  # runner gone, processes remain: its GPUs stay reserved
     STORAGE_FULL = "StorageFull"  # the node's disk was full when it was to start
     STORAGE_QUOTA_EXCEEDED = "StorageQuotaExceeded"  # its team's files passed its quota
+    ENV_BUILDING = "EnvBuilding"  # started: its node builds its Python environment first
     DEPENDENCY = "Dependency"  # waits for jobs it depends on to end (JobSpec.depends_on)
     DEPENDENCY_NEVER_SATISFIED = "DependencyNeverSatisfied"  # one ended so it never can start

@@ -26,6 +26,7 @@ from gpupool.loops.schedule import Scheduling
 from gpupool.loops.stops import Stops
 from gpupool.scheduler import schedule
 from gpupool.scheduler.types import Clock, Schedule
+from gpupool.services import environments
 from gpupool.services.core import LoopStats
 from gpupool.services.jobs import CheckpointWatcher, code_archive_path
 from gpupool.services.models import model_archive_path
@@ -66,6 +67,7 @@ class Control:
             default_grace=settings.stop_grace_seconds,
             code_archive=partial(code_archive_path, settings),
             model_archive=partial(model_archive_path, settings.models_dir),
+            environment=environments.launch_lookup(db),
         )
         stops = Stops(db, clock, executor, actives)
         launch = Launch(db, clock, executor, actives, stats, tasks)

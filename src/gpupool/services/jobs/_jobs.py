@@ -39,7 +39,7 @@ from gpupool.errors import (
 from gpupool.executors.isolation import protected_paths, within, workdir_conflict
 from gpupool.scheduler import infeasible_reason
 from gpupool.scheduler.types import NodeCapacity
-from gpupool.services import identity
+from gpupool.services import environments, identity
 from gpupool.services.core import Principal, Reads, Submits, Tells
 from gpupool.services.jobs._views import attempt_view, event_view, job_view
 from gpupool.settings import Settings
@@ -214,6 +214,10 @@ def admit(
         code.require_usable(session, principal, spec.code, team.id, team.name)
     if spec.model is not None:
         model_files.require_usable(session, spec.model, team.id, team.name)
+    if spec.environment is not None:  # the version it runs, from now on
+        spec.environment = environments.recorded_ref(
+            session, principal, spec.environment, team.id, team.name
+        )
     check_feasible(spec, nodes)
     return team
 
