@@ -14,8 +14,9 @@ from gpupool.cli.options import OutputOption
 from gpupool.cli.output import CliError, Output, escape, new_table, out, print_json, timestamp
 
 env_app = typer.Typer(
-    help="Python environments: your teams' locked sets of packages; run a job in one with "
-    "gpupool run --env NAME.",
+    help="Python environments: your teams' locked sets of packages (make one from "
+    "requirements.txt, pyproject.toml or uv.lock); run a job in one with gpupool run "
+    "--env NAME.",
     no_args_is_help=True,
 )
 TeamOption = Annotated[
