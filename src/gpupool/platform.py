@@ -65,6 +65,7 @@ def open_platform(
         code_limits=settings.code_limits(),
         model_limits=settings.model_limits(),
         environments=NodeEnvironments(settings),
+        image_cache=settings.images_dir / "roots",
     )
     control = Control.open(db, executor, settings, clock, decide)
     watcher = NodeWatcher(

@@ -51,3 +51,18 @@ def test_pull_import_list_show_and_remove(
     assert refused(admin("image", "pull", "docker.io/library/ubuntu"), "registry_not_allowed")
     assert refused(admin("image", "pull", "Bad Name"), "invalid_image_name")
     assert refused(admin("image", "import", str(tmp_path / "missing.tar")), "unreadable_archive")
+
+
+def test_run_in_an_image_follows_its_entrypoint_env_and_workdir(
+    admin: Cli, image_registry: Registry
+) -> None:
+    ref = image_registry.push("cli/run", [layer(base_members("ID=cli-run\n"))], CONFIG)
+    admin.ok("image", "pull", ref)
+    # gpupool run -f: the job's log and its exit code, as a user follows it
+    done = admin("run", "--image", ref, "-f", "--", "cat /etc/os-release; echo $GREETING; pwd")
+    assert done.returncode == 0, done.stderr
+    assert "ID=cli-run" in done.stdout and "hi" in done.stdout and "/srv" in done.stdout
+    job_id = admin.submit("--image", ref, "--", "true")
+    shown = admin.ok("show", str(job_id))
+    assert f"image:      {ref} (sha256:" in shown
+    assert refused(admin("run", "--image", "nothing/here", "--", "true"), "image_not_found")

@@ -91,6 +91,24 @@ def test_a_member_cannot_remove_the_sites_image(world: dict) -> None:
     assert client.get(f"{IMAGES}/{world['site']}").status_code == 200
 
 
+def test_another_teams_member_cannot_run_a_job_in_it(world: dict) -> None:
+    client, ada, vic = world["client"], world["headers"]["ada"], world["headers"]["vic"]
+    for name in (world["ref"], world["digest"]):
+        body = {"command": ["env"], "image": name}
+        refused(client.post("/api/v1/jobs", json=body, headers=ada), 404, "image_not_found")
+    # nor by setting the digest the server records itself
+    forged = {"command": ["env"], "image": world["site"], "image_digest": world["digest"]}
+    job = client.post("/api/v1/jobs", json=forged, headers=ada)
+    assert job.status_code == 201, job.text
+    assert job.json()["spec"]["image_digest"] != world["digest"]  # the site's, resolved
+    client.post(f"/api/v1/jobs/{job.json()['id']}/cancel", headers=ada)
+    # vision's member may, and its job records vision's image
+    body = {"command": ["true"], "image": world["digest"]}
+    mine = client.post("/api/v1/jobs", json=body, headers=vic)
+    assert mine.status_code == 201 and mine.json()["spec"]["image_digest"] == world["digest"]
+    client.post(f"/api/v1/jobs/{mine.json()['id']}/cancel", headers=vic)
+
+
 def _user(admin: TestClient, name: str, team: str, role: str) -> dict[str, str]:
     if team not in {t["name"] for t in admin.get("/api/v1/teams").json()}:
         assert admin.post("/api/v1/teams", json={"name": team}).status_code == 201

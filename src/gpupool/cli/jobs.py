@@ -429,6 +429,17 @@ def run(
             rich_help_panel=WHAT,
         ),
     ] = False,
+    image: Annotated[
+        str | None,
+        typer.Option(
+            "--image",
+            help="Run in a container image of your team or the site (gpupool image ls): its "
+            "tree is the job's read-only root, its Env, Entrypoint and WorkingDir apply; "
+            "without --workdir the job starts in the image's WorkingDir.",
+            metavar="REF",
+            rich_help_panel=WHAT,
+        ),
+    ] = None,
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="Wait, stream the log, exit with the job's code.")
     ] = False,
@@ -454,6 +465,8 @@ def run(
             "send this one",
             param_hint="'--code'",
         )
+    if image is not None and workdir is None and not code:
+        directory = None  # the image's WorkingDir, as docker starts there
     env, environment = split_env(env)
     spec = build_spec(
         command,
@@ -477,6 +490,8 @@ def run(
     )
     if environment is not None:
         spec["environment"] = environment
+    if image is not None:
+        spec["image"] = image
     with connect() as client:
         if code:
             spec["code"] = send_code(client, directory)
@@ -674,6 +689,8 @@ def _spec_lines(job: dict[str, Any]) -> list[str]:
         lines.append(f"code:       {escape(code_text(spec['code'], job.get('code_snapshot')))}")
     if spec.get("depends_on"):
         lines.append(f"after:      {escape(depends_on_text(spec['depends_on']))}")
+    if spec.get("image"):
+        lines.append(f"image:      {escape(spec['image'])} ({spec.get('image_digest')})")
     lines.append(f"policy:     {escape(policy_text(spec))}")
     return lines
 

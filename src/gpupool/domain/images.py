@@ -98,6 +98,21 @@ def import_name(text: str) -> str:
     return f"{path}:{match['tag'] or DEFAULT_TAG}"
 
 
+def lookup(text: str) -> tuple[list[str], str | None]:
+    """What an image named ``text`` by a user may be listed as: ``([], digest)`` for a
+    digest, else the names it may be listed under (as typed, as an imported image's name,
+    as a pulled image's full name)."""
+    if DIGEST.fullmatch(text):
+        return [], text
+    names = [text]
+    for parse in (import_name, lambda t: parse_reference(t).name):
+        try:
+            names.append(parse(text))
+        except ValueError:
+            continue
+    return list(dict.fromkeys(names)), None
+
+
 @dataclass(frozen=True)
 class AllowedRegistry:
     """A registry the site allows pulls from; ``tls_verify`` False for a registry on the

@@ -313,6 +313,19 @@ class JobSpec(BaseModel):
         "jobs needs it (reason EnvBuilding)",
         examples=["torch-2-4", "torch-2-4@3f9a1c2b"],
     )
+    image: Annotated[str, Field(max_length=255), STORABLE] | None = Field(
+        default=None,
+        description="a container image of the job's team or the site (gpupool image ls), by "
+        "name or digest: the job runs with the image's tree as its sandbox's read-only root, "
+        "its Env under the job's env, its Entrypoint before the command and its WorkingDir "
+        "when the job has no workdir; recorded by digest in image_digest when submitted",
+        examples=["registry.example.org/team/pytorch:2.4"],
+    )
+    image_digest: str | None = Field(
+        default=None,
+        pattern=r"^sha256:[0-9a-f]{64}$",
+        description="set by the server at submit: the digest of the image's manifest",
+    )
     depends_on: list[Dependency] = Field(
         default_factory=list,
         max_length=MAX_DEPENDENCIES,

@@ -30,6 +30,16 @@ ROOTFS = "rootfs"
 CONFIG = "image.json"
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 UNPACK_TIMEOUT_S = 3600.0
+# where a job in an image given GPUs finds the driver's libraries (on LD_LIBRARY_PATH, as
+# NVIDIA's CUDA images expect them), and which libraries those are
+DRIVER_DIR = "/usr/local/nvidia/lib64"
+DRIVER_NAMES = (
+    "libcuda.so",
+    "libnvidia-ml.so",
+    "libnvidia-ptxjitcompiler.so",
+    "libnvidia-nvvm.so",
+    "libcudadebugger.so",
+)
 WORD_SIZES = ("x86-64", "AArch64", "64bit")  # ldconfig -p: this machine's libraries
 SPECIAL = stat.S_IFCHR, stat.S_IFBLK, stat.S_IFIFO, stat.S_IFSOCK
 
@@ -201,3 +211,31 @@ def driver_libraries(ldconfig_output: str, names: tuple[str, ...]) -> list[tuple
             continue
         found.setdefault(soname, path)
     return sorted(found.items())
+
+
+def driver_mounts(ldconfig_output: str) -> list[tuple[str, str]]:
+    """``(host path, path inside)`` of each driver library ``ldconfig -p`` lists, shown in
+    DRIVER_DIR under its soname."""
+    return [
+        (path, f"{DRIVER_DIR}/{soname}")
+        for soname, path in driver_libraries(ldconfig_output, DRIVER_NAMES)
+    ]
+
+
+def program_files(program: str | None, ldd_output: str) -> list[str]:
+    """``[program, its dynamic loader, the libraries it loads]`` from ``ldd``'s output;
+    ``[]`` when it cannot be told (no program, a static one, ldd failed)."""
+    if not program:
+        return []
+    loader, libraries = None, []
+    for line in ldd_output.splitlines():
+        line = line.strip()
+        name, arrow, rest = line.partition(" => ")
+        path = (rest if arrow else name).split(" (", 1)[0].strip()
+        if not path.startswith("/"):
+            continue  # linux-vdso.so.1: no file
+        if not arrow and os.path.basename(path).startswith("ld-"):
+            loader = path
+        else:
+            libraries.append(path)
+    return [program, loader, *libraries] if loader else []

@@ -26,6 +26,7 @@ import gpupool
 from gpupool.domain.inventory import NodeInventory
 from gpupool.domain.isolation import IsolationMode, IsolationStatus
 from gpupool.domain.units import parse_bytes
+from gpupool.executors import images
 from gpupool.executors.accounts import AccountError, Accounts
 from gpupool.executors.base import LaunchError
 from gpupool.executors.fence import fence_spec
@@ -140,6 +141,11 @@ class Isolation:
         # what every sandbox shows: fixed by the settings, so worked out once, not per start
         self.readonly = self.readonly_paths()
         self.readwrite = split_paths(settings.sandbox_readwrite_paths)
+        # a job in a container image sees the image's system, not the host's: of the host,
+        # only what an admin shares (and the driver's libraries, when given GPUs)
+        self.image_readonly = split_paths(settings.sandbox_readonly_paths)
+        self._driver_libraries: list[tuple[str, str]] | None = None
+        self._setpriv_files: list[str] | None = None
         self._shown = [os.path.realpath(p) for p in [*self.readonly, *self.readwrite]]
         self._status: IsolationStatus | None = None
         self._checked_at = 0.0
@@ -268,12 +274,28 @@ class Isolation:
         return wire.sandbox_json(
             bwrap=self.bwrap,
             setpriv=self.setpriv,
-            readonly=self.readonly,
+            readonly=self.readonly if task.image is None else self.image_readonly,
             readwrite=self.readwrite,
             hidden=self.protected,
             devices=self.devices.devices(list(task.gpu_uuids)),
             network=self.network(task),
         )
+
+    def driver_libraries(self) -> list[tuple[str, str]]:
+        """``(host path, path inside)`` of the NVIDIA driver's libraries this machine's
+        dynamic linker knows (``ldconfig -p``), shown to a job in an image given GPUs in
+        ``images.DRIVER_DIR``; none on a machine without the driver. Found once."""
+        if self._driver_libraries is None:
+            self._driver_libraries = images.driver_mounts(_run(["ldconfig", "-p"]))
+        return self._driver_libraries
+
+    def setpriv_files(self) -> list[str]:
+        """setpriv, the dynamic loader it names and the libraries it loads (``ldd``): what a
+        job in an image needs of the host to start under its own account. Found once."""
+        if self._setpriv_files is None:
+            found = images.program_files(self.setpriv, _run(["ldd", self.setpriv or ""]))
+            self._setpriv_files = found
+        return self._setpriv_files
 
     def readonly_paths(self) -> list[str]:
         paths = split_paths(self.settings.sandbox_system_paths)
@@ -297,6 +319,15 @@ def protected_paths(settings: Settings) -> list[str]:
     directory and the server account's gpupool CLI configuration (its saved token)."""
     paths = [settings.data_dir, Path.home() / ".config" / "gpupool"]
     return list(dict.fromkeys(os.path.realpath(p) for p in paths))
+
+
+def _run(argv: list[str]) -> str:
+    """A program's output ('' when it cannot run or fails)."""
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return done.stdout if done.returncode == 0 else ""
 
 
 def _probe(bwrap: str, root: bool) -> str | None:

@@ -34,7 +34,7 @@ from gpupool.domain.endpoints import Endpoint
 from gpupool.domain.isolation import IsolationStatus
 from gpupool.errors import GpupoolError
 from gpupool.executors import code as archives
-from gpupool.executors import outputs
+from gpupool.executors import images, outputs
 from gpupool.executors.base import Executor, Handle, LaunchError, listening
 from gpupool.executors.environments import NodeEnvironments
 from gpupool.executors.isolation import Isolation
@@ -102,8 +102,11 @@ class LocalExecutor(Executor):
         listen_host: str | None = "127.0.0.1",
         socket_listeners: bool = True,
         environments: NodeEnvironments | None = None,
+        image_cache: Path | None = None,
     ) -> None:
         self.jobs_dir = Path(jobs_dir)
+        # where this node keeps the images' trees (the server's own, on its machine)
+        self.image_cache = image_cache or self.jobs_dir.parent / "images" / "roots"
         self.environments = environments
         self.listen_host = listen_host
         self.socket_listeners = socket_listeners
@@ -212,6 +215,13 @@ class LocalExecutor(Executor):
         command = list(task.command) if task.launch is None else self._launcher(task)
         workspace = str(self.workspace_dir(task.user)) if task.workspace else None
         env = {**self.base_env, **task.env}
+        image = self._image(task)
+        if image is not None:  # docker's way: its Env under the job's, its Entrypoint first
+            env = {**image.config.env_map(), **task.env}
+            command = image.config.command(command) if task.launch is None else command
+            if task.gpu_uuids:
+                found = [p for p in env.get("LD_LIBRARY_PATH", "").split(":") if p]
+                env["LD_LIBRARY_PATH"] = ":".join([*found, images.DRIVER_DIR])
         if task.listen and not self.socket_listeners:
             task = replace(task, network="host")  # the server reaches no socket of this node
         isolated = self._isolation is not None and self._isolation.isolates_network(task)
@@ -222,7 +232,7 @@ class LocalExecutor(Executor):
         tenancy: dict[str, Any] = {}
         if self._isolation is not None:
             tenancy = self._isolation.runner_spec(task, [output_dir, checkpoint_dir])
-            if "sandbox" in tenancy and "PATH" not in task.env:
+            if "sandbox" in tenancy and "PATH" not in task.env and image is None:
                 env["PATH"] = self._isolation.job_path(env.get("PATH", ""))
         try:
             for directory in (attempt_dir, checkpoint_dir, output_dir):
@@ -247,6 +257,7 @@ class LocalExecutor(Executor):
             code_dir=str(self._unpack_code(task)) if task.code is not None else None,
             model_dir=str(self._unpack_model(task)) if task.model is not None else None,
             environment=self._environment(task),
+            image=self._image_json(task, image, tenancy),
             tenancy=tenancy,
         )
         _write_spec_once(attempt_dir, spec)
@@ -260,6 +271,36 @@ class LocalExecutor(Executor):
             **listening,
         }
         return Handle(job_id=task.job_id, attempt=task.attempt, state=state)
+
+    def _image(self, task: TaskSpec) -> images.Unpacked | None:
+        """The task's image's tree on this node (unpacked on its first job here)."""
+        if task.image is None:
+            return None
+        digest = str(task.image.get("digest"))
+        if self._isolation is None or not self._isolation.enabled:
+            message = "a job runs in an image only in a sandbox, and this node has none"
+            raise LaunchError(message, user_message=message, reason="image_needs_sandbox")
+        try:
+            layout_dir = Path(str(task.image.get("layout") or ""))
+            return images.unpack_once(layout_dir, digest, self.image_cache)
+        except images.ImageError as e:
+            message = f"the job's image {digest} cannot be used: {e.message}"
+            raise LaunchError(message, user_message=message, reason="image_unusable") from e
+        except OSError as e:
+            raise _io_error(e, f"cannot unpack the image {digest}: {e}") from e
+
+    def _image_json(
+        self, task: TaskSpec, image: images.Unpacked | None, tenancy: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        """spec.json's ``image``: its tree, its WorkingDir, the driver's libraries for a job
+        given GPUs, the host's setpriv for one run under its own account."""
+        if image is None or self._isolation is None:
+            return None
+        libraries = self._isolation.driver_libraries() if task.gpu_uuids else []
+        setpriv = self._isolation.setpriv_files() if "account" in tenancy else []
+        return wire.image_json(
+            root=str(image.root), workdir=image.config.workdir, libraries=libraries, setpriv=setpriv
+        )
 
     def _environment(self, task: TaskSpec) -> dict[str, Any] | None:
         """spec.json's ``environment`` for a task that runs in one; its runner builds it

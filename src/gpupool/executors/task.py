@@ -58,6 +58,10 @@ class TaskSpec:
     # a Python environment (``JobSpec.environment``, resolved): {"id", "name", "python",
     # "lock"} or {"id", "name", "prefix"}; the node builds it once (executors.environments)
     environment: dict[str, Any] | None = None
+    # a container image (``JobSpec.image``, resolved): {"digest": sha256:<hex>, "layout": the
+    # server's OCI layout of it}; the node unpacks it once (executors.images) and the sandbox
+    # shows its tree as the read-only root
+    image: dict[str, Any] | None = None
     # -- one task of a job over several nodes (a gang), or of a launcher ------------------
     task_index: int = 0
     task_count: int = 1

@@ -28,6 +28,7 @@ from gpupool.scheduler import schedule
 from gpupool.scheduler.types import Clock, Schedule
 from gpupool.services import environments
 from gpupool.services.core import LoopStats
+from gpupool.services.images import image_layout
 from gpupool.services.jobs import CheckpointWatcher, code_archive_path
 from gpupool.services.models import model_archive_path
 from gpupool.services.scheduling import EtaPredictor, SnapshotBuilder
@@ -68,6 +69,7 @@ class Control:
             code_archive=partial(code_archive_path, settings),
             model_archive=partial(model_archive_path, settings.models_dir),
             environment=environments.launch_lookup(db),
+            image_layout=partial(image_layout, settings),
         )
         stops = Stops(db, clock, executor, actives)
         launch = Launch(db, clock, executor, actives, stats, tasks)

@@ -103,6 +103,9 @@ class TaskMaker:
     # a job's recorded environment (NAME@sha256:<hex>) -> what its task carries to the node
     environment: Callable[[str], dict[str, Any]] | None = None
 
+    # a container image's digest -> where the server keeps it (an OCI layout)
+    image_layout: Callable[[str], Path] | None = None
+
     def grace(self, spec: JobSpec) -> float:
         """The job's own grace period, else the server's."""
         if spec.grace_period_seconds is not None:
@@ -131,8 +134,14 @@ class TaskMaker:
             workspace=spec.workspace,
             model=spec.model,
             model_archive=str(self.model_archive(spec.model)) if spec.model else None,
+            image=self.image_of(spec.image_digest) if spec.image_digest else None,
             environment=self.environment_of(spec.environment) if spec.environment else None,
         )
+
+    def image_of(self, digest: str) -> dict[str, Any]:
+        """What the node needs of the job's image (``TaskSpec.image``)."""
+        layout = str(self.image_layout(digest)) if self.image_layout is not None else ""
+        return {"digest": digest, "layout": layout}
 
     def environment_of(self, ref: str) -> dict[str, Any]:
         """What the node needs of the job's environment; ``error`` when it cannot be had

@@ -21,9 +21,10 @@ How it runs, outermost first:
 from __future__ import annotations
 
 import os
+import stat
 
 from gpupool.runner.paths import within
-from gpupool.runner.wire import SandboxPolicy, SpecError
+from gpupool.runner.wire import ImageSpec, SandboxPolicy, SpecError
 
 SANDBOX_ENV_FILE = "/run/gpupool/env"
 CGROUP_ROOT = "/sys/fs/cgroup"
@@ -48,6 +49,7 @@ def bwrap_argv(
     readonly_dirs: list[str] | None = None,
     cgroup_views: list[tuple[str, str]] | None = None,
     network_given: bool = False,
+    image: ImageSpec | None = None,
 ) -> list[str]:
     """The whole command line: bwrap, its mounts, the account switch, the shim, the command.
     With ``block_fd``, bwrap makes the sandbox, reports it, and waits for a byte there
@@ -56,15 +58,17 @@ def bwrap_argv(
     version's files), shown like its own directories even inside a hidden path.
     ``cgroup_views``: ``(host directory, path inside)`` of the job's own cgroup, the only
     one its ``/sys/fs/cgroup`` shows (read-only). ``network_given``: bwrap is started
-    inside the workload's own network namespace already (a warm one), and makes none."""
+    inside the workload's own network namespace already (a warm one), and makes none.
+    ``image``: a container image's tree is the root, read-only (``_image_root``), and the
+    host's system is not shown (the executor gives only an admin's shared paths then)."""
     own_network = policy.network.isolated and not network_given
     argv = [policy.bwrap, *_namespaces(account, own_network)]
     argv += ["--die-with-parent", "--new-session"]
-    argv += _filesystem(policy, job_dirs, readonly_dirs or [], cgroup_views or [])
+    argv += _filesystem(policy, job_dirs, readonly_dirs or [], cgroup_views or [], image)
     argv += ["--perms", "0444", "--ro-bind-data", str(env_fd), SANDBOX_ENV_FILE]
     argv += ["--chdir", cwd, "--clearenv", "--json-status-fd", str(status_fd)]
     argv += ["--block-fd", str(block_fd), "--"] if block_fd is not None else ["--"]
-    argv += _account_switch(policy, account)
+    argv += _account_switch(policy, account, image)
     return [*argv, policy.shell, "-c", SHIM, "sh", *command]
 
 
@@ -112,11 +116,13 @@ def _filesystem(
     job_dirs: list[str],
     readonly: list[str],
     cgroup_views: list[tuple[str, str]],
+    image: ImageSpec | None = None,
 ) -> list[str]:
     tree = _Tree()
+    argv = [] if image is None else _image_root(image, policy, job_dirs, readonly, tree)
     # the sandbox's own file systems first: a path shown below /tmp (a checkout there, with
     # the server's Python) must be mounted onto the private /tmp, not covered by it
-    argv = ["--proc", "/proc", "--dev", "/dev"]
+    argv += ["--proc", "/proc", "--dev", "/dev"]
     argv += ["--perms", "1777", "--tmpfs", "/tmp", "--perms", "1777", "--tmpfs", "/dev/shm"]
     for path in sorted(policy.readonly, key=_depth):  # a parent first, or it would cover
         argv += tree.show(path, "--ro-bind")
@@ -134,7 +140,79 @@ def _filesystem(
         argv += tree.show(path, "--ro-bind")
     for host, inside in policy.devices:
         argv += [*tree.parents(inside), "--dev-bind", host, inside]
+    if image is not None:  # driver libraries (a job given GPUs), setpriv, their directories
+        for host, inside in [*image.libraries, *image.helper_mounts()]:
+            argv += [*tree.parents(inside), "--ro-bind", host, inside]
+        argv += tree.parents(SANDBOX_ENV_FILE)
+        if image.workdir and not tree.exists(image.workdir):
+            argv += [*tree.parents(image.workdir), "--perms", "0755", "--dir", image.workdir]
     return argv + _cgroups(tree, cgroup_views)
+
+
+def image_targets(
+    image: ImageSpec, policy: SandboxPolicy, job_dirs: list[str], readonly: list[str]
+) -> list[str]:
+    """Every path the sandbox mounts over an image's root: its own file systems, the job's
+    directories, what an admin shares, devices, driver libraries, the runner's files."""
+    targets = ["/proc", "/dev", "/tmp", CGROUP_ROOT, os.path.dirname(SANDBOX_ENV_FILE)]
+    targets += [*policy.readonly, *policy.readwrite, *job_dirs, *readonly]
+    targets += [inside for _, inside in [*policy.devices, *image.libraries]]
+    if image.workdir and not _is_directory(image.root, image.workdir):
+        targets.append(image.workdir)  # made empty, as docker does for a missing WorkingDir
+    return [os.path.normpath(t) for t in targets]
+
+
+def _image_root(
+    image: ImageSpec,
+    policy: SandboxPolicy,
+    job_dirs: list[str],
+    readonly: list[str],
+    tree: _Tree,
+) -> list[str]:
+    """The image's tree as the sandbox's root, read-only: each entry of its top directory
+    bound in place, except along the way to a path the sandbox mounts later (a job's
+    directory, ``/proc``...): such a directory is made in the sandbox's own root and its
+    entries are bound one by one, so that nothing is ever created in the image's tree (it
+    is shared by every job that uses the image) and no mount point is missing."""
+    targets = image_targets(image, policy, job_dirs, readonly)
+    argv: list[str] = []
+
+    def walk(inside_dir: str) -> None:
+        host_dir = os.path.join(image.root, inside_dir.lstrip("/"))
+        try:
+            names = sorted(os.listdir(host_dir))
+        except OSError:
+            return
+        for name in names:
+            inside, host = os.path.join(inside_dir, name), os.path.join(host_dir, name)
+            if inside in targets:
+                continue  # mounted later
+            info = os.lstat(host)
+            if any(within(t, inside) for t in targets):  # split it: a target lies below
+                if stat.S_ISDIR(info.st_mode):
+                    mode = f"{stat.S_IMODE(info.st_mode) & 0o1777:04o}"
+                    argv.extend(["--perms", mode, "--dir", inside])
+                    tree.made.add(inside)
+                    walk(inside)
+            elif stat.S_ISLNK(info.st_mode):
+                argv.extend(["--symlink", os.readlink(host), inside])
+            elif stat.S_ISDIR(info.st_mode) or stat.S_ISREG(info.st_mode):
+                argv.extend(["--ro-bind", host, inside])
+                tree.mounts[inside] = True
+
+    walk("/")
+    return argv
+
+
+def _is_directory(root: str, path: str) -> bool:
+    """Whether ``path`` is a directory in the image, following no link (a link's target is
+    another tree's path on this host)."""
+    current = root
+    for part in [p for p in path.split("/") if p]:
+        current = os.path.join(current, part)
+        if os.path.islink(current) or not os.path.isdir(current):
+            return False
+    return True
 
 
 def _cgroups(tree: _Tree, views: list[tuple[str, str]]) -> list[str]:
@@ -187,6 +265,9 @@ class _Tree:
             argv += ["--perms", "0755", "--dir", directory]
         return argv
 
+    def exists(self, path: str) -> bool:
+        return self._exists(path)
+
     def _exists(self, path: str) -> bool:
         """Whether ``path`` is in the sandbox already: made, a mount point, or inside the
         innermost mount holding it when that mount shows a host tree."""
@@ -200,9 +281,15 @@ def _depth(path: str) -> int:
     return path.rstrip("/").count("/")
 
 
-def _account_switch(policy: SandboxPolicy, account: dict[str, object] | None) -> list[str]:
+def _account_switch(
+    policy: SandboxPolicy, account: dict[str, object] | None, image: ImageSpec | None = None
+) -> list[str]:
     if account is None:
         return []
+    if image is not None:  # the host's setpriv, by the host's loader, from HOST_HELPERS
+        groups = ",".join(str(g) for g in account.get("groups") or [account["gid"]])
+        ids = [f"--reuid={account['uid']}", f"--regid={account['gid']}", f"--groups={groups}"]
+        return [*image.setpriv_argv(), *ids, *SETPRIV_DROP, "--"]
     if policy.setpriv is None:
         raise SpecError("sandbox.setpriv is needed to run a job under another account")
     groups = ",".join(str(g) for g in account.get("groups") or [account["gid"]])

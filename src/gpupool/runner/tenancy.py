@@ -103,6 +103,8 @@ def missing_program(spec: RunnerSpec, env: dict[str, str]) -> Problem | None:
     made; also 127 when its program lies outside what the sandbox shows."""
     if spec.sandbox is None:
         return None  # exec() tells
+    if spec.image is not None:
+        return None  # looked for in the image, by the sandbox's shell (127 or 126 too)
     name = spec.command[0]
     found = which(name, env.get("PATH", os.defpath), spec.cwd())
     if found is None:
@@ -129,6 +131,8 @@ def sandbox_argv(
     network_given: bool = False,
 ) -> list[str]:
     cwd = spec.cwd()
+    if spec.image is not None and not (spec.workdir or spec.code_dir or spec.workspace):
+        cwd = spec.image.workdir or "/"  # the image's WorkingDir, as docker starts there
     shared = mps_dir(spec)
     dirs = spec.job_dirs() + ([shared] if shared else [])
     shown = spec.readonly_dirs()
@@ -144,6 +148,7 @@ def sandbox_argv(
         shown,
         cgroup.views() if cgroup is not None else [],
         network_given,
+        spec.image,
     )
 
 

@@ -16,6 +16,7 @@ The schema, as JSON (every key the writer may give; ``null`` or absent: not set)
     {"version": 1, "job_id": int, "attempt": int, "command": [str, ...], "env": {str: str},
      "workdir": str | null, "code_dir": str | null, "model_dir": str | null,
      "environment": EnvironmentSpec's object (a Python environment to build or use) | absent,
+     "image": ImageSpec's object (a container image's tree as the sandbox's root) | absent,
      "workspace": str | null, "gpu_uuids": [str], "log_limit_bytes": int,
      "stop_grace_seconds": float, "checkpoint_dir": str, "output_dir": str,
      "notify_fifo": str | null,
@@ -69,6 +70,7 @@ def spec_json(
     code_dir: str | None = None,
     model_dir: str | None = None,
     environment: dict[str, object] | None = None,
+    image: dict[str, object] | None = None,
     tenancy: dict[str, object] | None = None,
 ) -> dict[str, object]:
     """The whole spec.json of one attempt; ``tenancy``: ``tenancy_json``'s parts, if any."""
@@ -93,6 +95,8 @@ def spec_json(
         spec["model_dir"] = model_dir
     if environment is not None:
         spec["environment"] = environment
+    if image is not None:
+        spec["image"] = image
     spec.update(tenancy or {})
     return spec
 
@@ -223,6 +227,7 @@ class RunnerSpec:
         "checkpoint_dir",
         "output_dir",
         "notify_fifo",
+        "image",
         "account",
         "sandbox",
         "protected",
@@ -256,6 +261,9 @@ class RunnerSpec:
         # with its bin/ first on PATH (runner.envbuild)
         env = raw.get("environment")
         self.environment = None if env is None else EnvironmentSpec(env)
+        # a container image's tree: the sandbox's read-only root (runner.sandbox)
+        image = raw.get("image")
+        self.image = None if image is None else ImageSpec(image)
         # its user's workspace on the node (JobSpec.workspace): given to its account like its
         # outputs, kept across jobs; its working directory unless it has a workdir or code
         self.workspace: str | None = _optional_str(raw, "workspace")
@@ -759,3 +767,64 @@ def _is_id(value: object) -> bool:
 
 def _is_port(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 < value < 65536
+HOST_HELPERS = "/run/gpupool/host"  # in an image's sandbox: the host's setpriv and its libraries
+
+
+def image_json(
+    *,
+    root: str,
+    workdir: str,
+    libraries: list[tuple[str, str]],
+    setpriv: list[str] | None = None,
+) -> dict[str, object]:
+    """spec.json's ``image`` (``ImageSpec``): ``libraries``: ``(host path, path inside)``
+    of the driver libraries shown; ``setpriv``: the host's setpriv, then its dynamic loader,
+    then the libraries it loads (``ldd``), for a job run under its own account."""
+    return {
+        "root": root,
+        "workdir": workdir,
+        "libraries": [list(pair) for pair in libraries],
+        "setpriv": list(setpriv or []),
+    }
+
+
+class ImageSpec:
+    """spec.json's ``image``: a container image's unpacked tree, bound read-only as the
+    sandbox's root (the host's system is not shown), ``{"root": its rootfs on this node,
+    "workdir": where a job without a working directory starts (the image's WorkingDir, or
+    ""), "libraries": [[host path, path inside], ...] (the NVIDIA driver's libraries, for a
+    job given GPUs), "setpriv": [setpriv, loader, library, ...] (host paths; shown in
+    HOST_HELPERS: the image has no setpriv of the host's kind)}``."""
+
+    __slots__ = ("root", "workdir", "libraries", "setpriv")
+
+    def __init__(self, raw: object) -> None:
+        if not isinstance(raw, dict):
+            raise SpecError("image must be an object")
+        root = raw.get("root")
+        if not isinstance(root, str) or not root.startswith("/"):
+            raise SpecError("image.root must be an absolute path")
+        self.root: str = root
+        workdir = raw.get("workdir") or ""
+        if not isinstance(workdir, str) or (workdir and not workdir.startswith("/")):
+            raise SpecError("image.workdir must be an absolute path or empty")
+        self.workdir: str = workdir
+        self.libraries: list[tuple[str, str]] = _devices(raw.get("libraries"))
+        helpers = raw.get("setpriv") or []
+        if not isinstance(helpers, list) or not all(
+            isinstance(p, str) and p.startswith("/") for p in helpers
+        ):
+            raise SpecError("image.setpriv must be a list of absolute paths")
+        self.setpriv: list[str] = list(helpers)
+
+    def helper_mounts(self) -> list[tuple[str, str]]:
+        """``(host path, path inside)`` of setpriv and what it loads, by file name."""
+        return [(path, f"{HOST_HELPERS}/{os.path.basename(path)}") for path in self.setpriv]
+
+    def setpriv_argv(self) -> list[str]:
+        """How the host's setpriv is started inside the image: by the host's own loader, on
+        the host's libraries (nothing of them reaches the job it starts)."""
+        if len(self.setpriv) < 2:
+            raise SpecError("image.setpriv is needed to run a job under another account")
+        setpriv, loader = (f"{HOST_HELPERS}/{os.path.basename(p)}" for p in self.setpriv[:2])
+        return [loader, "--library-path", HOST_HELPERS, setpriv]

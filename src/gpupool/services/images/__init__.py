@@ -1,7 +1,8 @@
 """Container images: pulled from a registry the site allows or imported from an archive,
 kept once by manifest digest, listed and removed per team, and resolved for a job at submit.
 
-``_images`` holds the service (pull, import, ls, show, rm, resolve); ``_fetch`` runs skopeo;
+``_images`` holds the service (pull, import, ls, show, rm); a job's image is resolved
+at submit by ``services.jobs``; ``_fetch`` runs skopeo;
 what the services need of the server beyond the core ports is in ``_ports``. The node side
 (unpacking an image's tree, its config) is ``executors.images``.
 """
@@ -15,7 +16,6 @@ from gpupool.services.images._images import (
     pull,
     receive_archive,
     remove,
-    resolve_for_job,
     show_image,
 )
 
@@ -26,6 +26,5 @@ __all__ = [
     "pull",
     "receive_archive",
     "remove",
-    "resolve_for_job",
     "show_image",
 ]

@@ -21,7 +21,6 @@ pull, finds them again.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -30,10 +29,11 @@ from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from gpupool.domain.images import (
-    DIGEST,
+    NAME_RULE,
     ImageView,
     Reference,
     import_name,
+    lookup,
     parse_reference,
     parse_registries,
 )
@@ -42,7 +42,6 @@ from gpupool.errors import (
     BadImageArchive,
     Forbidden,
     ImageInUse,
-    ImageNotFound,
     ImagePullFailed,
     ImageTooLarge,
     InvalidImageName,
@@ -172,24 +171,6 @@ def remove(ctx: Stores, who: Principal, text: str, team: str | None = None) -> I
         return view
 
 
-def resolve_for_job(session: Session, text: str, team_id: int, team: str) -> str:
-    """The digest of the image ``text`` (a name or a digest) that a job of ``team_id`` may
-    run in: the team's own, else the site's. ImageNotFound for any other, even one another
-    team holds."""
-    names, digest = _names(text)
-    query = select(ImageModel).where(
-        or_(ImageModel.team_id == team_id, ImageModel.team_id.is_(None)),
-        ImageModel.digest == digest if digest else ImageModel.name.in_(names),
-    )
-    rows = sorted(session.scalars(query), key=lambda row: row.team_id is None)
-    if not rows:
-        raise ImageNotFound(
-            f"team {team} has no image {text}: pull it with 'gpupool image pull {text} "
-            f"--team {team}', or list the team's images with 'gpupool image ls'"
-        )
-    return rows[0].digest
-
-
 def image_layout(settings: Settings, digest: str) -> Path:
     """Where the server keeps the image ``digest`` (an OCI layout)."""
     return layout_path(settings.images_dir, digest)
@@ -299,16 +280,9 @@ def _visible(query, who: Principal):  # noqa: ANN001, ANN202 - a Select of Image
 
 
 def _names(text: str) -> tuple[list[str], str | None]:
-    """The names ``text`` may be listed under, or the digest it is."""
-    if DIGEST.fullmatch(text):
-        return [], text
-    names = [text]
-    for parse in (import_name, lambda t: parse_reference(t).name):
-        with contextlib.suppress(ValueError):
-            names.append(parse(text))
-    if len(names) == 1 and len(text) > 255:
-        raise InvalidImageName(f"{text[:80]}... is not an image's name")
-    return names, None
+    if len(text) > 255:
+        raise InvalidImageName(f"{text[:80]}... is not an image's name: {NAME_RULE}")
+    return lookup(text)
 
 
 def _active_users(session: Session, row: ImageModel) -> list[int]:

@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 
 import gpupool.services.jobs._code as code
 import gpupool.services.jobs._dependencies as dependencies
+import gpupool.services.jobs._image_refs as image_refs
 import gpupool.services.jobs._model_files as model_files
 from gpupool.domain.jobs import MAX_PRIORITY, JobKind, JobSpec, JobStatus, Reason, Role
 from gpupool.domain.views import (
@@ -30,6 +31,7 @@ from gpupool.domain.views import (
 from gpupool.errors import (
     Conflict,
     HostNetworkNotAllowed,
+    ImageNeedsSandbox,
     InvalidRequest,
     NotFound,
     PriorityNotAllowed,
@@ -218,8 +220,22 @@ def admit(
         spec.environment = environments.recorded_ref(
             session, principal, spec.environment, team.id, team.name
         )
+    if spec.image is not None or spec.image_digest is not None:  # what it runs in, by digest
+        spec.image_digest = _image_digest(session, spec, team, limits)
     check_feasible(spec, nodes)
     return team
+
+
+def _image_digest(session: Session, spec: JobSpec, team: TeamModel, limits: JobLimits) -> str:
+    if spec.image is None:
+        raise InvalidRequest(
+            "image_digest is set by the server when a job is submitted: name the image in "
+            "image (gpupool run --image NAME)",
+            fields=[{"field": "image_digest", "message": "give image instead"}],
+        )
+    if not limits.sandboxed:
+        raise ImageNeedsSandbox()
+    return image_refs.resolve(session, spec.image, team.id, team.name)
 
 
 def new_job(
