@@ -278,6 +278,7 @@ PARAMS: dict[str, Factory] = {
     "/notebooks/{notebook_id}": _notebook,
     "/notebooks/{notebook_id}/{path}": _lab,
     "/jobs/{job_id}": _job,
+    "/api/v1/schemas/{kind}": lambda _world, _who: Target({"kind": "Job"}),
 }
 
 
@@ -296,6 +297,10 @@ def _new_password(world: World, who: Identity) -> dict:
 BODIES: dict[str, Factory] = {
     "POST /api/v1/session": _sign_in,
     "POST /api/v1/jobs": lambda _world, _who: {"command": ["sleep", "300"]},
+    "POST /api/v1/apply": lambda _world, _who: {
+        "documents": [{"apiVersion": "gpupool/v1", "kind": "Job", "spec": {"command": ["true"]}}],
+        "dry_run": True,
+    },
     "POST /api/v1/teams": lambda world, _who: {"name": world.unique("new-team")},
     "PUT /api/v1/teams/{name}/quota": lambda _world, _who: {"weight": 1},
     "PUT /api/v1/teams/{name}/members/{user}": lambda _world, _who: {"admin": False},

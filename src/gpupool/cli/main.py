@@ -80,6 +80,10 @@ COMMANDS: Mapping[str, Lazy] = MappingProxyType(
             "Submit a job: gpupool run --gpus 1 -- python train.py. Prints the job id.",
             context_settings=MappingProxyType({"allow_interspersed_args": False}),
         ),
+        "apply": Lazy(
+            "gpupool.cli.jobfiles:apply",
+            "Make the Jobs, Notebooks and Deployments of a job file, all in one transaction.",
+        ),
         "ls": Lazy(
             "gpupool.cli.jobs:ls", "List jobs (by default those pending, starting or running)."
         ),

@@ -105,6 +105,15 @@ class Client:
             spec = spec | {"array": {"indexes": array} if isinstance(array, str) else array}
         return self._call("POST", "/jobs", json=spec)
 
+    def apply(self, documents: list[dict[str, Any]], dry_run: bool = False) -> dict[str, Any]:
+        """Make the documents of a job file (Job, Notebook, Deployment) in one transaction,
+        all or none; ``dry_run``: check them and make nothing. What each made comes back."""
+        return self._call("POST", "/apply", json={"documents": documents, "dry_run": dry_run})
+
+    def schemas(self, kind: str | None = None) -> Any:
+        """The kinds a job file may hold; with ``kind``, the JSON schema of its document."""
+        return self._call("GET", f"/schemas/{kind or ''}")
+
     def arrays(self, **filters: Any) -> list[dict[str, Any]]:
         """Job arrays, each with its tasks counted by status (filters as ``jobs``)."""
         params = {k: v for k, v in filters.items() if v not in (None, [], ())}

@@ -22,6 +22,7 @@ from gpupool.services.deployments._access import (
     revoke_key,
     unknown,
 )
+from gpupool.services.deployments._deployments import create as new_deployment
 from gpupool.services.deployments._deployments import (
     create_deployment,
     list_deployments,
@@ -30,9 +31,11 @@ from gpupool.services.deployments._deployments import (
     stop_deployment,
     update_deployment,
 )
+from gpupool.services.deployments._ports import DeploymentSide
 from gpupool.services.deployments._rollouts import Probe, Serving, probes, roll
 
 __all__ = [
+    "DeploymentSide",
     "Probe",
     "Serving",
     "admit",
@@ -42,6 +45,7 @@ __all__ = [
     "key_holder",
     "list_deployments",
     "list_keys",
+    "new_deployment",
     "probes",
     "published_under",
     "revoke_key",

@@ -63,6 +63,28 @@ def create_deployment(
 ) -> DeploymentDetailView:
     """Record a new deployment (its replicas start soon after); refused with the submit
     path's own errors when its replicas could not run (role, team, size, model)."""
+    now, nodes = ctx.clock.now(), ctx.loop.recent_nodes()
+    limits = job_service.JobLimits.of(ctx.settings)
+    try:
+        with ctx.db.session() as session:
+            row = create(session, who, spec, now, nodes, limits)
+            deployment_id, name = row.id, row.name
+    except IntegrityError as error:  # made at the same moment in the same team
+        raise _exists(spec.name or spec.model or "") from error
+    ctx.deployments.changed(name)
+    return _detail(ctx, who, deployment_id)
+
+
+def create(
+    session: Session,
+    who: Principal,
+    spec: DeploymentSpec,
+    now: float,
+    nodes: tuple,
+    limits: job_service.JobLimits,
+) -> DeploymentModel:
+    """The steps of ``create_deployment`` in a caller's transaction (a job file applies
+    several kinds in one); the caller tells ``DeploymentSide.changed`` once it commits."""
     name = spec.name or spec.model
     if name is None:
         raise InvalidRequest(
@@ -70,17 +92,9 @@ def create_deployment(
             "(gpupool deploy --name NAME -- CMD)",
             fields=[{"field": "model", "message": "missing"}],
         )
-    now, nodes = ctx.clock.now(), ctx.loop.recent_nodes()
-    limits = job_service.JobLimits.of(ctx.settings)
-    try:
-        with ctx.db.session() as session:
-            row = _new(session, who, spec, name, now, nodes, limits)
-            record(session, row.id, now, DeploymentReason.CREATED, _created_message(who, row))
-            deployment_id = row.id
-    except IntegrityError as error:  # made at the same moment in the same team
-        raise _exists(name) from error
-    ctx.deployments.changed(name)
-    return _detail(ctx, who, deployment_id)
+    row = _new(session, who, spec, name, now, nodes, limits)
+    record(session, row.id, now, DeploymentReason.CREATED, _created_message(who, row))
+    return row
 
 
 def list_deployments(

@@ -21,6 +21,7 @@ from gpupool.services.jobs._arrays import (
     show_task,
     submit_array,
 )
+from gpupool.services.jobs._arrays import submit as submit_array_tasks
 from gpupool.services.jobs._checkpoints import CheckpointWatcher, Watched
 from gpupool.services.jobs._code import INCOMING as CODE_INCOMING
 from gpupool.services.jobs._code import archive_path as code_archive_path
@@ -125,6 +126,7 @@ __all__ = [
     "show_task",
     "submit",
     "submit_array",
+    "submit_array_tasks",
     "submit_job",
     "submit_options",
     "sweep_leftovers",

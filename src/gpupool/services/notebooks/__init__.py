@@ -30,6 +30,7 @@ from gpupool.services.notebooks._notebooks import (
     start_notebook,
     stop_notebook,
 )
+from gpupool.services.notebooks._notebooks import start as new_notebook
 from gpupool.services.notebooks._ports import NotebookSide, NotebookStops
 from gpupool.services.notebooks._routes import NotebookRoutes, admit, not_served
 
@@ -45,6 +46,7 @@ __all__ = [
     "judge_idleness",
     "kernels_of",
     "list_notebooks",
+    "new_notebook",
     "looks",
     "not_served",
     "record_idleness",

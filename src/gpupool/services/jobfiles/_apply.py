@@ -1,0 +1,191 @@
+"""Applying a job file: every document checked against its kind's body, then all made in
+one transaction (all or none); a dry run makes them too, then rolls the transaction back,
+so that it refuses exactly what the real one would (teams, quotas, names, dependencies).
+
+Every error names the document it is about (``document 2 (Job train): ...``) and carries its
+fields as ``documents.<index>.spec.<field>`` (``documents.<index>.kind`` ...), which the CLI
+maps back to the file's line and column.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+from sqlalchemy.exc import IntegrityError
+
+from gpupool.domain.jobfiles import API_VERSION, AppliedView, ApplyRequest, ApplyView, Document
+from gpupool.errors import Conflict, GpupoolError, InvalidRequest
+from gpupool.services import jobs
+from gpupool.services.core import Principal
+from gpupool.services.jobfiles._kinds import KINDS, Kind, Made, Making, kind_of
+from gpupool.services.jobfiles._ports import Applies
+
+
+class _DryRun(Exception):
+    """Raised inside the transaction of a dry run, so that nothing it made is kept."""
+
+
+def apply(ctx: Applies, who: Principal, request: ApplyRequest) -> ApplyView:
+    """Make every document of ``request`` in one transaction, or check them and make
+    nothing (``dry_run``); what each made (nothing, in a dry run) and how it was read."""
+    who.require_member()
+    read = [read_document(index, doc) for index, doc in enumerate(request.documents)]
+    check_references(read)
+    making = Making(
+        who,
+        ctx.clock.now(),
+        ctx.loop.recent_nodes(),
+        jobs.JobLimits.of(ctx.settings),
+        ctx.settings.max_array_tasks,
+    )
+    made: list[Made] = []
+    try:
+        with ctx.db.session() as session:
+            for index, (kind, body) in enumerate(read):
+                with about(index, kind.name, _name(kind, body)):
+                    made.append(kind.make(session, body, making))
+            if request.dry_run:
+                raise _DryRun
+    except _DryRun:
+        pass
+    except IntegrityError as error:  # a deployment of the same name made at the same moment
+        raise Conflict(
+            "something of the same name was made at the same moment: apply the file again"
+        ) from error
+    if not request.dry_run:
+        ctx.loop.wake()
+        for (kind, _body), result in zip(read, made, strict=True):
+            if kind.after is not None:
+                kind.after(ctx, result)
+    return ApplyView(
+        dry_run=request.dry_run,
+        documents=[
+            AppliedView(
+                kind=kind.name,
+                name=_name(kind, body),
+                id=None if request.dry_run else result.id,
+                job_ids=[] if request.dry_run else list(result.job_ids),
+                document=normalised(kind, body),
+            )
+            for (kind, body), result in zip(read, made, strict=True)
+        ],
+    )
+
+
+def read_document(index: int, doc: Document) -> tuple[Kind, BaseModel]:
+    """The document's kind and its ``spec`` as that kind's body (``metadata.name`` as its
+    name); InvalidRequest naming the document and its fields."""
+    kind = kind_of(doc.kind)
+    if kind is None:
+        known = ", ".join(KINDS)
+        raise InvalidRequest(
+            f"document {index + 1}: kind '{doc.kind}' is not one gpupool knows: use one of "
+            f"{known} (GET /api/v1/schemas/ lists them)",
+            fields=[{"field": f"documents.{index}.kind", "message": f"one of {known}"}],
+        )
+    spec = dict(doc.spec)
+    name = doc.metadata.name
+    if name is not None:
+        given = spec.get(kind.name_field)
+        if given is not None and given != name:
+            raise InvalidRequest(
+                f"document {index + 1} ({kind.name} {name}): metadata.name and "
+                f"spec.{kind.name_field} differ ('{given}'): give the name once, in metadata",
+                fields=[{"field": f"documents.{index}.metadata.name", "message": "differs"}],
+            )
+        spec[kind.name_field] = name
+    try:
+        return kind, kind.body.model_validate(spec)
+    except ValidationError as error:
+        raise invalid(index, kind.name, name, error) from None
+
+
+def check_references(read: Sequence[tuple[Kind, BaseModel]]) -> None:
+    """A Job's ``depends_on`` may name a Job of the file only if that one comes first."""
+    names = [
+        _name(kind, body) if kind.name == "Job" else None for kind, body in read
+    ]  # fmt: skip
+    for index, (kind, body) in enumerate(read):
+        for position, dep in enumerate(getattr(body, "depends_on", None) or []):
+            if not isinstance(dep.job, str) or dep.job in names[:index]:
+                continue
+            if dep.job in names[index:]:
+                raise InvalidRequest(
+                    f"document {index + 1} ({kind.name} {_name(kind, body)}): it depends on "
+                    f"'{dep.job}', a Job that comes later in the file: put '{dep.job}' "
+                    "before it",
+                    fields=[
+                        {
+                            "field": f"documents.{index}.spec.depends_on.{position}",
+                            "message": "comes later in the file",
+                        }
+                    ],
+                )
+
+
+@contextmanager
+def about(index: int, kind: str, name: str | None) -> Iterator[None]:
+    """Errors raised inside say which document they are about, and where in it."""
+    try:
+        yield
+    except GpupoolError as error:
+        error.message = f"{_label(index, kind, name)}: {error.message}"
+        error.args = (error.message,)
+        fields = error.details.get("fields")
+        if isinstance(fields, list):
+            error.details["fields"] = [
+                {**f, "field": f"documents.{index}.spec.{f.get('field', '')}".rstrip(".")}
+                for f in fields
+            ]
+        raise
+
+
+def invalid(index: int, kind: str, name: str | None, error: ValidationError) -> InvalidRequest:
+    """A body's validation error as the API's 422: its first problem in the message, every
+    problem as a field under ``documents.<index>.spec``; a problem of a type that is a code
+    of its own (gpu_type_without_gpus ...) keeps that code."""
+    fields = []
+    for problem in error.errors():
+        location = ".".join(str(part) for part in problem.get("loc", ()))
+        message = str(problem.get("msg", "invalid")).removeprefix("Value error, ")
+        field = f"documents.{index}.spec" + (f".{location}" if location else "")
+        fields.append({"field": field, "message": message, "type": problem.get("type", "")})
+    first = fields[0]
+    where = first["field"].removeprefix(f"documents.{index}.")
+    more = f" (and {len(fields) - 1} more)" if len(fields) > 1 else ""
+    text = f"{_label(index, kind, name)}: {where}: {first['message']}{more}"
+    own = _coded(first["type"])
+    return own(text, fields=fields)
+
+
+def _coded(code: str) -> type[InvalidRequest]:
+    found: list[type[InvalidRequest]] = [InvalidRequest]
+    while found:
+        cls = found.pop()
+        if cls.code == code:
+            return cls
+        found.extend(cls.__subclasses__())
+    return InvalidRequest
+
+
+def normalised(kind: Kind, body: BaseModel) -> dict[str, Any]:
+    """The document as the server read it: its fields at their defaults left out, its name
+    in metadata (what ``--dry-run`` prints, and what applying it again sends)."""
+    spec = body.model_dump(mode="json", exclude_defaults=True)
+    name = spec.pop(kind.name_field, None)
+    document: dict[str, Any] = {"apiVersion": API_VERSION, "kind": kind.name}
+    if name is not None:
+        document["metadata"] = {"name": name}
+    document["spec"] = spec
+    return document
+
+
+def _name(kind: Kind, body: BaseModel) -> str | None:
+    return getattr(body, kind.name_field, None)
+
+
+def _label(index: int, kind: str, name: str | None) -> str:
+    return f"document {index + 1} ({kind}{f' {name}' if name else ''})"

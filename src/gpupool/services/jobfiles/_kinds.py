@@ -1,0 +1,135 @@
+"""The kinds a job file may hold, one entry each: its request body (the API's own model)
+and how one document of it is made in the caller's transaction.
+
+A new kind (Dataset, Environment) is one more ``Kind`` in ``KINDS``: its body, its
+``make`` step (the steps its own service's API call is made of) and, when its service must
+hear of it once the transaction commits, ``after``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel
+from sqlalchemy.orm import Session
+
+from gpupool.domain.dependencies import Dependency
+from gpupool.domain.deployments import DeploymentSpec
+from gpupool.domain.jobfiles import JobBody
+from gpupool.domain.notebooks import NotebookRequest
+from gpupool.scheduler.types import NodeCapacity
+from gpupool.services import deployments, jobs, notebooks
+from gpupool.services.core import Principal
+from gpupool.services.jobfiles._ports import Applies
+
+
+@dataclass
+class Making:
+    """What every document's step shares: the caller, the time, the nodes and limits a
+    submit checks against, and the jobs made so far by name (for ``depends_on``)."""
+
+    who: Principal
+    now: float
+    nodes: Sequence[NodeCapacity]
+    limits: jobs.JobLimits
+    max_array_tasks: int
+    jobs_by_name: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Made:
+    """What a document made: its id (a job's, an array's, a notebook's, a deployment's),
+    an array's tasks, and its name."""
+
+    id: int
+    name: str | None
+    job_ids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Kind:
+    name: str
+    description: str
+    body: type[BaseModel]
+    make: Callable[[Session, Any, Making], Made]
+    after: Callable[[Applies, Made], None] | None = None
+    # the body's field that metadata.name fills
+    name_field: str = "name"
+
+
+def _job(session: Session, body: JobBody, making: Making) -> Made:
+    spec = body.job_spec()
+    if spec.depends_on:
+        spec = spec.model_copy(update={"depends_on": in_file(spec.depends_on, making.jobs_by_name)})
+    who, nodes, now, limits = making.who, making.nodes, making.now, making.limits
+    if body.array is None:
+        job = jobs.submit(session, who, spec, nodes, now, limits)
+        made = Made(job.id, job.name, (job.id,))
+    else:
+        tasks = jobs.submit_array_tasks(
+            session, who, spec, body.array, nodes, now, limits, making.max_array_tasks
+        )
+        made = Made(tasks.job_ids[0], spec.name, tuple(tasks.job_ids))
+    if made.name:
+        making.jobs_by_name[made.name] = made.id
+    return made
+
+
+def in_file(deps: Sequence[Dependency], made: Mapping[str, int]) -> list[Dependency]:
+    """``deps`` with the names of jobs made by earlier documents of the file as their ids."""
+    return [
+        d.model_copy(update={"job": made[d.job]}) if isinstance(d.job, str) and d.job in made
+        else d
+        for d in deps
+    ]  # fmt: skip
+
+
+def _notebook(session: Session, body: NotebookRequest, making: Making) -> Made:
+    notebook = notebooks.new_notebook(
+        session, making.who, body, making.nodes, making.now, making.limits
+    )
+    return Made(notebook.id, notebook.name)
+
+
+def _deployment(session: Session, body: DeploymentSpec, making: Making) -> Made:
+    row = deployments.new_deployment(
+        session, making.who, body, making.now, tuple(making.nodes), making.limits
+    )
+    return Made(row.id, row.name)
+
+
+def _deployment_made(ctx: Applies, made: Made) -> None:
+    if made.name:
+        ctx.deployments.changed(made.name)
+
+
+KINDS: dict[str, Kind] = {
+    kind.name: kind
+    for kind in (
+        Kind(
+            "Job",
+            "a job or a job array (POST /api/v1/jobs); depends_on may name a Job of the same "
+            "file that comes before it",
+            JobBody,
+            _job,
+        ),
+        Kind("Notebook", "a JupyterLab (POST /api/v1/notebooks)", NotebookRequest, _notebook),
+        Kind(
+            "Deployment",
+            "a served model or command with replicas (POST /api/v1/deployments)",
+            DeploymentSpec,
+            _deployment,
+            _deployment_made,
+        ),
+    )
+}
+
+
+def kind_of(name: str) -> Kind | None:
+    """The kind named ``name`` (as written: Job; job and JOB are taken too)."""
+    for kind in KINDS.values():
+        if kind.name.lower() == name.lower():
+            return kind
+    return None
