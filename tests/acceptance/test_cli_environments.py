@@ -5,12 +5,15 @@ python first on PATH), list, show and remove it, and the clear refusals."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
-from tests.support.cli import Cli, hold, refused, wait_status
+from tests.support.cli import Cli, hold, refused, wait_for, wait_status
+from tests.support.notebooks import Lab
 from tests.support.server import ServerProcess
 from tests.support.wheels import index_env, wheelhouse
 
@@ -151,3 +154,49 @@ def test_a_prefix_registered_by_an_admin_is_every_teams(
     assert "site tool here" in admin.ok("logs", str(job_id))
     listed = {e["name"]: e for e in admin.json("env", "ls")}
     assert listed["site"]["team"] is None
+
+
+SERVE = (
+    "import os, sys, alpha\n"
+    "from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer\n"
+    "class H(BaseHTTPRequestHandler):\n"
+    "    def do_GET(self):\n"
+    "        body = f'alpha {alpha.__version__} {sys.prefix}'.encode()\n"
+    "        self.send_response(200); self.send_header('Content-Length', str(len(body)))\n"
+    "        self.end_headers(); self.wfile.write(body)\n"
+    "ThreadingHTTPServer((os.environ['GPUPOOL_LISTEN_HOST'], int(os.environ['PORT'])), H)"
+    ".serve_forever()\n"
+)
+
+
+def test_a_notebooks_kernel_and_a_deployments_replicas_run_in_it(
+    pool: ServerProcess, admin: Cli, tmp_path: Path
+) -> None:
+    made = admin.json("env", "create", "served", "-r", str(write(tmp_path / "r.txt", "alpha<2\n")))
+    env_dir = pool.data_dir / "envs" / made["id"].split(":")[1]
+
+    notebook = admin.json("notebook", "start", "--env", "served")
+    assert notebook["environment"] == "served"
+    lab = Lab(pool.url, notebook["id"], pool.token or "")
+    try:
+        lab.answering(timeout=180)
+        kernel = lab.start_kernel()
+        said = lab.run(kernel, "import sys, alpha; print(sys.prefix, alpha.__version__)")
+        assert said.split() == [str(env_dir), "1.0"]
+    finally:
+        lab.close()
+        admin.ok("notebook", "stop", str(notebook["id"]))
+
+    deploy = ("deploy", "create", "env-served", "--no-model", "--env", "served", "-o", "json")
+    deployed = json.loads(admin.ok(*deploy, "--", "python", "-c", SERVE))
+    assert deployed["environment"] == f"served@{made['id']}"  # pinned when it was made
+    headers = {"Authorization": f"Bearer {pool.token}"}
+
+    def answer() -> str | None:
+        got = httpx.get(f"{pool.url}/serve/env-served/health", headers=headers, timeout=10)
+        return got.text if got.status_code == 200 else None
+
+    try:
+        assert wait_for(answer, timeout=180, what="the replica to serve") == f"alpha 1.0 {env_dir}"
+    finally:
+        admin.ok("deploy", "stop", "env-served")

@@ -105,7 +105,13 @@ def create(
         ),
     ] = False,
     env: Annotated[
-        list[str] | None, typer.Option("--env", "-e", help="NAME=VALUE for each replica.")
+        list[str] | None,
+        typer.Option(
+            "--env",
+            "-e",
+            help="NAME=VALUE for each replica (repeatable), or the Python environment its "
+            "command runs in (NAME or NAME@ID: gpupool env ls).",
+        ),
     ] = None,
     output: OutputOption = Output.TABLE,
 ) -> None:
@@ -296,7 +302,12 @@ def _spec(
         except ValueError as error:
             raise CliError("bad_model", str(error)) from None
         spec |= {"model": model, "version": version, "name": name, "command": command or None}
-    spec["env"] = dict(_pair(item) for item in env or [])
+    variables = [item for item in env or [] if "=" in item]
+    environments = [item for item in env or [] if "=" not in item]
+    if len(environments) > 1:
+        raise CliError("bad_env", f"replicas run in one environment: not {environments}")
+    spec["env"] = dict(_pair(item) for item in variables)
+    spec["environment"] = environments[0] if environments else None
     return {k: v for k, v in spec.items() if v is not None}
 
 

@@ -46,6 +46,14 @@ def start(
     ] = None,
     cpus: Annotated[float | None, typer.Option(help="CPUs (default 1).")] = None,
     memory: Annotated[str | None, typer.Option(help="Host memory, such as 16GiB.")] = None,
+    env: Annotated[
+        str | None,
+        typer.Option(
+            "--env",
+            help="A Python environment of your team (NAME or NAME@ID: gpupool env ls): its "
+            "python is the kernel.",
+        ),
+    ] = None,
     output: OutputOption = Output.TABLE,
 ) -> None:
     """Start a notebook: JupyterLab in your workspace, as a job that is never preempted.
@@ -55,7 +63,8 @@ def start(
     """
     resources = {"gpus": gpus, "cpus": cpus, "memory_bytes": memory}
     request: dict[str, Any] = {"resources": {k: v for k, v in resources.items() if v}}
-    request |= {k: v for k, v in (("name", name), ("team", team), ("gpu_types", gpu_type)) if v}
+    given = (("name", name), ("team", team), ("gpu_types", gpu_type), ("environment", env))
+    request |= {k: v for k, v in given if v}
     with connect() as client:
         made = client.start_notebook(request)
         url = client.url + made["url"]

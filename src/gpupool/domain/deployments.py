@@ -96,6 +96,8 @@ class ReplicaTemplate(BaseModel):
     resources: ResourceRequest = Field(default_factory=ResourceRequest)
     gpu_types: list[Text] = Field(default_factory=list)
     health_path: str = HEALTH_PATH
+    # its Python environment, pinned when the deployment was made (NAME@sha256:<hex>)
+    environment: str | None = None
 
 
 class DeploymentSpec(BaseModel):
@@ -127,6 +129,12 @@ class DeploymentSpec(BaseModel):
         default=HEALTH_PATH,
         description="what the server GETs on each replica; a 2xx answer means healthy",
     )
+    environment: Annotated[str, Field(max_length=200), STORABLE] | None = Field(
+        default=None,
+        description="a Python environment of the team (NAME or NAME@ID: gpupool env ls) its "
+        "replicas' command runs in; pinned to the version it names when the deployment is "
+        "made (the built-in server runs gpupool's own Python either way)",
+    )
 
     @field_validator("name")
     @classmethod
@@ -156,6 +164,7 @@ class DeploymentSpec(BaseModel):
             resources=self.resources,
             gpu_types=self.gpu_types,
             health_path=self.health_path,
+            environment=self.environment,
         )
 
 
@@ -237,6 +246,7 @@ class DeploymentView(View):
     command: list[str] | None
     resources: ResourceRequest
     health_path: str
+    environment: str | None = None  # NAME@sha256:<hex>: what its command runs in
     reason: str | None
     message: str | None
     created_at: float

@@ -33,6 +33,9 @@ LAUNCH = (
     '[ -n "$JUPYTER_TOKEN" ] || { echo "gpupool: no notebook token; not starting" >&2; exit 1; }; '
     'export JUPYTER_CONFIG_DIR="${TMPDIR:-/tmp}/jupyter-config" IPYTHONDIR="$PWD/.ipython" '
     'JUPYTER_RUNTIME_DIR="${TMPDIR:-/tmp}/jupyter-runtime"; '
+    # with a Python environment: its python is the default kernel (runner.kernelspec)
+    'if [ -n "$VIRTUAL_ENV" ]; then export JUPYTER_PATH="${TMPDIR:-/tmp}/jupyter-data"; '
+    '"$0" -m gpupool.runner.kernelspec "$JUPYTER_PATH" || exit 1; fi; '
     'exec "$0" -m jupyterlab --ServerApp.ip="$GPUPOOL_LISTEN_HOST" --ServerApp.port="$PORT" '
     '--LabApp.user_settings_dir="$PWD/.jupyter/lab/user-settings" '
     '--LabApp.workspaces_dir="$PWD/.jupyter/lab/workspaces" "$@"'
@@ -72,8 +75,13 @@ class NotebookRequest(BaseModel):
         default_factory=list,
         description="GPU models it may run on (as a job's gpu_types): 'H100', 'A100-80GB'",
     )
+    environment: Annotated[str, Field(max_length=200), STORABLE] | None = Field(
+        default=None,
+        description="a Python environment of its team (NAME or NAME@ID, gpupool env ls): its "
+        "python is the notebook's kernel, and comes first on its terminals' PATH",
+    )
 
-    @field_validator("name", "team")
+    @field_validator("name", "team", "environment")
     @classmethod
     def _blank_is_none(cls, value: str | None) -> str | None:
         return (value.strip() or None) if value is not None else None
@@ -90,6 +98,9 @@ class NotebookView(View):
     state: NotebookState
     resources: ResourceRequest
     gpu_types: list[str]
+    environment: str | None = Field(
+        default=None, description="its Python environment, as asked (NAME or NAME@ID)"
+    )
     job_id: int | None
     job_status: str | None
     message: ShownText | None = Field(description="why it waits, or why it stopped")

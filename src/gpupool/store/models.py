@@ -339,6 +339,7 @@ class NotebookModel(Base):
     team_id: Mapped[int] = mapped_column(ForeignKey("teams.id"), index=True)
     resources: Mapped[dict[str, Any]] = mapped_column(JSON)  # a ResourceRequest as JSON
     gpu_types: Mapped[list[Any]] = mapped_column(JSON, default=list)  # JobSpec's gpu_types
+    environment: Mapped[str | None] = mapped_column(String(200))  # as asked: NAME[@ID]
     job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id", ondelete="SET NULL"))
     token: Mapped[str | None] = mapped_column(String(64))
     created_at: Mapped[float] = mapped_column(Time)
@@ -539,6 +540,7 @@ class DeploymentEventModel(Base):
     reason: Mapped[str] = mapped_column(String(50))
     message: Mapped[str] = mapped_column(Text)
 
+
 class EnvironmentModel(Base):
     """A named Python environment of a team (``team_id`` None: a prefix an admin registered
     for every team); its versions are ``EnvironmentVersionModel``. Names are unique per team."""
@@ -582,6 +584,7 @@ class EnvironmentVersionModel(Base):
 
     environment: Mapped[EnvironmentModel] = relationship(lazy="joined")
     creator: Mapped[UserModel] = relationship(lazy="joined")
+
 
 class DatasetModel(Base):
     """A named dataset of a team (unique per team); its versions are
@@ -670,6 +673,8 @@ class VolumeModel(Base):
 
     team: Mapped[TeamModel] = relationship(lazy="joined")
     creator: Mapped[UserModel] = relationship(lazy="joined")
+
+
 class ImageModel(Base):
     """A container image a team holds (or the site: ``team_id`` null, an admin's, for every
     team), by the name it was pulled or imported as; its files are kept once by manifest

@@ -242,6 +242,7 @@ def deployment_view(
         command=template.command,
         resources=template.resources,
         health_path=template.health_path,
+        environment=template.environment,
         reason=row.reason,
         message=row.message,
         created_at=row.created_at,
@@ -273,6 +274,7 @@ def _new(
     archive = version.archive if version else None
     probe = replica_spec(name, 0, template, version.team if version else spec.team, archive)
     team = job_service.admit(session, who, probe, nodes, limits)  # as its replicas will be
+    template.environment = probe.environment  # the version every replica runs, pinned
     if _live(session, team.id, name) is not None:  # in its own team only: no other's name
         raise _exists(name, team.name)
     version_id = _version_id(session, team.id, spec.model, version.version) if version else None

@@ -40,6 +40,7 @@ def replica_spec(
         preemptible=False,
         listen=True,
         model=archive,
+        environment=template.environment,
     )
 
 

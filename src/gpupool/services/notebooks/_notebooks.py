@@ -142,7 +142,9 @@ def start(
     limits: job_service.JobLimits,
 ) -> NotebookModel:
     """A new notebook of ``who`` and its first job (the checks of any submit apply)."""
-    probe = _spec(0, request.name, request.resources, request.team, request.gpu_types)
+    probe = _spec(
+        0, request.name, request.resources, request.team, request.gpu_types, request.environment
+    )
     team = job_service.admit(session, who, probe, nodes, limits)
     notebook = NotebookModel(
         name=request.name,
@@ -150,6 +152,7 @@ def start(
         team_id=team.id,
         resources=request.resources.model_dump(mode="json"),
         gpu_types=list(request.gpu_types),
+        environment=request.environment,
         created_at=now,
     )
     session.add(notebook)
@@ -169,7 +172,9 @@ def launch(
 ) -> None:
     """Submit the notebook's job, with a new token (given to JupyterLab at launch)."""
     resources = ResourceRequest.model_validate(notebook.resources)
-    spec = _spec(notebook.id, notebook.name, resources, team, notebook.gpu_types or [])
+    spec = _spec(
+        notebook.id, notebook.name, resources, team, notebook.gpu_types or [], notebook.environment
+    )
     job = job_service.submit(session, who, spec, nodes, now, limits, kind=JobKind.NOTEBOOK)
     notebook.job_id, notebook.token, notebook.started_at = job.id, secrets.token_urlsafe(32), now
     notebook.active_at = None
@@ -244,6 +249,7 @@ def view(notebook: NotebookModel, job: JobModel | None, now: float) -> NotebookV
         state=state,
         resources=ResourceRequest.model_validate(notebook.resources),
         gpu_types=notebook.gpu_types or [],
+        environment=notebook.environment,
         job_id=notebook.job_id,
         job_status=job.status if job is not None else None,
         message=_message(notebook, job, state),
@@ -273,6 +279,7 @@ def _spec(
     resources: ResourceRequest,
     team: str | None,
     gpu_types: list[str],
+    environment: str | None = None,
 ) -> JobSpec:
     return JobSpec(
         name=name or f"notebook-{notebook_id}",
@@ -280,6 +287,7 @@ def _spec(
         resources=resources,
         team=team,
         gpu_types=gpu_types,
+        environment=environment,
         preemptible=False,  # a person works in it: never stopped for another job
         listen=True,
         workspace=True,

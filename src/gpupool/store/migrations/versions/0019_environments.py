@@ -1,7 +1,8 @@
 """environments: Python environments of a team, each version a locked, digest-named env
 
 ``environments`` (a team's names; ``team_id`` null: a prefix an admin registered for every
-team) and ``environment_versions`` (each a lock, its Python and platform, and its id).
+team) and ``environment_versions`` (each a lock, its Python and platform, and its id);
+``notebooks.environment``: the environment a notebook's kernel runs in, as asked.
 
 Revision ID: 0019
 Revises: 0018
@@ -67,9 +68,13 @@ def upgrade() -> None:
     op.create_index(
         op.f("ix_environment_versions_env"), "environment_versions", ["env"], unique=False
     )
+    with op.batch_alter_table("notebooks") as batch:
+        batch.add_column(sa.Column("environment", sa.String(length=200), nullable=True))
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("notebooks") as batch:
+        batch.drop_column("environment")
     op.drop_index(op.f("ix_environment_versions_env"), table_name="environment_versions")
     op.drop_index(op.f("ix_environment_versions_environment_id"), table_name="environment_versions")
     op.drop_table("environment_versions")
