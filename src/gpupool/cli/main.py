@@ -84,6 +84,11 @@ COMMANDS: Mapping[str, Lazy] = MappingProxyType(
             "gpupool.cli.jobfiles:apply",
             "Make the Jobs, Notebooks and Deployments of a job file, all in one transaction.",
         ),
+        "sbatch": Lazy(
+            "gpupool.cli.sbatch:sbatch",
+            "Submit a Slurm batch script: its #SBATCH lines become the job's fields; prints "
+            "its id.",
+        ),
         "ls": Lazy(
             "gpupool.cli.jobs:ls", "List jobs (by default those pending, starting or running)."
         ),
