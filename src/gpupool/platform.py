@@ -64,6 +64,7 @@ def open_platform(
         isolation=isolation,
         code_limits=settings.code_limits(),
         model_limits=settings.model_limits(),
+        dataset_cache=settings.dataset_cache_dir,
         environments=NodeEnvironments(settings),
         image_cache=settings.images_dir / "roots",
     )

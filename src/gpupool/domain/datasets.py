@@ -7,10 +7,10 @@ manifest is itself a blob, so a version is named by the hash of its manifest, an
 versions that share a file share its blob: an upload sends only the blobs the store lacks
 for the team.
 
-A job names the datasets it reads as ``NAME[:VERSION][:/MOUNT]`` (``JobSpec.datasets``);
-the version is resolved at submit (the latest when none is given) and recorded on the job,
-so the job sees exactly that version, read-only, at ``/datasets/NAME`` unless it gives a
-mount path.
+A job names the datasets it reads as ``NAME[:VERSION][:/MOUNT]`` (``JobSpec.datasets``,
+``gpupool.domain.datasetrefs``); the version is resolved at submit (the latest when none is
+given) and recorded on the job, so the job sees exactly that version, read-only, at
+``/datasets/NAME`` unless it gives a mount path.
 
 A volume is a team's mutable directory, kept on the node and mounted read-write
 (``NAME:/MOUNT``); its bytes count against the team's storage quota.
@@ -20,37 +20,18 @@ from __future__ import annotations
 
 import json
 import posixpath
-import re
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import Field
 
+from gpupool.domain.datasetrefs import is_sha256
 from gpupool.domain.views import View
 
-NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
-NAME_RULE = (
-    "a dataset's or a volume's name is 1 to 100 letters, digits, '.', '_' or '-', starting "
-    "with a letter or a digit (no ':', which separates a version: NAME:3)"
-)
-SHA256_PATTERN = r"^[0-9a-f]{64}$"
 MANIFEST_VERSION = 1
-MOUNT_ROOT = "/datasets"  # a dataset is mounted at /datasets/NAME unless the job says where
 MAX_PATH = 4096
 MAX_COMPONENT = 255
 MAX_MODE = 0o777
-# where a job's datasets and volumes may not be mounted: the sandbox's own places
-RESERVED_MOUNTS = ("/proc", "/dev", "/sys", "/usr", "/bin", "/sbin", "/lib", "/etc", "/tmp")
-_NAME = re.compile(NAME_PATTERN)
-_SHA256 = re.compile(SHA256_PATTERN)
-
-
-def is_dataset_name(value: object) -> bool:
-    return isinstance(value, str) and _NAME.match(value) is not None
-
-
-def is_sha256(value: object) -> bool:
-    return isinstance(value, str) and _SHA256.match(value) is not None
 
 
 # -- manifests ---------------------------------------------------------------------------------
@@ -194,67 +175,10 @@ def _total(entries: list[Any]) -> int:
     return sum(e["size"] for e in entries if isinstance(e, dict) and isinstance(e.get("size"), int))
 
 
-# -- references ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class DatasetRef:
-    """A job's use of a dataset: ``name``, ``version`` (None until resolved: the latest) and
-    where it is mounted in the job's sandbox."""
-
-    name: str
-    version: int | None
-    mount: str
-
-    def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "version": self.version, "mount": self.mount}
-
-
-def parse_dataset_ref(value: str) -> DatasetRef:
-    """``NAME``, ``NAME:VERSION``, ``NAME:/MOUNT`` or ``NAME:VERSION:/MOUNT``; ValueError
-    saying what is wrong."""
-    name, _, rest = value.partition(":")
-    if not is_dataset_name(name):
-        raise ValueError(f"'{name}' is not a dataset's name: {NAME_RULE}")
-    version: int | None = None
-    mount = ""
-    if rest.startswith("/"):
-        mount = rest
-    elif rest:
-        number, _, mount = rest.partition(":")
-        if number != "latest":
-            if not number.isdigit() or int(number) < 1 or len(number) > 12:
-                raise ValueError(
-                    f"'{number}' is not a version: versions are numbered 1, 2, 3 ... (or 'latest')"
-                )
-            version = int(number)
-        if _ and not mount:
-            raise ValueError("give a mount path after the version: NAME:3:/data")
-    return DatasetRef(name, version, check_mount(mount) if mount else f"{MOUNT_ROOT}/{name}")
-
-
-def check_mount(mount: str) -> str:
-    """``mount``, normalised, if a dataset or a volume may be mounted there (an absolute path,
-    no '..', not the sandbox's system places); ValueError otherwise."""
-    if not mount.startswith("/") or "\0" in mount:
-        raise ValueError(f"'{mount[:200]}' is not a mount path: give an absolute path, /data")
-    parts = mount.split("/")
-    if ".." in parts or "." in parts:
-        raise ValueError(f"a mount path cannot hold '.' or '..': {mount[:200]}")
-    normal = posixpath.normpath(mount)
-    if normal == "/" or len(normal) > 1024:
-        raise ValueError(f"'{mount[:200]}' cannot be a mount path: give a directory such as /data")
-    for reserved in RESERVED_MOUNTS:
-        if normal == reserved or normal.startswith(reserved + "/"):
-            raise ValueError(f"{reserved} belongs to the sandbox: mount elsewhere, e.g. /data")
-    return normal
-
-
-def env_name(name: str) -> str:
-    """The environment variable that tells a job where the dataset ``name`` is:
-    ``GPUPOOL_DATASET_<NAME>``, upper-cased, every other character than letters and digits
-    as '_'."""
-    return "GPUPOOL_DATASET_" + re.sub(r"[^A-Z0-9]", "_", name.upper())
+def blob_relpath(sha256: str) -> str:
+    """Where the blob ``sha256`` (hex) lies below the dataset store: the server writes it
+    there, nodes read it there."""
+    return f"blobs/{sha256[:2]}/{sha256}"
 
 
 # -- read models -----------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from gpupool.domain.code import REF_EXAMPLE, is_ref
+from gpupool.domain.datasetrefs import DatasetUse, check_uses
 from gpupool.domain.dependencies import MAX_DEPENDENCIES, Dependency
 from gpupool.domain.text import STORABLE, Text, is_stored, stored_context
 from gpupool.domain.units import parse_bytes
@@ -32,6 +33,7 @@ MAX_GPU_TYPE_LENGTH = 64
 MAX_RUNTIME_SECONDS = 90 * 86400.0
 MAX_NODES = 256  # tasks of one job over several nodes
 MAX_BYTES = 1024**6  # 1 EiB: beyond any node, and small enough for every number type used
+MAX_DATASETS = 16  # datasets one job may read
 
 
 class JobStatus(StrEnum):
@@ -336,6 +338,15 @@ class JobSpec(BaseModel):
         "it is cancelled (DependencyNeverSatisfied) when one ends so that it never can start",
         examples=[["afterok:12"], [{"job": "prep", "condition": "afterany"}]],
     )
+    datasets: list[DatasetUse] = Field(
+        default_factory=list,
+        max_length=MAX_DATASETS,
+        description="datasets of the job's team it reads: NAME, NAME:VERSION, NAME:/MOUNT or "
+        "NAME:VERSION:/MOUNT (or objects). The version (the latest when none is given) is "
+        "recorded at submit; the job sees exactly it, read-only, at /datasets/NAME unless a "
+        "mount is given, and GPUPOOL_DATASET_<NAME> says where",
+        examples=[["imagenet:3", "captions:/data/captions"]],
+    )
 
     @field_validator("version")
     @classmethod
@@ -350,6 +361,11 @@ class JobSpec(BaseModel):
         if not value[0].strip():
             raise ValueError("the command is empty: give the program to run, e.g. -- python x.py")
         return value
+
+    @field_validator("datasets")
+    @classmethod
+    def _dataset_mounts(cls, value: list[DatasetUse]) -> list[DatasetUse]:
+        return check_uses(value)
 
     @field_validator("code")
     @classmethod

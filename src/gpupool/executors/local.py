@@ -30,10 +30,12 @@ from typing import Any
 import psutil
 
 from gpupool.domain.code import CodeLimits
+from gpupool.domain.datasetrefs import env_name
 from gpupool.domain.endpoints import Endpoint
 from gpupool.domain.isolation import IsolationStatus
 from gpupool.errors import GpupoolError
 from gpupool.executors import code as archives
+from gpupool.executors import datasets as node_datasets
 from gpupool.executors import images, outputs
 from gpupool.executors.base import Executor, Handle, LaunchError, listening
 from gpupool.executors.environments import NodeEnvironments
@@ -103,8 +105,11 @@ class LocalExecutor(Executor):
         socket_listeners: bool = True,
         environments: NodeEnvironments | None = None,
         image_cache: Path | None = None,
+        dataset_cache: Path | None = None,
     ) -> None:
         self.jobs_dir = Path(jobs_dir)
+        # where this node keeps the dataset versions its jobs read (executors.datasets)
+        self.dataset_cache = dataset_cache or self.jobs_dir.parent / "dataset-cache"
         # where this node keeps the images' trees (the server's own, on its machine)
         self.image_cache = image_cache or self.jobs_dir.parent / "images" / "roots"
         self.environments = environments
@@ -234,6 +239,8 @@ class LocalExecutor(Executor):
             tenancy = self._isolation.runner_spec(task, [output_dir, checkpoint_dir])
             if "sandbox" in tenancy and "PATH" not in task.env and image is None:
                 env["PATH"] = self._isolation.job_path(env.get("PATH", ""))
+        if task.datasets:
+            self._show_datasets(task, env, tenancy)
         try:
             for directory in (attempt_dir, checkpoint_dir, output_dir):
                 Path(directory).mkdir(parents=True, exist_ok=True)
@@ -327,6 +334,29 @@ class LocalExecutor(Executor):
                 reason="invalid_task",
             )
         return self.jobs_dir.parent / WORKSPACES / user
+
+    def _show_datasets(self, task: TaskSpec, env: dict[str, str], tenancy: dict[str, Any]) -> None:
+        """Each dataset version the job reads, materialised once in this node's cache
+        (``executors.datasets``) and shown read-only at its mount path by the sandbox;
+        unsandboxed, the job is given the cache's own path. GPUPOOL_DATASET_<NAME> says
+        where it is."""
+        sandbox = tenancy.get("sandbox")
+        mounts = []
+        for use in task.datasets:
+            label = f"{use['name']}:{use['version']}"
+            try:
+                path = node_datasets.materialise(use, self.dataset_cache)
+            except node_datasets.DatasetMissing as e:
+                message = f"the dataset {label} is missing from the dataset store"
+                raise LaunchError(
+                    f"{message}: {e}", user_message=message, reason="dataset_missing"
+                ) from e
+            except OSError as e:
+                raise _io_error(e, f"cannot materialise the dataset {label}: {e}") from e
+            env[env_name(use["name"])] = use["mount"] if sandbox is not None else str(path)
+            mounts.append([str(path), use["mount"]])
+        if sandbox is not None:
+            sandbox["mounts"] = mounts
 
     def _unpack_code(self, task: TaskSpec) -> Path:
         """The job's code snapshot, unpacked under its directory (once: see ``unpack_once``),

@@ -82,6 +82,11 @@ class TaskSpec:
     # "isolated": a network namespace of its own, reached only through its runner's socket
     # (executors.listening); "host": the node's network (a gang over several nodes)
     network: str = "host"
+    # the datasets it reads (JobSpec.datasets, resolved): each {"name", "version", "mount",
+    # "manifest" (hex), "store" (the dataset store, where the node reads the blobs)}; the
+    # node materialises each version once into its cache (executors.datasets) and the
+    # sandbox shows it read-only at "mount"
+    datasets: tuple[dict[str, Any], ...] = ()
 
     @property
     def in_gang(self) -> bool:

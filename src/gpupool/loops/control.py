@@ -69,6 +69,7 @@ class Control:
             code_archive=partial(code_archive_path, settings),
             model_archive=partial(model_archive_path, settings.models_dir),
             environment=environments.launch_lookup(db),
+            datasets_store=settings.datasets_dir,
             image_layout=partial(image_layout, settings),
         )
         stops = Stops(db, clock, executor, actives)

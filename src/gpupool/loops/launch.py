@@ -102,6 +102,8 @@ class TaskMaker:
     model_archive: Callable[[str], Path]
     # a job's recorded environment (NAME@sha256:<hex>) -> what its task carries to the node
     environment: Callable[[str], dict[str, Any]] | None = None
+    # the dataset store (where a node reads the blobs of the datasets a job reads)
+    datasets_store: Path | None = None
 
     # a container image's digest -> where the server keeps it (an OCI layout)
     image_layout: Callable[[str], Path] | None = None
@@ -136,12 +138,21 @@ class TaskMaker:
             model_archive=str(self.model_archive(spec.model)) if spec.model else None,
             image=self.image_of(spec.image_digest) if spec.image_digest else None,
             environment=self.environment_of(spec.environment) if spec.environment else None,
+            datasets=self.datasets_of(spec),
         )
 
     def image_of(self, digest: str) -> dict[str, Any]:
         """What the node needs of the job's image (``TaskSpec.image``)."""
         layout = str(self.image_layout(digest)) if self.image_layout is not None else ""
         return {"digest": digest, "layout": layout}
+
+    def datasets_of(self, spec: JobSpec) -> tuple[dict[str, Any], ...]:
+        """What the node needs of each dataset the job reads (``TaskSpec.datasets``)."""
+        store = str(self.datasets_store or "")
+        return tuple(
+            {**use.model_dump(include={"name", "version", "mount", "manifest"}), "store": store}
+            for use in spec.datasets
+        )
 
     def environment_of(self, ref: str) -> dict[str, Any]:
         """What the node needs of the job's environment; ``error`` when it cannot be had

@@ -483,8 +483,10 @@ class SandboxPolicy:
     ``readwrite``: host paths an admin shares read-write with every job.
     ``hidden``: paths never shown, even below a path that is (the data directory).
     ``devices``: ``[host path, path inside]`` of each device node (the job's GPUs and the
-    NVIDIA control devices). ``mps_pipe_dir``: an MPS control daemon's directory, shown when
-    one runs. ``network``: the job's own network namespace or the node's
+    NVIDIA control devices). ``mounts``: ``[host path, path inside]`` of each directory shown
+    read-only somewhere else than where it is on the host (the dataset versions the job
+    reads, from the node's cache). ``mps_pipe_dir``: an MPS control daemon's directory,
+    shown when one runs. ``network``: the job's own network namespace or the node's
     (``NetworkPolicy``).
     """
 
@@ -496,6 +498,7 @@ class SandboxPolicy:
         "readwrite",
         "hidden",
         "devices",
+        "mounts",
         "network",
     )
 
@@ -509,6 +512,7 @@ class SandboxPolicy:
         self.readwrite: list[str] = _sandbox_paths(raw, "readwrite")
         self.hidden: list[str] = _sandbox_paths(raw, "hidden")
         self.devices: list[tuple[str, str]] = _devices(raw.get("devices"))
+        self.mounts: list[tuple[str, str]] = _mounts(raw.get("mounts"))
         self.network = NetworkPolicy(raw.get("network"))
 
 
@@ -689,6 +693,18 @@ def _devices(value: object) -> list[tuple[str, str]]:
     return [(host, inside) for host, inside in pairs]
 
 
+def _mounts(value: object) -> list[tuple[str, str]]:
+    pairs = value or []
+    if not isinstance(pairs, list) or not all(
+        isinstance(p, list)
+        and len(p) == 2
+        and all(isinstance(x, str) and x.startswith("/") and "\0" not in x for x in p)
+        for p in pairs
+    ):
+        raise SpecError("sandbox.mounts must be a list of [host path, path inside] pairs")
+    return [(host, inside) for host, inside in pairs]
+
+
 def _port(raw: dict[str, object], key: str) -> int | None:
     port = raw.get(key)
     if port is not None and (not isinstance(port, int) or not 0 < port < 65536):
@@ -767,6 +783,8 @@ def _is_id(value: object) -> bool:
 
 def _is_port(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 < value < 65536
+
+
 HOST_HELPERS = "/run/gpupool/host"  # in an image's sandbox: the host's setpriv and its libraries
 
 

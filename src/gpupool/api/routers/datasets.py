@@ -16,8 +16,8 @@ from pydantic import Field, model_validator
 from gpupool.api.access import Rule, allow
 from gpupool.api.deps import MAX_ID, PlatformDep
 from gpupool.api.schemas import Strict
+from gpupool.domain.datasetrefs import SHA256_PATTERN
 from gpupool.domain.datasets import (
-    SHA256_PATTERN,
     BlobView,
     DatasetDetailView,
     DatasetVersionView,

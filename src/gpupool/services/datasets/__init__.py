@@ -4,8 +4,8 @@ and its mutable volumes.
 Uploading blobs, planning and committing versions, making one from a job's outputs,
 listing, showing, resolving and deleting them (``_datasets``); the dataset store on disk
 (``_blobs``); what they need of the server beyond the core ports, the settings and the
-executor, in ``_ports``. It imports ``services.core``, ``identity`` (teams' storage quotas)
-and ``jobs`` (a version's source job, uploads' part files).
+executor, in ``_ports``. It imports ``services.core`` and ``identity`` (teams' storage
+quotas); ``jobs`` builds on it (a submit resolves and records the datasets a job reads).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from gpupool.services.datasets._blobs import blob_path
 from gpupool.services.datasets._datasets import (
     FromJob,
     NewVersion,
+    attach_uses,
     commit,
     delete_dataset,
     from_job,
@@ -23,6 +24,7 @@ from gpupool.services.datasets._datasets import (
     plan,
     receive_blob,
     resolve,
+    resolve_uses,
     show_dataset,
     show_version,
 )
@@ -31,6 +33,7 @@ __all__ = [
     "DATASET_INCOMING",
     "FromJob",
     "NewVersion",
+    "attach_uses",
     "blob_path",
     "commit",
     "delete_dataset",
@@ -40,6 +43,7 @@ __all__ = [
     "plan",
     "receive_blob",
     "resolve",
+    "resolve_uses",
     "show_dataset",
     "show_version",
 ]

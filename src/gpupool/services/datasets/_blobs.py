@@ -6,19 +6,24 @@ checked against the name it was sent under, flushed to the disk (fsync), renamed
 and its directory synced: only then is it recorded and acknowledged, so that an answered
 upload survives kill -9 of the server or a crash of the machine. Kept blobs are read-only
 (0444): nodes hard-link them into their caches, and the jobs' accounts read them there.
+Part files left by a crash are removed when the server starts (``sweep_leftovers``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
+import hashlib
 import os
+import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
+from types import TracebackType
 from typing import BinaryIO
 
 from gpupool.domain.units import format_bytes
-from gpupool.errors import BlobHashMismatch, DatasetTooLarge
-from gpupool.services.jobs import Incoming
+from gpupool.errors import BlobHashMismatch, DatasetTooLarge, StorageFull
 from gpupool.settings import Settings
 
 INCOMING = "incoming"  # blobs being received, below the dataset store
@@ -41,14 +46,88 @@ def too_large(size: int, settings: Settings) -> DatasetTooLarge:
     )
 
 
+class Incoming:
+    """One blob (or a job's packed outputs) being received: a private part file below the
+    store's ``incoming``, its SHA-256 and size so far; removed on exit unless published. (As
+    ``services.jobs``'s receptions, kept apart so that jobs may use datasets.)"""
+
+    def __init__(self, directory: Path, max_bytes: int, settings: Settings) -> None:
+        try:
+            directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+            fd, name = tempfile.mkstemp(prefix="blob-", suffix=".part", dir=directory)
+        except OSError as error:
+            raise disk_error(error) from error
+        self.path, self.size, self._max_bytes, self._settings = Path(name), 0, max_bytes, settings
+        self._file = os.fdopen(fd, "wb")
+        self._sha = hashlib.sha256()
+
+    def __enter__(self) -> Incoming:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        with contextlib.suppress(OSError):
+            self._file.close()
+        self.path.unlink(missing_ok=True)
+
+    def write(self, chunk: bytes) -> int:
+        self.size += len(chunk)
+        if self.size > self._max_bytes:
+            raise too_large(self.size, self._settings)
+        self._sha.update(chunk)
+        try:
+            return self._file.write(chunk)
+        except OSError as error:
+            raise disk_error(error) from error
+
+    def hexdigest(self) -> str:
+        return self._sha.hexdigest()
+
+    def finish(self) -> None:
+        """Every byte on the disk (fsync), before it is read back or kept."""
+        try:
+            self._file.flush()
+            os.fsync(self._file.fileno())
+            self._file.close()
+        except OSError as error:
+            raise disk_error(error) from error
+
+    def publish(self, final: Path) -> None:
+        """Rename into place, read-only, and sync the directory: once this returns, a crash
+        keeps it."""
+        try:
+            final.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            os.chmod(self.path, 0o444)
+            os.replace(self.path, final)
+            fd = os.open(final.parent, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as error:
+            raise disk_error(error) from error
+
+
+def disk_error(error: OSError) -> Exception:
+    """StorageFull for a full disk (507: the client may try again later); other errors as
+    they are (an operator's problem: the server's log has them)."""
+    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return StorageFull()
+    return RuntimeError(f"dataset storage failed: {error}")
+
+
+def incoming(settings: Settings, max_bytes: int | None = None) -> Incoming:
+    """A new part file below the store's ``incoming``."""
+    limit = settings.max_dataset_bytes if max_bytes is None else max_bytes
+    return Incoming(settings.datasets_dir / INCOMING, limit, settings)
+
+
 def _open(settings: Settings) -> Incoming:
-    return Incoming.open(
-        settings.datasets_dir / INCOMING,
-        prefix="blob",
-        max_bytes=settings.max_dataset_bytes,
-        too_large=lambda size: too_large(size, settings),
-        what="dataset storage",
-    )
+    return incoming(settings)
 
 
 async def receive(settings: Settings, chunks: AsyncIterator[bytes], expected: str) -> int:
@@ -111,11 +190,3 @@ def _keep(settings: Settings, incoming: Incoming, expected: str) -> None:
     final = blob_path(settings.datasets_dir, sha)
     if not final.exists():  # else the same bytes, kept already: the part is discarded on exit
         incoming.publish(final)
-    readable(final)
-
-
-def readable(path: Path) -> None:
-    """Make a kept blob 0444 (``Incoming.publish`` keeps it 0400): again each time it is
-    received, so that a crash between the two leaves no blob only the server reads."""
-    if path.stat().st_mode & 0o777 != 0o444:
-        os.chmod(path, 0o444)

@@ -35,8 +35,8 @@ from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
 from gpupool.domain.code import CodeLimits
+from gpupool.domain.datasetrefs import NAME_RULE, DatasetUse, is_dataset_name
 from gpupool.domain.datasets import (
-    NAME_RULE,
     DatasetDetailView,
     DatasetFileView,
     DatasetVersionSummary,
@@ -47,7 +47,6 @@ from gpupool.domain.datasets import (
     ManifestFile,
     ManifestTooLarge,
     UploadPlanView,
-    is_dataset_name,
     manifest_bytes,
     parse_manifest,
 )
@@ -68,10 +67,10 @@ from gpupool.errors import (
     NotFound,
     SourceJobNotEnded,
 )
-from gpupool.services import identity, jobs
+from gpupool.services import identity
 from gpupool.services.core import Principal, Reads
 from gpupool.services.datasets._blobs import (
-    INCOMING,
+    incoming,
     keep_bytes,
     keep_stream,
     read_blob,
@@ -79,7 +78,6 @@ from gpupool.services.datasets._blobs import (
     too_large,
 )
 from gpupool.services.datasets._ports import Copies, Stores
-from gpupool.services.jobs import Incoming
 from gpupool.settings import Settings
 from gpupool.store.models import (
     DatasetBlobModel,
@@ -276,7 +274,9 @@ def from_job(ctx: Copies, who: Principal, asked: FromJob) -> DatasetVersionView:
     except ValueError as problem:
         raise BadModelPath(f"{problem}: {BadModelPath.__doc__}", path=asked.path) from None
     with ctx.db.reader() as session:
-        job = jobs.get_job(session, who, asked.job_id)
+        job = session.get(JobModel, asked.job_id)
+        if job is None or not who.can_see_team(job.team_id):
+            raise NotFound(f"no job {asked.job_id}: list your jobs with 'gpupool ls'")
         who.require_member()
         if not who.can_act_on_team(job.team_id):
             raise NotFound(f"no job {asked.job_id}: list your jobs with 'gpupool ls'")
@@ -575,22 +575,16 @@ def _pack_into_blobs(ctx: Copies, job_id: int, node: str | None, path: str) -> l
         settings.max_dataset_bytes,
         settings.max_dataset_files,
     )
-    with Incoming.open(
-        settings.datasets_dir / INCOMING,
-        prefix="job",
-        max_bytes=limits.archive_bytes,
-        too_large=lambda size: too_large(size, settings),
-        what="dataset storage",
-    ) as incoming:
+    with incoming(settings, limits.archive_bytes) as packed:
         try:
-            ctx.executor.pack_outputs(job_id, node, path, limits, incoming)
+            ctx.executor.pack_outputs(job_id, node, path, limits, packed)
         except ModelTooLarge as over:
             raise DatasetTooLarge(
                 over.message.replace("model version", "dataset version")
             ) from None
-        incoming.finish()
+        packed.finish()
         files = []
-        with tarfile.open(incoming.path, mode="r:gz") as tar:
+        with tarfile.open(packed.path, mode="r:gz") as tar:
             for member in tar:
                 if not member.isfile():
                     continue  # directories: a manifest lists files only
@@ -600,3 +594,49 @@ def _pack_into_blobs(ctx: Copies, job_id: int, node: str | None, path: str) -> l
                 sha, size = keep_stream(settings, source)
                 files.append(ManifestFile(member.name, size, member.mode & 0o777, sha))
         return files
+
+
+# -- jobs that read datasets -------------------------------------------------------------------
+
+
+def resolve_uses(
+    session: Session, uses: list[DatasetUse], team_id: int, team: str
+) -> list[DatasetUse]:
+    """The job's datasets with their versions and manifests recorded (the latest version
+    when none is given), from the job's own team only: another team's dataset is answered
+    as one that does not exist."""
+    resolved = []
+    for use in uses:
+        row = _team_version(session, team_id, use.name, use.version)
+        if row is None:
+            which = f"{use.name}:{use.version}" if use.version else use.name
+            raise NotFound(
+                f"team {team} has no dataset {which}: a job reads its own team's datasets "
+                "('gpupool dataset ls --team TEAM' lists them)",
+                dataset=which,
+            )
+        resolved.append(use.model_copy(update={"version": row.number, "manifest": row.manifest}))
+    return resolved
+
+
+def attach_uses(session: Session, job_id: int, team_id: int, uses: list[DatasetUse]) -> None:
+    """Record which versions the job reads (what keeps them from being deleted under it)."""
+    for use in uses:
+        row = _team_version(session, team_id, use.name, use.version)
+        if row is not None:
+            session.add(DatasetUseModel(job_id=job_id, version_id=row.id, mount=use.mount or ""))
+
+
+def _team_version(
+    session: Session, team_id: int, name: str, version: int | None
+) -> DatasetVersionModel | None:
+    query = (
+        select(DatasetVersionModel)
+        .join(DatasetModel, DatasetModel.id == DatasetVersionModel.dataset_id)
+        .where(DatasetModel.team_id == team_id, DatasetModel.name == name)
+    )
+    if version is None:
+        query = query.order_by(DatasetVersionModel.number.desc())
+    else:
+        query = query.where(DatasetVersionModel.number == version)
+    return session.scalars(query.limit(1)).first()

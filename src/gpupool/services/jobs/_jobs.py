@@ -41,7 +41,7 @@ from gpupool.errors import (
 from gpupool.executors.isolation import protected_paths, within, workdir_conflict
 from gpupool.scheduler import infeasible_reason
 from gpupool.scheduler.types import NodeCapacity
-from gpupool.services import environments, identity
+from gpupool.services import datasets, environments, identity
 from gpupool.services.core import Principal, Reads, Submits, Tells
 from gpupool.services.jobs._views import attempt_view, event_view, job_view
 from gpupool.settings import Settings
@@ -194,6 +194,7 @@ def submit(
     session.add(job)
     session.flush()
     dependencies.attach(session, [job.id], resolved)
+    datasets.attach_uses(session, job.id, team.id, spec.datasets)
     record(session, job.id, now, Reason.SUBMITTED, submitted_message(principal, team))
     return job
 
@@ -222,6 +223,8 @@ def admit(
         )
     if spec.image is not None or spec.image_digest is not None:  # what it runs in, by digest
         spec.image_digest = _image_digest(session, spec, team, limits)
+    if spec.datasets:  # the versions it reads, from now on
+        spec.datasets = datasets.resolve_uses(session, spec.datasets, team.id, team.name)
     check_feasible(spec, nodes)
     return team
 
