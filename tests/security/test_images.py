@@ -7,13 +7,14 @@ tests/integration/api/test_images_api.py."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.support.images import ImageConfig, Registry, base_members, layer
-from tests.support.platform import make_settings, refused, running_app
+from tests.support.images import BUSYBOX, ImageConfig, Member, Registry, base_members, layer
+from tests.support.platform import make_settings, refused, running_app, wait_job
 
 IMAGES = "/api/v1/images"
 USERS = (("vic", "vision", "member"), ("val", "vision", "viewer"), ("ada", "audio", "member"))
@@ -107,6 +108,47 @@ def test_another_teams_member_cannot_run_a_job_in_it(world: dict) -> None:
     mine = client.post("/api/v1/jobs", json=body, headers=vic)
     assert mine.status_code == 201 and mine.json()["spec"]["image_digest"] == world["digest"]
     client.post(f"/api/v1/jobs/{mine.json()['id']}/cancel", headers=vic)
+
+
+def test_a_job_in_a_hostile_image_reaches_nothing_of_the_host(
+    world: dict, image_registry: Registry
+) -> None:
+    """Links out of the root resolve in the image's own root; a setuid file runs as the job's
+    account; the host's files and the server's data stay out of sight."""
+    client, vic = world["client"], world["headers"]["vic"]
+    hostile = layer(
+        [
+            Member("etc/host-passwd", "symlink", target="/etc/passwd"),
+            Member("up", "symlink", target="../../../../../.."),
+            Member("bin/suid-id", "hardlink", target="bin/busybox"),
+            Member("escape", "symlink", target=str(world["platform"].settings.data_dir)),
+        ]
+    )
+    setuid = layer(
+        [
+            Member("usr/bin", "dir", mode=0o755),
+            Member("usr/bin/id", data=BUSYBOX.read_bytes(), mode=0o4755),  # busybox's id
+        ]
+    )
+    ref = image_registry.push("vision/hostile", [layer(base_members()), hostile, setuid])
+    pulled = client.post(f"{IMAGES}/pull", json={"ref": ref}, headers=vic)
+    assert pulled.status_code == 201, pulled.text
+    script = (
+        "cat /etc/host-passwd; echo passwd=$?; ls /up/ | tr '\\n' ' '; echo;"
+        " echo escape: $(ls /escape/); echo uid=$(/usr/bin/id -u) mode=$(stat -c %a /usr/bin/id);"
+        " ls /usr/lib/python3* 2>&1"
+    )
+    body = {"command": ["sh", "-c", script], "image": ref}
+    job = client.post("/api/v1/jobs", json=body, headers=vic)
+    assert job.status_code == 201, job.text
+    done = wait_job(client, job.json()["id"])
+    text = client.get(f"/api/v1/jobs/{done['id']}/logs").json()["text"]
+    assert "root:" not in text and "passwd=1" in text  # the image has no /etc/passwd
+    assert "bin dev escape etc" in text  # '..' links end in the image's own root
+    # the data directory's path shows only the way to the job's own directories
+    assert "escape: jobs\n" in text
+    assert re.search(r"uid=[1-9][0-9]* mode=755", text), text  # setuid dropped: the job's uid
+    assert "No such file" in text  # no host Python
 
 
 def _user(admin: TestClient, name: str, team: str, role: str) -> dict[str, str]:

@@ -394,6 +394,17 @@ class JobSpec(BaseModel):
         return cls.model_validate(data, context=stored_context())
 
     @model_validator(mode="after")
+    def _image_alone(self) -> JobSpec:
+        """A Python environment is built for the node's system, not for an image's."""
+        if self.image is not None and self.environment is not None:
+            raise PydanticCustomError(
+                "invalid_request",
+                "a job runs in a container image (image, --image) or with a Python environment "
+                "(environment), not both: install the packages into the image, or leave it out",
+            )
+        return self
+
+    @model_validator(mode="after")
     def _code_or_workdir(self) -> JobSpec:
         """The code snapshot is the job's working directory, so a job has one or the other."""
         if self.code is not None and self.workdir:

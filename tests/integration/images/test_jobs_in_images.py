@@ -78,5 +78,8 @@ def test_unknown_images_and_a_digest_given_by_hand_are_refused(
     client, _, ref = app
     body = {"command": ["true"], "image": "nobody/holds:this"}
     refused(client.post("/api/v1/jobs", json=body), 404, "image_not_found")
+    both = {"command": ["true"], "image": ref, "environment": "torch"}
+    error = refused(client.post("/api/v1/jobs", json=both), 422, "invalid_request")
+    assert "not both" in error["message"]
     forged = {"command": ["true"], "image_digest": "sha256:" + "0" * 64}
     refused(client.post("/api/v1/jobs", json=forged), 422, "invalid_request")
