@@ -64,6 +64,14 @@ class Network(StrEnum):
     HOST = "host"
 
 
+class RunOutput(StrEnum):
+    """What ``gpupool run -o`` takes: a dry run's document may be printed as YAML too."""
+
+    TABLE = "table"
+    JSON = "json"
+    YAML = "yaml"
+
+
 class Launcher(StrEnum):
     """What each node of a job over several nodes starts (JobSpec.launcher)."""
 
@@ -443,7 +451,23 @@ def run(
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="Wait, stream the log, exit with the job's code.")
     ] = False,
-    output: OutputOption = Output.TABLE,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="Check the job on the server and submit nothing; print it as a job file's "
+            "document (-o yaml, the default, or json) for gpupool apply -f.",
+        ),
+    ] = False,
+    output: Annotated[
+        RunOutput,
+        typer.Option(
+            "--output",
+            "-o",
+            help="table (default) or json; with --dry-run, yaml (default) or json.",
+            case_sensitive=False,
+        ),
+    ] = RunOutput.TABLE,
 ) -> None:
     """Submit a job: gpupool run --gpus 1 -- python train.py. Prints the job id.
 
@@ -492,9 +516,17 @@ def run(
         spec["environment"] = environment
     if image is not None:
         spec["image"] = image
+    if (dry_run and follow) or (output == RunOutput.YAML and not dry_run):
+        raise typer.BadParameter(
+            "--dry-run submits nothing to follow; -o yaml prints a dry run's document",
+            param_hint="'--dry-run'",
+        )
     with connect() as client:
         if code:
             spec["code"] = send_code(client, directory)
+        if dry_run:
+            print_dry_run(client, spec, array, output)
+            return
         job = client.submit(spec, array)
         if array is not None and output != Output.JSON:
             err.print(f"[dim]array {job['id']}: {escape(array_submitted(job))}[/dim]")
@@ -506,6 +538,28 @@ def run(
             typer.echo(job["id"])
         if follow:
             raise typer.Exit(follow_until_end(client, job))
+
+
+def job_document(spec: dict[str, Any], array: str | None) -> dict[str, Any]:
+    """The job file's document of a job that ``gpupool run`` would submit."""
+    body = dict(spec)
+    name = body.pop("name", None)
+    if array is not None:
+        body["array"] = {"indexes": array}
+    document: dict[str, Any] = {"apiVersion": "gpupool/v1", "kind": "Job"}
+    if name is not None:
+        document["metadata"] = {"name": name}
+    return document | {"spec": body}
+
+
+def print_dry_run(client: Client, spec: dict[str, Any], array: str | None, output: str) -> None:
+    """Check the job on the server (a dry run of its job file) and print the document as
+    the server read it: what ``gpupool apply -f`` takes to submit the same job."""
+    from gpupool.cli.jobfiles import dump
+
+    answer = client.apply([job_document(spec, array)], dry_run=True)
+    fmt = "json" if output == RunOutput.JSON else "yaml"
+    sys.stdout.write(dump([answer["documents"][0]["document"]], fmt))
 
 
 def _gang_fields(
