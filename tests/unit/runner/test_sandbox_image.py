@@ -38,12 +38,16 @@ def image_root(tmp_path: Path) -> Path:
 
 
 def argv_of(
-    tmp_path: Path, image: ImageSpec, account: dict[str, object] | None = None
+    tmp_path: Path,
+    image: ImageSpec,
+    account: dict[str, object] | None = None,
+    **fields: object,
 ) -> list[str]:
     data = tmp_path / "data"
     outputs = data / "jobs" / "1" / "outputs"
     outputs.mkdir(parents=True, exist_ok=True)
-    policy = SandboxPolicy({"bwrap": "/usr/bin/bwrap", "readonly": [], "hidden": [str(data)]})
+    raw = {"bwrap": "/usr/bin/bwrap", "readonly": [], "hidden": [str(data)], **fields}
+    policy = SandboxPolicy(raw)
     return bwrap_argv(policy, ["true"], "/srv", [str(outputs)], account, 3, 4, image=image)
 
 
@@ -108,3 +112,14 @@ def test_without_gpus_or_an_account_nothing_of_the_host_is_shown(tmp_path: Path)
             ImageSpec(image_json(root=str(root), workdir="", libraries=[])),
             {"uid": 1, "gid": 1},
         )
+
+
+def test_a_dataset_mounted_inside_a_directory_of_the_image_splits_it(tmp_path: Path) -> None:
+    root = image_root(tmp_path)
+    version = tmp_path / "cache" / "v1"
+    version.mkdir(parents=True)
+    image = ImageSpec(image_json(root=str(root), workdir="", libraries=[]))
+    argv = argv_of(tmp_path, image, mounts=[[str(version), "/srv/data"]])
+    text = " ".join(argv)
+    assert f"--ro-bind {root}/srv /srv" not in text and "--dir /srv" in text
+    assert f"--ro-bind {version} /srv/data" in text
