@@ -222,7 +222,7 @@ class JobModel(Base):
         Index(
             "ix_jobs_waiting",
             "id",
-            sqlite_where=text("waiting"),
+            sqlite_where=text("waiting = 1"),  # as SQLAlchemy writes waiting == True there
             postgresql_where=text("waiting"),
         ),
     )

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import Select, func, insert, select, update
 from sqlalchemy.orm import Session, aliased
 
 from gpupool.domain.dependencies import (
@@ -39,6 +39,9 @@ from gpupool.errors import AmbiguousDependency, UnknownDependency
 from gpupool.store.models import EventModel, JobDependencyModel, JobModel
 
 FINAL = tuple(s.value for s in FINAL_STATUSES)
+# compared as ``waiting == WAITING``, which SQLite writes ``waiting = 1``: the predicate of the
+# partial index ix_jobs_waiting, so that it finds the waiting jobs without a scan of all
+WAITING = True
 
 
 @dataclass(frozen=True)
@@ -144,11 +147,11 @@ class Step:
     message: str = ""
 
 
-def plan(session: Session) -> list[Step]:
-    """What the waiting jobs' dependencies call for now (a read: one query, over the waiting
-    jobs only, which the partial index finds); empty when nothing changes."""
+def _waiting_rows() -> Select[Any]:
+    """Each waiting job (with its status and message) and each of its dependencies' jobs
+    (id, name, status), by job: the waiting jobs found through the partial index."""
     waiter, dep = aliased(JobModel), aliased(JobModel)
-    rows = session.execute(
+    return (
         select(
             waiter.id,
             waiter.status,
@@ -161,9 +164,18 @@ def plan(session: Session) -> list[Step]:
         .select_from(waiter)
         .outerjoin(JobDependencyModel, JobDependencyModel.job_id == waiter.id)
         .outerjoin(dep, dep.id == JobDependencyModel.depends_on_id)
-        .where(waiter.waiting)
+        .where(waiter.waiting == WAITING)
         .order_by(waiter.id, dep.id)
-    ).all()
+    )
+
+
+WAITING_ROWS = _waiting_rows()
+
+
+def plan(session: Session) -> list[Step]:
+    """What the waiting jobs' dependencies call for now (a read: one query, over the waiting
+    jobs only, which the partial index finds); empty when nothing changes."""
+    rows = session.execute(WAITING_ROWS).all()
     by_job: dict[int, list[Any]] = defaultdict(list)
     for row in rows:
         by_job[row.id].append(row)
@@ -195,7 +207,7 @@ def carry_out(session: Session, steps: Sequence[Step], now: float) -> Settled:
         elif step.action == "tell":
             session.execute(
                 update(JobModel)
-                .where(JobModel.id == step.job_id, JobModel.waiting)
+                .where(JobModel.id == step.job_id, JobModel.waiting == WAITING)
                 .values(message=step.message)
             )
         elif step.action == "forget":
@@ -238,7 +250,7 @@ def _met_message(deps: Sequence[Any]) -> str:
 def _release(session: Session, job_id: int, now: float, message: str) -> bool:
     done = session.execute(
         update(JobModel)
-        .where(JobModel.id == job_id, JobModel.waiting, JobModel.status == "pending")
+        .where(JobModel.id == job_id, JobModel.waiting == WAITING, JobModel.status == "pending")
         .values(waiting=False, reason=Reason.QUEUED.value, message=message)
     )
     if done.rowcount:

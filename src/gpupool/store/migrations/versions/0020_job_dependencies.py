@@ -17,7 +17,9 @@ down_revision = "0019"
 branch_labels = None
 depends_on = None
 
-WAITING = sa.text("waiting")
+# SQLite uses a partial index only for a query whose terms match its own: the services ask
+# for waiting == True, which SQLite's dialect writes waiting = 1
+SQLITE_WAITING, POSTGRESQL_WAITING = sa.text("waiting = 1"), sa.text("waiting")
 
 
 def upgrade() -> None:
@@ -26,7 +28,11 @@ def upgrade() -> None:
             sa.Column("waiting", sa.Boolean(), nullable=False, server_default=sa.false())
         )
     op.create_index(
-        "ix_jobs_waiting", "jobs", ["id"], sqlite_where=WAITING, postgresql_where=WAITING
+        "ix_jobs_waiting",
+        "jobs",
+        ["id"],
+        sqlite_where=SQLITE_WAITING,
+        postgresql_where=POSTGRESQL_WAITING,
     )
     op.create_table(
         "job_dependencies",
