@@ -10,8 +10,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from gpupool.domain.arrays import ArraySpec
-from gpupool.domain.jobs import JobSpec, Role
+from gpupool.domain.jobfiles import JobBody
+from gpupool.domain.jobs import Role
 from gpupool.domain.text import STORABLE, Text
 from gpupool.services.identity import Quota
 
@@ -30,20 +30,9 @@ class ErrorOut(BaseModel):
     error: ErrorDetail
 
 
-class JobSubmit(JobSpec):
-    """A job to queue; with ``array``, a job array: one task (a job of its own) per index."""
-
-    array: ArraySpec | None = Field(
-        default=None,
-        description="queue one task per index, as sbatch --array does; each task sees "
-        "GPUPOOL_ARRAY_ID, GPUPOOL_ARRAY_INDEX and GPUPOOL_ARRAY_TASK_COUNT",
-        examples=[{"indexes": "0-999%50"}, {"indexes": [1, 3, 5], "max_running": 2}],
-    )
-
-    def job_spec(self) -> JobSpec:
-        """The spec of the job (of each task), as validated, without ``array``."""
-        values = {name: getattr(self, name) for name in JobSpec.model_fields}
-        return JobSpec.model_construct(self.model_fields_set - {"array"}, **values)
+class JobSubmit(JobBody):
+    """A job to queue; with ``array``, a job array: one task (a job of its own) per index.
+    The same body as a job file's Job document (``domain.jobfiles.JobBody``)."""
 
 
 GpuModelKey = Annotated[
