@@ -564,6 +564,14 @@ class ImageInUse(Conflict):
     code = "image_in_use"
 
 
+class ImagesUnavailable(ClientError):
+    """This server cannot fetch or unpack images: skopeo and umoci are not installed on it
+    (scripts/install-system-deps.sh serve installs them); ask an admin."""
+
+    status = 503
+    code = "images_unavailable"
+
+
 class ImageNeedsSandbox(Conflict):
     """A job runs in an image only in a sandbox, and this server runs jobs unsandboxed
     (GPUPOOL_ISOLATION=off): run it without --image, or ask an admin to turn isolation on."""

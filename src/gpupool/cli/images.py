@@ -14,7 +14,8 @@ from gpupool.cli.output import CliError, Output, escape, memory, new_table, out,
 from gpupool.client import Client
 
 image_app = typer.Typer(
-    help="Container images: pull, import, list and remove your teams' images.",
+    help="Container images: pull from a registry the site allows, import an archive, list "
+    "and remove your teams' images; run a job in one with gpupool run --image.",
     no_args_is_help=True,
 )
 FETCH_TIMEOUT_S = 3600.0  # the server answers once the image is fetched and unpacked

@@ -208,6 +208,16 @@ def test_a_hard_link_out_of_the_image_is_refused(
     assert all(client.get(f"{IMAGES}/sha256:{hexdigest}").status_code == 200 for hexdigest in kept)
 
 
+def test_a_server_without_skopeo_says_what_to_install(
+    app: tuple[TestClient, Platform], base: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client, _ = app
+    monkeypatch.setenv("PATH", "/nonexistent")
+    error = refused(pull(client, base), 503, "images_unavailable")
+    assert "skopeo and umoci not installed" in error["message"]
+    assert "install-system-deps.sh" in error["message"]
+
+
 def _job_in(platform: Platform, digest: str, status: str) -> int:
     """A job of the default team recorded as running in the image ``digest``."""
     now = platform.clock.now()

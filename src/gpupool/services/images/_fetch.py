@@ -19,7 +19,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpupool.errors import BadImageArchive, ImagePullFailed
+from gpupool.errors import BadImageArchive, ImagePullFailed, ImagesUnavailable
 from gpupool.executors import images as node_images
 from gpupool.executors.images import ImageConfig, ImageError
 
@@ -47,6 +47,12 @@ def fetch(
     """Copy ``source`` (a skopeo transport: ``docker://...``, ``oci-archive:FILE``...) into
     the store and unpack it for this node; ``failed`` (an error class) is raised with
     skopeo's or umoci's message when it cannot be."""
+    missing = [tool for tool in ("skopeo", "umoci") if shutil.which(tool) is None]
+    if missing:
+        raise ImagesUnavailable(
+            f"{' and '.join(missing)} not installed on the server: "
+            + (ImagesUnavailable.__doc__ or "").split(": ", 1)[-1].strip()
+        )
     incoming = store / INCOMING
     incoming.mkdir(parents=True, exist_ok=True, mode=0o700)
     work = Path(tempfile.mkdtemp(prefix="fetch-", dir=incoming))
@@ -61,7 +67,7 @@ def fetch(
         except subprocess.TimeoutExpired:
             raise failed(f"fetching the image took over {timeout:.0f} s: try again later") from None
         except OSError as e:
-            raise RuntimeError(f"skopeo could not run: {e}") from e
+            raise ImagesUnavailable(f"skopeo could not run: {e}") from e
         if done.returncode != 0:
             raise failed(f"{_last_line(done.stderr or done.stdout)}: {failed.__doc__}")
         try:
