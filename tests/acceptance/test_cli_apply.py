@@ -127,3 +127,30 @@ def test_set_and_json_output(admin: Cli, tmp_path: Path) -> None:
     assert admin.ok("logs", str(job_id)) == "two\n"
     bad = admin("apply", "-f", str(file), "--set", "nosuch/priority=1")
     assert bad.returncode == 2 and "no document is named 'nosuch'" in bad.stderr
+
+
+def test_code_written_as_a_directory_is_sent_and_output_applies_again(
+    admin: Cli, tmp_path: Path
+) -> None:
+    project = tmp_path / "project"
+    (project / "src").mkdir(parents=True)
+    (project / "src" / "data.txt").write_text("sent along\n")
+    file = project / "job.yaml"
+    file.write_text(
+        "apiVersion: gpupool/v1\nkind: Job\nmetadata: {name: coded}\n"
+        "spec:\n  command: [cat, data.txt]\n  code: src\n"
+    )
+    made = admin("apply", "-f", str(file), "-o", "yaml")
+    assert made.returncode == 0, made.stderr
+    assert "sent " in made.stderr and "1 file" in made.stderr
+    assert "code: sha256:" in made.stdout and "status:" in made.stdout
+    again = admin("apply", "-f", "-", "--dry-run", stdin=made.stdout)  # status is not sent
+    assert again.returncode == 0, again.stderr
+    [document] = json.loads(admin.ok("apply", "-f", str(file), "--dry-run", "-o", "json"))
+    assert document["spec"]["code"].startswith("sha256:")
+    job_id = int(made.stdout.split("id: ")[1].split()[0])
+    assert ended(admin, job_id)["status"] == "succeeded"
+    assert admin.ok("logs", str(job_id)) == "sent along\n"
+    missing = tmp_path / "missing.yaml"
+    missing.write_text("apiVersion: gpupool/v1\nkind: Job\nspec: {command: [ls], code: nope}\n")
+    assert refused(admin("apply", "-f", str(missing)), "bad_job_file")

@@ -84,8 +84,33 @@ def load_documents(text: str, name: str) -> list[Loaded]:
                 f"{where}: document {index + 1} is not a mapping: write apiVersion, kind, "
                 "metadata and spec (see gpupool apply --help)",
             )
-        loaded.append(Loaded(plain(node), node))
+        data = plain(node)
+        data.pop("status", None)  # what apply -o printed of a made document: not sent back
+        loaded.append(Loaded(data, node))
     return loaded
+
+
+def send_codes(client: Any, documents: list[Loaded], base: Path) -> None:
+    """A Job's ``spec.code`` written as a directory (``code: .``, ``code: ../src``; relative
+    to the file's directory) is packed and sent, as ``gpupool run --code`` sends one, and
+    replaced by the snapshot's ref."""
+    from gpupool.cli.jobs import send_code
+
+    for doc in documents:
+        spec = doc.data.get("spec")
+        if str(doc.data.get("kind", "")).lower() != "job" or not isinstance(spec, dict):
+            continue
+        code = spec.get("code")
+        if not isinstance(code, str) or code.startswith("sha256:"):
+            continue
+        directory = (base / code).resolve()
+        if not directory.is_dir():
+            raise CliError(
+                "bad_job_file",
+                f"spec.code: {code} is not a directory (relative to {base}): give the "
+                "directory to send, or a snapshot's sha256: ref",
+            )
+        spec["code"] = send_code(client, str(directory))
 
 
 def plain(node: Any) -> Any:
@@ -285,7 +310,9 @@ def apply(
     text, name = read_source(file)
     documents = load_documents(text, name)
     apply_sets(documents, set_ or [])
+    base = Path.cwd() if file == SOURCE_STDIN else Path(file).resolve().parent
     with connect() as client:
+        send_codes(client, documents, base)
         try:
             answer = client.apply([d.data for d in documents], dry_run=dry_run)
         except ApiError as error:
