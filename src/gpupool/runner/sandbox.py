@@ -158,7 +158,8 @@ def image_targets(
     directories, what an admin shares, devices, driver libraries, the runner's files."""
     targets = ["/proc", "/dev", "/tmp", CGROUP_ROOT, os.path.dirname(SANDBOX_ENV_FILE)]
     targets += [*policy.readonly, *policy.readwrite, *job_dirs, *readonly]
-    targets += [inside for _, inside in [*policy.devices, *policy.mounts, *image.libraries]]
+    # [1]: where each is shown (a mount is (host, inside) or (host, inside, read-write))
+    targets += [shown[1] for shown in [*policy.devices, *policy.mounts, *image.libraries]]
     if image.workdir and not _is_directory(image.root, image.workdir):
         targets.append(image.workdir)  # made empty, as docker does for a missing WorkingDir
     return [os.path.normpath(t) for t in targets]
