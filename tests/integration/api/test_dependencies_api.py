@@ -147,7 +147,8 @@ def test_unknown_ambiguous_and_repeated_dependencies_are_refused(client: TestCli
     error = refused(client.post("/api/v1/jobs", json=body), 422, "ambiguous_dependency")
     assert "2 jobs named 'twin'" in error["message"]
     body = {"command": ["true"], "depends_on": [first["id"], f"afterany:{first['id']}"]}
-    refused(client.post("/api/v1/jobs", json=body), 422, "unknown_dependency")
+    error = refused(client.post("/api/v1/jobs", json=body), 422, "invalid_request")
+    assert f"names job {first['id']} (twin) twice" in error["message"]
     body = {"command": ["true"], "depends_on": ["afterwards:1"]}
     refused(client.post("/api/v1/jobs", json=body), 422, "invalid_request")
     for job in (first, second):

@@ -35,7 +35,7 @@ from gpupool.domain.dependencies import (
     waiting_message,
 )
 from gpupool.domain.jobs import FINAL_STATUSES, JobSpec, JobStatus, Reason
-from gpupool.errors import AmbiguousDependency, UnknownDependency
+from gpupool.errors import AmbiguousDependency, InvalidRequest, UnknownDependency
 from gpupool.store.models import EventModel, JobDependencyModel, JobModel
 
 FINAL = tuple(s.value for s in FINAL_STATUSES)
@@ -57,7 +57,7 @@ class Resolved:
 def resolve(session: Session, team_id: int, deps: Sequence[Dependency]) -> list[Resolved]:
     """Each dependency's job among the team's jobs (by id, or the newest of its name);
     UnknownDependency for one that is not a job of the team, AmbiguousDependency for a name
-    that several jobs not ended bear, InvalidRequest-like refusal of the same job twice."""
+    that several jobs not ended bear, InvalidRequest for the same job named twice."""
     found: list[Resolved] = []
     for dep in deps:
         row = _by_id(session, team_id, dep.job) if isinstance(dep.job, int) else None
@@ -71,7 +71,7 @@ def resolve(session: Session, team_id: int, deps: Sequence[Dependency]) -> list[
                 fields=[{"field": "depends_on", "message": f"unknown job {dep.job}"}],
             )
         if any(r.job_id == row.id for r in found):
-            raise UnknownDependency(
+            raise InvalidRequest(
                 f"depends_on names {label(row.id, row.name)} twice: name each job once, "
                 "with the one condition it must meet",
                 fields=[{"field": "depends_on", "message": f"job {row.id} twice"}],
