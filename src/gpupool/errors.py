@@ -511,6 +511,13 @@ class VolumeExists(Conflict):
     code = "volume_exists"
 
 
+class VolumeInUse(Conflict):
+    """Jobs that have not ended mount this volume: wait for them, or cancel them, then
+    delete it."""
+
+    code = "volume_in_use"
+
+
 class ImageNotFound(NotFound):
     """No such image that you can use: list them with 'gpupool image ls', or pull it with
     'gpupool image pull REF' (import an archive with 'gpupool image import FILE.tar')."""

@@ -59,7 +59,9 @@ def test_create_a_dataset_from_a_directory_then_a_changed_copy(
     assert admin.ok("dataset", "rm", "corpus:1").strip() == "deleted corpus:1"
     assert refused(admin("dataset", "show", "corpus:1"), "not_found")
     assert refused(admin("dataset", "show", "corpus:x"), "invalid_version")
-    assert refused(admin("dataset", "create", "bad name", "--from", str(data)), "invalid_dataset_name")
+    assert refused(
+        admin("dataset", "create", "bad name", "--from", str(data)), "invalid_dataset_name"
+    )
     assert refused(
         admin("dataset", "create", "x", "--from", str(tmp_path / "none")), "not_a_directory"
     )
@@ -74,3 +76,27 @@ def test_create_a_dataset_from_a_jobs_outputs(pool: ServerProcess, admin: Cli) -
 
     assert (made["version"], made["file_count"], made["source_job_id"]) == (1, 1, job_id)
     assert refused(admin("dataset", "create", "outs", "--path", "out"), "invalid_request")
+
+
+def test_a_job_run_with_a_dataset_and_a_volume(
+    pool: ServerProcess, admin: Cli, tmp_path: Path
+) -> None:
+    (tmp_path / "in.txt").write_text("input\n")
+    admin.ok("dataset", "create", "inputs", "--from", str(tmp_path / "in.txt"))
+    made = admin.ok("volume", "create", "work", "--size", "1G")
+    script = 'cat "$GPUPOOL_DATASET_INPUTS/in.txt" > /vol/copy.txt && cat /vol/copy.txt'
+
+    job_id = admin.submit("--dataset", "inputs", "--volume", "work:/vol", "--", "sh", "-c", script)
+
+    assert made.strip() == "volume work (team default)"
+    assert ended(pool, job_id) == "succeeded", admin.ok("logs", str(job_id))
+    assert admin.ok("logs", str(job_id)).strip() == "input"
+    spec = admin.job(job_id)["spec"]
+    assert spec["datasets"][0]["version"] == 1 and spec["volumes"][0]["mount"] == "/vol"
+    listed = admin.json("volume", "ls")
+    assert [(v["name"], v["size_limit_bytes"]) for v in listed] == [("work", 10**9)]
+    assert admin.ok("volume", "rm", "work").strip() == "deleted volume work"
+    assert refused(admin("volume", "rm", "work"), "not_found")
+    assert refused(admin("volume", "create", "x", "--size", "lots"), "invalid_size")
+    bad = admin("run", "--dataset", "nothing", "--", "true")
+    assert refused(bad, "not_found")

@@ -22,8 +22,6 @@ from typing import Any
 
 import httpx
 import pytest
-
-from gpupool.api.access import Rule
 from tests.support.access_matrix import (
     ADMIN,
     ANONYMOUS,
@@ -46,6 +44,8 @@ from tests.support.access_matrix import (
     routes_of_a_new_app,
     running_world,
 )
+
+from gpupool.api.access import Rule
 
 
 class Outcome(Enum):
@@ -151,6 +151,10 @@ def _dataset(world: World, _who: Identity) -> Target:
 
 def _fresh_dataset(world: World, _who: Identity) -> Target:
     return Target({"name": world.fresh_dataset(), "version": 1}, team_owned=True)
+
+
+def _fresh_volume(world: World, _who: Identity) -> Target:
+    return Target({"name": world.fresh_volume()}, team_owned=True)
 
 
 def _dataset_blob(world: World, _who: Identity) -> Target:
@@ -263,6 +267,7 @@ PARAMS: dict[str, Factory] = {
     "/api/v1/datasets/{name}/versions": _dataset,
     "/api/v1/datasets/{name}/versions/{version}": _fresh_dataset,
     "/api/v1/dataset-blobs/{sha256}": _dataset_blob,
+    "/api/v1/volumes/{name}": _fresh_volume,  # GET, and DELETE (a fresh one each call)
     "/api/v1/images/{name}": _fresh_image,  # GET, and DELETE (a fresh one each call)
     "/api/v1/deployments/{name}": _deployment,
     "/api/v1/deployments/{name}/scale": _deployment,
@@ -322,6 +327,7 @@ BODIES: dict[str, Factory] = {
         "team": OWNERS,
     },
     "PUT /api/v1/dataset-blobs/{sha256}": lambda world, _who: world.DATASET_FILE,
+    "POST /api/v1/volumes": lambda world, _who: {"name": world.unique("v"), "team": OWNERS},
     "POST /api/v1/images/pull": lambda world, _who: {"ref": world.image_ref()},
     "POST /api/v1/images/import": lambda world, _who: world.image_archive(),
     "POST /api/v1/deployments": lambda world, _who: {

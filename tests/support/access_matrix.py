@@ -23,6 +23,10 @@ from fastapi import FastAPI
 from fastapi.routing import APIRoute, iter_route_contexts
 from fastapi.testclient import TestClient
 from sqlalchemy import select
+from tests.support.code import archive, ref, regular
+from tests.support.images import ImageConfig, Layout, Registry, base_members, layer
+from tests.support.platform import FINAL, admin_token, make_settings, running_app
+from tests.support.waiting import wait_for
 
 import gpupool.services.cluster._nodes as nodes
 from gpupool.api.access import Rule, rule_of
@@ -35,10 +39,6 @@ from gpupool.executors.fake import NeverStartsExecutor
 from gpupool.platform import open_platform
 from gpupool.services.platform import Platform
 from gpupool.store.models import JobModel, TeamModel, UserModel
-from tests.support.code import archive, ref, regular
-from tests.support.images import ImageConfig, Layout, Registry, base_members, layer
-from tests.support.platform import FINAL, admin_token, make_settings, running_app
-from tests.support.waiting import wait_for
 
 ANONYMOUS = "anonymous"
 MEMBER = "owning-member"  # a member of the team that owns the route's object
@@ -342,6 +342,11 @@ class World:
             return self.registry.push("matrix/pulled", [layer(base_members())])
 
         return self.shared("image_ref", push)
+
+    def fresh_volume(self) -> str:
+        """A new volume of the owning team."""
+        body = {"name": self.unique("volume"), "team": OWNERS}
+        return self.api("POST", "/volumes", MEMBER, body)["name"]
 
     def fresh_team(self) -> str:
         return self.api("POST", "/teams", ADMIN, {"name": self.unique("team")})["name"]

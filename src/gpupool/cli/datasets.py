@@ -225,3 +225,71 @@ def print_version(version: dict[str, Any], all_files: bool = False) -> None:
     out.print(table)
     if len(files) < len(version["files"]):
         out.print(f"... and {len(version['files']) - len(files)} more (--all lists them)")
+
+
+volume_app = typer.Typer(
+    help="Volumes: your teams' mutable directories, mounted read-write in jobs (gpupool run "
+    "--volume NAME:/MOUNT), counted in the team's storage quota.",
+    no_args_is_help=True,
+)
+VolumeTeam = Annotated[
+    str | None, typer.Option("--team", help="The volume's team, when several of yours have one.")
+]
+
+
+@volume_app.command("create")
+def create_volume(
+    name: Annotated[str, typer.Argument(help="The volume's name (letters, digits, . _ -).")],
+    size: Annotated[
+        str | None, typer.Option("--size", help="Its size as said: 10G, 500GiB (shown).")
+    ] = None,
+    team: VolumeTeam = None,
+    output: OutputOption = Output.TABLE,
+) -> None:
+    """Make an empty volume of your team; jobs mount it with --volume NAME:/MOUNT."""
+    size_bytes = None
+    if size is not None:
+        from gpupool.domain.units import parse_bytes
+
+        try:
+            size_bytes = parse_bytes(size)
+        except ValueError as error:
+            raise CliError("invalid_size", f"--size {size}: {error}") from None
+    with connect() as client:
+        found = client.create_volume(name, team, size_bytes)
+    if output == Output.JSON:
+        print_json(found)
+        return
+    out.print(escape(f"volume {found['name']} (team {found['team']})"))
+
+
+@volume_app.command("ls")
+def ls_volumes(team: VolumeTeam = None, output: OutputOption = Output.TABLE) -> None:
+    """List the volumes of your teams."""
+    with connect() as client:
+        found = client.volumes(team)
+    if output == Output.JSON:
+        print_json(found)
+        return
+    table = new_table("NAME", "TEAM", "SIZE", "CREATED", "BY")
+    for volume in found:
+        size = volume["size_limit_bytes"]
+        table.add_row(
+            escape(volume["name"]),
+            escape(volume["team"]),
+            memory(size) if size else "-",
+            timestamp(volume["created_at"]),
+            escape(volume["created_by"]),
+        )
+    out.print(table)
+
+
+@volume_app.command("rm")
+def rm_volume(
+    name: Annotated[str, typer.Argument(help="The volume to delete, with its files.")],
+    team: VolumeTeam = None,
+) -> None:
+    """Delete a volume and its files; refused while a job that has not ended mounts it."""
+    with connect() as client:
+        client.delete_volume(name, team)
+    out.print(escape(f"deleted volume {name}"))

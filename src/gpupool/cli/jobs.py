@@ -448,6 +448,27 @@ def run(
             rich_help_panel=WHAT,
         ),
     ] = None,
+    dataset: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--dataset",
+            help="A dataset of the job's team to read, read-only: NAME (its latest version), "
+            "NAME:VERSION, and :/MOUNT after either (default /datasets/NAME); repeatable "
+            "(gpupool dataset ls).",
+            metavar="NAME[:VER][:/MOUNT]",
+            rich_help_panel=WHAT,
+        ),
+    ] = None,
+    volume: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--volume",
+            help="A volume of the job's team to mount read-write: NAME:/MOUNT; repeatable "
+            "(gpupool volume ls).",
+            metavar="NAME:/MOUNT",
+            rich_help_panel=WHAT,
+        ),
+    ] = None,
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="Wait, stream the log, exit with the job's code.")
     ] = False,
@@ -521,6 +542,10 @@ def run(
             "--dry-run submits nothing to follow; -o yaml prints a dry run's document",
             param_hint="'--dry-run'",
         )
+    if dataset:
+        spec["datasets"] = list(dataset)  # the server reads the short forms
+    if volume:
+        spec["volumes"] = list(volume)
     with connect() as client:
         if code:
             spec["code"] = send_code(client, directory)

@@ -155,6 +155,11 @@ COMMANDS: Mapping[str, Lazy] = MappingProxyType(
             "Datasets: immutable, numbered versions of your teams' data, mounted read-only in "
             "jobs (gpupool run --dataset NAME[:VERSION][:/MOUNT]).",
         ),
+        "volume": Lazy(
+            "gpupool.cli.datasets:volume_app",
+            "Volumes: your teams' mutable directories, mounted read-write in jobs (gpupool run "
+            "--volume NAME:/MOUNT), counted in the team's storage quota.",
+        ),
         "image": Lazy(
             "gpupool.cli.images:image_app",
             "Container images: pull from a registry the site allows, import an archive, list "

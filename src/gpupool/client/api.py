@@ -560,6 +560,21 @@ class Client:
         """Delete one version, or the dataset with all of them (``version`` None)."""
         self._call("DELETE", _dataset_path(name, version), params={"team": team})
 
+    def volumes(self, team: str | None = None) -> list[dict[str, Any]]:
+        return self._call("GET", "/volumes", params={"team": team})
+
+    def volume(self, name: str, team: str | None = None) -> dict[str, Any]:
+        return self._call("GET", f"/volumes/{quote(name, safe='')}", params={"team": team})
+
+    def create_volume(
+        self, name: str, team: str | None = None, size_bytes: int | None = None
+    ) -> dict[str, Any]:
+        body = {"name": name, "team": team, "size_bytes": size_bytes}
+        return self._call("POST", "/volumes", json={k: v for k, v in body.items() if v})
+
+    def delete_volume(self, name: str, team: str | None = None) -> None:
+        self._call("DELETE", f"/volumes/{quote(name, safe='')}", params={"team": team})
+
     # -- transport ---------------------------------------------------------------------------
 
     def _slow_call(self, method: str, path: str, **kwargs: Any) -> Any:

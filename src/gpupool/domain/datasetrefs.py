@@ -162,3 +162,50 @@ def check_uses(uses: list[DatasetUse]) -> list[DatasetUse]:
         if after == before or after.startswith(before + "/"):
             raise ValueError(f"two datasets are mounted at {after}: give each its own mount")
     return uses
+
+
+class VolumeUse(BaseModel):
+    """A volume a job mounts read-write (``JobSpec.volumes``): ``NAME:/MOUNT`` or this
+    object. The submit checks it is a volume of the job's team and records its ``id``,
+    which names its directory on the node."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(max_length=100, description="a volume of the job's team")
+    mount: str = Field(max_length=1024, description="where the job sees it, read-write")
+    id: int | None = Field(default=None, description="recorded at submit")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _short_form(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            name, sep, mount = value.partition(":")
+            if not sep or not mount:
+                raise ValueError(f"give a volume as NAME:/MOUNT, e.g. {name or 'scratch'}:/scratch")
+            return {"name": name, "mount": mount}
+        return value
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not is_dataset_name(value):
+            raise ValueError(NAME_RULE)
+        return value
+
+    @field_validator("mount")
+    @classmethod
+    def _mount(cls, value: str) -> str:
+        return check_mount(value)
+
+
+def check_mounts(datasets: list[DatasetUse], volumes: list[VolumeUse]) -> None:
+    """No two datasets or volumes mounted at the same place, or one inside another."""
+    mounts = sorted([use.mount or "" for use in datasets] + [use.mount for use in volumes])
+    for before, after in zip(mounts, mounts[1:], strict=False):
+        if after == before or after.startswith(before + "/"):
+            raise ValueError(f"two datasets or volumes are mounted at {after}: give each its own")
+
+
+def volume_env_name(name: str) -> str:
+    """``GPUPOOL_VOLUME_<NAME>``: where the job sees the volume ``name``."""
+    return "GPUPOOL_VOLUME_" + re.sub(r"[^A-Z0-9]", "_", name.upper())

@@ -18,7 +18,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from gpupool.domain.code import REF_EXAMPLE, is_ref
-from gpupool.domain.datasetrefs import DatasetUse, check_uses
+from gpupool.domain.datasetrefs import DatasetUse, VolumeUse, check_mounts, check_uses
 from gpupool.domain.dependencies import MAX_DEPENDENCIES, Dependency
 from gpupool.domain.text import STORABLE, Text, is_stored, stored_context
 from gpupool.domain.units import parse_bytes
@@ -347,6 +347,14 @@ class JobSpec(BaseModel):
         "mount is given, and GPUPOOL_DATASET_<NAME> says where",
         examples=[["imagenet:3", "captions:/data/captions"]],
     )
+    volumes: list[VolumeUse] = Field(
+        default_factory=list,
+        max_length=MAX_DATASETS,
+        description="volumes of the job's team it mounts read-write: NAME:/MOUNT (or "
+        "objects); a volume is the team's directory on the node, kept across jobs, counted "
+        "in its storage quota; GPUPOOL_VOLUME_<NAME> says where",
+        examples=[["scratch:/scratch"]],
+    )
 
     @field_validator("version")
     @classmethod
@@ -366,6 +374,12 @@ class JobSpec(BaseModel):
     @classmethod
     def _dataset_mounts(cls, value: list[DatasetUse]) -> list[DatasetUse]:
         return check_uses(value)
+
+    @model_validator(mode="after")
+    def _mounts_apart(self) -> JobSpec:
+        if self.volumes:
+            check_mounts(self.datasets, self.volumes)
+        return self
 
     @field_validator("code")
     @classmethod

@@ -30,7 +30,7 @@ from typing import Any
 import psutil
 
 from gpupool.domain.code import CodeLimits
-from gpupool.domain.datasetrefs import env_name
+from gpupool.domain.datasetrefs import env_name, volume_env_name
 from gpupool.domain.endpoints import Endpoint
 from gpupool.domain.isolation import IsolationStatus
 from gpupool.errors import GpupoolError
@@ -110,6 +110,7 @@ class LocalExecutor(Executor):
         self.jobs_dir = Path(jobs_dir)
         # where this node keeps the dataset versions its jobs read (executors.datasets)
         self.dataset_cache = dataset_cache or self.jobs_dir.parent / "dataset-cache"
+        self.volumes_dir = self.jobs_dir.parent / "volumes"  # the teams' volumes on this node
         # where this node keeps the images' trees (the server's own, on its machine)
         self.image_cache = image_cache or self.jobs_dir.parent / "images" / "roots"
         self.environments = environments
@@ -241,6 +242,8 @@ class LocalExecutor(Executor):
                 env["PATH"] = self._isolation.job_path(env.get("PATH", ""))
         if task.datasets:
             self._show_datasets(task, env, tenancy)
+        if task.volumes:
+            self._show_volumes(task, env, tenancy)
         try:
             for directory in (attempt_dir, checkpoint_dir, output_dir):
                 Path(directory).mkdir(parents=True, exist_ok=True)
@@ -357,6 +360,25 @@ class LocalExecutor(Executor):
             mounts.append([str(path), use["mount"]])
         if sandbox is not None:
             sandbox["mounts"] = mounts
+
+    def _show_volumes(self, task: TaskSpec, env: dict[str, str], tenancy: dict[str, Any]) -> None:
+        """Each volume the job mounts: its directory on this node (made at its first use,
+        writable by every job account of the node: only a sandbox that mounts it shows it,
+        below a directory only the server may enter), shown read-write at its mount path.
+        GPUPOOL_VOLUME_<NAME> says where it is."""
+        sandbox = tenancy.get("sandbox")
+        mounts = sandbox.setdefault("mounts", []) if sandbox is not None else []
+        for use in task.volumes:
+            path = self.volumes_dir / str(int(use["id"]))
+            try:
+                self.volumes_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+                if not path.is_dir():
+                    path.mkdir(mode=0o777)
+                    os.chmod(path, 0o777)
+            except OSError as e:
+                raise _io_error(e, f"cannot make the volume {use['name']} at {path}: {e}") from e
+            env[volume_env_name(use["name"])] = use["mount"] if sandbox is not None else str(path)
+            mounts.append([str(path), use["mount"], "rw"])
 
     def _unpack_code(self, task: TaskSpec) -> Path:
         """The job's code snapshot, unpacked under its directory (once: see ``unpack_once``),

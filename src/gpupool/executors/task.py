@@ -87,6 +87,9 @@ class TaskSpec:
     # node materialises each version once into its cache (executors.datasets) and the
     # sandbox shows it read-only at "mount"
     datasets: tuple[dict[str, Any], ...] = ()
+    # the volumes it mounts read-write (JobSpec.volumes): each {"name", "mount", "id"}; the
+    # node keeps each one's directory (its volumes directory, then the id)
+    volumes: tuple[dict[str, Any], ...] = ()
 
     @property
     def in_gang(self) -> bool:

@@ -139,6 +139,7 @@ class TaskMaker:
             image=self.image_of(spec.image_digest) if spec.image_digest else None,
             environment=self.environment_of(spec.environment) if spec.environment else None,
             datasets=self.datasets_of(spec),
+            volumes=tuple(use.model_dump() for use in spec.volumes),
         )
 
     def image_of(self, digest: str) -> dict[str, Any]:

@@ -140,8 +140,8 @@ def _filesystem(
         argv += tree.show(path, "--ro-bind")
     for host, inside in policy.devices:
         argv += [*tree.parents(inside), "--dev-bind", host, inside]
-    for host, inside in policy.mounts:  # the datasets: read-only, where the job asked
-        argv += [*tree.parents(inside), "--ro-bind", host, inside]
+    for host, inside, writable in policy.mounts:  # datasets read-only, volumes read-write
+        argv += [*tree.parents(inside), "--bind" if writable else "--ro-bind", host, inside]
     if image is not None:  # driver libraries (a job given GPUs), setpriv, their directories
         for host, inside in [*image.libraries, *image.helper_mounts()]:
             argv += [*tree.parents(inside), "--ro-bind", host, inside]

@@ -485,7 +485,8 @@ class SandboxPolicy:
     ``devices``: ``[host path, path inside]`` of each device node (the job's GPUs and the
     NVIDIA control devices). ``mounts``: ``[host path, path inside]`` of each directory shown
     read-only somewhere else than where it is on the host (the dataset versions the job
-    reads, from the node's cache). ``mps_pipe_dir``: an MPS control daemon's directory,
+    reads, from the node's cache), ``[host path, path inside, "rw"]`` read-write (its
+    volumes). ``mps_pipe_dir``: an MPS control daemon's directory,
     shown when one runs. ``network``: the job's own network namespace or the node's
     (``NetworkPolicy``).
     """
@@ -512,7 +513,7 @@ class SandboxPolicy:
         self.readwrite: list[str] = _sandbox_paths(raw, "readwrite")
         self.hidden: list[str] = _sandbox_paths(raw, "hidden")
         self.devices: list[tuple[str, str]] = _devices(raw.get("devices"))
-        self.mounts: list[tuple[str, str]] = _mounts(raw.get("mounts"))
+        self.mounts: list[tuple[str, str, bool]] = _mounts(raw.get("mounts"))
         self.network = NetworkPolicy(raw.get("network"))
 
 
@@ -693,16 +694,17 @@ def _devices(value: object) -> list[tuple[str, str]]:
     return [(host, inside) for host, inside in pairs]
 
 
-def _mounts(value: object) -> list[tuple[str, str]]:
+def _mounts(value: object) -> list[tuple[str, str, bool]]:
+    """``(host path, path inside, read-write)`` of each mount."""
     pairs = value or []
     if not isinstance(pairs, list) or not all(
         isinstance(p, list)
-        and len(p) == 2
-        and all(isinstance(x, str) and x.startswith("/") and "\0" not in x for x in p)
+        and (len(p) == 2 or (len(p) == 3 and p[2] == "rw"))
+        and all(isinstance(x, str) and x.startswith("/") and "\0" not in x for x in p[:2])
         for p in pairs
     ):
-        raise SpecError("sandbox.mounts must be a list of [host path, path inside] pairs")
-    return [(host, inside) for host, inside in pairs]
+        raise SpecError('sandbox.mounts must be a list of [host path, path inside(, "rw")]')
+    return [(p[0], p[1], len(p) == 3) for p in pairs]
 
 
 def _port(raw: dict[str, object], key: str) -> int | None:

@@ -1,4 +1,5 @@
-"""Datasets: a team's immutable, numbered versions over content-addressed blobs.
+"""Datasets (a team's immutable, numbered versions over content-addressed blobs) and volumes
+(a team's mutable directories, mounted read-write by its jobs).
 
 Uploading a directory: ``PUT /dataset-blobs/{sha256}`` the manifest, ``POST
 /datasets/{name}/uploads`` to learn which blobs the team lacks, ``PUT`` those, then ``POST
@@ -23,6 +24,7 @@ from gpupool.domain.datasets import (
     DatasetVersionView,
     DatasetView,
     UploadPlanView,
+    VolumeView,
 )
 from gpupool.domain.text import STORABLE
 from gpupool.services import datasets
@@ -202,4 +204,60 @@ def delete_version(
 ) -> Response:
     """Delete one version (``409 dataset_in_use`` while a job that has not ended uses it)."""
     datasets.delete_dataset(ctx, who, name, version, team)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+# -- volumes -------------------------------------------------------------------------------------
+
+
+class VolumeCreate(Strict):
+    """A new, empty volume of a team: a directory its jobs mount read-write."""
+
+    name: Annotated[str, STORABLE] = Field(max_length=100, description="the volume's name")
+    team: Annotated[str | None, STORABLE] = Field(
+        default=None, max_length=100, description="the team (default: your only one)"
+    )
+    size_bytes: int | None = Field(
+        default=None, ge=1, le=2**62, description="its size as said (the team's quota binds)"
+    )
+
+
+@router.get("/volumes", response_model=list[VolumeView])
+def list_volumes(
+    ctx: PlatformDep, who: Annotated[Principal, allow(Rule.SIGNED_IN)], team: Team = None
+) -> list[VolumeView]:
+    """The volumes of your teams (every team's, for an admin)."""
+    return datasets.list_volumes(ctx, who, team)
+
+
+@router.post("/volumes", status_code=status.HTTP_201_CREATED, response_model=VolumeView)
+def create_volume(
+    body: VolumeCreate, ctx: PlatformDep, who: Annotated[Principal, allow(Rule.TEAM_WRITE)]
+) -> VolumeView:
+    """Make a volume of your team (``409 volume_exists`` when it has one of that name); a
+    job mounts it with ``volumes: ["NAME:/MOUNT"]`` (gpupool run --volume NAME:/mnt)."""
+    return datasets.create_volume(ctx, who, body.name, body.team, body.size_bytes)
+
+
+@router.get("/volumes/{name}", response_model=VolumeView)
+def show_volume(
+    name: Name,
+    ctx: PlatformDep,
+    who: Annotated[Principal, allow(Rule.TEAM_READ)],
+    team: Team = None,
+) -> VolumeView:
+    """The volume, with the bytes its files take now."""
+    return datasets.show_volume(ctx, who, name, team)
+
+
+@router.delete("/volumes/{name}", status_code=status.HTTP_204_NO_CONTENT)
+def delete_volume(
+    name: Name,
+    ctx: PlatformDep,
+    who: Annotated[Principal, allow(Rule.TEAM_WRITE)],
+    team: Team = None,
+) -> Response:
+    """Delete the volume and its files (``409 volume_in_use`` while a job that has not
+    ended mounts it)."""
+    datasets.delete_volume(ctx, who, name, team)
     return Response(status_code=status.HTTP_204_NO_CONTENT)

@@ -2,10 +2,11 @@
 and its mutable volumes.
 
 Uploading blobs, planning and committing versions, making one from a job's outputs,
-listing, showing, resolving and deleting them (``_datasets``); the dataset store on disk
-(``_blobs``); what they need of the server beyond the core ports, the settings and the
-executor, in ``_ports``. It imports ``services.core`` and ``identity`` (teams' storage
-quotas); ``jobs`` builds on it (a submit resolves and records the datasets a job reads).
+listing, showing, resolving and deleting them (``_datasets``); volumes (``_volumes``);
+the dataset store on disk (``_blobs``); what they need of the server beyond the core
+ports, the settings and the executor, in ``_ports``. It imports ``services.core`` and
+``identity`` (teams' storage quotas); ``jobs`` builds on it (a submit resolves and records
+the datasets and volumes a job uses).
 """
 
 from __future__ import annotations
@@ -28,6 +29,14 @@ from gpupool.services.datasets._datasets import (
     show_dataset,
     show_version,
 )
+from gpupool.services.datasets._volumes import (
+    create_volume,
+    delete_volume,
+    list_volumes,
+    resolve_volumes,
+    show_volume,
+    team_volumes,
+)
 
 __all__ = [
     "DATASET_INCOMING",
@@ -36,6 +45,12 @@ __all__ = [
     "attach_uses",
     "blob_path",
     "commit",
+    "create_volume",
+    "delete_volume",
+    "list_volumes",
+    "resolve_volumes",
+    "show_volume",
+    "team_volumes",
     "delete_dataset",
     "from_job",
     "list_datasets",

@@ -225,6 +225,8 @@ def admit(
         spec.image_digest = _image_digest(session, spec, team, limits)
     if spec.datasets:  # the versions it reads, from now on
         spec.datasets = datasets.resolve_uses(session, spec.datasets, team.id, team.name)
+    if spec.volumes:  # by id: a volume deleted and made again is another one
+        spec.volumes = datasets.resolve_volumes(session, spec.volumes, team.id, team.name)
     check_feasible(spec, nodes)
     return team
 

@@ -3,8 +3,10 @@
 A team's files are (1) the directories of its jobs under the data directory's ``jobs``
 (outputs, checkpoints, the code unpacked for them, logs), (2) the workspaces of the users who
 keep notebooks in the team (a workspace counts for each team its user has notebooks in),
-(3) the archives of its model versions and (4) the code archives its members uploaded (an
-upload counts for each team of its uploader). The database knows (3) and (4); (1) and (2)
+(3) the archives of its model versions, (4) the code archives its members uploaded (an
+upload counts for each team of its uploader), (5) the dataset blobs it holds (a blob counts
+for each team that uploaded it) and (6) its volumes' directories under the data
+directory's ``volumes``. The database knows (3), (4) and (5); (1) and (2)
 are summed as ``du`` counts them (blocks allocated, a file linked twice once) by the
 storage pipeline (``gpupool.loops.storage``), every ``storage_scan_seconds``, in three steps
 that hold no transaction across the walk: load the teams' files (``load_team_files``), walk
@@ -37,13 +39,14 @@ from sqlalchemy.orm import Session
 from gpupool.domain.jobs import FINAL_STATUSES
 from gpupool.domain.units import format_bytes
 from gpupool.executors.local import WORKSPACES
-from gpupool.executors.usage import FilesScan, NodeFiles
-from gpupool.services import identity
+from gpupool.executors.usage import FilesScan, NodeFiles, tree_bytes
+from gpupool.services import datasets, identity
 from gpupool.services import jobs as job_service
 from gpupool.settings import Settings
 from gpupool.store.models import (
     AttemptModel,
     CodeUploadModel,
+    DatasetBlobModel,
     JobModel,
     MembershipModel,
     ModelVersionModel,
@@ -70,7 +73,8 @@ class TeamFiles:
     quota: int | None
     jobs: dict[int, bool]
     users: frozenset[str]
-    known_bytes: int  # its model versions' and its members' code archives
+    known_bytes: int  # its model versions' and its members' code archives, its blobs
+    volumes: frozenset[int] = frozenset()  # its volumes' ids: directories on this machine
 
 
 @dataclass(frozen=True)
@@ -95,6 +99,7 @@ class StorageScan:
 
     def __init__(self, settings: Settings, nodes: NodesFiles | None = None) -> None:
         self.files = FilesScan(settings.jobs_dir, settings.data_dir / WORKSPACES)
+        self.volumes_dir = settings.volumes_dir
         self.nodes = nodes
 
     def measure(self, teams: Iterable[TeamFiles]) -> list[TeamUsage]:
@@ -118,7 +123,8 @@ class StorageScan:
         spaces = sum(
             self.files.workspace_bytes(user) + remote.workspaces.get(user, 0) for user in team.users
         )
-        used = sum(jobs.values()) + spaces + team.known_bytes
+        volumes = sum(tree_bytes(self.volumes_dir / str(v)) for v in team.volumes)
+        used = sum(jobs.values()) + spaces + team.known_bytes + volumes
         return TeamUsage(team.team_id, team.name, team.quota, used, running)
 
 
@@ -135,6 +141,7 @@ def load_team_files(session: Session) -> list[TeamFiles]:
         jobs[team_id][job_id] = status in FINISHED
     spaces = _workspace_users(session, ids)
     known = _archive_bytes(session, ids)
+    volumes = datasets.team_volumes(session, ids)
     return [
         TeamFiles(
             team.id,
@@ -143,6 +150,7 @@ def load_team_files(session: Session) -> list[TeamFiles]:
             jobs[team.id],
             frozenset(spaces.get(team.id, ())),
             known.get(team.id, 0),
+            frozenset(volumes.get(team.id, ())),
         )
         for team in teams
     ]
@@ -239,7 +247,12 @@ def _archive_bytes(session: Session, ids: list[int]) -> dict[int, int]:
         .where(MembershipModel.team_id.in_(ids))
         .group_by(MembershipModel.team_id)
     )
+    blobs = session.execute(
+        select(DatasetBlobModel.team_id, func.sum(DatasetBlobModel.size))
+        .where(DatasetBlobModel.team_id.in_(ids))
+        .group_by(DatasetBlobModel.team_id)
+    )
     found: dict[int, int] = {}
-    for team_id, size in [*models, *code]:
+    for team_id, size in [*models, *code, *blobs]:
         found[team_id] = found.get(team_id, 0) + int(size or 0)
     return found
