@@ -519,5 +519,6 @@ class Reason(StrEnum):
     STORAGE_FULL = "StorageFull"  # the node's disk was full when it was to start
     STORAGE_QUOTA_EXCEEDED = "StorageQuotaExceeded"  # its team's files passed its quota
     ENV_BUILDING = "EnvBuilding"  # started: its node builds its Python environment first
+    DATASET_FETCHING = "DatasetFetching"  # started: its node materialises its datasets first
     DEPENDENCY = "Dependency"  # waits for jobs it depends on to end (JobSpec.depends_on)
     DEPENDENCY_NEVER_SATISFIED = "DependencyNeverSatisfied"  # one ended so it never can start

@@ -35,7 +35,6 @@ from gpupool.domain.endpoints import Endpoint
 from gpupool.domain.isolation import IsolationStatus
 from gpupool.errors import GpupoolError
 from gpupool.executors import code as archives
-from gpupool.executors import datasets as node_datasets
 from gpupool.executors import images, outputs
 from gpupool.executors.base import Executor, Handle, LaunchError, listening
 from gpupool.executors.environments import NodeEnvironments
@@ -240,8 +239,7 @@ class LocalExecutor(Executor):
             tenancy = self._isolation.runner_spec(task, [output_dir, checkpoint_dir])
             if "sandbox" in tenancy and "PATH" not in task.env and image is None:
                 env["PATH"] = self._isolation.job_path(env.get("PATH", ""))
-        if task.datasets:
-            self._show_datasets(task, env, tenancy)
+        datasets = self._show_datasets(task, env, tenancy) if task.datasets else []
         if task.volumes:
             self._show_volumes(task, env, tenancy)
         try:
@@ -270,6 +268,8 @@ class LocalExecutor(Executor):
             image=self._image_json(task, image, tenancy),
             tenancy=tenancy,
         )
+        if datasets:
+            spec["datasets"] = datasets
         _write_spec_once(attempt_dir, spec)
         account = tenancy.get("account")
         owner = str(account["uid"]) if isolated and account else ("" if isolated else None)
@@ -338,28 +338,23 @@ class LocalExecutor(Executor):
             )
         return self.jobs_dir.parent / WORKSPACES / user
 
-    def _show_datasets(self, task: TaskSpec, env: dict[str, str], tenancy: dict[str, Any]) -> None:
-        """Each dataset version the job reads, materialised once in this node's cache
-        (``executors.datasets``) and shown read-only at its mount path by the sandbox;
-        unsandboxed, the job is given the cache's own path. GPUPOOL_DATASET_<NAME> says
-        where it is."""
+    def _show_datasets(
+        self, task: TaskSpec, env: dict[str, str], tenancy: dict[str, Any]
+    ) -> list[dict[str, Any]]:
+        """Where each dataset version the job reads is kept in this node's cache (its runner
+        materialises it there first, if need be: ``runner.datasets``), shown read-only at
+        its mount path by the sandbox; unsandboxed, the job is given the cache's own path.
+        GPUPOOL_DATASET_<NAME> says where it is. spec.json's ``datasets``."""
         sandbox = tenancy.get("sandbox")
-        mounts = []
+        mounts, found = [], []
         for use in task.datasets:
-            label = f"{use['name']}:{use['version']}"
-            try:
-                path = node_datasets.materialise(use, self.dataset_cache)
-            except node_datasets.DatasetMissing as e:
-                message = f"the dataset {label} is missing from the dataset store"
-                raise LaunchError(
-                    f"{message}: {e}", user_message=message, reason="dataset_missing"
-                ) from e
-            except OSError as e:
-                raise _io_error(e, f"cannot materialise the dataset {label}: {e}") from e
-            env[env_name(use["name"])] = use["mount"] if sandbox is not None else str(path)
-            mounts.append([str(path), use["mount"]])
+            path = str(self.dataset_cache / str(use["manifest"]))
+            env[env_name(use["name"])] = use["mount"] if sandbox is not None else path
+            mounts.append([path, use["mount"]])
+            found.append({**use, "path": path})
         if sandbox is not None:
             sandbox["mounts"] = mounts
+        return found
 
     def _show_volumes(self, task: TaskSpec, env: dict[str, str], tenancy: dict[str, Any]) -> None:
         """Each volume the job mounts: its directory on this node (made at its first use,

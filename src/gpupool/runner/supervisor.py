@@ -164,6 +164,8 @@ class Runner:
                 return 0
             if spec.environment is not None and not self._environment_ready(spec):
                 return 0
+            if spec.datasets and not self._datasets_ready(spec):
+                return 0
             launched = self._launch(spec)
             if launched is None:
                 return 0
@@ -220,6 +222,21 @@ class Runner:
             return self.stop_requested or os.path.exists(self._path(STOP_FILE))
 
         problem = envbuild.ensure(spec.environment, spec.sandbox, self.dir, self.log, stopped)
+        if problem is not None:
+            self._fail(*problem)
+            return False
+        return True
+
+    def _datasets_ready(self, spec: RunnerSpec) -> bool:
+        """Materialise the dataset versions the job reads in this node's cache where they
+        are not yet (reason DatasetFetching meanwhile); False, with the failure recorded,
+        when one cannot be had."""
+        from gpupool.runner import datasets  # only for jobs that read datasets
+
+        def stopped() -> bool:
+            return self.stop_requested or os.path.exists(self._path(STOP_FILE))
+
+        problem = datasets.ensure(spec.datasets, self.dir, stopped)
         if problem is not None:
             self._fail(*problem)
             return False

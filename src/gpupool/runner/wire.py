@@ -220,6 +220,7 @@ class RunnerSpec:
         "code_dir",
         "model_dir",
         "environment",
+        "datasets",
         "workspace",
         "gpu_uuids",
         "log_limit_bytes",
@@ -261,6 +262,9 @@ class RunnerSpec:
         # with its bin/ first on PATH (runner.envbuild)
         env = raw.get("environment")
         self.environment = None if env is None else EnvironmentSpec(env)
+        # dataset versions: materialised in the node's cache first if need be
+        # (runner.datasets), then shown read-only at their mounts (sandbox.mounts)
+        self.datasets: list[DatasetSpec] = _datasets(raw.get("datasets"))
         # a container image's tree: the sandbox's read-only root (runner.sandbox)
         image = raw.get("image")
         self.image = None if image is None else ImageSpec(image)
@@ -515,6 +519,33 @@ class SandboxPolicy:
         self.devices: list[tuple[str, str]] = _devices(raw.get("devices"))
         self.mounts: list[tuple[str, str, bool]] = _mounts(raw.get("mounts"))
         self.network = NetworkPolicy(raw.get("network"))
+
+
+class DatasetSpec:
+    """spec.json's ``datasets`` item: a dataset version the job reads. ``manifest``: its
+    manifest's SHA-256 (hex), a blob of the dataset ``store``; ``path``: where the node keeps
+    it materialised (its cache); ``label``: NAME:VERSION, for messages."""
+
+    __slots__ = ("label", "manifest", "store", "path")
+
+    def __init__(self, raw: object) -> None:
+        if not isinstance(raw, dict):
+            raise SpecError("each of datasets must be an object")
+        manifest = raw.get("manifest")
+        if not isinstance(manifest, str) or not re.fullmatch(r"[0-9a-f]{64}", manifest):
+            raise SpecError("datasets[].manifest must be 64 hex digits")
+        self.manifest: str = manifest
+        self.label: str = f"{raw.get('name')}:{raw.get('version')}"
+        self.store: str = _sandbox_path(raw, "store")
+        self.path: str = _sandbox_path(raw, "path")
+
+
+def _datasets(value: object) -> list[DatasetSpec]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise SpecError("datasets must be a list")
+    return [DatasetSpec(item) for item in value]
 
 
 class EnvironmentSpec:

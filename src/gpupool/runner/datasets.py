@@ -1,0 +1,198 @@
+"""A node's cache of dataset versions, filled by the runner before its job starts: each
+version materialised once, read-only, shared by the jobs that read it.
+
+A version is the tree its manifest lists, made at ``path`` (the node's cache, then the
+manifest's hex digits): each file a hard link to its blob in the dataset store (the same
+file system: no byte copied), or a copy where a link cannot be made (another file system, a
+store on NFS) or where the file is executable (a blob is kept 0444, and its links share its
+mode). Files are 0444 (0555 executable), directories 0555. The tree is built in a private
+``.part`` directory and renamed into place when whole, under a lock per version, so that
+jobs starting at once on the node build it once and none sees half of it; a part left by a
+crash is removed by the next build.
+
+It runs in the runner, not in the executor's start, so that a big version is materialised
+without holding up other jobs' starts: the job is ``starting`` with reason
+``DatasetFetching`` meanwhile, and the message says how far it is (the ``progress`` file,
+as for an environment's build). The sandbox then shows the version read-only at the job's
+mount path (``SandboxPolicy.mounts``).
+
+Imported only for jobs that read datasets (stdlib only).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import shutil
+import signal
+import time
+
+from gpupool.runner.layout import CODE_RUNNER_ERROR, PROGRESS_FILE, atomic_write_json
+
+REASON = "DatasetFetching"
+SAY_EVERY_SECONDS = 0.5
+LOCK_POLL_SECONDS = 0.05
+
+
+class Missing(Exception):
+    """A blob or the manifest of a version is not in the dataset store."""
+
+
+class Stopped(Exception):
+    """The job was asked to stop while its datasets were being materialised."""
+
+
+def ensure(datasets, attempt_dir: str, stopped) -> tuple[int, str] | None:  # noqa: ANN001
+    """Have every version of ``datasets`` (spec.json's, ``wire.DatasetSpec``) in the node's
+    cache; None when they are, else (exit code, message) for the attempt's record.
+    ``stopped()``: whether the job was asked to stop."""
+    progress = _Progress(attempt_dir)
+    try:
+        for use in datasets:
+            if not os.path.isdir(use.path):
+                materialise(use.manifest, use.store, use.path, stopped, progress.for_(use.label))
+    except Stopped:
+        return 128 + signal.SIGTERM, "stopped while its datasets were being materialised"
+    except Missing as problem:
+        return CODE_RUNNER_ERROR, f"a dataset is missing from the dataset store: {problem}"
+    except OSError as problem:
+        return CODE_RUNNER_ERROR, f"a dataset could not be materialised on this node: {problem}"
+    finally:
+        progress.clear()
+    return None
+
+
+def materialise(manifest: str, store: str, path: str, stopped=None, say=None) -> None:  # noqa: ANN001
+    """The version whose manifest is the blob ``manifest`` of ``store``, made at ``path``
+    unless it is there (then nothing is done). Missing when the store lacks part of it."""
+    if os.path.isdir(path):
+        return
+    cache = os.path.dirname(path)
+    os.makedirs(cache, mode=0o755, exist_ok=True)
+    fd = os.open(os.path.join(cache, f".{os.path.basename(path)}.lock"), os.O_RDWR | os.O_CREAT)
+    try:
+        _lock(fd, stopped, say)
+        if os.path.isdir(path):  # another job of this node made it while this one waited
+            return
+        part = f"{path}.part"
+        remove_tree(part)
+        _build(store, _files(store, manifest), part, stopped, say)
+        os.rename(part, path)
+    finally:
+        os.close(fd)
+
+
+def remove_tree(path: str) -> None:
+    """Remove a (read-only) tree, as far as it exists."""
+    if not os.path.lexists(path):
+        return
+    for directory, _names, _files in os.walk(path):
+        with contextlib.suppress(OSError):
+            os.chmod(directory, 0o755)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def blob_path(store: str, sha256: str) -> str:
+    """As ``gpupool.domain.datasets.blob_relpath`` lays the store out."""
+    return os.path.join(store, "blobs", sha256[:2], sha256)
+
+
+def _files(store: str, manifest: str) -> list[tuple[str, int, str]]:
+    """(path, mode, sha256) of each file, checked to stay inside the version (the server
+    checked the manifest when it was committed; the store is not trusted twice)."""
+    try:
+        with open(blob_path(store, manifest), "rb") as file:
+            raw = json.load(file)
+    except FileNotFoundError:
+        raise Missing(f"the manifest {manifest} is not in {store}") from None
+    found = []
+    for entry in raw.get("files") or []:
+        path, mode, sha = entry.get("path"), entry.get("mode"), entry.get("sha256")
+        parts = path.split("/") if isinstance(path, str) else [""]
+        if path.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\0" in path:
+            raise Missing(f"the manifest {manifest} names a path outside its version")
+        if not isinstance(sha, str) or len(sha) != 64 or not isinstance(mode, int):
+            raise Missing(f"the manifest {manifest} is malformed")
+        found.append((path, mode, sha))
+    return found
+
+
+def _build(store: str, files: list[tuple[str, int, str]], root: str, stopped, say) -> None:  # noqa: ANN001
+    os.mkdir(root, 0o755)
+    made = {root}
+    said = time.monotonic()
+    for done, (relative, mode, sha) in enumerate(files):
+        target = os.path.join(root, relative)
+        parent = os.path.dirname(target)
+        if parent not in made:
+            os.makedirs(parent, mode=0o755, exist_ok=True)
+            made.add(parent)
+        source = blob_path(store, sha)
+        executable = bool(mode & 0o111)
+        try:
+            if executable or not _link(source, target):
+                shutil.copyfile(source, target)
+                os.chmod(target, 0o555 if executable else 0o444)
+        except FileNotFoundError:
+            raise Missing(f"the blob {sha} of {relative} is not in {store}") from None
+        if time.monotonic() - said > SAY_EVERY_SECONDS:
+            if stopped is not None and stopped():
+                raise Stopped
+            if say is not None:
+                say(f"{done:,} of {len(files):,} files")
+            said = time.monotonic()
+    for directory, _names, _files in os.walk(root, topdown=False):
+        os.chmod(directory, 0o555)
+
+
+def _link(source: str, target: str) -> bool:
+    """A hard link to the blob; False where the file system refuses one (EXDEV: another
+    file system; EPERM: a store whose files this account may not link)."""
+    try:
+        os.link(source, target)
+    except OSError as error:
+        if error.errno in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP):
+            return False
+        raise
+    return True
+
+
+def _lock(fd: int, stopped, say) -> None:  # noqa: ANN001
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return
+    except BlockingIOError:
+        pass
+    if say is not None:
+        say("waiting for another job of this node to materialise it")
+    while True:
+        if stopped is not None and stopped():
+            raise Stopped
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            time.sleep(LOCK_POLL_SECONDS)
+
+
+class _Progress:
+    """The attempt's ``progress`` file: what its runner is doing before the job starts."""
+
+    def __init__(self, attempt_dir: str) -> None:
+        self.path = os.path.join(attempt_dir, PROGRESS_FILE)
+
+    def for_(self, label: str):  # noqa: ANN202 - a say(message) function
+        def say(message: str) -> None:
+            text = f"materialising dataset {label} on this node: {message}"
+            with contextlib.suppress(OSError):
+                atomic_write_json(self.path, {"reason": REASON, "message": text}, durable=False)
+
+        say("starting")
+        return say
+
+    def clear(self) -> None:
+        with contextlib.suppress(OSError):
+            os.unlink(self.path)
