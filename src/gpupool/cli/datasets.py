@@ -86,7 +86,11 @@ def create(
                 scanned = datasets.scan(source)  # type: ignore[arg-type]
             except datasets.ScanError as error:
                 raise CliError(error.code, error.message) from None
-            sent = datasets.send(client, name, scanned, team, description)
+
+            def connect() -> Client:
+                return Client(config.url, config.token, timeout=UPLOAD_TIMEOUT_S)
+
+            sent = datasets.send(client, name, scanned, team, description, connect=connect)
             found = sent.version
             said = (
                 f"uploaded {sent.uploaded_blobs} blobs, {memory(sent.uploaded_bytes)} of "

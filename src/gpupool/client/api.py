@@ -534,10 +534,16 @@ class Client:
         return self._call("GET", _dataset_path(name, version), params=params)
 
     def upload_blob(
-        self, sha256: str, source: BinaryIO, size: int, team: str | None = None
+        self,
+        sha256: str,
+        source: BinaryIO,
+        size: int,
+        team: str | None = None,
+        gzipped: bool = False,
     ) -> dict[str, Any]:
-        """Store ``size`` bytes of ``source`` as the blob ``sha256`` (hex) for ``team``."""
-        body = Upload(source, size)
+        """Store ``size`` bytes of ``source`` as the blob ``sha256`` (hex) for ``team``;
+        ``gzipped``: they are the blob gzipped (the server inflates them)."""
+        body = (_GzipUpload if gzipped else Upload)(source, size)
         return self._call("PUT", f"/dataset-blobs/{sha256}", params={"team": team}, upload=body)
 
     def plan_dataset_upload(
@@ -614,6 +620,14 @@ def _environment_path(ref: str) -> str:
 
 def _model_path(name: str, version: int | None = None) -> str:
     return f"/models/{quote(name, safe='')}" + (f"/versions/{version}" if version else "")
+
+
+@dataclass(frozen=True)
+class _GzipUpload(Upload):
+    """A body that is gzip: the server inflates it (a dataset's manifest)."""
+
+    def headers(self) -> dict[str, str]:
+        return super().headers() | {"Content-Encoding": "gzip"}
 
 
 def _dataset_path(name: str, version: int | None = None) -> str:

@@ -6,6 +6,7 @@ with a clear 4xx."""
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import os
@@ -257,3 +258,27 @@ def test_a_version_in_use_by_a_job_that_has_not_ended_is_not_deleted(
     assert client.delete(f"{API}/datasets/kept/versions/1").status_code == 204
     refused(client.get(f"{API}/datasets/kept"), 404, "not_found")  # its last version went
     refused(client.delete(f"{API}/datasets/kept"), 404, "not_found")
+
+
+def test_a_blob_may_be_sent_gzipped(app: tuple[TestClient, Platform]) -> None:
+    client, platform = app
+    manifest = manifest_of({"z.txt": b"zed"})
+    packed = gzip.compress(manifest)
+    headers = {"Content-Encoding": "gzip"}
+
+    kept = client.put(f"{API}/dataset-blobs/{sha(manifest)}", content=packed, headers=headers)
+    wrong = client.put(f"{API}/dataset-blobs/{sha(packed)}", content=packed, headers=headers)
+    broken = client.put(f"{API}/dataset-blobs/{sha(b'x')}", content=b"not gzip", headers=headers)
+    bomb = gzip.compress(b"\0" * (2**20 + 1))
+    too_big = client.put(f"{API}/dataset-blobs/{'1' * 64}", content=bomb, headers=headers)
+    other = client.put(
+        f"{API}/dataset-blobs/{sha(b'x')}", content=b"x", headers={"Content-Encoding": "br"}
+    )
+
+    assert kept.json() == {"sha256": sha(manifest), "size": len(manifest)}
+    path = platform.settings.datasets_dir / "blobs" / sha(manifest)[:2] / sha(manifest)
+    assert path.read_bytes() == manifest
+    refused(wrong, 422, "blob_hash_mismatch")
+    refused(broken, 422, "invalid_request")
+    refused(too_big, 413, "dataset_too_large")
+    refused(other, 422, "invalid_request")

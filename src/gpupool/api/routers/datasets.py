@@ -27,6 +27,7 @@ from gpupool.domain.datasets import (
     VolumeView,
 )
 from gpupool.domain.text import STORABLE
+from gpupool.errors import InvalidRequest
 from gpupool.services import datasets
 from gpupool.services.core import Principal
 
@@ -130,10 +131,16 @@ async def upload_blob(
 ) -> BlobView:
     """Keep the body as the blob ``sha256`` for your team (``422 blob_hash_mismatch`` when
     its SHA-256 differs); acknowledged only once it is on the disk. ``413
-    dataset_too_large`` past GPUPOOL_MAX_DATASET_BYTES."""
+    dataset_too_large`` past GPUPOOL_MAX_DATASET_BYTES. A body sent with
+    ``Content-Encoding: gzip`` (a manifest: it shrinks by half) is the blob gzipped."""
     length = request.headers.get("content-length", "")
     declared = int(length) if length.isdigit() else None
-    size = await datasets.receive_blob(ctx, who, team, sha256, request.stream(), declared)
+    encoding = request.headers.get("content-encoding", "identity").strip().lower()
+    if encoding not in ("identity", "gzip"):
+        raise InvalidRequest(f"Content-Encoding {encoding[:40]} is not taken: send gzip or none")
+    size = await datasets.receive_blob(
+        ctx, who, team, sha256, request.stream(), declared, encoding == "gzip"
+    )
     return BlobView(sha256=sha256, size=size)
 
 

@@ -17,13 +17,14 @@ import errno
 import hashlib
 import os
 import tempfile
+import zlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 from types import TracebackType
 from typing import BinaryIO
 
 from gpupool.domain.units import format_bytes
-from gpupool.errors import BlobHashMismatch, DatasetTooLarge, StorageFull
+from gpupool.errors import BlobHashMismatch, DatasetTooLarge, InvalidRequest, StorageFull
 from gpupool.settings import Settings
 
 INCOMING = "incoming"  # blobs being received, below the dataset store
@@ -130,14 +131,36 @@ def _open(settings: Settings) -> Incoming:
     return incoming(settings)
 
 
-async def receive(settings: Settings, chunks: AsyncIterator[bytes], expected: str) -> int:
+async def receive(
+    settings: Settings, chunks: AsyncIterator[bytes], expected: str, gzipped: bool = False
+) -> int:
     """Receive the blob ``expected`` (hex) from ``chunks`` and keep it (once); its size.
-    BlobHashMismatch when the bytes have another SHA-256; DatasetTooLarge past the limit."""
+    ``gzipped``: the body is gzip (Content-Encoding: gzip, as a client sends a manifest), and
+    the blob is what it inflates to. BlobHashMismatch when the bytes have another SHA-256;
+    DatasetTooLarge past the limit (inflated bytes count)."""
     with _open(settings) as incoming:
-        async for chunk in chunks:
+        async for chunk in _inflated(chunks) if gzipped else chunks:
             incoming.write(chunk)
         await asyncio.to_thread(_keep, settings, incoming, expected)
         return incoming.size
+
+
+async def _inflated(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """The gzip stream ``chunks`` inflated, CHUNK bytes at most at a time (what a small body
+    inflates to is held to the store's limit by the part file, as it is written)."""
+    inflate = zlib.decompressobj(wbits=31)
+    try:
+        async for chunk in chunks:
+            while chunk:
+                yield inflate.decompress(chunk, CHUNK)
+                chunk = inflate.unconsumed_tail
+        if not inflate.eof:
+            raise zlib.error("the stream ends early")
+    except zlib.error as error:
+        raise InvalidRequest(
+            f"the body is not gzip ({error}): send the bytes as they are, or gzip them whole "
+            "with Content-Encoding: gzip"
+        ) from None
 
 
 def keep_stream(settings: Settings, source: BinaryIO) -> tuple[str, int]:

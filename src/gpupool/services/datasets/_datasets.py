@@ -214,13 +214,15 @@ async def receive_blob(
     sha256: str,
     chunks: AsyncIterator[bytes],
     declared_bytes: int | None = None,
+    gzipped: bool = False,
 ) -> int:
-    """Keep the blob read from ``chunks`` (its SHA-256 checked) and record that ``who``'s
-    team holds it; its size. Slow: the bytes are written as they come."""
+    """Keep the blob read from ``chunks`` (its SHA-256 checked; ``gzipped``: inflated first)
+    and record that ``who``'s team holds it; its size. Slow: the bytes are written as they
+    come."""
     if declared_bytes is not None and declared_bytes > ctx.settings.max_dataset_bytes:
         raise too_large(declared_bytes, ctx.settings)
     team_id = await asyncio.to_thread(_writable_team, ctx, who, team)
-    size = await receive(ctx.settings, chunks, sha256)
+    size = await receive(ctx.settings, chunks, sha256, gzipped)
     await asyncio.to_thread(_hold, ctx, team_id, {sha256: size})
     return size
 
