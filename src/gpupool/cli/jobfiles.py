@@ -11,7 +11,6 @@ ruamel.yaml (which keeps each node's position) is imported only when a command h
 
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,18 +19,12 @@ from typing import Annotated, Any
 import typer
 
 from gpupool.cli.connection import connect
+from gpupool.cli.documents import Format, dump
 from gpupool.cli.output import CliError, err, escape, out
 from gpupool.client.api import ApiError
 
 TOP = ("apiVersion", "kind", "metadata", "spec")
 SOURCE_STDIN = "-"
-
-
-class Format:
-    """What ``-o`` takes."""
-
-    YAML = "yaml"
-    JSON = "json"
 
 
 @dataclass
@@ -240,22 +233,6 @@ def located(error: ApiError, documents: list[Loaded], name: str) -> CliError:
                 if found is not None:
                     where = f"{name}:{found[0]}:{found[1]}"
     return CliError(error.code, f"{where}: {error.message}")
-
-
-def dump(documents: list[dict[str, Any]], fmt: str) -> str:
-    """The documents as YAML (separated by ---) or as a JSON list."""
-    if fmt == Format.JSON:
-        return json.dumps(documents, indent=2) + "\n"
-    import io
-
-    from ruamel.yaml import YAML
-
-    yaml = YAML(typ="safe", pure=True)
-    yaml.default_flow_style = False
-    yaml.sort_base_mapping_type_on_output = False  # keep apiVersion, kind, metadata, spec
-    stream = io.StringIO()
-    yaml.dump_all(documents, stream)
-    return "---\n" + stream.getvalue() if len(documents) > 1 else stream.getvalue()
 
 
 def apply(

@@ -580,7 +580,7 @@ def job_document(spec: dict[str, Any], array: str | None) -> dict[str, Any]:
 def print_dry_run(client: Client, spec: dict[str, Any], array: str | None, output: str) -> None:
     """Check the job on the server (a dry run of its job file) and print the document as
     the server read it: what ``gpupool apply -f`` takes to submit the same job."""
-    from gpupool.cli.jobfiles import dump
+    from gpupool.cli.documents import dump
 
     answer = client.apply([job_document(spec, array)], dry_run=True)
     fmt = "json" if output == RunOutput.JSON else "yaml"

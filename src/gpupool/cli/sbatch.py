@@ -393,8 +393,9 @@ def sbatch(
 
     -J -N --ntasks-per-node --gres=gpu[:TYPE]:N --gpus[-per-node] -c --mem -t -a -D
     --dependency --signal --requeue -A are read; -p, -o and -e are ignored with a warning,
-    and so is any other option unless --strict refuses it. The script runs from its directory, sent with the job
-    as its code, with SLURM_JOB_ID, SLURM_ARRAY_TASK_ID, SLURM_NNODES, SLURM_NTASKS set.
+    and so is any other option unless --strict refuses it. The script runs from its
+    directory, sent with the job as its code, with SLURM_JOB_ID, SLURM_ARRAY_TASK_ID,
+    SLURM_NNODES, SLURM_NTASKS set.
     """
     from gpupool.cli.connection import connect
     from gpupool.cli.jobs import array_submitted, send_code
