@@ -115,3 +115,20 @@ def test_a_version_a_running_job_reads_is_not_deleted(app: tuple[TestClient, Pla
     client.post(f"{API}/jobs/{job['id']}/cancel")
     wait_job(client, job["id"])
     assert client.delete(f"{API}/datasets/held").status_code == 204
+
+
+def test_every_task_of_an_array_keeps_its_version(app: tuple[TestClient, Platform]) -> None:
+    client, _ = app
+    upload(client, "shards", {"0.txt": b"zero\n"})
+    body = {"command": ["sleep", "300"], "datasets": ["shards"], "array": {"indexes": "0-2"}}
+    made = client.post(f"{API}/jobs", json=body)
+    assert made.status_code == 201, made.text
+    ids = made.json()["job_ids"]
+
+    answer = refused(client.delete(f"{API}/datasets/shards"), 409, "dataset_in_use")
+
+    assert answer["details"]["jobs"] == sorted(ids)
+    client.post(f"{API}/jobs/arrays/{ids[0]}/cancel")
+    for job_id in ids:
+        wait_job(client, job_id)
+    assert client.delete(f"{API}/datasets/shards").status_code == 204

@@ -621,12 +621,16 @@ def resolve_uses(
     return resolved
 
 
-def attach_uses(session: Session, job_id: int, team_id: int, uses: list[DatasetUse]) -> None:
-    """Record which versions the job reads (what keeps them from being deleted under it)."""
+def attach_uses(session: Session, job_ids: list[int], team_id: int, uses: list[DatasetUse]) -> None:
+    """Record which versions the jobs read (what keeps them from being deleted under them):
+    a job, or every task of an array."""
     for use in uses:
         row = _team_version(session, team_id, use.name, use.version)
         if row is not None:
-            session.add(DatasetUseModel(job_id=job_id, version_id=row.id, mount=use.mount or ""))
+            session.add_all(
+                DatasetUseModel(job_id=job_id, version_id=row.id, mount=use.mount or "")
+                for job_id in job_ids
+            )
 
 
 def _team_version(

@@ -23,6 +23,7 @@ from gpupool.domain.jobs import FINAL_STATUSES, JobSpec, JobStatus, Reason
 from gpupool.domain.views import ArrayView, JobView, SubmittedArrayView
 from gpupool.errors import Conflict, InvalidArray, NotFound
 from gpupool.scheduler.types import NodeCapacity
+from gpupool.services import datasets
 from gpupool.services.core import Principal, Reads, Submits, Tells
 from gpupool.services.jobs._views import array_view, job_view
 from gpupool.store.models import EventModel, JobArrayModel, JobModel, TeamModel
@@ -121,6 +122,7 @@ def submit(
     first, record = _first_task(session, JobModel(**values), team, array, now)
     job_ids = [first.id, *_insert_tasks(session, values, first.id, array.tasks[1:])]
     dependencies.attach(session, job_ids, resolved)
+    datasets.attach_uses(session, job_ids, team.id, spec.datasets)
     message = jobs.submitted_message(principal, team) + f" as task of array {first.id}"
     _record(session, job_ids, now, Reason.SUBMITTED, message)
     counts = {JobStatus.PENDING.value: len(job_ids)}

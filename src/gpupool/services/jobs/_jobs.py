@@ -194,7 +194,7 @@ def submit(
     session.add(job)
     session.flush()
     dependencies.attach(session, [job.id], resolved)
-    datasets.attach_uses(session, job.id, team.id, spec.datasets)
+    datasets.attach_uses(session, [job.id], team.id, spec.datasets)
     record(session, job.id, now, Reason.SUBMITTED, submitted_message(principal, team))
     return job
 
