@@ -135,7 +135,7 @@ def _settled(job: JobModel, status: JobStatus) -> str:
     """A sentence for a job that is not waiting."""
     node = f" on {job.node}" if job.node else ""
     if status is JobStatus.STARTING:
-        if job.reason == Reason.ENV_BUILDING.value and job.message:
+        if job.reason in (Reason.ENV_BUILDING, Reason.DATASET_FETCHING) and job.message:
             return f"it is starting{node}, {job.message}"
         return f"it is starting{node}: it does not wait any more"
     if status is JobStatus.RUNNING:
