@@ -595,9 +595,8 @@ def error_body(code: str, message: str, details: Any = None) -> dict[str, Any]:
 
 
 class EnvironmentNotFound(NotFound):
-    """No such environment, or none you can see: list them with 'gpupool env ls'."""
-
-    code = "environment_not_found"
+    """No such environment, or none you can see: list them with 'gpupool env ls'. Its code
+    is ``not_found``, as for anything another team has: whether it exists is not told."""
 
 
 class AmbiguousEnvironment(InvalidRequest):

@@ -65,7 +65,7 @@ def test_a_job_submitted_in_the_form_streams_its_output_live(page, server: Serve
     page.get_by_label("Name").fill("two-lines")
     page.get_by_label("GPUs").fill("0.5")
     page.get_by_label("GPU memory").fill("10GiB")
-    page.get_by_label("Environment").fill("GREETING=hello\n# a comment\n")
+    page.get_by_label("Environment variables").fill("GREETING=hello\n# a comment\n")
     page.screenshot(path=str(SHOTS / "ui-new.png"), full_page=True)
     page.get_by_role("button", name="Submit job").click()
 
@@ -122,7 +122,7 @@ def test_the_form_shows_the_servers_errors_inline(page, server: ServerProcess) -
     expect(page.locator("#form-error")).to_contain_text("no node can run this job")
     expect(page.locator("#gpus-error")).to_be_hidden()
     page.get_by_label("GPUs").fill("1")
-    page.get_by_label("Environment").fill("not a pair")
+    page.get_by_label("Environment variables").fill("not a pair")
     page.get_by_role("button", name="Submit job").click()
     expect(page.locator("#env-error")).to_contain_text("NAME=value")
 

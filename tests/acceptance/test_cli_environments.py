@@ -111,7 +111,7 @@ def test_versions_from_pyproject_and_uv_lock_ls_show_and_rm(
     assert admin.ok("env", "rm", f"old-alpha@{one['short_id']}").startswith("removed")
     assert admin.json("env", "show", "old-alpha")["version_count"] == 1
     admin.ok("env", "rm", "old-alpha")
-    assert refused(admin("env", "show", "old-alpha"), "environment_not_found")
+    assert refused(admin("env", "show", "old-alpha"), "not_found")
 
 
 def test_what_cannot_be_an_environment_is_refused_clearly(admin: Cli, tmp_path: Path) -> None:
@@ -132,7 +132,7 @@ def test_what_cannot_be_an_environment_is_refused_clearly(admin: Cli, tmp_path: 
         admin("env", "create", "Bad Name", "-r", str(tmp_path / "r.txt")), "invalid_environment"
     )
     missing = admin("run", "--env", "nothing-here", "--", "true")
-    assert refused(missing, "environment_not_found")
+    assert refused(missing, "not_found")
     usage = admin("run", "--env", "NOPE", "--", "true")
     assert usage.returncode == 2 and "neither a variable" in usage.stderr
 

@@ -22,6 +22,8 @@ from typing import Any
 
 import httpx
 import pytest
+
+from gpupool.api.access import Rule
 from tests.support.access_matrix import (
     ADMIN,
     ANONYMOUS,
@@ -44,8 +46,6 @@ from tests.support.access_matrix import (
     routes_of_a_new_app,
     running_world,
 )
-
-from gpupool.api.access import Rule
 
 
 class Outcome(Enum):
@@ -165,6 +165,14 @@ def _fresh_image(world: World, _who: Identity) -> Target:
     return Target({"name": world.fresh_image()}, team_owned=True)
 
 
+def _fresh_environment(world: World, _who: Identity) -> Target:
+    return Target({"ref": world.fresh_environment()}, team_owned=True)
+
+
+def _environment_page(world: World, _who: Identity) -> Target:
+    return Target({"team": OWNERS, "name": world.environment()}, team_owned=True)
+
+
 def _model_page(world: World, _who: Identity) -> Target:
     return Target({"team": OWNERS, "name": world.model()}, team_owned=True)
 
@@ -262,6 +270,8 @@ PARAMS: dict[str, Factory] = {
     "/api/v1/models/{name}/versions": _model,
     "/api/v1/models/{name}/versions/{version}": _model,
     "/models/{team}/{name}": _model_page,
+    "/api/v1/environments/{ref}": _fresh_environment,  # GET, and DELETE (a fresh one each call)
+    "/environments/{team}/{name}": _environment_page,
     "/api/v1/datasets/{name}": _fresh_dataset,  # GET, and DELETE (a fresh one each call)
     "/api/v1/datasets/{name}/uploads": _dataset,
     "/api/v1/datasets/{name}/versions": _dataset,
@@ -328,6 +338,15 @@ BODIES: dict[str, Factory] = {
     },
     "PUT /api/v1/dataset-blobs/{sha256}": lambda world, _who: world.DATASET_FILE,
     "POST /api/v1/volumes": lambda world, _who: {"name": world.unique("v"), "team": OWNERS},
+    # each caller's own team (the admin's too): a new name each call
+    "POST /api/v1/environments": lambda world, _who: {
+        "name": world.unique("new-env"),
+        "requirements": "alpha\n",
+    },
+    "POST /api/v1/environments/prefixes": lambda world, _who: {
+        "name": world.unique("site-env"),
+        "path": "/opt/site-env",
+    },
     "POST /api/v1/images/pull": lambda world, _who: {"ref": world.image_ref()},
     "POST /api/v1/images/import": lambda world, _who: world.image_archive(),
     "POST /api/v1/deployments": lambda world, _who: {

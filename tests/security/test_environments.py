@@ -49,14 +49,14 @@ def test_another_teams_member_cannot_list_show_use_or_remove_it(world: dict) -> 
     env = world["env"]
 
     assert client.get(ENVS, headers=ada).json() == []
-    refused(client.get(f"{ENVS}/vision-env", headers=ada), 404, "environment_not_found")
+    refused(client.get(f"{ENVS}/vision-env", headers=ada), 404, "not_found")
     by_id = f"{ENVS}/vision-env@{env['short_id']}"
-    refused(client.get(by_id, headers=ada), 404, "environment_not_found")
-    refused(client.delete(f"{ENVS}/vision-env", headers=ada), 404, "environment_not_found")
+    refused(client.get(by_id, headers=ada), 404, "not_found")
+    refused(client.delete(f"{ENVS}/vision-env", headers=ada), 404, "not_found")
     for asked in ("vision-env", f"vision-env@{env['short_id']}", f"vision-env@{env['id']}"):
         job = {"command": ["python", "-c", "import beta"], "environment": asked}
         answer = client.post("/api/v1/jobs", json=job, headers=ada)
-        refused(answer, 404, "environment_not_found")
+        refused(answer, 404, "not_found")
     assert client.get(f"{ENVS}/vision-env", headers=world["headers"]["vic"]).status_code == 200
 
 

@@ -23,10 +23,6 @@ from fastapi import FastAPI
 from fastapi.routing import APIRoute, iter_route_contexts
 from fastapi.testclient import TestClient
 from sqlalchemy import select
-from tests.support.code import archive, ref, regular
-from tests.support.images import ImageConfig, Layout, Registry, base_members, layer
-from tests.support.platform import FINAL, admin_token, make_settings, running_app
-from tests.support.waiting import wait_for
 
 import gpupool.services.cluster._nodes as nodes
 from gpupool.api.access import Rule, rule_of
@@ -39,6 +35,11 @@ from gpupool.executors.fake import NeverStartsExecutor
 from gpupool.platform import open_platform
 from gpupool.services.platform import Platform
 from gpupool.store.models import JobModel, TeamModel, UserModel
+from tests.support.code import archive, ref, regular
+from tests.support.images import ImageConfig, Layout, Registry, base_members, layer
+from tests.support.platform import FINAL, admin_token, make_settings, running_app
+from tests.support.waiting import wait_for
+from tests.support.wheels import index_env, wheelhouse
 
 ANONYMOUS = "anonymous"
 MEMBER = "owning-member"  # a member of the team that owns the route's object
@@ -313,6 +314,17 @@ class World:
         self.api("POST", f"/datasets/{name}/versions", MEMBER, body)
         return name
 
+    # -- Python environments: made by the owning member from the matrix's own wheels ---------
+
+    def environment(self) -> str:
+        """An environment of the owning team."""
+        return self.shared("environment", self.fresh_environment)
+
+    def fresh_environment(self) -> str:
+        name = self.unique("env")
+        body = {"name": name, "requirements": "alpha\n", "team": OWNERS}
+        return self.api("POST", "/environments", MEMBER, body)["name"]
+
     # -- container images: an archive the owning member imports; a registry for pulls --------
 
     def image_archive(self) -> bytes:
@@ -414,8 +426,12 @@ def running_world(data_dir: Path) -> Iterator[World]:
     # Revoked and disabled tokens count as failed attempts of one address (the test
     # client's): the matrix sends more of them than a real client's limit, which
     # tests/security/test_sign_in.py tests.
+    wheels = wheelhouse(data_dir.parent / "wheels")  # environments resolve from it alone
     settings = make_settings(
-        data_dir, signin_max_per_address=1_000_000, signin_max_per_user=1_000_000
+        data_dir,
+        signin_max_per_address=1_000_000,
+        signin_max_per_user=1_000_000,
+        **{name.removeprefix("GPUPOOL_").lower(): v for name, v in index_env(wheels).items()},
     )
     executor = NeverStartsExecutor(data_dir.parent / "never-started")
     with running_app(settings, executor) as (client, platform):

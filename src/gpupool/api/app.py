@@ -11,6 +11,7 @@ import gpupool
 from gpupool.api import (
     deployment_pages,
     docs,
+    environment_pages,
     errors,
     model_pages,
     notebook_pages,
@@ -84,6 +85,7 @@ def create_app(platform: Platform, start_loop: bool = True) -> FastAPI:
     app.include_router(api)
     ui.mount(app)
     app.include_router(model_pages.router)
+    app.include_router(environment_pages.router)
     app.include_router(deployment_pages.router)
     app.include_router(notebook_pages.router)  # /notebooks, /notebooks/ID: pages
     app.include_router(notebooks.proxy_router)  # /notebooks/ID/...: JupyterLab behind the proxy

@@ -30,7 +30,7 @@ from gpupool.domain.text import escape_unstorable
 from gpupool.domain.units import format_bytes, format_duration
 from gpupool.domain.views import SubmitOptionsView
 from gpupool.errors import InvalidRequest, NotFound
-from gpupool.services import cluster, identity, jobs, metrics, scheduling
+from gpupool.services import cluster, environments, identity, jobs, metrics, scheduling
 from gpupool.services.core import Principal
 from gpupool.services.platform import Platform
 
@@ -42,7 +42,8 @@ JOB_ID = re.compile(r"[0-9]{1,18}")
 ACTIVE = [JobStatus.PENDING, JobStatus.STARTING, JobStatus.RUNNING]
 ENDED = sorted(FINAL_STATUSES)
 SHOW = {"all": None, "active": ACTIVE, "ended": ENDED}
-TEXT_FIELDS = ("command", "name", "workdir", "code", "env", "gpu_memory", "memory", "team")
+TEXT_FIELDS = ("command", "name", "workdir", "code", "env", "environment", "gpu_memory", "memory")
+TEXT_FIELDS += ("team",)
 POLICY_FIELDS = ("gpu_type", "max_runtime", "grace_period")
 TORCH_MODES = {"per-gpu": "one process per GPU", "torchrun": "one torchrun per node"}
 BLANK_FORM = (
@@ -376,6 +377,7 @@ def submit_page(
         form=form,
         viewer=options.viewer,
         max_code_bytes=jobs.code_limits(ctx).max_bytes,
+        environments=[e.model_dump(mode="json") for e in environments.list_environments(ctx, who)],
         **_submit_choices(options),
     )
 
@@ -510,6 +512,7 @@ def _form_from(ctx: Platform, who: Principal, job_id: int) -> dict[str, Any]:
         "name": spec.name or "",
         "workdir": spec.workdir or "",
         "code": spec.code or "",
+        "environment": (spec.environment or "").partition("@")[0],
         "env": "\n".join(f"{k}={v}" for k, v in spec.env.items()),
         "gpus": _number(resources.gpus) if resources.gpus else "",
         "gpu_memory": _exact_bytes(resources.gpu_memory_bytes),

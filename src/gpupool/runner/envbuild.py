@@ -10,9 +10,10 @@ starts:
 2. a directory left by a build that did not finish (no ``.gpupool-env.json``) is removed;
 3. ``uv venv`` with the node's interpreter of that Python, then ``uv pip sync`` of the lock
    with ``--require-hashes`` (every file checked against the lock), hard links from uv's cache
-   on the same file system (environments that share packages share their bytes), bytecode
-   compiled once; both inside a sandbox that shows the system read-only and only the
-   environment, the cache and the lock writable, with all capabilities dropped. It runs no
+   on the same file system (environments that share packages share their bytes), then the
+   bytecode, compiled once per source file on the node and shared the same way
+   (``runner.pycstore``); all inside a sandbox that shows the system read-only and only the
+   environment, the caches and the lock writable, with all capabilities dropped. It runs no
    package's own code: wheels only, unless the admin allows source builds;
 4. every file and directory of it made read-only, and ``.gpupool-env.json`` written last:
    its presence is what "built" means.
@@ -37,6 +38,7 @@ from gpupool.runner import sandbox
 from gpupool.runner.layout import CODE_RUNNER_ERROR, PROGRESS_FILE, atomic_write_json
 
 MARKER = ".gpupool-env.json"
+PYCSTORE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pycstore.py")
 REASON = "EnvBuilding"
 POLL_SECONDS = 0.1
 OUTPUT_TAIL = 20  # lines of uv's output kept in a failure's message
@@ -84,8 +86,9 @@ def _build_once(env, policy, attempt_dir, log, stopped, progress) -> tuple[int, 
     root = os.path.dirname(env.dir)
     locks = os.path.join(root, ".locks")
     os.makedirs(locks, mode=0o700, exist_ok=True)
-    os.makedirs(env.cache, mode=0o700, exist_ok=True)
-    os.chmod(env.cache, 0o700)  # uv's downloads: for the builds alone, never for jobs
+    for cache in (env.cache, _pyc_store(env)):
+        os.makedirs(cache, mode=0o700, exist_ok=True)
+        os.chmod(cache, 0o700)  # the builds' alone, never shown to a job
     fd = os.open(os.path.join(locks, os.path.basename(env.dir)), os.O_RDWR | os.O_CREAT, 0o600)
     try:
         if not _try_lock(fd):
@@ -132,7 +135,6 @@ def _build(env, policy, attempt_dir, stopped, progress) -> tuple[int, str] | Non
                 "--require-hashes",
                 "--link-mode",
                 "hardlink",
-                "--compile-bytecode",
                 *env.index,
                 lock_file,
             ],
@@ -144,12 +146,42 @@ def _build(env, policy, attempt_dir, stopped, progress) -> tuple[int, str] | Non
         code = _run(env, policy, command, work, output, stopped, deadline)
         if code != 0:
             return CODE_RUNNER_ERROR, _failure(env, code, output)
+    progress.say(f"building environment {env.label}: compiling its bytecode")
+    python = os.path.join(env.dir, "bin", "python")
+    for site in _site_packages(env.dir):
+        command = [python, PYCSTORE, site, _pyc_store(env)]
+        code = _run(env, policy, command, work, output, stopped, deadline)
+        if code != 0:
+            return CODE_RUNNER_ERROR, _failure(env, code, output)
     progress.say(f"building environment {env.label}: making it read-only")
     shown = {"python_home": _python_home(env.dir), "built_at": time.time(), "id": env.id}
     with open(os.path.join(env.dir, MARKER), "w", encoding="utf-8") as f:
         json.dump(shown, f)
     _make_readonly(env.dir)
     return None
+
+
+def _pyc_store(env) -> str:  # noqa: ANN001
+    """The node's bytecode store, beside uv's cache."""
+    return os.path.join(os.path.dirname(env.cache), ".pyc-store")
+
+
+def _writable(env, work: str) -> list[str]:  # noqa: ANN001
+    """What a build may write: the node's environments directory (the caches are in it),
+    and its own work directory."""
+    root = os.path.dirname(env.dir)
+    inside = [p for p in (env.cache, _pyc_store(env)) if os.path.dirname(p) != root]
+    return [root, *inside, work]
+
+
+def _site_packages(directory: str) -> list[str]:
+    lib = os.path.join(directory, "lib")
+    try:
+        names = sorted(os.listdir(lib))
+    except OSError:
+        return []
+    found = [os.path.join(lib, name, "site-packages") for name in names]
+    return [path for path in found if os.path.isdir(path)]
 
 
 def _run(env, policy, command, work, output, stopped, deadline) -> int:  # noqa: ANN001
@@ -198,11 +230,13 @@ def _sandboxed(env, policy, command, work, uv_env, out):  # noqa: ANN001, ANN202
             policy,
             command,
             work,
-            [env.dir, env.cache, work],
+            # the node's environments as one mount: hard links from the caches into the
+            # environment cross no mount (each of its built ones is read-only by its modes)
+            _writable(env, work),
             None,  # as the runner's account, with no capability (below)
             env_fd,
             status,
-            readonly_dirs=env.shown,
+            readonly_dirs=[*env.shown, os.path.dirname(PYCSTORE)],
             network_given=True,  # the index is reached over the node's network
         )
         if os.geteuid() == 0:

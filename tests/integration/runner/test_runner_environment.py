@@ -58,6 +58,11 @@ def test_it_is_built_once_then_shown_read_only(harness: RunnerHarness) -> None:
     assert "environment tools@" in harness.log() and "built on this node" in harness.log()
     marker = envbuild.built(env["dir"])
     assert marker is not None and marker["id"] == env["id"]
+    # its files and their bytecode are hard links into the node's caches, not copies
+    site = next(Path(env["dir"]).glob("lib/python3*/site-packages"))
+    source = site / "alpha" / "__init__.py"
+    compiled = next((site / "alpha" / "__pycache__").glob("__init__.*.pyc"))
+    assert source.stat().st_nlink >= 2 and compiled.stat().st_nlink >= 2
     for path in Path(env["dir"]).rglob("*"):
         if not path.is_symlink():
             assert not path.stat().st_mode & 0o222, path

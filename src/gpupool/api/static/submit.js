@@ -103,6 +103,7 @@ function parseEnv(text) {
     workdir: "workdir",
     code: "code",
     env: "env",
+    environment: "environment",
     team: "team",
     priority: "priority",
     preemptible: "preemptible",
@@ -184,6 +185,7 @@ function parseEnv(text) {
     if (v("name").trim()) body.name = v("name").trim();
     if (v("workdir").trim()) body.workdir = v("workdir").trim();
     if (v("code").trim()) body.code = v("code").trim();
+    if (v("environment")) body.environment = v("environment");
     codeProblems(form, body, problems);
     if (v("team")) body.team = v("team");
     body.priority = numberOr(v("priority"), 0);
