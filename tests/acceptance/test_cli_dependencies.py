@@ -72,4 +72,7 @@ def test_a_failed_step_cancels_the_rest_and_afternotok_cleans_up(admin: Cli) -> 
 
 def test_an_unknown_job_is_refused(admin: Cli) -> None:
     answer = admin("run", "--after", "no-such-step", "--", "true")
-    assert refused(answer, "unknown_dependency") and "no job named 'no-such-step'" in answer.stderr
+    assert (
+        refused(answer, "unknown_dependency")
+        and "no job of this team is named 'no-such-step'" in answer.stderr
+    )

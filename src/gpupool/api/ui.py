@@ -51,6 +51,7 @@ BLANK_FORM = (
     | {"gpus": "1", "cpus": "1", "priority": "0"}
     | {"preemptible": True}
     | {"nodes": "1", "launcher": ""}
+    | {"after": ""}
 )
 # the submit form's launcher choices: value -> text ("torchrun": torch, one torchrun per node)
 LAUNCHERS = (
@@ -526,6 +527,7 @@ def _form_from(ctx: Platform, who: Principal, job_id: int) -> dict[str, Any]:
         "grace_period": _duration_or_blank(spec.grace_period_seconds),
         "nodes": str(spec.nodes),
         "launcher": "torchrun" if spec.launcher_mode == "torchrun" else spec.launcher or "",
+        "after": ", ".join(f"{d.condition.value}:{d.job}" for d in spec.depends_on),
     }
 
 

@@ -139,7 +139,7 @@ def test_unknown_ambiguous_and_repeated_dependencies_are_refused(client: TestCli
     assert "job 999 is not a job of this team" in error["message"]
     body = {"command": ["true"], "depends_on": ["nosuch"]}
     error = refused(client.post("/api/v1/jobs", json=body), 422, "unknown_dependency")
-    assert "no job named 'nosuch'" in error["message"]
+    assert "no job of this team is named 'nosuch'" in error["message"]
     sleep = [sys.executable, "-c", "import time; time.sleep(60)"]
     first = submit(client, sleep, name="twin")
     second = submit(client, sleep, name="twin")

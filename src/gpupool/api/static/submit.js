@@ -110,6 +110,7 @@ function parseEnv(text) {
     gpu_types: "gpu_type",
     max_runtime_seconds: "max_runtime",
     grace_period_seconds: "grace_period",
+    depends_on: "after",
     "resources.gpus": "gpus",
     "resources.gpu_memory_bytes": "gpu_memory",
     "resources.cpus": "cpus",
@@ -188,6 +189,8 @@ function parseEnv(text) {
     if (v("environment")) body.environment = v("environment");
     codeProblems(form, body, problems);
     if (v("team")) body.team = v("team");
+    const after = v("after").split(/[\s,]+/).filter(Boolean); // 12, prep, afterany:12
+    if (after.length) body.depends_on = after;
     body.priority = numberOr(v("priority"), 0);
     const gpus = numberOr(v("gpus"), 0);
     if (gpus !== 0) body.resources.gpus = gpus; // no GPU: leave it out

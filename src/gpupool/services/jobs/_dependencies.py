@@ -64,11 +64,15 @@ def resolve(session: Session, team_id: int, deps: Sequence[Dependency]) -> list[
         if isinstance(dep.job, str):
             row = _by_name(session, team_id, dep.job)
         if row is None:
-            what = f"job {dep.job}" if isinstance(dep.job, int) else f"no job named '{dep.job}'"
+            what = (
+                f"job {dep.job} is not a job of this team"
+                if isinstance(dep.job, int)
+                else f"no job of this team is named '{dep.job}'"
+            )
             raise UnknownDependency(
-                f"depends_on: {what} is not a job of this team: give the id or the name of "
-                "a job of the team the job is submitted to ('gpupool ls' lists them)",
-                fields=[{"field": "depends_on", "message": f"unknown job {dep.job}"}],
+                f"depends_on: {what}: give the id or the name of a job of the team the job is "
+                "submitted to ('gpupool ls' lists them)",
+                fields=[{"field": "depends_on", "message": what}],
             )
         if any(r.job_id == row.id for r in found):
             raise InvalidRequest(
