@@ -101,6 +101,10 @@ class Settings(BaseSettings):
     # directory's "envs"), with uv's cache beside them: an env's files are hard links into
     # it, so envs that share packages share their bytes.
     envs_store: Path | None = None
+    # What they may take on a node (with uv's cache and their bytecode); past it, after a
+    # build, the least recently used environments no job uses are removed (a later job of
+    # one builds it again), then uv's download cache is cleared. 0: no limit.
+    envs_max_bytes: int = Field(default=0, ge=0)
     # The package index environments are resolved (on the server) and built (on each node)
     # from: "pip" reads the machine's pip configuration (index-url, extra-index-url,
     # find-links, no-index), else an index URL; the extra index URLs and find-links

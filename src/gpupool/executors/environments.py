@@ -81,6 +81,7 @@ def package_index(settings: Settings) -> PackageIndex:
     )
 
 
+@functools.cache
 def uv_binary() -> str:
     """uv's executable: the one its wheel installed beside gpupool."""
     from uv import find_uv_bin
@@ -160,6 +161,7 @@ def runner_spec(settings: Settings, environment: dict[str, Any]) -> dict[str, An
         "uv_env": index.uv_env(),
         "shown": list(dict.fromkeys([home, *index.local_paths])),
         "timeout": settings.env_build_timeout_seconds,
+        "max_bytes": settings.envs_max_bytes,
     }
 
 

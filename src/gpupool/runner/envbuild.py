@@ -42,6 +42,10 @@ PYCSTORE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pycstore.py
 REASON = "EnvBuilding"
 POLL_SECONDS = 0.1
 OUTPUT_TAIL = 20  # lines of uv's output kept in a failure's message
+CACHES = ".cache"  # the lock of uv's cache and the bytecode: shared by builds, taken to clear
+UV_CACHE = ".uv-cache"
+PYC_STORE = ".pyc-store"
+RECENT_SECONDS = 60.0  # an environment used this recently is not collected
 READONLY_FILE = 0o444
 READONLY_EXEC = 0o555
 
@@ -59,51 +63,178 @@ def built(directory: str) -> dict[str, object] | None:
         return None
 
 
-def ensure(env, policy, attempt_dir: str, log, stopped) -> tuple[int, str] | None:  # noqa: ANN001
-    """Have the environment ``env`` (``wire.EnvironmentSpec``) ready on this node; None when
-    it is, else (exit code, message) for the attempt's record. ``policy``: the job's
-    ``SandboxPolicy`` (None: unsandboxed); ``log``: the job's log; ``stopped()``: whether the
-    job was asked to stop."""
+def ensure(env, policy, attempt_dir: str, log, stopped):  # noqa: ANN001, ANN201
+    """Have the environment ``env`` (``wire.EnvironmentSpec``) ready on this node: (None, the
+    descriptor of its lock, held shared while the job runs: a collection never removes an
+    environment in use; close it when the attempt ends), or ((exit code, message), None) for
+    the attempt's record. ``policy``: the job's ``SandboxPolicy`` (None: unsandboxed);
+    ``log``: the job's log; ``stopped()``: whether the job was asked to stop."""
     if env.prefix:
         if os.path.isdir(env.dir):
-            return None
-        return CODE_RUNNER_ERROR, (
+            return None, None
+        return (
+            CODE_RUNNER_ERROR,
             f"environment {env.name} is the prefix {env.dir}, which is not on this node: ask "
-            "your admin to install it on every node, or use another environment"
-        )
-    if built(env.dir) is not None:
-        return None
+            "your admin to install it on every node, or use another environment",
+        ), None
+    fd = _open_lock(os.path.dirname(env.dir), os.path.basename(env.dir))
     progress = _Progress(attempt_dir)
     try:
-        return _build_once(env, policy, attempt_dir, log, stopped, progress)
+        if not _try_lock(fd, fcntl.LOCK_SH):  # being built, or collected
+            progress.say(f"waiting for environment {env.label} to be built on this node")
+            _wait_lock(fd, fcntl.LOCK_SH, stopped)
+        if built(env.dir) is None:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            problem = _build_once(env, policy, attempt_dir, log, stopped, progress, fd)
+            if problem is not None:
+                os.close(fd)
+                return problem, None
+        os.utime(fd)  # its last use: a collection takes the least recently used first
+        return None, fd
     except Stopped:
-        return 128 + signal.SIGTERM, "stopped while its environment was being built"
+        os.close(fd)
+        return (128 + signal.SIGTERM, "stopped while its environment was being built"), None
+    except BaseException:
+        os.close(fd)
+        raise
     finally:
         progress.clear()
 
 
-def _build_once(env, policy, attempt_dir, log, stopped, progress) -> tuple[int, str] | None:  # noqa: ANN001
+def _open_lock(root: str, name: str) -> int:
+    """The lock file of environment ``name`` (or of the caches, ``.cache``) below ``root``."""
+    path = os.path.join(root, ".locks", name)
+    try:
+        return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except FileNotFoundError:
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+
+
+def _build_once(env, policy, attempt_dir, log, stopped, progress, fd) -> tuple[int, str] | None:  # noqa: ANN001
+    """Build it under its lock (exclusive; shared again after), unless the job we waited
+    for did; then collect what the node keeps past its limit."""
     root = os.path.dirname(env.dir)
-    locks = os.path.join(root, ".locks")
-    os.makedirs(locks, mode=0o700, exist_ok=True)
     for cache in (env.cache, _pyc_store(env)):
         os.makedirs(cache, mode=0o700, exist_ok=True)
         os.chmod(cache, 0o700)  # the builds' alone, never shown to a job
-    fd = os.open(os.path.join(locks, os.path.basename(env.dir)), os.O_RDWR | os.O_CREAT, 0o600)
+    if not _try_lock(fd, fcntl.LOCK_EX):
+        progress.say(f"waiting for environment {env.label} to be built on this node")
+        _wait_lock(fd, fcntl.LOCK_EX, stopped)
+    if built(env.dir) is not None:  # built by the job we waited for
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        return None
+    caches = _open_lock(root, CACHES)
     try:
-        if not _try_lock(fd):
-            progress.say(f"waiting for environment {env.label} to be built on this node")
-            _wait_lock(fd, stopped)
-        if built(env.dir) is not None:  # built by the job we waited for
-            return None
+        _wait_lock(caches, fcntl.LOCK_SH, stopped)  # not cleared while it builds from them
         started = time.monotonic()
         problem = _build(env, policy, attempt_dir, stopped, progress)
-        if problem is None:
-            seconds = time.monotonic() - started
-            log.note(f"environment {env.label} built on this node in {seconds:.1f} s")
-        return problem
     finally:
-        os.close(fd)  # and with it the lock
+        os.close(caches)
+    if problem is not None:
+        return problem
+    log.note(f"environment {env.label} built on this node in {time.monotonic() - started:.1f} s")
+    fcntl.flock(fd, fcntl.LOCK_SH)
+    os.utime(fd)
+    if env.max_bytes:
+        progress.say(f"collecting environments past the node's {_size(env.max_bytes)}")
+        said = collect(root, env.max_bytes, keep=os.path.basename(env.dir))
+        if said:
+            log.note(said)
+    return None
+
+
+def collect(root: str, max_bytes: int, keep: str = "", now: float | None = None) -> str:
+    """Bring what the node's environments take (their files, uv's cache, the bytecode) under
+    ``max_bytes``: remove the least recently used environment not in use (and not used in
+    the last minute) until under, then clear uv's download cache if still over (what
+    environments use of it stays: hard links). What it did, or '' when nothing was over."""
+    total = usage(root)
+    if total <= max_bytes:
+        return ""
+    now = time.time() if now is None else now
+    removed = []
+    for used_at, name in _least_recently_used(root, keep):
+        if total <= max_bytes:
+            break
+        if now - used_at < RECENT_SECONDS:
+            continue
+        lock = _open_lock(root, name)
+        try:
+            if not _try_lock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB):
+                continue  # in use, or being built
+            path = os.path.join(root, name)
+            _make_writable(path)
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(name[:12])
+        finally:
+            os.close(lock)
+        _prune_bytecode(root)
+        total = usage(root)
+    cleared = False
+    if total > max_bytes:
+        caches = _open_lock(root, CACHES)
+        try:
+            if _try_lock(caches, fcntl.LOCK_EX | fcntl.LOCK_NB):  # no build reads them now
+                cache = os.path.join(root, UV_CACHE)
+                shutil.rmtree(cache, ignore_errors=True)
+                os.makedirs(cache, mode=0o700, exist_ok=True)
+                cleared = True
+                _prune_bytecode(root)
+                total = usage(root)
+        finally:
+            os.close(caches)
+    done = (
+        [f"removed {len(removed)} unused environment(s) ({', '.join(removed)})"] if removed else []
+    )
+    done += ["cleared uv's download cache"] if cleared else []
+    still = "" if total <= max_bytes else " (still over: the rest is in use)"
+    what = "; ".join(done) or "nothing could be removed"
+    return f"environments on this node past {_size(max_bytes)}: {what}; {_size(total)} now{still}"
+
+
+def usage(root: str) -> int:
+    """The bytes the node's environments, uv's cache and the bytecode take on disk: each
+    file once, however many environments link to it."""
+    seen: set[tuple[int, int]] = set()
+    total = 0
+    for directory, dirs, files in os.walk(root):
+        for name in dirs + files:
+            try:
+                stat = os.lstat(os.path.join(directory, name))
+            except OSError:
+                continue
+            if (stat.st_dev, stat.st_ino) not in seen:
+                seen.add((stat.st_dev, stat.st_ino))
+                total += stat.st_blocks * 512
+    return total
+
+
+def _least_recently_used(root: str, keep: str) -> list[tuple[float, str]]:
+    found = []
+    for name in os.listdir(root):
+        if name.startswith(".") or name == keep or built(os.path.join(root, name)) is None:
+            continue
+        try:
+            used_at = os.stat(os.path.join(root, ".locks", name)).st_mtime
+        except OSError:
+            used_at = 0.0
+        found.append((used_at, name))
+    return sorted(found)
+
+
+def _prune_bytecode(root: str) -> None:
+    """Bytecode no environment links to any more."""
+    for directory, _dirs, files in os.walk(os.path.join(root, PYC_STORE)):
+        for name in files:
+            path = os.path.join(directory, name)
+            with contextlib.suppress(OSError):
+                if os.lstat(path).st_nlink == 1:
+                    os.unlink(path)
+
+
+def _size(count: int) -> str:
+    return f"{count / 2**30:.1f} GiB" if count >= 2**30 else f"{count / 2**20:.0f} MiB"
 
 
 def _build(env, policy, attempt_dir, stopped, progress) -> tuple[int, str] | None:  # noqa: ANN001
@@ -163,7 +294,7 @@ def _build(env, policy, attempt_dir, stopped, progress) -> tuple[int, str] | Non
 
 def _pyc_store(env) -> str:  # noqa: ANN001
     """The node's bytecode store, beside uv's cache."""
-    return os.path.join(os.path.dirname(env.cache), ".pyc-store")
+    return os.path.join(os.path.dirname(env.cache), PYC_STORE)
 
 
 def _writable(env, work: str) -> list[str]:  # noqa: ANN001
@@ -306,16 +437,16 @@ def _make_writable(directory: str) -> None:
         os.chmod(directory, 0o755)
 
 
-def _try_lock(fd: int) -> bool:
+def _try_lock(fd: int, how: int) -> bool:
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, how | fcntl.LOCK_NB)
     except BlockingIOError:
         return False
     return True
 
 
-def _wait_lock(fd: int, stopped) -> None:  # noqa: ANN001
-    while not _try_lock(fd):
+def _wait_lock(fd: int, how: int, stopped) -> None:  # noqa: ANN001
+    while not _try_lock(fd, how):
         if stopped():
             raise Stopped
         time.sleep(POLL_SECONDS)

@@ -48,12 +48,13 @@ def main(argv: list[str]) -> int:
 
 def preload() -> None:
     """Import here, once, what a runner would otherwise import after each fork (the bridge
-    of a serving job, the GPU samplers and NVML's bindings, a gang's fence: 10-30 ms of CPU
-    each time), then freeze what was loaded: the collector never walks those objects again,
-    so a forked runner does not write to, and copy, the pages that hold them."""
+    of a serving job, the GPU samplers and NVML's bindings, a gang's fence, a job's Python
+    environment: 7-30 ms of CPU each time), then freeze what was loaded: the collector never
+    walks those objects again, so a forked runner does not write to, and copy, the pages that
+    hold them."""
     import hashlib  # noqa: F401 - an attempt's cgroup name is a digest
 
-    from gpupool.runner import bridge, fence, gpumemory, gpusamples  # noqa: F401
+    from gpupool.runner import bridge, envbuild, fence, gpumemory, gpusamples  # noqa: F401
 
     with contextlib.suppress(ImportError):
         import pynvml  # noqa: F401 - nvidia-ml-py; imported only, initialised per use

@@ -8,7 +8,8 @@ size (and the interpreter's cache tag), compiled the first time an environment n
 hard-linked into each environment's ``__pycache__`` after that. An environment that differs
 from another in one package compiles that package alone, and its bytecode takes no more
 disk. (The file name a ``.pyc`` records is the first environment's; Python replaces it with
-the real source path when it loads the ``.pyc``.)
+the real source path when it loads the ``.pyc``.) A package's own test suite is not compiled:
+it is most of the files of the big scientific packages, and only their test runs import it.
 
     python pycstore.py SITE_PACKAGES STORE
 """
@@ -22,6 +23,7 @@ import sys
 from concurrent.futures import ProcessPoolExecutor
 
 CHUNK = 64  # sources per task of a worker
+SKIPPED = ("tests", "test")  # a package's own test suite (below its top level)
 
 
 def key_of(stat: os.stat_result) -> str:
@@ -35,9 +37,13 @@ def stored(store: str, key: str) -> str:
 
 
 def sources(site: str) -> list[str]:
+    """The sources below ``site`` to compile: not a package's own tests (most of the files of
+    numpy, scipy, pandas, scikit-learn; imported by their test runs alone, which then compile
+    them in memory)."""
     found = []
     for directory, dirs, files in os.walk(site):
-        dirs[:] = [d for d in dirs if d != "__pycache__"]
+        nested = directory != site
+        dirs[:] = [d for d in dirs if d != "__pycache__" and not (nested and d in SKIPPED)]
         found += [os.path.join(directory, name) for name in files if name.endswith(".py")]
     return found
 

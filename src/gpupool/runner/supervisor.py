@@ -124,6 +124,8 @@ class Runner:
         self.metrics: metricsink.MetricSink | None = None
         self.network: network.Network | None = None  # the workload's own namespace
         self.fence = None  # fence.Fence: a gang task's part of the node's fence
+        # the job's environment, held (a shared lock) while it runs: never collected then
+        self.environment_lock: int | None = None
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
@@ -191,6 +193,8 @@ class Runner:
                 self.warm = None
             self._close_cgroup()
             self._close_fence()
+            if self.environment_lock is not None:
+                os.close(self.environment_lock)
             if self.log is not None:
                 self.log.close()
 
@@ -221,7 +225,9 @@ class Runner:
         def stopped() -> bool:
             return self.stop_requested or os.path.exists(self._path(STOP_FILE))
 
-        problem = envbuild.ensure(spec.environment, spec.sandbox, self.dir, self.log, stopped)
+        problem, self.environment_lock = envbuild.ensure(
+            spec.environment, spec.sandbox, self.dir, self.log, stopped
+        )
         if problem is not None:
             self._fail(*problem)
             return False

@@ -557,8 +557,9 @@ class EnvironmentSpec:
     ``lock`` (its packages, pinned with hashes), ``python`` (this node's interpreter of its
     Python version, and ``python_version``), ``uv``, uv's ``cache`` directory, ``index`` (uv's
     index options), ``uv_env`` (uv's environment: no configuration files, no downloads of
-    interpreters), ``shown`` (paths the build reads: the interpreter's prefix, local indexes)
-    and ``timeout`` (seconds).
+    interpreters), ``shown`` (paths the build reads: the interpreter's prefix, local indexes),
+    ``timeout`` (seconds) and ``max_bytes`` (what the node's environments may take; 0: no
+    limit).
     """
 
     __slots__ = (
@@ -575,6 +576,7 @@ class EnvironmentSpec:
         "uv_env",
         "shown",
         "timeout",
+        "max_bytes",
     )
 
     def __init__(self, raw: object) -> None:
@@ -593,6 +595,8 @@ class EnvironmentSpec:
         self.uv_env: dict[str, str] = _env(raw.get("uv_env"))
         self.shown: list[str] = _sandbox_paths(raw, "shown")
         self.timeout: float = float(raw.get("timeout") or 1800)
+        # what the node's environments may take: past it, the least recently used go
+        self.max_bytes: int = int(raw.get("max_bytes") or 0)
         if not self.prefix and self.lock is None:
             raise SpecError("environment.lock is needed unless it is a prefix")
 

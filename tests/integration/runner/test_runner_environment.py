@@ -121,3 +121,27 @@ def test_a_stop_while_it_waits_for_another_build_ends_it(harness: RunnerHarness)
     assert state["exit_code"] == 128 + signal.SIGTERM
     assert state["message"] == "stopped while its environment was being built"
     assert not progress.exists()
+
+
+def test_its_job_holds_it_so_no_collection_removes_it_meanwhile(harness: RunnerHarness) -> None:
+    env = environment(harness, alpha_lock(harness))
+    release = harness.work / "release"
+    wait = f"import os, time\nwhile not os.path.exists({str(release)!r}): time.sleep(0.05)"
+    harness.write_spec(["python", "-c", wait], environment=env, workdir=str(harness.work))
+    proc = harness.spawn()
+    lock = Path(env["dir"]).parent / ".locks" / Path(env["dir"]).name
+    wait_for(lambda: harness.dir.joinpath("state.json").exists(), 60, "the job to start")
+    probe = os.open(lock, os.O_RDWR)
+    try:
+        try:
+            fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            held = False
+        except BlockingIOError:
+            held = True
+        assert held, "a collection could take the environment of a running job"
+        release.touch()
+        assert harness.wait_for_exit(proc) == 0
+        fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free once the job ended
+    finally:
+        os.close(probe)
+    assert harness.state()["exit_code"] == 0, harness.log()

@@ -24,6 +24,8 @@ def test_environments_of_the_same_files_share_their_bytecode(tmp_path: Path) -> 
     (one / "pkg" / "old.py").write_text("print 'python 2'\n")
     os.link(one / "pkg" / "__init__.py", two / "pkg" / "__init__.py")  # as uv links them
     (two / "pkg" / "extra.py").write_text("EXTRA = 2\n")
+    (one / "pkg" / "tests").mkdir()
+    (one / "pkg" / "tests" / "test_pkg.py").write_text("def test(): pass\n")  # not compiled
 
     assert link_all(str(one), str(store), workers=1) == (1, 1)
     assert link_all(str(two), str(store), workers=2) == (2, 1)  # only extra.py is new
