@@ -48,13 +48,14 @@ EXTRAS = [
     "filelock",
 ]
 IMPORTS = "import numpy, scipy, pandas, sklearn, scipy.stats"
+BARE = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp"}
 TIMED = f"import time; t = time.perf_counter(); {IMPORTS}; print('IMPORT', time.perf_counter() - t)"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=30, help="warm jobs of each kind")
-    parser.add_argument("--imports", type=int, default=5, help="timed imports of each kind")
+    parser.add_argument("--imports", type=int, default=9, help="timed imports of each kind")
     args = parser.parse_args()
     if not Path(INDEX.removeprefix("file://")).is_dir() and INDEX.startswith("file://"):
         sys.exit(f"no package index at {INDEX}: name one with GPUPOOL_BENCH_INDEX")
@@ -106,7 +107,9 @@ def run(api, data: Path, args: argparse.Namespace) -> None:  # noqa: ANN001
     for _ in range(args.imports):
         done = job(api, ["python", "-c", TIMED], "stack")
         inside.append(imported(api.get(f"/jobs/{done['id']}/logs").json()["text"]))
-        ran = subprocess.run([python, "-c", TIMED], capture_output=True, text=True, check=True)
+        ran = subprocess.run(  # as bare an environment as the job's
+            [python, "-c", TIMED], capture_output=True, text=True, check=True, env=BARE
+        )
         outside.append(imported(ran.stdout))
     ratio = statistics.median(inside) / statistics.median(outside)
     print(f"imports: {IMPORTS!r} median {statistics.median(inside) * 1000:.0f} ms in a job's")

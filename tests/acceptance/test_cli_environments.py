@@ -200,3 +200,35 @@ def test_a_notebooks_kernel_and_a_deployments_replicas_run_in_it(
         assert wait_for(answer, timeout=180, what="the replica to serve") == f"alpha 1.0 {env_dir}"
     finally:
         admin.ok("deploy", "stop", "env-served")
+
+
+FILE = """\
+apiVersion: gpupool/v1
+kind: Environment
+metadata: {name: filed}
+spec:
+  requirements: "alpha<2\\n"
+---
+apiVersion: gpupool/v1
+kind: Job
+metadata: {name: uses-filed}
+spec:
+  command: [python, -c, "import alpha; print('filed alpha', alpha.__version__)"]
+  environment: filed
+"""
+
+
+def test_a_job_file_makes_an_environment_and_a_job_that_runs_in_it(
+    admin: Cli, tmp_path: Path
+) -> None:
+    path = write(tmp_path / "env.yaml", FILE)
+    dry = admin("apply", "-f", str(path), "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert "kind: Environment" in dry.stdout and "requirements:" in dry.stdout
+    assert refused(admin("env", "show", "filed"), "not_found")  # a dry run makes nothing
+
+    made = json.loads(admin.ok("apply", "-f", str(path), "-o", "json"))
+    job_id = next(d["status"]["id"] for d in made if d["kind"] == "Job")
+    assert ended(admin, job_id)["status"] == "succeeded", admin.ok("logs", str(job_id))
+    assert "filed alpha 1.0" in admin.ok("logs", str(job_id))
+    assert admin.json("env", "show", "filed")["latest"]["packages"] == ["alpha==1.0"]

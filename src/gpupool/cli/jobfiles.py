@@ -274,9 +274,11 @@ def apply(
         ),
     ] = None,
 ) -> None:
-    """Make the Jobs, Notebooks and Deployments of a job file, all in one transaction.
+    """Make the Jobs, Environments, Notebooks and Deployments of a job file, all in one
+    transaction.
 
-    A document is apiVersion: gpupool/v1, kind (Job, Notebook or Deployment), metadata.name,
+    A document is apiVersion: gpupool/v1, kind (Job, Environment, Notebook or Deployment),
+    metadata.name,
     and spec: the fields of the API's request body of that kind (see examples/*.yaml
     and docs/jobfiles.md; the JSON schemas at /api/v1/schemas/). A Job's depends_on may name a Job
     that comes before it in the file: a pipeline in one file.

@@ -10,23 +10,31 @@ the first time one of its jobs needs it (``executors.environments``, ``runner.en
 from __future__ import annotations
 
 from gpupool.services.environments._environments import (
+    Resolved,
     create,
     launch_lookup,
     list_environments,
+    prepare,
+    record,
     recorded_ref,
     register,
     remove,
     show,
+    version_view,
 )
 from gpupool.services.environments._ports import Resolves
 
 __all__ = [
+    "Resolved",
     "Resolves",
     "create",
     "launch_lookup",
     "list_environments",
+    "prepare",
+    "record",
     "recorded_ref",
     "register",
     "remove",
     "show",
+    "version_view",
 ]

@@ -23,6 +23,7 @@ import functools
 import os
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import or_, select
@@ -72,10 +73,29 @@ UNFINISHED = (JobStatus.PENDING.value, JobStatus.STARTING.value, JobStatus.RUNNI
 # -- what the API calls ------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Resolved:
+    """A version made from what a user asked, resolved and not yet recorded (``prepare``)."""
+
+    asked: EnvironmentCreate
+    team_id: int
+    python: str
+    platform: str
+    lock: str
+    id: str
+
+
 def create(ctx: Resolves, who: Principal, asked: EnvironmentCreate) -> EnvironmentVersionView:
     """A version of the environment ``asked.name`` from the packages asked for (the
     environment is made when it has none). Slow (uv resolves against the index): call it
     from a worker thread."""
+    resolved = prepare(ctx, who, asked)
+    with ctx.db.session() as session:
+        return version_view(record(session, who, resolved, ctx.clock.now()), with_lock=True)
+
+
+def prepare(ctx: Resolves, who: Principal, asked: EnvironmentCreate) -> Resolved:
+    """Step 1, with no transaction open: check who asks and what, and resolve it."""
     who.require_member()
     _check_name(asked.name)
     python = asked.python or server_python()
@@ -88,26 +108,33 @@ def create(ctx: Resolves, who: Principal, asked: EnvironmentCreate) -> Environme
             f"another version with --python (this server runs {server_python()})"
         )
     lock, platform = resolve(ctx.settings, requirements, python)
-    found = env_id(lock, python, platform)
-    with ctx.db.session() as session:
-        environment = _environment_for(session, team.id, asked.name, asked.description, ctx)
-        version = _version(session, environment.id, found)
-        if version is None:
-            version = EnvironmentVersionModel(
-                environment_id=environment.id,
-                env=found,
-                python=python,
-                platform=platform,
-                kind=asked.kind.value,
-                source=asked.source,
-                lock=lock,
-                packages=packages_of(lock),
-                created_at=ctx.clock.now(),
-                created_by=who.user_id,
-            )
-            session.add(version)
-            session.flush()
-        return version_view(version, with_lock=True)
+    return Resolved(asked, team.id, python, platform, lock, env_id(lock, python, platform))
+
+
+def record(
+    session: Session, who: Principal, resolved: Resolved, now: float
+) -> EnvironmentVersionModel:
+    """Step 2, in the caller's transaction: the environment (made when it has none) and the
+    version (the one there already when it is the same)."""
+    asked = resolved.asked
+    environment = _environment_for(session, resolved.team_id, asked.name, asked.description, now)
+    version = _version(session, environment.id, resolved.id)
+    if version is None:
+        version = EnvironmentVersionModel(
+            environment_id=environment.id,
+            env=resolved.id,
+            python=resolved.python,
+            platform=resolved.platform,
+            kind=asked.kind.value,
+            source=asked.source,
+            lock=resolved.lock,
+            packages=packages_of(resolved.lock),
+            created_at=now,
+            created_by=who.user_id,
+        )
+        session.add(version)
+        session.flush()
+    return version
 
 
 def register(ctx: Writes, who: Principal, asked: EnvironmentRegister) -> EnvironmentVersionView:
@@ -124,7 +151,8 @@ def register(ctx: Writes, who: Principal, asked: EnvironmentRegister) -> Environ
         )
     with ctx.db.session() as session:
         team_id = identity.get_team(session, asked.team).id if asked.team else None
-        environment = _environment_for(session, team_id, asked.name, asked.description, ctx)
+        now = ctx.clock.now()
+        environment = _environment_for(session, team_id, asked.name, asked.description, now)
         found = prefix_id(path)
         version = _version(session, environment.id, found)
         if version is None:
@@ -138,7 +166,7 @@ def register(ctx: Writes, who: Principal, asked: EnvironmentRegister) -> Environ
                 lock=None,
                 prefix=path,
                 packages=[],
-                created_at=ctx.clock.now(),
+                created_at=now,
                 created_by=who.user_id,
             )
             session.add(version)
@@ -335,7 +363,7 @@ def _team_for(session: Session, who: Principal, name: str | None) -> TeamModel:
 
 
 def _environment_for(
-    session: Session, team_id: int | None, name: str, description: str | None, ctx: Writes
+    session: Session, team_id: int | None, name: str, description: str | None, now: float
 ) -> EnvironmentModel:
     query = select(EnvironmentModel).where(EnvironmentModel.name == name)
     query = query.where(
@@ -346,7 +374,7 @@ def _environment_for(
     environment = session.scalars(query).first()
     if environment is None:
         environment = EnvironmentModel(
-            team_id=team_id, name=name, description=description, created_at=ctx.clock.now()
+            team_id=team_id, name=name, description=description, created_at=now
         )
         session.add(environment)
         session.flush()

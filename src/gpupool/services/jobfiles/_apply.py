@@ -41,12 +41,16 @@ def apply(ctx: Applies, who: Principal, request: ApplyRequest) -> ApplyView:
         jobs.JobLimits.of(ctx.settings),
         ctx.settings.max_array_tasks,
     )
+    prepared = []  # the slow steps first, with no transaction open (an environment's resolve)
+    for index, (kind, body) in enumerate(read):
+        with about(index, kind.name, _name(kind, body)):
+            prepared.append(body if kind.prepare is None else kind.prepare(ctx, who, body))
     made: list[Made] = []
     try:
         with ctx.db.session() as session:
-            for index, (kind, body) in enumerate(read):
+            for index, ((kind, body), ready) in enumerate(zip(read, prepared, strict=True)):
                 with about(index, kind.name, _name(kind, body)):
-                    made.append(kind.make(session, body, making))
+                    made.append(kind.make(session, ready, making))
             if request.dry_run:
                 raise _DryRun
     except _DryRun:

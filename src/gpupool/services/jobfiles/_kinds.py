@@ -1,9 +1,10 @@
 """The kinds a job file may hold, one entry each: its request body (the API's own model)
 and how one document of it is made in the caller's transaction.
 
-A new kind (Dataset, Environment) is one more ``Kind`` in ``KINDS``: its body, its
-``make`` step (the steps its own service's API call is made of) and, when its service must
-hear of it once the transaction commits, ``after``.
+A new kind (Dataset) is one more ``Kind`` in ``KINDS``: its body, its ``make`` step (the
+steps its own service's API call is made of), ``prepare`` when it has slow work to do first
+(outside the transaction: an environment's resolve) and, when its service must hear of it
+once the transaction commits, ``after``.
 """
 
 from __future__ import annotations
@@ -17,10 +18,11 @@ from sqlalchemy.orm import Session
 
 from gpupool.domain.dependencies import Dependency
 from gpupool.domain.deployments import DeploymentSpec
+from gpupool.domain.environments import EnvironmentCreate
 from gpupool.domain.jobfiles import JobBody
 from gpupool.domain.notebooks import NotebookRequest
 from gpupool.scheduler.types import NodeCapacity
-from gpupool.services import deployments, jobs, notebooks
+from gpupool.services import deployments, environments, jobs, notebooks
 from gpupool.services.core import Principal
 from gpupool.services.jobfiles._ports import Applies
 
@@ -57,6 +59,9 @@ class Kind:
     after: Callable[[Applies, Made], None] | None = None
     # the body's field that metadata.name fills
     name_field: str = "name"
+    # slow work before the transaction (an environment's resolve): its result is what
+    # ``make`` is given instead of the body
+    prepare: Callable[[Applies, Principal, Any], Any] | None = None
 
 
 def _job(session: Session, body: JobBody, making: Making) -> Made:
@@ -100,6 +105,11 @@ def _deployment(session: Session, body: DeploymentSpec, making: Making) -> Made:
     return Made(row.id, row.name)
 
 
+def _environment(session: Session, resolved: environments.Resolved, making: Making) -> Made:
+    version = environments.record(session, making.who, resolved, making.now)
+    return Made(version.id, resolved.asked.name)
+
+
 def _deployment_made(ctx: Applies, made: Made) -> None:
     if made.name:
         ctx.deployments.changed(made.name)
@@ -114,6 +124,15 @@ KINDS: dict[str, Kind] = {
             "file that comes before it",
             JobBody,
             _job,
+        ),
+        Kind(
+            "Environment",
+            "a Python environment, or a new version of one (POST /api/v1/environments): "
+            "resolved before the file's other documents are made, so a Job after it may "
+            "name it",
+            EnvironmentCreate,
+            _environment,
+            prepare=environments.prepare,
         ),
         Kind("Notebook", "a JupyterLab (POST /api/v1/notebooks)", NotebookRequest, _notebook),
         Kind(
