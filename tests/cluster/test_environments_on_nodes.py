@@ -1,0 +1,36 @@
+"""Python environments on a pool: each joined node builds an environment the first time one
+of its jobs needs it (from the lock the server resolved), in its own environments directory,
+and its jobs run with that environment's python; a second job on the node finds it built."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.support.cli import Cli, wait_status
+from tests.support.pool import Pool
+
+PROBE = "import sys, alpha; print('alpha', alpha.__version__, sys.prefix)"
+
+
+def test_each_node_builds_it_once_and_its_jobs_run_in_it(
+    pool: Pool, pool_cli: Cli, tmp_path: Path
+) -> None:
+    requirements = tmp_path / "requirements.txt"
+    requirements.write_text("beta\n")
+    version = pool_cli.json("env", "create", "pooled", "-r", str(requirements))
+    hexa = version["id"].split(":")[1]
+    seen: dict[str, list[str]] = {}
+    for gpu_type in ("H100", "L40S", "H100"):
+        job_id = pool_cli.submit(
+            "--gpus", "1", "--gpu-type", gpu_type, "--env", "pooled", "--", "python", "-c", PROBE
+        )
+        job = wait_status(pool_cli, job_id, {"succeeded", "failed", "lost"}, timeout=180)
+        log = pool_cli.ok("logs", str(job_id))
+        assert job["status"] == "succeeded", log
+        node = job["placement"]["node"]
+        seen.setdefault(node, []).append(log)
+        env_dir = pool.nodes[node].data_dir / "envs" / hexa
+        assert f"alpha 2.0 {env_dir}" in log, log
+    assert set(seen) == {"n1", "n2"}
+    built = {node: sum("built on this node" in log for log in logs) for node, logs in seen.items()}
+    assert built == {"n1": 1, "n2": 1}  # the second job on n1 found it there
