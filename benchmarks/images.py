@@ -87,7 +87,9 @@ def squashfs_row(rootfs: Path, work: Path) -> str:
     image, mount = work / "image.sqfs", work / "mnt"
     mount.mkdir()
     start = time.perf_counter()
-    subprocess.run(["mksquashfs", str(rootfs), str(image), "-quiet", "-no-progress", "-noappend"], check=True)
+    subprocess.run(
+        ["mksquashfs", str(rootfs), str(image), "-quiet", "-no-progress", "-noappend"], check=True
+    )
     packed = time.perf_counter() - start
     start = time.perf_counter()
     subprocess.run(["squashfuse", str(image), str(mount)], check=True)
