@@ -5,7 +5,9 @@ python first on PATH), list, show and remove it, and the clear refusals."""
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -62,16 +64,41 @@ def test_a_job_runs_in_its_environment_built_once_on_the_node(
         assert f"env tools@{version['short_id']}" in log
     built = [log for log in logs if "built on this node" in log]
     assert len(built) == 1, logs  # one build, whichever job got there first
-    jobs = [admin.job(job_id) for job_id in (first, second)]
-    assert jobs[0]["spec"]["environment"] == f"tools@{version['id']}"  # recorded at submit
-    building = [e["message"] for job in jobs for e in job["events"] if e["reason"] == "EnvBuilding"]
-    assert building and all(f"environment tools@{version['short_id']}" in m for m in building)
+    assert admin.job(first)["spec"]["environment"] == f"tools@{version['id']}"  # at submit
 
     # the environment is read-only to the job, and pip cannot change it
     script = "import alpha, os; p = os.path.dirname(alpha.__file__);open(os.path.join(p, 'x'), 'w')"
     denied = admin.submit("--env", "tools", "--", "python", "-c", script)
     assert ended(admin, denied)["status"] == "failed"
     assert "Read-only file system" in admin.ok("logs", str(denied))
+
+
+def test_a_job_whose_node_builds_its_environment_says_so(
+    pool: ServerProcess, admin: Cli, tmp_path: Path
+) -> None:
+    made = admin.json("env", "create", "slow", "-r", str(write(tmp_path / "r.txt", "gamma\n")))
+    locks = pool.data_dir / "envs" / ".locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    held = os.open(locks / made["id"].split(":")[1], os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(held, fcntl.LOCK_EX)  # as another job's build holds it
+    try:
+        job_id = admin.submit("--env", "slow", "--", "python", "-c", "import gamma")
+        label = f"slow@{made['short_id']}"
+
+        def building() -> dict | None:
+            job = admin.job(job_id)
+            return job if job["reason"] == "EnvBuilding" else None
+
+        job = wait_for(building, what="the job's reason to be EnvBuilding")
+        assert job["status"] == "starting"
+        assert job["message"] == f"waiting for environment {label} to be built on this node"
+        why = admin.ok("why", str(job_id))
+        assert f"waiting for environment {label} to be built on this node" in why
+    finally:
+        os.close(held)
+    assert ended(admin, job_id)["status"] == "succeeded", admin.ok("logs", str(job_id))
+    events = [e for e in admin.job(job_id)["events"] if e["reason"] == "EnvBuilding"]
+    assert len(events) == 1  # when it began, not at every step
 
 
 def test_versions_from_pyproject_and_uv_lock_ls_show_and_rm(
