@@ -110,7 +110,7 @@ def test_yaml_errors_and_refused_fields_point_into_the_file(admin: Cli, tmp_path
     odd.write_text("apiVersion: gpupool/v1\nkind: Cronjob\nspec: {}\n")
     answer = admin("apply", "-f", str(odd))
     assert refused(answer, "invalid_request") and f"{odd}:2:1:" in answer.stderr
-    assert "Job, Notebook, Deployment" in answer.stderr
+    assert "Job, Environment, Notebook, Deployment" in answer.stderr
 
 
 def test_set_and_json_output(admin: Cli, tmp_path: Path) -> None:

@@ -35,7 +35,7 @@ ARCHIVE_BODY: dict[str, Any] = {
         "required": True,
         "description": "an OCI archive (skopeo copy ... oci-archive:FILE) or what 'docker "
         "save' writes, one image",
-        "content": {"application/x-tar": {"schema": {"type": "string", "format": "binary"}}},
+        "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
     }
 }
 
