@@ -17,7 +17,7 @@ serve: $(VENV)/.runtime serve-deps
 test: $(VENV)/.dev system-deps
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
-	scripts/loopback-only $(BIN)/pytest -q -n $(WORKERS) --dist loadgroup $(ARGS)
+	scripts/loopback-only $(BIN)/pytest -q -n $(WORKERS) --dist loadgroup --durations=15 $(ARGS)
 
 system-deps:
 	bash scripts/install-system-deps.sh test

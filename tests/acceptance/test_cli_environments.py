@@ -129,7 +129,9 @@ def test_versions_from_pyproject_and_uv_lock_ls_show_and_rm(
     locked = admin.json("env", "show", f"old-alpha@{one['short_id']}")
     assert "alpha==1.0" in locked["lock"] and "--hash=sha256:" in locked["lock"]
 
-    held = admin.submit("--env", f"old-alpha@{one['short_id']}", *hold(release))
+    held = admin.submit(
+        "--env", f"old-alpha@{one['short_id']}", "--workdir", str(release.parent), *hold(release)
+    )
     wait_status(admin, held, {"running"}, timeout=180)
     in_use = admin("env", "rm", f"old-alpha@{one['short_id']}")
     assert refused(in_use, "environment_in_use") and str(held) in in_use.stderr
