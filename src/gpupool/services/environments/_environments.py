@@ -51,7 +51,6 @@ from gpupool.errors import (
     EnvironmentInUse,
     EnvironmentNotFound,
     InvalidEnvironment,
-    InvalidRequest,
     PythonUnavailable,
 )
 from gpupool.executors.environments import find_python, server_python
@@ -64,7 +63,6 @@ from gpupool.store.models import (
     EnvironmentModel,
     EnvironmentVersionModel,
     JobModel,
-    TeamModel,
 )
 
 UNFINISHED = (JobStatus.PENDING.value, JobStatus.STARTING.value, JobStatus.RUNNING.value)
@@ -101,7 +99,7 @@ def prepare(ctx: Resolves, who: Principal, asked: EnvironmentCreate) -> Resolved
     python = asked.python or server_python()
     requirements = requirements_of(asked.kind, asked.source)
     with ctx.db.reader() as session:
-        team = _team_for(session, who, asked.team)
+        team = identity.acting_team(session, who, asked.team, "make it in")
     if find_python(python) is None:
         raise PythonUnavailable(
             f"no Python {python} is installed on the server (none is downloaded): ask for "
@@ -343,23 +341,6 @@ def _parse(ref: str) -> tuple[str, str | None]:
         raise InvalidEnvironment(
             message, fields=[{"field": "environment", "message": message}]
         ) from None
-
-
-def _team_for(session: Session, who: Principal, name: str | None) -> TeamModel:
-    if name:
-        team = identity.get_team(session, name)
-        if not who.can_act_on_team(team.id):
-            raise identity.UnknownTeam(
-                f"you are not a member of team '{name}': make it in one of your teams"
-            )
-        return team
-    mine = [t for t in identity.team_rows(session) if t.id in who.team_ids]
-    if len(mine) == 1:
-        return mine[0]
-    if not mine:
-        raise InvalidRequest("you belong to no team: ask an admin to add you to one")
-    names = ", ".join(t.name for t in mine)
-    raise InvalidRequest(f"you belong to several teams ({names}): choose one with --team")
 
 
 def _environment_for(

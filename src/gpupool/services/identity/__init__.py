@@ -43,6 +43,7 @@ from gpupool.services.identity._throttle import SignInThrottle
 from gpupool.services.identity._tokens import create_token, list_tokens, revoke_token
 from gpupool.services.identity._users import (
     UnknownTeam,
+    acting_team,
     add_user,
     change_own_password,
     change_user,
@@ -60,6 +61,7 @@ __all__ = [
     "SignInThrottle",
     "TokenCache",
     "UnknownTeam",
+    "acting_team",
     "add_member",
     "add_user",
     "bootstrap",

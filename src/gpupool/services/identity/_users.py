@@ -159,6 +159,28 @@ def get_team(session: Session, name: str, for_update: bool = False) -> TeamModel
     return team
 
 
+def acting_team(session: Session, who: Principal, name: str | None, doing: str) -> TeamModel:
+    """The team ``who`` acts for: ``name``, where they may act on it (UnknownTeam else), or
+    their only team; InvalidRequest when they have none or several and named none.
+    ``doing``: what they do, for the message ("submit to", "make it in")."""
+    if name:
+        team = get_team(session, name)
+        if not who.can_act_on_team(team.id):
+            raise UnknownTeam(f"you are not a member of team '{name}': {doing} one of your teams")
+        return team
+    if len(who.team_ids) == 1:
+        team = session.get(TeamModel, next(iter(who.team_ids)))
+        if team is not None:
+            return team
+    mine = [t for t in list_teams(session) if t.id in who.team_ids]
+    if len(mine) == 1:
+        return mine[0]
+    if not mine:
+        raise InvalidRequest("you belong to no team: ask an admin to add you to one")
+    names = ", ".join(t.name for t in mine)
+    raise InvalidRequest(f"you belong to several teams ({names}): choose one with --team")
+
+
 def list_teams(session: Session) -> list[TeamModel]:
     return list(session.scalars(select(TeamModel).where(not_deleted()).order_by(TeamModel.name)))
 

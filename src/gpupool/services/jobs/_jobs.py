@@ -211,7 +211,7 @@ def admit(
     principal.require_member()
     check_limits(principal, spec, limits)
     check_workdir(spec.workdir, limits.protected, limits.sandboxed)
-    team = _team_for(session, principal, spec.team)
+    team = identity.acting_team(session, principal, spec.team, "submit to")
     identity.refuse_over_storage(team)  # it would be stopped at the next scan, files written
     if spec.code is not None:
         code.require_usable(session, principal, spec.code, team.id, team.name)
@@ -457,24 +457,3 @@ def finish(
     job.status, job.ended_at, job.exit_code = status.value, now, exit_code
     job.reason, job.message = reason.value, message
     record(session, job.id, now, reason, message)
-
-
-def _team_for(session: Session, principal: Principal, name: str | None) -> TeamModel:
-    if name:
-        team = identity.get_team(session, name)
-        if not principal.can_act_on_team(team.id):
-            raise identity.UnknownTeam(
-                f"you are not a member of team '{name}': submit to one of your teams"
-            )
-        return team
-    if len(principal.team_ids) == 1:
-        team = session.get(TeamModel, next(iter(principal.team_ids)))
-        if team is not None:
-            return team
-    mine = [t for t in identity.team_rows(session) if t.id in principal.team_ids]
-    if len(mine) == 1:
-        return mine[0]
-    if not mine:
-        raise InvalidRequest("you belong to no team: ask an admin to add you to one")
-    names = ", ".join(t.name for t in mine)
-    raise InvalidRequest(f"you belong to several teams ({names}): choose one with --team")
