@@ -169,6 +169,10 @@ def _fresh_environment(world: World, _who: Identity) -> Target:
     return Target({"ref": world.fresh_environment()}, team_owned=True)
 
 
+def _dataset_page(world: World, _who: Identity) -> Target:
+    return Target({"team": OWNERS, "name": world.dataset()}, team_owned=True)
+
+
 def _environment_page(world: World, _who: Identity) -> Target:
     return Target({"team": OWNERS, "name": world.environment()}, team_owned=True)
 
@@ -272,6 +276,7 @@ PARAMS: dict[str, Factory] = {
     "/models/{team}/{name}": _model_page,
     "/api/v1/environments/{ref}": _fresh_environment,  # GET, and DELETE (a fresh one each call)
     "/environments/{team}/{name}": _environment_page,
+    "/datasets/{team}/{name}": _dataset_page,
     "/api/v1/datasets/{name}": _fresh_dataset,  # GET, and DELETE (a fresh one each call)
     "/api/v1/datasets/{name}/uploads": _dataset,
     "/api/v1/datasets/{name}/versions": _dataset,

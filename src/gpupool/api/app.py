@@ -9,6 +9,7 @@ from fastapi import APIRouter, Depends, FastAPI
 
 import gpupool
 from gpupool.api import (
+    dataset_pages,
     deployment_pages,
     docs,
     environment_pages,
@@ -86,6 +87,7 @@ def create_app(platform: Platform, start_loop: bool = True) -> FastAPI:
     ui.mount(app)
     app.include_router(model_pages.router)
     app.include_router(environment_pages.router)
+    app.include_router(dataset_pages.router)
     app.include_router(deployment_pages.router)
     app.include_router(notebook_pages.router)  # /notebooks, /notebooks/ID: pages
     app.include_router(notebooks.proxy_router)  # /notebooks/ID/...: JupyterLab behind the proxy

@@ -30,7 +30,7 @@ from gpupool.domain.text import escape_unstorable
 from gpupool.domain.units import format_bytes, format_duration
 from gpupool.domain.views import SubmitOptionsView
 from gpupool.errors import InvalidRequest, NotFound
-from gpupool.services import cluster, environments, identity, jobs, metrics, scheduling
+from gpupool.services import cluster, datasets, environments, identity, jobs, metrics, scheduling
 from gpupool.services.core import Principal
 from gpupool.services.platform import Platform
 
@@ -52,6 +52,7 @@ BLANK_FORM = (
     | {"preemptible": True}
     | {"nodes": "1", "launcher": ""}
     | {"after": ""}
+    | {"datasets": []}
 )
 # the submit form's launcher choices: value -> text ("torchrun": torch, one torchrun per node)
 LAUNCHERS = (
@@ -379,6 +380,7 @@ def submit_page(
         viewer=options.viewer,
         max_code_bytes=jobs.code_limits(ctx).max_bytes,
         environments=[e.model_dump(mode="json") for e in environments.list_environments(ctx, who)],
+        datasets=[d.model_dump(mode="json") for d in datasets.list_datasets(ctx, who)],
         **_submit_choices(options),
     )
 
@@ -514,6 +516,7 @@ def _form_from(ctx: Platform, who: Principal, job_id: int) -> dict[str, Any]:
         "workdir": spec.workdir or "",
         "code": spec.code or "",
         "environment": (spec.environment or "").partition("@")[0],
+        "datasets": [use.name for use in spec.datasets],
         "env": "\n".join(f"{k}={v}" for k, v in spec.env.items()),
         "gpus": _number(resources.gpus) if resources.gpus else "",
         "gpu_memory": _exact_bytes(resources.gpu_memory_bytes),

@@ -104,6 +104,7 @@ function parseEnv(text) {
     code: "code",
     env: "env",
     environment: "environment",
+    datasets: "datasets",
     team: "team",
     priority: "priority",
     preemptible: "preemptible",
@@ -187,6 +188,9 @@ function parseEnv(text) {
     if (v("workdir").trim()) body.workdir = v("workdir").trim();
     if (v("code").trim()) body.code = v("code").trim();
     if (v("environment")) body.environment = v("environment");
+    const datasets = form.elements.datasets;
+    const picked = datasets ? Array.from(datasets.selectedOptions, (option) => option.value) : [];
+    if (picked.length) body.datasets = picked;
     codeProblems(form, body, problems);
     if (v("team")) body.team = v("team");
     const after = v("after").split(/[\s,]+/).filter(Boolean); // 12, prep, afterany:12
