@@ -110,13 +110,13 @@ class Scheduling:
         if not changed:
             return
         with self.db.session() as session:
-            still = set(
-                session.scalars(
-                    select(JobModel.id).where(
-                        JobModel.id.in_(changed), JobModel.status == JobStatus.PENDING.value
-                    )
-                )
+            # locked until this commits, so that a cancel committed meanwhile (PostgreSQL:
+            # each statement sees what others committed) cannot be given a pending reason;
+            # a job a cancel holds now is skipped, and keeps the cancel's reason
+            query = select(JobModel.id).where(
+                JobModel.id.in_(changed), JobModel.status == JobStatus.PENDING.value
             )
+            still = set(session.scalars(query.with_for_update(skip_locked=True)))
             self._write_reasons(session, {k: v for k, v in changed.items() if k in still})
         for job_id, reason in changed.items():
             self._last_codes[job_id] = (reason.code.value, reason.message)
