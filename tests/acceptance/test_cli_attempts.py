@@ -4,6 +4,7 @@ show` counts the GPU time of the attempt that runs."""
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from pathlib import Path
@@ -22,10 +23,14 @@ def test_logs_follow_reads_every_byte_of_each_attempt_and_announces_the_next(
     )
     wait_for(lambda: admin.ok("logs", str(victim)).count("\n") >= 5, what="attempt 1's lines")
     follower = admin.popen("logs", "-f", str(victim))
+    # it follows attempt 1 before the preemption: its first line is out (else a follower
+    # that starts late meets the job requeued, and says it has not started yet)
+    started = os.read(follower.stdout.fileno(), 1 << 16).decode()  # raw: communicate reads on
 
     # the owners' guarantee takes its GPU back: the victim is preempted, then runs again
     owner = admin.submit("--team", "owners", "--gpus", "1", "--", "true")
     out, err = follower.communicate(timeout=CLI_TIMEOUT)
+    out = started + out
     assert follower.returncode == 0, err
     done = wait_status(admin, victim, FINAL)
     assert (done["status"], done["attempts"], done["preemptions"]) == ("succeeded", 2, 1)
