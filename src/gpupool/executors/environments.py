@@ -10,12 +10,12 @@ and turns it into uv's options (uv reads no pip configuration itself).
 from __future__ import annotations
 
 import configparser
-import functools
 import os
 import platform
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,7 +42,6 @@ class PackageIndex:
         return {**UV_ENV, **dict(self.env)}
 
 
-@functools.lru_cache(maxsize=8)
 def _index_of(
     index_url: str, extra: str, find_links: str, no_index: bool, environ: tuple
 ) -> PackageIndex:
@@ -81,7 +80,6 @@ def package_index(settings: Settings) -> PackageIndex:
     )
 
 
-@functools.cache
 def uv_binary() -> str:
     """uv's executable: the one its wheel installed beside gpupool."""
     from uv import find_uv_bin
@@ -105,7 +103,6 @@ def server_python() -> str:
     return f"{sys.version_info.major}.{sys.version_info.minor}"
 
 
-@functools.lru_cache(maxsize=16)
 def find_python(version: str) -> str | None:
     """This node's interpreter of ``version`` (3.11), as uv finds it; None when there is
     none (uv downloads none)."""
@@ -127,7 +124,13 @@ def find_python(version: str) -> str | None:
     return path[0] if path and path[0].startswith("/") else None
 
 
-def runner_spec(settings: Settings, environment: dict[str, Any]) -> dict[str, Any]:
+def runner_spec(
+    settings: Settings,
+    environment: dict[str, Any],
+    index: PackageIndex | None = None,
+    python_of: Callable[[str], str | None] = find_python,
+    uv: str | None = None,
+) -> dict[str, Any]:
     """spec.json's ``environment`` (``runner.wire.EnvironmentSpec``) for a task's
     ``environment`` (``TaskSpec.environment``: id, name, python, lock or prefix); ValueError
     when this node has no interpreter for it."""
@@ -135,14 +138,14 @@ def runner_spec(settings: Settings, environment: dict[str, Any]) -> dict[str, An
     if environment.get("prefix"):
         return {"id": env_id, "name": name, "dir": environment["prefix"], "prefix": True}
     version = environment["python"]
-    python = find_python(version)
+    python = python_of(version)
     if python is None:
         raise ValueError(
             f"this node has no Python {version} for environment {name}: install one (uv "
             "python find finds none), or make the environment with --python "
             f"{server_python()}"
         )
-    index = package_index(settings)
+    index = index or package_index(settings)
     options = list(index.options)
     if not settings.env_allow_source_builds:
         options.append("--no-build")
@@ -155,7 +158,7 @@ def runner_spec(settings: Settings, environment: dict[str, Any]) -> dict[str, An
         "lock": environment["lock"],
         "python": python,
         "python_version": version,
-        "uv": uv_binary(),
+        "uv": uv or uv_binary(),
         "cache": str(settings.envs_dir / ".uv-cache"),
         "index": options,
         "uv_env": index.uv_env(),
@@ -171,9 +174,18 @@ class NodeEnvironments:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        self.index = package_index(settings)  # the settings' and pip's, as the node started
+        self.uv = uv_binary()
+        self._pythons: dict[str, str | None] = {}  # version -> this node's interpreter
 
     def runner_spec(self, environment: dict[str, Any]) -> dict[str, Any]:
-        return runner_spec(self.settings, environment)
+        return runner_spec(self.settings, environment, self.index, self.python, self.uv)
+
+    def python(self, version: str) -> str | None:
+        """This node's interpreter of ``version``, looked for once."""
+        if version not in self._pythons:
+            self._pythons[version] = find_python(version)
+        return self._pythons[version]
 
 
 def _pip_configuration(environ: dict[str, str]) -> dict[str, str]:

@@ -12,11 +12,6 @@ from gpupool.executors.environments import package_index, platform_tag, runner_s
 from gpupool.settings import Settings
 
 
-@pytest.fixture(autouse=True)
-def _fresh() -> None:
-    environments._index_of.cache_clear()
-
-
 def settings(tmp_path: Path, **values: object) -> Settings:
     return Settings(data_dir=tmp_path / "data", **values)
 
@@ -58,7 +53,6 @@ def test_pips_configuration_becomes_uvs_options(
     assert index.uv_env()["UV_PYTHON_DOWNLOADS"] == "never"
 
     monkeypatch.setenv("PIP_NO_INDEX", "1")
-    environments._index_of.cache_clear()
     off = package_index(settings(tmp_path))
     assert off.options == ("--no-index", "--find-links", "/opt/wheels")
 
