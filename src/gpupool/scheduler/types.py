@@ -40,6 +40,9 @@ class NodeCapacity:
     schedulable: bool = True
     drained: bool = False  # not schedulable because an admin drained it (else: it is down)
     fabric_group: str | None = None  # a job over several nodes keeps to one group
+    # what the node already holds of what jobs fetch before they start (an environment, a
+    # dataset version, an image), as ``Want.key``s: placement prefers a node that holds more
+    holds: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +84,17 @@ class Allocation:
 
 
 @dataclass(frozen=True, slots=True)
+class Want:
+    """Something a job fetches onto its node before it starts unless the node holds it
+    already: ``key`` names it the way ``NodeCapacity.holds`` does (``env:<digest>``,
+    ``dataset:<version digest>``, ``image:<manifest digest>``); ``size``: its bytes, the cost
+    of fetching it (0 when unknown: it still counts, as the least cost)."""
+
+    key: str
+    size: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class PendingJob:
     """A job waiting to start. ``request`` is per task; a gang has ``tasks`` of them.
 
@@ -107,6 +121,7 @@ class PendingJob:
     array_limit: int | None = None
     distinct_nodes: bool = False  # each task on a node of its own (a job over several nodes)
     one_fabric: bool = False  # its tasks' nodes are all of one fabric group
+    wants: tuple[Want, ...] = ()  # fetched onto each of its nodes unless held (locality)
 
     def started(
         self, placements: list[Placement], now: float, attained: float | None = None
@@ -207,6 +222,7 @@ class Placement:
     cpus: float
     memory_bytes: int
     task: int = 0
+    held: tuple[str, ...] = ()  # the job's wants that its node held already (``Want.key``)
 
 
 @dataclass(frozen=True, slots=True)
