@@ -182,6 +182,10 @@ class NodeModel(Base):
     removed_at: Mapped[float | None] = mapped_column(Time)
     address: Mapped[str | None] = mapped_column(String(255))  # how other nodes reach it
     fabric_group: Mapped[str | None] = mapped_column(String(100))
+    # what it keeps of what jobs fetch before they start (key -> bytes, as
+    # ``scheduler.types.Want`` names them), as its executor last reported; None: no report yet
+    holds: Mapped[dict[str, int] | None] = mapped_column(JSON)
+    holds_at: Mapped[float | None] = mapped_column(Time)
 
 
 class NodeEventModel(Base):
