@@ -65,6 +65,7 @@ def open_platform(
         code_limits=settings.code_limits(),
         model_limits=settings.model_limits(),
         dataset_cache=settings.dataset_cache_dir,
+        dataset_cache_max_bytes=settings.dataset_cache_max_bytes,
         environments=NodeEnvironments(settings),
         image_cache=settings.images_dir / "roots",
     )

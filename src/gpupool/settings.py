@@ -96,6 +96,10 @@ class Settings(BaseSettings):
     max_dataset_bytes: int = Field(default=100 * 1024**3, ge=1)
     max_dataset_files: int = Field(default=1_000_000, ge=1)
     dataset_cache: Path | None = None
+    # What each node's cache of versions may take (as du counts it: files linked from the
+    # store count once); past it, after a version is materialised, the least recently used
+    # versions no job holds are removed (a later job of one materialises it again). 0: none.
+    dataset_cache_max_bytes: int = Field(default=0, ge=0)
     # -- Python environments (docs/environments.md) ---------------------------------------
     # Where each node builds and keeps the environments its jobs use (default: the data
     # directory's "envs"), with uv's cache beside them: an env's files are hard links into

@@ -73,6 +73,7 @@ class NodeAgent:
             listen_host=None,  # a task on the node's network binds its node's address
             socket_listeners=True,  # reached through its runner's socket, by the relay
             environments=NodeEnvironments(self.settings),  # built on this node, by its runners
+            dataset_cache_max_bytes=self.settings.dataset_cache_max_bytes,
         )
         self.started_at = time.time()
         self.inventory_data: dict[str, Any] | None = None

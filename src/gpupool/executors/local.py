@@ -105,10 +105,12 @@ class LocalExecutor(Executor):
         environments: NodeEnvironments | None = None,
         image_cache: Path | None = None,
         dataset_cache: Path | None = None,
+        dataset_cache_max_bytes: int = 0,
     ) -> None:
         self.jobs_dir = Path(jobs_dir)
         # where this node keeps the dataset versions its jobs read (executors.datasets)
         self.dataset_cache = dataset_cache or self.jobs_dir.parent / "dataset-cache"
+        self.dataset_cache_max_bytes = dataset_cache_max_bytes  # past it: LRU (runner.datasets)
         self.volumes_dir = self.jobs_dir.parent / "volumes"  # the teams' volumes on this node
         # where this node keeps the images' trees (the server's own, on its machine)
         self.image_cache = image_cache or self.jobs_dir.parent / "images" / "roots"
@@ -351,7 +353,7 @@ class LocalExecutor(Executor):
             path = str(self.dataset_cache / str(use["manifest"]))
             env[env_name(use["name"])] = use["mount"] if sandbox is not None else path
             mounts.append([path, use["mount"]])
-            found.append({**use, "path": path})
+            found.append({**use, "path": path, "cache_max_bytes": self.dataset_cache_max_bytes})
         if sandbox is not None:
             sandbox["mounts"] = mounts
         return found

@@ -16,6 +16,12 @@ without holding up other jobs' starts: the job is ``starting`` with reason
 as for an environment's build). The sandbox then shows the version read-only at the job's
 mount path (``SandboxPolicy.mounts``).
 
+A job holds each of its versions (a shared lock on ``.<hex>.lock`` beside it) from before it
+starts to its end, and touches the lock file (its last use). Past the admin's limit
+(``cache_max_bytes``, GPUPOOL_DATASET_CACHE_MAX_BYTES), after a version is materialised, the
+least recently used versions no job holds are removed (``runner.lru``): each renamed away to
+a dot name first, so that a directory named by a manifest's hex is always a whole version.
+
 Imported only for jobs that read datasets (stdlib only).
 """
 
@@ -26,15 +32,19 @@ import errno
 import fcntl
 import json
 import os
+import re
 import shutil
 import signal
 import time
 
+from gpupool.runner import lru
 from gpupool.runner.layout import CODE_RUNNER_ERROR, PROGRESS_FILE, atomic_write_json
 
 REASON = "DatasetFetching"
 SAY_EVERY_SECONDS = 0.5
 LOCK_POLL_SECONDS = 0.05
+RECENT_SECONDS = 60.0  # a version used this recently is not collected
+_VERSION = re.compile(r"[0-9a-f]{64}")  # a version's directory: its manifest's hex
 
 
 class Missing(Exception):
@@ -45,24 +55,69 @@ class Stopped(Exception):
     """The job was asked to stop while its datasets were being materialised."""
 
 
-def ensure(datasets, attempt_dir: str, stopped) -> tuple[int, str] | None:  # noqa: ANN001
+def ensure(datasets, attempt_dir: str, stopped, log=None):  # noqa: ANN001, ANN201
     """Have every version of ``datasets`` (spec.json's, ``wire.DatasetSpec``) in the node's
-    cache; None when they are, else (exit code, message) for the attempt's record.
-    ``stopped()``: whether the job was asked to stop."""
+    cache: (None, the descriptors of their locks, held shared while the job runs so that no
+    collection removes them: close them when the attempt ends), or ((exit code, message),
+    []) for the attempt's record. ``stopped()``: whether the job was asked to stop; ``log``:
+    the job's log, told what a collection past the cache's limit removed."""
     progress = _Progress(attempt_dir)
+    held: list[int] = []
     try:
+        made = False
         for use in datasets:
-            if not os.path.isdir(use.path):
-                materialise(use.manifest, use.store, use.path, stopped, progress.for_(use.label))
-    except Stopped:
-        return 128 + signal.SIGTERM, "stopped while its datasets were being materialised"
-    except Missing as problem:
-        return CODE_RUNNER_ERROR, f"a dataset is missing from the dataset store: {problem}"
-    except OSError as problem:
-        return CODE_RUNNER_ERROR, f"a dataset could not be materialised on this node: {problem}"
+            fd, built = _hold(use, stopped, progress)
+            held.append(fd)
+            made = made or built
+        limit = max((use.cache_max_bytes for use in datasets), default=0)
+        if made and limit:
+            cache = os.path.dirname(datasets[0].path)
+            progress.say(f"collecting this node's dataset cache past {lru.size(limit)}")
+            said = collect(cache, limit)
+            if said and log is not None:
+                log.note(said)
+        return None, held
+    except BaseException as problem:
+        for fd in held:
+            os.close(fd)
+        if isinstance(problem, Stopped):
+            return (128 + signal.SIGTERM, "stopped while its datasets were being materialised"), []
+        if isinstance(problem, Missing):
+            return (
+                CODE_RUNNER_ERROR,
+                f"a dataset is missing from the dataset store: {problem}",
+            ), []
+        if isinstance(problem, OSError):
+            message = f"a dataset could not be materialised on this node: {problem}"
+            return (CODE_RUNNER_ERROR, message), []
+        raise
     finally:
         progress.clear()
-    return None
+
+
+def _hold(use, stopped, progress) -> tuple[int, bool]:  # noqa: ANN001
+    """The version's lock, held shared, once the version is in the cache (made here when it
+    is not: True); its last use touched."""
+    fd = _open_lock(use.path)
+    try:
+        made = False
+        say = None
+        while True:
+            if not lru.try_lock(fd, fcntl.LOCK_SH):  # being made, or collected
+                say = say or progress.for_(use.label)
+                say("waiting for another job of this node to materialise it")
+                lru.wait_lock(fd, fcntl.LOCK_SH, stopped, LOCK_POLL_SECONDS, Stopped)
+            if os.path.isdir(use.path):
+                os.utime(fd)  # its last use: a collection takes the least recently used first
+                return fd, made
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            say = say or progress.for_(use.label)
+            _make(fd, use.manifest, use.store, use.path, stopped, say)
+            made = True
+            # back to shared: not atomic, but the touch keeps collections off it meanwhile
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def materialise(manifest: str, store: str, path: str, stopped=None, say=None) -> None:  # noqa: ANN001
@@ -70,19 +125,68 @@ def materialise(manifest: str, store: str, path: str, stopped=None, say=None) ->
     unless it is there (then nothing is done). Missing when the store lacks part of it."""
     if os.path.isdir(path):
         return
-    cache = os.path.dirname(path)
-    os.makedirs(cache, mode=0o755, exist_ok=True)
-    fd = os.open(os.path.join(cache, f".{os.path.basename(path)}.lock"), os.O_RDWR | os.O_CREAT)
+    fd = _open_lock(path)
     try:
-        _lock(fd, stopped, say)
-        if os.path.isdir(path):  # another job of this node made it while this one waited
-            return
+        _make(fd, manifest, store, path, stopped, say)
+    finally:
+        os.close(fd)
+
+
+def _make(fd: int, manifest: str, store: str, path: str, stopped, say) -> None:  # noqa: ANN001
+    """Make the version under its lock ``fd`` (taken exclusive here, and left so), unless
+    another job of the node made it while this one waited; its last use touched."""
+    _lock(fd, stopped, say)
+    if not os.path.isdir(path):
         part = f"{path}.part"
         remove_tree(part)
         _build(store, _files(store, manifest), part, stopped, say)
         os.rename(part, path)
-    finally:
-        os.close(fd)
+    os.utime(fd)
+
+
+def collect(cache: str, max_bytes: int, now: float | None = None) -> str:
+    """Bring what the node's cache of versions takes under ``max_bytes``: remove the least
+    recently used version no job holds (nor used in the last minute) until under. What it
+    did, or '' when the cache was not over."""
+    total = lru.usage(cache)
+    if total <= max_bytes:
+        return ""
+    kept = [
+        (lru.used_at(_lock_path(os.path.join(cache, name))), name)
+        for name in os.listdir(cache)
+        if _VERSION.fullmatch(name) and os.path.isdir(os.path.join(cache, name))
+    ]
+
+    def remove(name: str) -> None:
+        # renamed away first: a directory at a version's name is a whole version
+        gone = os.path.join(cache, f".{name}.gone")
+        remove_tree(gone)
+        os.rename(os.path.join(cache, name), gone)
+        remove_tree(gone)
+
+    def open_lock(name: str) -> int:
+        return _open_lock(os.path.join(cache, name))
+
+    removed, total = lru.collect(
+        cache, max_bytes, kept, open_lock, remove, recent=RECENT_SECONDS, now=now
+    )
+    listed = ", ".join(name[:12] for name in removed)
+    what = f"removed {len(removed)} unused version(s) ({listed})" if removed else "none unused"
+    still = "" if total <= max_bytes else " (still over: the rest is in use)"
+    return (
+        f"dataset versions on this node past {lru.size(max_bytes)}: {what}; "
+        f"{lru.size(total)} now{still}"
+    )
+
+
+def _lock_path(path: str) -> str:
+    """The lock file of the version kept at ``path``: beside it, a dot file."""
+    return os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.lock")
+
+
+def _open_lock(path: str) -> int:
+    os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
+    return os.open(_lock_path(path), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
 
 
 def remove_tree(path: str) -> None:
@@ -186,21 +290,11 @@ def _link(source: str, target: str) -> bool:
 
 
 def _lock(fd: int, stopped, say) -> None:  # noqa: ANN001
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    if lru.try_lock(fd, fcntl.LOCK_EX):
         return
-    except BlockingIOError:
-        pass
     if say is not None:
         say("waiting for another job of this node to materialise it")
-    while True:
-        if stopped is not None and stopped():
-            raise Stopped
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return
-        except BlockingIOError:
-            time.sleep(LOCK_POLL_SECONDS)
+    lru.wait_lock(fd, fcntl.LOCK_EX, stopped or (lambda: False), LOCK_POLL_SECONDS, Stopped)
 
 
 class _Progress:
@@ -211,12 +305,14 @@ class _Progress:
 
     def for_(self, label: str):  # noqa: ANN202 - a say(message) function
         def say(message: str) -> None:
-            text = f"materialising dataset {label} on this node: {message}"
-            with contextlib.suppress(OSError):
-                atomic_write_json(self.path, {"reason": REASON, "message": text}, durable=False)
+            self.say(f"materialising dataset {label} on this node: {message}")
 
         say("starting")
         return say
+
+    def say(self, text: str) -> None:
+        with contextlib.suppress(OSError):
+            atomic_write_json(self.path, {"reason": REASON, "message": text}, durable=False)
 
     def clear(self) -> None:
         with contextlib.suppress(OSError):

@@ -34,8 +34,9 @@ import signal
 import subprocess
 import time
 
-from gpupool.runner import sandbox
+from gpupool.runner import lru, sandbox
 from gpupool.runner.layout import CODE_RUNNER_ERROR, PROGRESS_FILE, atomic_write_json
+from gpupool.runner.lru import usage
 
 MARKER = ".gpupool-env.json"
 PYCSTORE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pycstore.py")
@@ -137,7 +138,7 @@ def _build_once(env, policy, attempt_dir, log, stopped, progress, fd) -> tuple[i
     fcntl.flock(fd, fcntl.LOCK_SH)
     os.utime(fd)
     if env.max_bytes:
-        progress.say(f"collecting environments past the node's {_size(env.max_bytes)}")
+        progress.say(f"collecting environments past the node's {lru.size(env.max_bytes)}")
         said = collect(root, env.max_bytes, keep=os.path.basename(env.dir))
         if said:
             log.note(said)
@@ -152,25 +153,23 @@ def collect(root: str, max_bytes: int, keep: str = "", now: float | None = None)
     total = usage(root)
     if total <= max_bytes:
         return ""
-    now = time.time() if now is None else now
-    removed = []
-    for used_at, name in _least_recently_used(root, keep):
-        if total <= max_bytes:
-            break
-        if now - used_at < RECENT_SECONDS:
-            continue
-        lock = _open_lock(root, name)
-        try:
-            if not _try_lock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB):
-                continue  # in use, or being built
-            path = os.path.join(root, name)
-            _make_writable(path)
-            shutil.rmtree(path, ignore_errors=True)
-            removed.append(name[:12])
-        finally:
-            os.close(lock)
+
+    def remove(name: str) -> None:
+        path = os.path.join(root, name)
+        _make_writable(path)
+        shutil.rmtree(path, ignore_errors=True)
         _prune_bytecode(root)
-        total = usage(root)
+
+    removed, total = lru.collect(
+        root,
+        max_bytes,
+        _least_recently_used(root, keep),
+        lambda name: _open_lock(root, name),
+        remove,
+        recent=RECENT_SECONDS,
+        now=now,
+    )
+    removed = [name[:12] for name in removed]
     cleared = False
     if total > max_bytes:
         caches = _open_lock(root, CACHES)
@@ -190,24 +189,8 @@ def collect(root: str, max_bytes: int, keep: str = "", now: float | None = None)
     done += ["cleared uv's download cache"] if cleared else []
     still = "" if total <= max_bytes else " (still over: the rest is in use)"
     what = "; ".join(done) or "nothing could be removed"
-    return f"environments on this node past {_size(max_bytes)}: {what}; {_size(total)} now{still}"
-
-
-def usage(root: str) -> int:
-    """The bytes the node's environments, uv's cache and the bytecode take on disk: each
-    file once, however many environments link to it."""
-    seen: set[tuple[int, int]] = set()
-    total = 0
-    for directory, dirs, files in os.walk(root):
-        for name in dirs + files:
-            try:
-                stat = os.lstat(os.path.join(directory, name))
-            except OSError:
-                continue
-            if (stat.st_dev, stat.st_ino) not in seen:
-                seen.add((stat.st_dev, stat.st_ino))
-                total += stat.st_blocks * 512
-    return total
+    past = lru.size(max_bytes)
+    return f"environments on this node past {past}: {what}; {lru.size(total)} now{still}"
 
 
 def _least_recently_used(root: str, keep: str) -> list[tuple[float, str]]:
@@ -215,11 +198,7 @@ def _least_recently_used(root: str, keep: str) -> list[tuple[float, str]]:
     for name in os.listdir(root):
         if name.startswith(".") or name == keep or built(os.path.join(root, name)) is None:
             continue
-        try:
-            used_at = os.stat(os.path.join(root, ".locks", name)).st_mtime
-        except OSError:
-            used_at = 0.0
-        found.append((used_at, name))
+        found.append((lru.used_at(os.path.join(root, ".locks", name)), name))
     return sorted(found)
 
 
@@ -231,10 +210,6 @@ def _prune_bytecode(root: str) -> None:
             with contextlib.suppress(OSError):
                 if os.lstat(path).st_nlink == 1:
                     os.unlink(path)
-
-
-def _size(count: int) -> str:
-    return f"{count / 2**30:.1f} GiB" if count >= 2**30 else f"{count / 2**20:.0f} MiB"
 
 
 def _build(env, policy, attempt_dir, stopped, progress) -> tuple[int, str] | None:  # noqa: ANN001
@@ -285,7 +260,12 @@ def _build(env, policy, attempt_dir, stopped, progress) -> tuple[int, str] | Non
         if code != 0:
             return CODE_RUNNER_ERROR, _failure(env, code, output)
     progress.say(f"building environment {env.label}: making it read-only")
-    shown = {"python_home": _python_home(env.dir), "built_at": time.time(), "id": env.id}
+    shown = {
+        "python_home": _python_home(env.dir),
+        "built_at": time.time(),
+        "id": env.id,
+        "bytes": usage(env.dir),  # what another node fetches to have it (placement weighs it)
+    }
     with open(os.path.join(env.dir, MARKER), "w", encoding="utf-8") as f:
         json.dump(shown, f)
     _make_readonly(env.dir)
@@ -437,19 +417,11 @@ def _make_writable(directory: str) -> None:
         os.chmod(directory, 0o755)
 
 
-def _try_lock(fd: int, how: int) -> bool:
-    try:
-        fcntl.flock(fd, how | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    return True
+_try_lock = lru.try_lock
 
 
 def _wait_lock(fd: int, how: int, stopped) -> None:  # noqa: ANN001
-    while not _try_lock(fd, how):
-        if stopped():
-            raise Stopped
-        time.sleep(POLL_SECONDS)
+    lru.wait_lock(fd, how, stopped, POLL_SECONDS, Stopped)
 
 
 class _Progress:

@@ -126,6 +126,8 @@ class Runner:
         self.fence = None  # fence.Fence: a gang task's part of the node's fence
         # the job's environment, held (a shared lock) while it runs: never collected then
         self.environment_lock: int | None = None
+        # the dataset versions it reads, held (shared locks) while it runs: never collected then
+        self.dataset_locks: list[int] = []
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
@@ -195,6 +197,8 @@ class Runner:
             self._close_fence()
             if self.environment_lock is not None:
                 os.close(self.environment_lock)
+            for lock in self.dataset_locks:  # its versions, held shared while it ran
+                os.close(lock)
             if self.log is not None:
                 self.log.close()
 
@@ -242,7 +246,7 @@ class Runner:
         def stopped() -> bool:
             return self.stop_requested or os.path.exists(self._path(STOP_FILE))
 
-        problem = datasets.ensure(spec.datasets, self.dir, stopped)
+        problem, self.dataset_locks = datasets.ensure(spec.datasets, self.dir, stopped, self.log)
         if problem is not None:
             self._fail(*problem)
             return False

@@ -524,9 +524,11 @@ class SandboxPolicy:
 class DatasetSpec:
     """spec.json's ``datasets`` item: a dataset version the job reads. ``manifest``: its
     manifest's SHA-256 (hex), a blob of the dataset ``store``; ``path``: where the node keeps
-    it materialised (its cache); ``label``: NAME:VERSION, for messages."""
+    it materialised (its cache); ``label``: NAME:VERSION, for messages; ``cache_max_bytes``:
+    what the node's cache may take (past it the least recently used versions no job holds
+    are removed; 0: no limit)."""
 
-    __slots__ = ("label", "manifest", "store", "path")
+    __slots__ = ("label", "manifest", "store", "path", "cache_max_bytes")
 
     def __init__(self, raw: object) -> None:
         if not isinstance(raw, dict):
@@ -538,6 +540,10 @@ class DatasetSpec:
         self.label: str = f"{raw.get('name')}:{raw.get('version')}"
         self.store: str = _sandbox_path(raw, "store")
         self.path: str = _sandbox_path(raw, "path")
+        limit = raw.get("cache_max_bytes") or 0
+        if not isinstance(limit, int) or limit < 0:
+            raise SpecError("datasets[].cache_max_bytes must be a count of bytes")
+        self.cache_max_bytes: int = limit
 
 
 def _datasets(value: object) -> list[DatasetSpec]:

@@ -123,12 +123,19 @@ def test_ensure_says_what_it_does_and_records_a_failure(tmp_path: Path) -> None:
 
     datasets._Progress.for_ = watched
     try:
-        assert datasets.ensure([spec], str(attempt), lambda: False) is None
+        problem, held = datasets.ensure([spec], str(attempt), lambda: False)
     finally:
         datasets._Progress.for_ = real
-
+    assert problem is None and len(held) == 1
+    for fd in held:
+        os.close(fd)
     assert said[0]["reason"] == "DatasetFetching" and "d:2" in said[0]["message"]
     assert not (attempt / PROGRESS_FILE).exists()
-    gone = DatasetSpec({**{"manifest": "2" * 64, "store": str(store)}, "path": "/nonexistent/x"})
-    code, message = datasets.ensure([gone], str(attempt), lambda: False)
-    assert code == 125 and "missing" in message
+    gone = DatasetSpec(
+        {
+            **{"manifest": "2" * 64, "store": str(store)},
+            "path": str(tmp_path / "cache" / ("2" * 64)),
+        }
+    )
+    (code, message), held = datasets.ensure([gone], str(attempt), lambda: False)
+    assert code == 125 and "missing" in message and held == []
