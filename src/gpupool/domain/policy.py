@@ -40,6 +40,11 @@ class Policy:
     after this many jobs of one user could not start, a cycle tries no more of that user's
     (Slurm's ``bf_max_job_user``): they wait until those start or leave, and a cycle over a
     long queue stays short. 0: no bound (the simulator's baselines).
+
+    ``locality``: a job that fetches things onto its nodes before it starts (``wants``: an
+    environment, a dataset version, an image) goes, among the spots where it fits now, to
+    the node with the fewest bytes left to fetch; equal spots keep the order of ``packing``.
+    It never makes a job wait for such a node (False: ``packing`` alone).
     """
 
     order: str = "las"  # "las"; "fifo": one queue in submit order; "srtf": needs remaining
@@ -58,6 +63,7 @@ class Policy:
     packing: str = "fgd"  # or "best-fit"
     max_starts: int = 100
     max_tries: int = 32
+    locality: bool = True
 
 
 DEFAULT_POLICY = Policy()

@@ -14,7 +14,7 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gpupool.scheduler.kept import Kept, by_identity
 from gpupool.scheduler.types import SHARE_EPSILON, Allocation, GpuCapacity, NodeCapacity
@@ -378,6 +378,17 @@ def _node_state(node: NodeCapacity, rank: int, held: tuple[Allocation, ...] = ()
     return NodeState(node.name, rank, gpus, by_uuid, cpus, memory_bytes, models)
 
 
+def same_pool(one: Sequence[NodeCapacity], other: Sequence[NodeCapacity]) -> bool:
+    """The same nodes, whatever they hold (``NodeCapacity.holds`` changes as nodes fetch,
+    and free capacity does not depend on it)."""
+    if one is other or one == other:
+        return True
+    return len(one) == len(other) and all(
+        a is b or a == b or (a.holds != b.holds and replace(a, holds=b.holds) == b)
+        for a, b in zip(one, other, strict=True)
+    )
+
+
 def build_capacity(
     nodes: Sequence[NodeCapacity], allocations: Iterable[Allocation]
 ) -> FreeCapacity:
@@ -402,7 +413,7 @@ def leased_capacity(
             return
         kept = slot.value
         slot.value = None  # a cycle that fails leaves nothing half changed
-        if kept is not None and (kept[0] is nodes or kept[0] == nodes):
+        if kept is not None and same_pool(kept[0], nodes):
             capacity = kept[1]
             capacity.update(allocations)
         else:

@@ -48,6 +48,7 @@ from gpupool.scheduler.capacity import (
 )
 from gpupool.scheduler.fit import Demand, DemandCache, Where, model_matches
 from gpupool.scheduler.ledger import EPSILON, Ledger
+from gpupool.scheduler.locality import Locality
 from gpupool.scheduler.memo import Group, NoRoom, NoVictims
 from gpupool.scheduler.ordering import FIFO_TEAM, KeptOrder, QueuedJob, Queues, leased_order
 from gpupool.scheduler.packing import Packer
@@ -125,6 +126,8 @@ class Cycle:
             order.waiting if order is not None else None,
         )
         self.arrays = ArrayLimits(snapshot.allocations, snapshot.pending)
+        # what the nodes hold of the jobs' wants, and what this cycle's placements fetch
+        self.locality = Locality(snapshot.nodes)
         self.free_gpus = self.capacity.free_share()
         self.demands = DemandCache()
         # a team none of whose jobs left can start sleeps (``_rest``): not with one queue
@@ -422,6 +425,10 @@ class Cycle:
         else:
             where = reservations.where(job, job.gpu_types) if reservations else Where(job.gpu_types)
         guarded = where.node_ok is not None
+        # locality chooses among the spots that fit; a nominee takes the GPUs it preempted for
+        fetch = None
+        if job.wants:
+            fetch = self.locality.fetch(job.wants, self.policy.locality and not nominated)
         if nominated or not self.no_room.covers(job, demand):
             if job.one_fabric:
                 placements = place_in_one_fabric(
@@ -432,6 +439,7 @@ class Cycle:
                     where,
                     self.fabric_of,
                     self.packer,
+                    fetch,
                 )
             else:
                 placements = place_tasks(
@@ -442,6 +450,7 @@ class Cycle:
                     where,
                     job.distinct_nodes,
                     self.packer,
+                    fetch,
                 )
             if placements is not None:
                 held = sum(part.share for placement in placements for part in placement.gpus)
@@ -458,6 +467,8 @@ class Cycle:
                         self._hold_back_the_queue(queued)  # strict queues: it stays the head
                     return
                 self.decisions.placements.extend(placements)
+                if job.wants:
+                    self.locality.note(placements, job.wants)
                 self.starts += 1
                 self.arrays.start(job)
                 self.nominations.pop(job.job_id, None)  # it starts: the nomination is spent

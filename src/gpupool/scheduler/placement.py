@@ -14,6 +14,11 @@ in), a GPU task goes to the one of best fit's first spots where fragmentation gr
 
 ``where`` narrows the GPUs (models) and nodes (reservations) a task may use. A gang (a job
 of several tasks) places its tasks one by one and gives everything back if one does not fit.
+
+Given a job's ``Fetch`` (``locality``: what it fetches onto its nodes, and what each node
+holds), a task goes to the spot with the fewest bytes left to fetch among the one above and
+a spot on each node that holds any of its wants (however far down best fit's order: the
+holders are few and looked up, not searched for); equal costs keep the order above.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from gpupool.scheduler.fit import (
     least_fraction_share,
     whole_gpus_on,
 )
+from gpupool.scheduler.locality import Fetch
 from gpupool.scheduler.packing import CANDIDATES, SCORE_EPSILON, Packer
 from gpupool.scheduler.types import GpuShare, Placement
 
@@ -42,12 +48,110 @@ def find_spot(
     capacity: FreeCapacity,
     where: Where = ANYWHERE,
     packer: Packer | None = None,
+    fetch: Fetch | None = None,
 ) -> Claim | None:
     """The best spot for ``demand`` in the free capacity, or None when it fits nowhere:
-    fragmentation-aware (``packing``) with a packer, else best fit."""
+    fragmentation-aware (``packing``) with a packer, else best fit; with a ``fetch`` that
+    prefers locality, the spot with the fewest bytes left to fetch, that one among equals."""
     if packer is not None and demand.uses_gpus:
-        return packed_spot(packer, demand, capacity, where)
-    return next(spots(demand, capacity, where, 1), None)
+        claim = packed_spot(packer, demand, capacity, where)
+    else:
+        claim = next(spots(demand, capacity, where, 1), None)
+    if claim is None or fetch is None or not fetch.prefer:
+        return claim
+    return nearer_spot(claim, demand, capacity, where, packer, fetch)
+
+
+def nearer_spot(
+    chosen: Claim,
+    demand: Demand,
+    capacity: FreeCapacity,
+    where: Where,
+    packer: Packer | None,
+    fetch: Fetch,
+) -> Claim:
+    """``chosen`` (the spot placement picks without locality), unless a node holding some
+    of the job's wants has a spot with fewer bytes left to fetch: then the fewest, and among
+    equals the least growth of fragmentation (with a packer), then best fit's order. Only
+    nodes that fit now are looked at: a job never waits for a holding node."""
+    least = fetch.cost(chosen.node.name)
+    if not least:
+        return chosen
+    scored = packer is not None and demand.uses_gpus
+    best: tuple[int, float, tuple, Claim] | None = None
+    for name in fetch.candidates():
+        cost = fetch.cost(name)
+        node = capacity.by_name.get(name)
+        if cost >= least or node is None:
+            continue
+        found = node_spot(node, demand, where)
+        if found is None:
+            continue
+        claim, order = found
+        score = growth_of(packer, claim, demand) if scored else 0.0  # type: ignore[arg-type]
+        if best is None or _before((cost, score, order), best[:3]):
+            best = (cost, score, order, claim)
+    return chosen if best is None else best[3]
+
+
+def _before(one: tuple[int, float, tuple], other: tuple[int, float, tuple]) -> bool:
+    """``one`` is a better (cost, fragmentation growth, best fit's order) than ``other``;
+    growths within ``SCORE_EPSILON`` are equal."""
+    if one[0] != other[0]:
+        return one[0] < other[0]
+    if abs(one[1] - other[1]) > SCORE_EPSILON:
+        return one[1] < other[1]
+    return one[2] < other[2]
+
+
+def growth_of(packer: Packer, claim: Claim, demand: Demand) -> float:
+    """How much the claim's node's fragmentation grows with the claim (``packed_spot``'s
+    score)."""
+    node = claim.node
+    if demand.whole and uniform(node, demand):
+        return packer.whole_growth(node, demand)
+    state, after = packer.before_after(claim)
+    return packer.growth(state, after, node.cpus, demand.cpus)
+
+
+def node_spot(node: NodeState, demand: Demand, where: Where) -> tuple[Claim, tuple] | None:
+    """The spot best fit would pick for ``demand`` on this one node, with its place in best
+    fit's order over the pool (None: it does not fit there now)."""
+    if not host_fits(node, demand):
+        return None
+    if demand.whole:
+        if node.free_count < demand.whole or not _node_ok(node, demand, where):
+            return None
+        if not uniform(node, demand) and len(whole_gpus_on(node, demand, where)) < demand.whole:
+            return None
+        return whole_claim(node, demand, where), (0, node.free_count, node.rank)
+    if demand.fractional:
+        if not _node_ok(node, demand, where):
+            return None
+        shared = [
+            gpu
+            for gpu in node.gpus
+            if gpu.is_shared
+            and where.gpu_ok(gpu)
+            and fraction_fits(gpu, *fraction_demand(demand, gpu))
+        ]
+        if shared:
+            gpu = min(shared, key=GpuState.key)
+            share, memory = fraction_demand(demand, gpu)
+            return Claim(node, ((gpu, share, memory),)), (0, *gpu.key())
+        fitting = [
+            gpu
+            for gpu in node.gpus
+            if gpu.free and where.gpu_ok(gpu) and fraction_fits(gpu, *fraction_demand(demand, gpu))
+        ]
+        if not fitting:
+            return None
+        [gpu] = connected(fitting, 1)
+        share, memory = fraction_demand(demand, gpu)
+        return Claim(node, ((gpu, share, memory),)), (1, node.free_count, node.rank)
+    if where.node_ok is not None and not where.node_ok(node, demand):
+        return None
+    return Claim(node, ()), (0, node.free_count, node.rank)
 
 
 def packed_spot(
@@ -97,24 +201,31 @@ def place_tasks(
     where: Where = ANYWHERE,
     distinct: bool = False,
     packer: Packer | None = None,
+    fetch: Fetch | None = None,
 ) -> list[Placement] | None:
     """All ``tasks`` of a job placed (and taken from capacity), or none of them (None);
-    ``distinct``: each on a node of its own (a job over several nodes); ``packer``: as
-    ``find_spot``'s."""
+    ``distinct``: each on a node of its own (a job over several nodes); ``packer`` and
+    ``fetch``: as ``find_spot``'s (a node one task went to holds the job's wants for the
+    next tasks: it fetches them once)."""
     claims: list[Claim] = []
     placements: list[Placement] = []
+    if fetch is not None:
+        fetch.placed.clear()
     for task in range(tasks):
         here = away_from([p.node for p in placements], where) if distinct and placements else where
-        claim = find_spot(demand, capacity, here, packer)
+        claim = find_spot(demand, capacity, here, packer, fetch)
         if claim is None:
             for taken in reversed(claims):
                 capacity.give_back(taken, demand.cpus, demand.memory)
             return None
         gpus = take_spot(claim, demand, capacity)
         claims.append(claim)
-        placements.append(
-            Placement(job_id, claim.node.name, gpus, demand.cpus, demand.memory, task)
-        )
+        name = claim.node.name
+        held = ()
+        if fetch is not None:
+            held = fetch.held(name)
+            fetch.placed.add(name)
+        placements.append(Placement(job_id, name, gpus, demand.cpus, demand.memory, task, held))
     return placements
 
 
@@ -126,13 +237,14 @@ def place_in_one_fabric(
     where: Where,
     fabric_of: dict[str, str | None],
     packer: Packer | None = None,
+    fetch: Fetch | None = None,
 ) -> list[Placement] | None:
     """All ``tasks``, each on a node of its own, on nodes of one fabric group (the groups
     tried in name order; nodes of no known group form one group of their own)."""
     for group in sorted({g or "" for g in fabric_of.values()}):
         inside = within({n for n, g in fabric_of.items() if (g or "") == group}, where)
         placements = place_tasks(
-            job_id, tasks, demand, capacity, inside, distinct=True, packer=packer
+            job_id, tasks, demand, capacity, inside, distinct=True, packer=packer, fetch=fetch
         )
         if placements is not None:
             return placements
