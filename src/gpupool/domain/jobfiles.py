@@ -3,7 +3,7 @@
 A document is written as kubectl's are::
 
     apiVersion: gpupool/v1
-    kind: Job                  # Job | Notebook | Deployment (services.jobfiles's registry)
+    kind: Job                  # Job | Environment | Notebook | Deployment | Dataset | Volume
     metadata:
       name: train              # the body's name
     spec:                      # the API's request body of that kind, field for field
@@ -20,11 +20,13 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from gpupool.domain.arrays import ArraySpec
+from gpupool.domain.datasetrefs import SHA256_PATTERN
 from gpupool.domain.jobs import JobSpec
 from gpupool.domain.text import STORABLE
+from gpupool.domain.units import parse_bytes
 from gpupool.domain.views import View
 
 API_VERSION = "gpupool/v1"
@@ -46,6 +48,104 @@ class JobBody(JobSpec):
         """The spec of the job (of each task), as validated, without ``array``."""
         values = {name: getattr(self, name) for name in JobSpec.model_fields}
         return JobSpec.model_construct(self.model_fields_set - {"array"}, **values)
+
+
+MAX_ID = 2**63 - 1
+FROM_IS_LOCAL = (
+    "from names a directory of the machine gpupool apply runs on: gpupool apply -f uploads "
+    "it and sends its manifest instead; through the API, upload the blobs (PUT "
+    "/api/v1/dataset-blobs/SHA256) and give manifest"
+)
+
+
+class DatasetBody(BaseModel):
+    """The next version of a dataset (a job file's kind Dataset): the fields of ``POST
+    /api/v1/datasets/{name}/versions``, its name in ``metadata.name``.
+
+    In a file, ``from: DIR`` (relative to the file's directory) is what a user writes: the
+    CLI hashes it, uploads the blobs the team lacks before it sends the file, and sends
+    ``manifest`` in its place. The server never reads a client's directory, so ``from``
+    reaching it is refused with a message saying so."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    name: Annotated[str, STORABLE] = Field(max_length=100, description="the dataset's name")
+    source: Annotated[str, STORABLE] | None = Field(
+        default=None,
+        alias="from",
+        max_length=4096,
+        description="a directory (or a file) to upload, relative to the job file's "
+        "directory; gpupool apply -f uploads what the server lacks and sends manifest instead",
+    )
+    manifest: str | None = Field(
+        default=None,
+        pattern=SHA256_PATTERN,
+        description="an uploaded manifest's SHA-256 (hex) whose blobs the team holds",
+    )
+    from_job: int | Annotated[str, STORABLE] | None = Field(
+        default=None,
+        validation_alias=AliasChoices("from_job", "fromJob"),
+        description="an ended job (its id, or the name of the team's newest job of that "
+        "name) whose outputs the version holds, copied on the server",
+    )
+    path: Annotated[str, STORABLE] = Field(
+        default="", max_length=4096, description="with from_job: a path inside its outputs"
+    )
+    team: Annotated[str | None, STORABLE] = Field(
+        default=None, max_length=100, description="the team (default: your only one)"
+    )
+    description: Annotated[str | None, STORABLE] = Field(
+        default=None, max_length=2000, description="what this version is"
+    )
+
+    @field_validator("source")
+    @classmethod
+    def _not_here(cls, value: str | None) -> str | None:
+        if value is not None:
+            raise ValueError(FROM_IS_LOCAL)
+        return value
+
+    @model_validator(mode="after")
+    def _one_source(self) -> DatasetBody:
+        if (self.manifest is None) == (self.from_job is None):
+            raise ValueError("give one of from (a directory), manifest or from_job")
+        if isinstance(self.from_job, int) and not 1 <= self.from_job <= MAX_ID:
+            raise ValueError("from_job: a job's id is a positive number")
+        if isinstance(self.from_job, str) and not 1 <= len(self.from_job) <= 200:
+            raise ValueError("from_job: a job's name is 1 to 200 characters")
+        if self.path and self.from_job is None:
+            raise ValueError("path goes with from_job")
+        return self
+
+
+class VolumeBody(BaseModel):
+    """A volume of the team (a job file's kind Volume): the fields of ``POST
+    /api/v1/volumes``, its name in ``metadata.name``; ``size`` (10G, 500GiB) may be written
+    for ``size_bytes``. Applied again, it names the volume the team has already."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: Annotated[str, STORABLE] = Field(max_length=100, description="the volume's name")
+    team: Annotated[str | None, STORABLE] = Field(
+        default=None, max_length=100, description="the team (default: your only one)"
+    )
+    size_bytes: int | None = Field(
+        default=None, ge=1, le=2**62, description="its size (the team's quota binds)"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _size(cls, value: Any) -> Any:
+        if isinstance(value, dict) and "size" in value:
+            value = dict(value)
+            size = value.pop("size")
+            if "size_bytes" in value:
+                raise ValueError("give size or size_bytes, not both")
+            try:
+                value["size_bytes"] = parse_bytes(size)
+            except ValueError as error:
+                raise ValueError(f"size: {error} (e.g. 10G, 500GiB)") from None
+        return value
 
 
 class Metadata(BaseModel):

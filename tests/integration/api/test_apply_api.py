@@ -157,7 +157,9 @@ def test_field_errors_name_the_document_and_the_field(client: TestClient) -> Non
 
 def test_the_schemas_of_every_kind(client: TestClient) -> None:
     index = client.get("/api/v1/schemas/").json()
-    assert [k["kind"] for k in index] == ["Job", "Environment", "Notebook", "Deployment"]
+    assert [k["kind"] for k in index] == [
+        "Job", "Environment", "Dataset", "Volume", "Notebook", "Deployment",
+    ]  # fmt: skip
     for kind in index:
         schema = client.get(kind["schema_url"]).json()
         assert schema["properties"]["kind"] == {"const": kind["kind"]}
@@ -166,4 +168,6 @@ def test_the_schemas_of_every_kind(client: TestClient) -> None:
     job_schema = client.get("/api/v1/schemas/Job").json()
     spec = job_schema["properties"]["spec"]["properties"]
     assert {"command", "resources", "depends_on", "array", "max_runtime_seconds"} <= spec.keys()
+    dataset = client.get("/api/v1/schemas/Dataset").json()["properties"]["spec"]["properties"]
+    assert {"from", "manifest", "from_job", "path", "description"} <= dataset.keys()
     refused(client.get("/api/v1/schemas/Cron"), 404, "not_found")

@@ -3,7 +3,8 @@ and its mutable volumes.
 
 Uploading blobs, planning and committing versions, making one from a job's outputs,
 listing, showing, resolving and deleting them (``_datasets``); volumes (``_volumes``);
-the dataset store on disk (``_blobs``); what they need of the server beyond the core
+the dataset store on disk (``_blobs``); what a job file's Dataset and Volume documents make,
+in two steps (``_documents``); what they need of the server beyond the core
 ports, the settings and the executor, in ``_ports``. It imports ``services.core`` and
 ``identity`` (teams' storage quotas); ``jobs`` builds on it (a submit resolves and records
 the datasets and volumes a job uses).
@@ -29,6 +30,14 @@ from gpupool.services.datasets._datasets import (
     show_dataset,
     show_version,
 )
+from gpupool.services.datasets._documents import (
+    ReadyVersion,
+    ReadyVolume,
+    prepare_version,
+    prepare_volume,
+    record_version,
+    record_volume,
+)
 from gpupool.services.datasets._volumes import (
     create_volume,
     delete_volume,
@@ -42,6 +51,8 @@ __all__ = [
     "DATASET_INCOMING",
     "FromJob",
     "NewVersion",
+    "ReadyVersion",
+    "ReadyVolume",
     "attach_uses",
     "blob_path",
     "commit",
@@ -56,7 +67,11 @@ __all__ = [
     "list_datasets",
     "load_manifest",
     "plan",
+    "prepare_version",
+    "prepare_volume",
     "receive_blob",
+    "record_version",
+    "record_volume",
     "resolve",
     "resolve_uses",
     "show_dataset",

@@ -261,7 +261,7 @@ def commit(ctx: Stores, who: Principal, asked: NewVersion) -> DatasetVersionView
                 missing=missing[:MAX_NAMED_MISSING],
                 missing_count=len(missing),
             )
-        row = _record(ctx, session, who, team_id, asked.name, asked.manifest, manifest)
+        row = _record(ctx.clock.now(), session, who, team_id, asked.name, asked.manifest, manifest)
         row.description = asked.description
         session.flush()
         return version_view(row)
@@ -275,16 +275,35 @@ def from_job(ctx: Copies, who: Principal, asked: FromJob) -> DatasetVersionView:
         path = source_path(asked.path)
     except ValueError as problem:
         raise BadModelPath(f"{problem}: {BadModelPath.__doc__}", path=asked.path) from None
+    team_id, node = source_job(ctx, who, asked.job_id, asked.team)
+    files = _pack_into_blobs(ctx, asked.job_id, node, path)
+    data = manifest_bytes(files)
+    sha = keep_bytes(ctx.settings, data)
+    manifest = parse_manifest(data, ctx.settings.max_dataset_files, ctx.settings.max_dataset_bytes)
+    sizes = {**manifest.blobs, sha: len(data)}
+    with ctx.db.session() as session:
+        _hold_in(session, team_id, sizes, ctx.clock.now())
+        row = _record(ctx.clock.now(), session, who, team_id, asked.name, sha, manifest)
+        row.source_job_id, row.description = asked.job_id, asked.description
+        session.flush()
+        return version_view(row)
+
+
+def source_job(ctx: Reads, who: Principal, job_id: int, team: str | None) -> tuple[int, str | None]:
+    """The team and node of the job a version is made from: one of a team ``who`` is a
+    member of (any other is answered as one that does not exist), of ``team`` when given,
+    within its storage quota, and ended (SourceJobNotEnded: its outputs may be half
+    written)."""
     with ctx.db.reader() as session:
-        job = session.get(JobModel, asked.job_id)
+        job = session.get(JobModel, job_id)
         if job is None or not who.can_see_team(job.team_id):
-            raise NotFound(f"no job {asked.job_id}: list your jobs with 'gpupool ls'")
+            raise NotFound(f"no job {job_id}: list your jobs with 'gpupool ls'")
         who.require_member()
         if not who.can_act_on_team(job.team_id):
-            raise NotFound(f"no job {asked.job_id}: list your jobs with 'gpupool ls'")
-        if asked.team and asked.team != job.team.name:
+            raise NotFound(f"no job {job_id}: list your jobs with 'gpupool ls'")
+        if team and team != job.team.name:
             raise InvalidRequest(
-                f"job {job.id} is of team {job.team.name}, not {asked.team}: a version made "
+                f"job {job.id} is of team {job.team.name}, not {team}: a version made "
                 f"from a job belongs to the job's team; leave --team out",
                 fields=[{"field": "team", "message": f"the job is of team {job.team.name}"}],
             )
@@ -296,18 +315,7 @@ def from_job(ctx: Copies, who: Principal, asked: FromJob) -> DatasetVersionView:
                 "version once it has ended (gpupool logs --follow waits for it)",
                 status=status.value,
             )
-        team_id, node = job.team_id, job.node
-    files = _pack_into_blobs(ctx, asked.job_id, node, path)
-    data = manifest_bytes(files)
-    sha = keep_bytes(ctx.settings, data)
-    manifest = parse_manifest(data, ctx.settings.max_dataset_files, ctx.settings.max_dataset_bytes)
-    sizes = {**manifest.blobs, sha: len(data)}
-    with ctx.db.session() as session:
-        _hold_in(session, team_id, sizes, ctx.clock.now())
-        row = _record(ctx, session, who, team_id, asked.name, sha, manifest)
-        row.source_job_id, row.description = asked.job_id, asked.description
-        session.flush()
-        return version_view(row)
+        return job.team_id, job.node
 
 
 # -- deleting ----------------------------------------------------------------------------------
@@ -530,7 +538,7 @@ def _hold_in(session: Session, team_id: int, sizes: dict[str, int], now: float) 
 
 
 def _record(
-    ctx: Stores,
+    now: float,
     session: Session,
     who: Principal,
     team_id: int,
@@ -539,7 +547,6 @@ def _record(
     manifest: Manifest,
 ) -> DatasetVersionModel:
     """The dataset's next version (the dataset made when it has none), in ``session``."""
-    now = ctx.clock.now()
     query = select(DatasetModel).where(DatasetModel.team_id == team_id, DatasetModel.name == name)
     dataset = session.scalars(query).first()
     if dataset is None:

@@ -44,7 +44,8 @@ def apply(ctx: Applies, who: Principal, request: ApplyRequest) -> ApplyView:
     prepared = []  # the slow steps first, with no transaction open (an environment's resolve)
     for index, (kind, body) in enumerate(read):
         with about(index, kind.name, _name(kind, body)):
-            prepared.append(body if kind.prepare is None else kind.prepare(ctx, who, body))
+            ready = body if kind.prepare is None else kind.prepare(ctx, who, body, request.dry_run)
+            prepared.append(ready)
     made: list[Made] = []
     try:
         with ctx.db.session() as session:
@@ -108,11 +109,15 @@ def read_document(index: int, doc: Document) -> tuple[Kind, BaseModel]:
 
 
 def check_references(read: Sequence[tuple[Kind, BaseModel]]) -> None:
-    """A Job's ``depends_on`` may name a Job of the file only if that one comes first."""
+    """A Job's ``depends_on`` may name a Job of the file only if that one comes first, and
+    its ``datasets`` and ``volumes`` a Dataset or a Volume of the file likewise; a Dataset
+    cannot be made from a Job of the same file (it has not run yet)."""
     names = [
         _name(kind, body) if kind.name == "Job" else None for kind, body in read
     ]  # fmt: skip
     for index, (kind, body) in enumerate(read):
+        _check_from_job(index, kind, body, names)
+        _check_made_later(index, kind, body, read)
         for position, dep in enumerate(getattr(body, "depends_on", None) or []):
             if not isinstance(dep.job, str) or dep.job in names[:index]:
                 continue
@@ -124,6 +129,42 @@ def check_references(read: Sequence[tuple[Kind, BaseModel]]) -> None:
                     fields=[
                         {
                             "field": f"documents.{index}.spec.depends_on.{position}",
+                            "message": "comes later in the file",
+                        }
+                    ],
+                )
+
+
+def _check_from_job(index: int, kind: Kind, body: BaseModel, jobs: list[str | None]) -> None:
+    source = getattr(body, "from_job", None) if kind.name == "Dataset" else None
+    if isinstance(source, str) and source in jobs:
+        raise InvalidRequest(
+            f"document {index + 1} (Dataset {_name(kind, body)}): from_job '{source}' is a Job "
+            "of this file, which has not run yet: make the dataset from it once it has ended "
+            "(another apply, or gpupool dataset create --from-job)",
+            fields=[{"field": f"documents.{index}.spec.from_job", "message": "a Job of this file"}],
+        )
+
+
+# a Job's field -> the kind of the documents its entries name
+_USES = {"datasets": "Dataset", "volumes": "Volume"}
+
+
+def _check_made_later(
+    index: int, kind: Kind, body: BaseModel, read: Sequence[tuple[Kind, BaseModel]]
+) -> None:
+    if kind.name != "Job":
+        return
+    for field, made in _USES.items():
+        later = {_name(k, b) for k, b in read[index + 1 :] if k.name == made}
+        for position, use in enumerate(getattr(body, field, None) or []):
+            if use.name in later:
+                raise InvalidRequest(
+                    f"document {index + 1} (Job {_name(kind, body)}): it uses the {made} "
+                    f"'{use.name}', which comes later in the file: put '{use.name}' before it",
+                    fields=[
+                        {
+                            "field": f"documents.{index}.spec.{field}.{position}",
                             "message": "comes later in the file",
                         }
                     ],

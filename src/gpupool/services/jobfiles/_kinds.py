@@ -1,10 +1,10 @@
 """The kinds a job file may hold, one entry each: its request body (the API's own model)
 and how one document of it is made in the caller's transaction.
 
-A new kind (Dataset) is one more ``Kind`` in ``KINDS``: its body, its ``make`` step (the
-steps its own service's API call is made of), ``prepare`` when it has slow work to do first
-(outside the transaction: an environment's resolve) and, when its service must hear of it
-once the transaction commits, ``after``.
+A new kind is one more ``Kind`` in ``KINDS``: its body, its ``make`` step (the steps its
+own service's API call is made of), ``prepare`` when it has slow work to do first (outside
+the transaction: an environment's resolve, a dataset's manifest read or a job's outputs
+copied) and, when its service must hear of it once the transaction commits, ``after``.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from sqlalchemy.orm import Session
 from gpupool.domain.dependencies import Dependency
 from gpupool.domain.deployments import DeploymentSpec
 from gpupool.domain.environments import EnvironmentCreate
-from gpupool.domain.jobfiles import JobBody
+from gpupool.domain.jobfiles import DatasetBody, JobBody, VolumeBody
 from gpupool.domain.notebooks import NotebookRequest
 from gpupool.scheduler.types import NodeCapacity
-from gpupool.services import deployments, environments, jobs, notebooks
+from gpupool.services import datasets, deployments, environments, jobs, notebooks
 from gpupool.services.core import Principal
 from gpupool.services.jobfiles._ports import Applies
 
@@ -59,9 +59,9 @@ class Kind:
     after: Callable[[Applies, Made], None] | None = None
     # the body's field that metadata.name fills
     name_field: str = "name"
-    # slow work before the transaction (an environment's resolve): its result is what
-    # ``make`` is given instead of the body
-    prepare: Callable[[Applies, Principal, Any], Any] | None = None
+    # slow work before the transaction (an environment's resolve), told whether the file
+    # is a dry run: its result is what ``make`` is given instead of the body
+    prepare: Callable[[Applies, Principal, Any, bool], Any] | None = None
 
 
 def _job(session: Session, body: JobBody, making: Making) -> Made:
@@ -110,6 +110,22 @@ def _environment(session: Session, resolved: environments.Resolved, making: Maki
     return Made(version.id, resolved.asked.name)
 
 
+def _prepare_environment(
+    ctx: Applies, who: Principal, body: EnvironmentCreate, dry_run: bool
+) -> environments.Resolved:
+    return environments.prepare(ctx, who, body)  # a dry run resolves too: it checks the lock
+
+
+def _dataset(session: Session, ready: datasets.ReadyVersion, making: Making) -> Made:
+    version = datasets.record_version(session, making.who, ready, making.now)
+    return Made(version.id, ready.name)
+
+
+def _volume(session: Session, ready: datasets.ReadyVolume, making: Making) -> Made:
+    volume = datasets.record_volume(session, making.who, ready, making.now)
+    return Made(volume.id, ready.name)
+
+
 def _deployment_made(ctx: Applies, made: Made) -> None:
     if made.name:
         ctx.deployments.changed(made.name)
@@ -132,7 +148,25 @@ KINDS: dict[str, Kind] = {
             "name it",
             EnvironmentCreate,
             _environment,
-            prepare=environments.prepare,
+            prepare=_prepare_environment,
+        ),
+        Kind(
+            "Dataset",
+            "the next version of a dataset (POST /api/v1/datasets/NAME/versions): from a "
+            "directory (from, uploaded by gpupool apply -f before the file is sent), an "
+            "uploaded manifest or an ended job's outputs (from_job); a Job after it in the "
+            "file that reads the dataset gets this version",
+            DatasetBody,
+            _dataset,
+            prepare=datasets.prepare_version,
+        ),
+        Kind(
+            "Volume",
+            "a volume of the team (POST /api/v1/volumes), or the one it has of that name; "
+            "a Job after it in the file may mount it",
+            VolumeBody,
+            _volume,
+            prepare=lambda ctx, who, body, dry_run: datasets.prepare_volume(ctx, who, body),
         ),
         Kind("Notebook", "a JupyterLab (POST /api/v1/notebooks)", NotebookRequest, _notebook),
         Kind(
