@@ -19,6 +19,7 @@ from gpupool.executors.isolation import Isolation
 from gpupool.executors.local import LocalExecutor
 from gpupool.loops import Control
 from gpupool.loops.discovery import NodeWatcher
+from gpupool.loops.holdings import Holdings
 from gpupool.loops.ingest import Ingest
 from gpupool.loops.nodes import Head, Nodes
 from gpupool.loops.notebook_idle import NotebookIdle
@@ -75,6 +76,8 @@ def open_platform(
     )
     watcher.refresh()
     found = watcher.inventory
+    if isinstance(executor, LocalExecutor) and executor.node_name is None:
+        executor.node_name = found.name  # it answers for this machine's node (its holdings)
     log.info("node %s: %d GPUs, %d CPUs", found.name, len(found.gpus), found.cpus)
     routes = _routes()
     serving = Serving(db, executor, routes)
@@ -159,6 +162,8 @@ def _watches(
     loop = control.face
     published = NotebookRoutesWatch(notebook_routes)
     control.driver.on_changed.append(published.wake)
+    held = Holdings(db, clock, executor.holdings, settings.holdings_scan_seconds)
+    control.driver.on_changed.append(held.wake)
     return (
         Ingest(db, executor, clock),
         Rollouts(db, executor, settings, clock, serving, loop.wake, loop.recent_nodes),
@@ -172,6 +177,7 @@ def _watches(
             stopped=notebook_routes.publish,
         ),
         Storage(db, settings, clock, loop.stops_recorded, executor.node_files),
+        held,
     )
 
 

@@ -69,6 +69,9 @@ class Settings(BaseSettings):
     # long queue costs more than deciding); the cycles between decide only. 0: every cycle.
     explain_interval_seconds: float = Field(default=1.0, ge=0.0)
     checkpoint_scan_seconds: float = 5.0  # how often a running job's checkpoints are looked at
+    # How often the nodes are asked what they hold of environments, dataset versions and
+    # images (placement prefers a node that holds a job's); also soon after attempts change.
+    holdings_scan_seconds: float = Field(default=10.0, gt=0)
     # -- storage (docs/scheduling.md): teams' storage quotas and the database's reserve --------
     # How often each team's files are summed; a team past its quota has its running jobs
     # stopped (StorageQuotaExceeded) at the scan that finds it there.

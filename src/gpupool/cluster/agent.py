@@ -269,6 +269,11 @@ class NodeAgent:
         with self._executor_lock:
             return self.executor.checkpoint_at(_handle(handle))
 
+    def held(self) -> dict[str, int]:
+        """What this node's caches hold of environments, dataset versions and images (key
+        -> bytes, ``executors.holdings``), for placement that prefers it."""
+        return self.executor.held()  # directory listings only: no executor record is read
+
     def storage(self, jobs: dict[str, bool], users: list[str]) -> dict[str, Any]:
         """What this node's disk holds of these jobs' directories (id -> finished: a
         finished one is walked once) and users' workspaces, for the teams' storage quotas."""

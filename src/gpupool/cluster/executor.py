@@ -63,6 +63,7 @@ POLL_TIMEOUT_S = 10.0
 PACK_TIMEOUT_S = 600.0  # packing a model version's files on their node
 PARALLEL_POLLS = 16
 STORAGE_TIMEOUT_S = 120.0  # a node walking its jobs' directories for the storage scan
+HOLDINGS_TIMEOUT_S = 10.0  # a node listing its caches (a few directories)
 # how long a gang found again without its record gives its other tasks to stop, once one
 # ended (its job's own grace is in the record that was not written)
 RECOVERED_GANG_GRACE_S = 10.0
@@ -495,6 +496,28 @@ class RayExecutor(Executor):
         finally:
             with contextlib.suppress(ClusterUnavailable, AgentUnavailable, CallFailed):
                 self.cluster.call(node, "drop_pack", pack=pack)
+
+    def holdings(self) -> dict[str, dict[str, int]]:
+        """Each live node's agent lists its own caches, side by side; a node that does not
+        answer is left out (what it said last stays recorded)."""
+        try:
+            nodes = [n["name"] for n in self.cluster.nodes() if n["name"] and n["alive"]]
+        except (ClusterUnavailable, AgentUnavailable, CallFailed):
+            return {}
+        nodes = [node for node in nodes if node not in self._down]
+        if not nodes:
+            return {}
+        with ThreadPoolExecutor(max_workers=min(len(nodes), PARALLEL_POLLS)) as pool:
+            answers = zip(nodes, pool.map(self._held_by, nodes), strict=True)
+        return {node: held for node, held in answers if held is not None}
+
+    def _held_by(self, node: str) -> dict[str, int] | None:
+        try:
+            answer = self.cluster.call(node, "held", HOLDINGS_TIMEOUT_S)
+        except (ClusterUnavailable, AgentUnavailable, CallFailed) as error:
+            log.info("node %s did not say what it holds: %s", node, error)
+            return None
+        return {str(key): int(size) for key, size in answer.items()}
 
     def node_files(self, jobs: dict[int, bool], users: set[str]) -> NodeFiles:
         """Each live node's agent walks its own disk, side by side; a node that does not

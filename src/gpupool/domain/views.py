@@ -46,6 +46,11 @@ class PlacementView(View):
     gpus: list[GpuShareView]
     cpus: float
     memory_bytes: int
+    held: list[str] = Field(
+        default_factory=list,
+        description="what its node held already of what the job fetches before it starts "
+        "(env:ID, dataset:MANIFEST, image:DIGEST): placement prefers such a node",
+    )
     tasks: list[TaskPlacementView] | None = Field(
         default=None,
         description="a job over several nodes: each task's placement (the first's is above)",
@@ -58,6 +63,9 @@ class TaskPlacementView(View):
     gpus: list[GpuShareView]
     cpus: float
     memory_bytes: int
+    held: list[str] = Field(
+        default_factory=list, description="what this task's node held already (as above)"
+    )
 
 
 class JobView(View):

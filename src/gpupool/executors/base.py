@@ -98,6 +98,13 @@ class Executor(ABC):
         executor without a sandbox of its own (the fakes of the tests)."""
         return None
 
+    def holdings(self) -> dict[str, dict[str, int]]:
+        """What each node keeps of what jobs fetch before they start (node -> key -> bytes:
+        its environments, dataset versions and images, ``executors.holdings``), for placement
+        that prefers a node holding a job's; a node missing from the answer did not say
+        (nothing, for an executor without such caches)."""
+        return {}
+
     def node_files(self, jobs: dict[int, bool], users: set[str]) -> NodeFiles:
         """What nodes other than the server's own disk hold of these jobs' directories (job
         id -> finished) and these users' workspaces: a pool's nodes, walked by their agents;

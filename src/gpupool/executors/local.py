@@ -35,7 +35,7 @@ from gpupool.domain.endpoints import Endpoint
 from gpupool.domain.isolation import IsolationStatus
 from gpupool.errors import GpupoolError
 from gpupool.executors import code as archives
-from gpupool.executors import images, outputs
+from gpupool.executors import holdings, images, outputs
 from gpupool.executors.base import Executor, Handle, LaunchError, listening
 from gpupool.executors.environments import NodeEnvironments
 from gpupool.executors.isolation import Isolation
@@ -105,9 +105,11 @@ class LocalExecutor(Executor):
         environments: NodeEnvironments | None = None,
         image_cache: Path | None = None,
         dataset_cache: Path | None = None,
+        node_name: str | None = None,
         dataset_cache_max_bytes: int = 0,
     ) -> None:
         self.jobs_dir = Path(jobs_dir)
+        self.node_name = node_name  # the node it runs jobs on, when it answers for it
         # where this node keeps the dataset versions its jobs read (executors.datasets)
         self.dataset_cache = dataset_cache or self.jobs_dir.parent / "dataset-cache"
         self.dataset_cache_max_bytes = dataset_cache_max_bytes  # past it: LRU (runner.datasets)
@@ -185,6 +187,14 @@ class LocalExecutor(Executor):
 
     def isolation(self) -> IsolationStatus | None:
         return self._isolation.status() if self._isolation is not None else None
+
+    def held(self) -> dict[str, int]:
+        """What this node's caches hold (``executors.holdings``: key -> bytes)."""
+        envs = self.environments.settings.envs_dir if self.environments is not None else None
+        return holdings.scan(envs, self.dataset_cache, self.image_cache)
+
+    def holdings(self) -> dict[str, dict[str, int]]:
+        return {self.node_name: self.held()} if self.node_name else {}
 
     def pack_outputs(
         self, job_id: int, node: str | None, path: str, limits: CodeLimits, into: Writable

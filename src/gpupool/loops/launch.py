@@ -21,6 +21,7 @@ from typing import Any
 
 from sqlalchemy import Connection, bindparam, insert, select
 
+from gpupool.domain import locality
 from gpupool.domain.deployments import REPLICA_TOKEN_ENV
 from gpupool.domain.jobs import JobSpec, JobStatus, Reason
 from gpupool.domain.notebooks import token_env as notebook_token_env
@@ -177,6 +178,7 @@ class _Won:
     user_id: int
     array_id: int | None
     array_index: int | None
+    held: str = ""  # what its nodes held of what it fetches (``domain.locality.held_note``)
 
 
 class Launch:
@@ -258,7 +260,8 @@ class Launch:
                         "job_id": w.group[0].job_id,
                         "at": now,
                         "reason": Reason.PLACED.value,
-                        "message": f"placed on {describe_all(w.group)}",
+                        "message": f"placed on {describe_all(w.group)}"
+                        + (f"; {w.held}" if w.held else ""),
                     }
                     for w in won
                 ],
@@ -279,7 +282,8 @@ class Launch:
         if row is None:  # cancelled, or no longer pending, since the snapshot
             return None
         number, data, user_id, array_id, array_index = row
-        return _Won(group, number, JobSpec.stored(data), user_id, array_id, array_index)
+        held = "; ".join(note for p in group if (note := locality.held_note(data, p.node, p.held)))
+        return _Won(group, number, JobSpec.stored(data), user_id, array_id, array_index, held)
 
     def _claimed(self, session, won: list[_Won], ids: list[int]) -> list[Claimed]:  # noqa: ANN001
         """The tasks to launch: one query for the users, one for the arrays' sizes."""

@@ -85,6 +85,7 @@ class Scheduling:
         if decisions.preemptions:
             self.preempt(decisions.preemptions)
         if decisions.placements:
+            self.snapshots.placed(decisions.placements)
             self.launch(decisions.placements)
 
     def _hold(self, pending: Iterable[PendingJob], isolation: IsolationStatus) -> None:

@@ -7,6 +7,10 @@ a read transaction. Slow work: walking them (``StorageScan``), with no transacti
 Apply: each team's usage recorded and the running jobs of the teams over their quota (or,
 the disk low, of the team filling it) stopped, in one transaction (``record_usage``); the
 stops pipeline is then told, and sends them.
+
+Every ``dataset_gc_seconds`` it also sweeps the dataset store: the blobs no version
+references any more are removed (``services.datasets.collect_blobs``; a line in the log
+says what it freed).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from collections.abc import Callable
 
 from gpupool.loops.watch import Watch
 from gpupool.scheduler.types import Clock
+from gpupool.services import datasets
 from gpupool.services.core import Reserve
 from gpupool.services.scheduling import (
     NodesFiles,
@@ -45,6 +50,9 @@ class Storage(Watch):
         nodes: NodesFiles | None = None,
     ) -> None:
         self.db, self.clock, self.on_stops = db, clock, on_stops
+        self.settings = settings  # and db, clock: what the dataset store's sweep needs
+        self.gc_seconds = settings.dataset_gc_seconds
+        self._next_gc = time.monotonic() + min(60.0, self.gc_seconds)  # not as the server starts
         self.scan_seconds = settings.storage_scan_seconds
         self.files = StorageScan(settings, nodes)
         self.reserve = Reserve(
@@ -65,6 +73,9 @@ class Storage(Watch):
         if not (released or time.monotonic() >= self._next_scan):
             return None
         self._next_scan = time.monotonic() + self.scan_seconds
+        if time.monotonic() >= self._next_gc:
+            self._next_gc = time.monotonic() + self.gc_seconds
+            datasets.collect_blobs(self)  # before the scan: what it frees counts at once
         found = self.scan(low)
         if not low:
             self.reserve.keep()

@@ -9,7 +9,7 @@ every change here records the pool's size and an event the admin can read back.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from sqlalchemy import select, union
@@ -355,7 +355,17 @@ def capacity(node: NodeModel) -> NodeCapacity:
         schedulable=node.schedulable,
         drained=node.drain,
         fabric_group=node.fabric_group,
+        holds=frozenset(node.holds or ()),
     )
+
+
+def record_holdings(session: Session, found: Mapping[str, Mapping[str, int]], now: float) -> None:
+    """What these nodes said they hold (node -> key -> bytes, ``executors.holdings``), kept
+    on their rows for placement (``capacity``); a node not of the pool is passed over."""
+    if not found:
+        return
+    for node in session.scalars(select(NodeModel).where(NodeModel.name.in_(list(found)))):
+        node.holds, node.holds_at = dict(found[node.name]), now
 
 
 def holders(session: Session, who: Principal) -> dict[str, list[HolderView]]:

@@ -38,6 +38,7 @@ from gpupool.services.datasets._documents import (
     record_version,
     record_volume,
 )
+from gpupool.services.datasets._gc import BlobsCollected, collect_blobs
 from gpupool.services.datasets._volumes import (
     create_volume,
     delete_volume,
@@ -48,6 +49,8 @@ from gpupool.services.datasets._volumes import (
 )
 
 __all__ = [
+    "BlobsCollected",
+    "collect_blobs",
     "DATASET_INCOMING",
     "FromJob",
     "NewVersion",

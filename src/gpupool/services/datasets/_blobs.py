@@ -7,6 +7,7 @@ and its directory synced: only then is it recorded and acknowledged, so that an 
 upload survives kill -9 of the server or a crash of the machine. Kept blobs are read-only
 (0444): nodes hard-link them into their caches, and the jobs' accounts read them there.
 Part files left by a crash are removed when the server starts (``sweep_leftovers``).
+Blobs no version references any more are removed by ``_gc`` (``remove_blob``).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import hashlib
 import os
 import tempfile
 import zlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import BinaryIO
@@ -211,5 +212,46 @@ def _keep(settings: Settings, incoming: Incoming, expected: str) -> None:
         )
     incoming.finish()
     final = blob_path(settings.datasets_dir, sha)
-    if not final.exists():  # else the same bytes, kept already: the part is discarded on exit
+    try:
+        # kept already: the same bytes (the part is discarded on exit), touched so that a
+        # collection of unreferenced blobs leaves it to the upload that is recording it
+        os.utime(final)
+    except FileNotFoundError:  # not kept, or taken by a collection a moment ago
         incoming.publish(final)
+    except OSError as error:
+        raise disk_error(error) from error
+
+
+def stored_blobs(settings: Settings) -> Iterator[tuple[str, os.stat_result]]:
+    """Each blob of the store (hex, its stat), as the directory lists them."""
+    root = settings.datasets_dir / BLOBS
+    try:
+        shards = [entry for entry in os.scandir(root) if entry.is_dir(follow_symlinks=False)]
+    except FileNotFoundError:
+        return
+    for shard in shards:
+        with contextlib.suppress(FileNotFoundError), os.scandir(shard.path) as entries:
+            for entry in entries:
+                if len(entry.name) == 64 and entry.name.startswith(shard.name):
+                    with contextlib.suppress(FileNotFoundError):
+                        yield entry.name, entry.stat(follow_symlinks=False)
+
+
+def remove_blob(settings: Settings, sha256: str, changed_before: float) -> int:
+    """Remove the blob unless it changed (was kept, or kept again: ``_keep`` touches it) at
+    or after ``changed_before``; the bytes it took (0: it stays, or was gone). It is renamed
+    below ``incoming`` first and looked at there: an upload that touched it just before the
+    rename has it put back; one that touches it after finds it gone and keeps its own."""
+    final = blob_path(settings.datasets_dir, sha256)
+    taken = settings.datasets_dir / INCOMING / f"collected-{sha256}"
+    try:
+        taken.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        os.rename(final, taken)
+    except FileNotFoundError:
+        return 0
+    stat = os.lstat(taken)
+    if stat.st_mtime >= changed_before:
+        os.replace(taken, final)  # kept again meanwhile: it stays
+        return 0
+    os.unlink(taken)
+    return stat.st_blocks * 512

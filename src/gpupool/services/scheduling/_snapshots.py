@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any
@@ -19,6 +19,7 @@ from typing import Any
 from sqlalchemy import Row, select
 from sqlalchemy.orm import Session
 
+from gpupool.domain import locality
 from gpupool.domain.jobs import JobStatus, ResourceRequest
 from gpupool.domain.policy import DEFAULT_POLICY, Policy
 from gpupool.scheduler.types import (
@@ -30,6 +31,7 @@ from gpupool.scheduler.types import (
     Placement,
     Snapshot,
     TeamQuota,
+    Want,
 )
 from gpupool.services import cluster as cluster_service
 from gpupool.services import identity
@@ -39,6 +41,9 @@ from gpupool.settings import Settings
 from gpupool.store.db import Database
 from gpupool.store.models import (
     AttemptModel,
+    DatasetVersionModel,
+    EnvironmentVersionModel,
+    ImageModel,
     JobArrayModel,
     JobModel,
     NodeModel,
@@ -47,6 +52,9 @@ from gpupool.store.models import (
 )
 
 DEFAULT_HALF_LIFE = Settings.model_fields["fair_share_half_life_seconds"].default
+# how long a node counts as holding what a job placed there fetches, before the node says so
+# itself (a fetch that failed, or a report lost, misleads placement this long at most)
+EXPECT_SECONDS = 600.0
 
 
 class NodeCache:
@@ -56,10 +64,20 @@ class NodeCache:
     """
 
     def __init__(self, max_age: float = 1.0) -> None:
-        self._nodes: dict[str, tuple[float, bool, NodeCapacity]] = {}
+        self._nodes: dict[str, tuple[tuple[float, bool, float | None], NodeCapacity]] = {}
         self._lock = threading.Lock()
         self.max_age = max_age
         self._checked_at = -max_age
+        # node -> key -> when a job that fetches it was placed there: the node will hold it,
+        # though it has not said so yet (its next report may come after the fetch)
+        self._expected: dict[str, dict[str, float]] = {}
+
+    def expect(self, node: str, keys: Iterable[str]) -> None:
+        """``node`` will hold these (a job that fetches them was placed on it): placement
+        counts them as held until the node says it holds them, or ``EXPECT_SECONDS``."""
+        now = time.monotonic()
+        with self._lock:
+            self._expected.setdefault(node, {}).update(dict.fromkeys(keys, now))
 
     def recent(self, db: Database) -> tuple[NodeCapacity, ...]:
         """Capacities checked against the database at most ``max_age`` seconds ago.
@@ -70,24 +88,33 @@ class NodeCache:
             with db.reader() as session:
                 return self.capacities(session)
         with self._lock:
-            return tuple(entry[2] for entry in self._nodes.values())
+            return tuple(entry[1] for entry in self._nodes.values())
 
     def capacities(self, session: Session) -> tuple[NodeCapacity, ...]:
         rows = session.execute(  # a removed node is not in the pool: not even for feasibility
-            select(NodeModel.name, NodeModel.discovered_at, NodeModel.schedulable).where(
-                NodeModel.removed_at.is_(None)
-            )
+            select(
+                NodeModel.name, NodeModel.discovered_at, NodeModel.schedulable, NodeModel.holds_at
+            ).where(NodeModel.removed_at.is_(None))
         ).all()
         with self._lock:
             for name in self._nodes.keys() - {row.name for row in rows}:
                 del self._nodes[name]
-            for name, stamp, schedulable in rows:
+            for name, *stamp in rows:
                 known = self._nodes.get(name)
-                if known is None or known[:2] != (stamp, schedulable):
+                if known is None or known[0] != tuple(stamp):
                     node = cluster_service.get_node(session, name)
-                    self._nodes[name] = (stamp, schedulable, cluster_service.capacity(node))
+                    self._nodes[name] = (tuple(stamp), cluster_service.capacity(node))
             self._checked_at = time.monotonic()
-            return tuple(entry[2] for entry in self._nodes.values())
+            return tuple(self._with_expected(entry[1]) for entry in self._nodes.values())
+
+    def _with_expected(self, node: NodeCapacity) -> NodeCapacity:
+        expected = self._expected.get(node.name)
+        if not expected:
+            return node
+        too_old = time.monotonic() - EXPECT_SECONDS
+        for key in [k for k, at in expected.items() if k in node.holds or at < too_old]:
+            del expected[key]
+        return replace(node, holds=node.holds | expected.keys()) if expected else node
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,6 +195,14 @@ class SnapshotBuilder:
         self._changes += 1
         self._weights = None
 
+    def placed(self, placements: Iterable[Placement]) -> None:
+        """These jobs were placed: their nodes will hold what they fetch (``NodeCache.expect``),
+        so that the next pass's jobs that want the same follow them there."""
+        for placement in placements:
+            job = self._pending.get(placement.job_id)
+            if job is not None and job.wants:
+                self.nodes.expect(placement.node, (want.key for want in job.wants))
+
     def forget(self, job_id: int) -> None:
         """Read the job again when next seen (its attempt ended: it may come back requeued,
         with new ``attained`` and ``queued_at``)."""
@@ -240,12 +275,51 @@ def pending_jobs(session: Session, ids: set[int]) -> list[PendingJob]:
         .join(UserModel, UserModel.id == JobModel.user_id)
         .outerjoin(JobArrayModel, JobArrayModel.id == JobModel.array_id)
         .where(JobModel.id.in_(ids))
-    )
-    return [pending_job(row) for row in rows]
+    ).all()
+    sizes = want_sizes(session, [row.spec for row in rows])
+    return [pending_job(row, sizes) for row in rows]
 
 
-def pending_job(row: Row) -> PendingJob:
+def want_sizes(session: Session, specs: list[dict[str, Any]]) -> dict[str, int]:
+    """The bytes of each thing these jobs fetch onto their nodes (``domain.locality`` keys):
+    a dataset version's and an image's as recorded, an environment's as a node that built it
+    said; a registered prefix (on every node already) is left out."""
+    keys = {key for spec in specs for key, _ in locality.wants_of(spec)}
+    if not keys:
+        return {}
+    sizes = dict.fromkeys(keys, 0)
+    manifests = [k.partition(":")[2] for k in keys if k.startswith(locality.DATASET)]
+    if manifests:
+        found = select(DatasetVersionModel.manifest, DatasetVersionModel.size_bytes)
+        for manifest, size in session.execute(
+            found.where(DatasetVersionModel.manifest.in_(manifests))
+        ):
+            sizes[locality.dataset_key(manifest)] = size
+    digests = [k.partition(":")[2] for k in keys if k.startswith(locality.IMAGE)]
+    if digests:
+        found = select(ImageModel.digest, ImageModel.size_bytes)
+        for digest, size in session.execute(found.where(ImageModel.digest.in_(digests))):
+            sizes[locality.image_key(digest)] = size
+    envs = [k.partition(":")[2] for k in keys if k.startswith(locality.ENV)]
+    if envs:
+        found = select(EnvironmentVersionModel.env).where(
+            EnvironmentVersionModel.env.in_(envs), EnvironmentVersionModel.prefix.is_not(None)
+        )
+        for env in session.scalars(found):
+            del sizes[locality.env_key(env)]
+        for held in session.scalars(select(NodeModel.holds).where(NodeModel.holds.is_not(None))):
+            for key, size in held.items():
+                if key in sizes and key.startswith(locality.ENV):
+                    sizes[key] = max(sizes[key], int(size))
+    return sizes
+
+
+def pending_job(row: Row, sizes: Mapping[str, int] | None = None) -> PendingJob:
+    """The scheduler's view of a pending job's row; ``sizes``: the bytes of what it fetches
+    (``want_sizes``), a thing missing there is not wanted (a registered prefix)."""
     spec = row.spec
+    sizes = sizes or {}
+    wants = tuple(Want(key, sizes[key]) for key, _ in locality.wants_of(spec) if key in sizes)
     return PendingJob(
         job_id=row.id,
         team=row.team,
@@ -263,6 +337,7 @@ def pending_job(row: Row) -> PendingJob:
         tasks=spec.get("nodes") or 1,
         distinct_nodes=(spec.get("nodes") or 1) > 1,
         one_fabric=(spec.get("nodes") or 1) > 1 and not spec.get("allow_cross_fabric"),
+        wants=wants,
     )
 
 
@@ -367,7 +442,7 @@ def placement_json(placement: Placement) -> dict[str, Any]:
         ],
         "cpus": placement.cpus,
         "memory_bytes": placement.memory_bytes,
-    }
+    } | ({"held": list(placement.held)} if placement.held else {})
 
 
 def build_snapshot(session: Session, now: float | None = None) -> Snapshot:

@@ -15,11 +15,13 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 import gpupool.services.scheduling._eta as eta
+from gpupool.domain import locality
 from gpupool.domain.jobs import JobStatus, Reason
 from gpupool.domain.views import EstimateView, QueuedJobView, QueueTeamView, QueueView, WhyView
 from gpupool.domain.waiting import PendingReason
 from gpupool.services.core import Estimate, Forecast, Principal, Tells
 from gpupool.services.jobs import get_job
+from gpupool.services.scheduling._snapshots import placement_tasks
 from gpupool.store.models import JobModel
 
 MAX_QUEUE = 500  # pending jobs listed at most (the first in queue order)
@@ -136,10 +138,10 @@ def _settled(job: JobModel, status: JobStatus) -> str:
     node = f" on {job.node}" if job.node else ""
     if status is JobStatus.STARTING:
         if job.reason in (Reason.ENV_BUILDING, Reason.DATASET_FETCHING) and job.message:
-            return f"it is starting{node}, {job.message}"
-        return f"it is starting{node}: it does not wait any more"
+            return f"it is starting{node}, {job.message}{_placed(job, ' (placed there: ')}"
+        return f"it is starting{node}: it does not wait any more{_placed(job, '; ')}"
     if status is JobStatus.RUNNING:
-        return f"it is running{node}: it does not wait any more"
+        return f"it is running{node}: it does not wait any more{_placed(job, '; ')}"
     if status is JobStatus.SUCCEEDED:
         return "it has ended: it succeeded"
     if status is JobStatus.FAILED:
@@ -150,6 +152,20 @@ def _settled(job: JobModel, status: JobStatus) -> str:
     if status is JobStatus.CANCELLED:
         return "it has ended: it was cancelled"
     return f"it has ended: {status.value}"
+
+
+def _placed(job: JobModel, lead: str) -> str:
+    """What the nodes of a started job held of what it fetches when it was placed (its
+    placement's ``held``), led by ``lead``; empty for a job that fetches nothing."""
+    notes = [
+        note
+        for task in placement_tasks(job.placement or {})
+        if task.get("node")
+        and (note := locality.held_note(job.spec, task["node"], task.get("held") or ()))
+    ]
+    if not notes:
+        return ""
+    return lead + "; ".join(notes) + (")" if lead.endswith("(placed there: ") else "")
 
 
 @dataclass(frozen=True)
