@@ -103,6 +103,11 @@ class Settings(BaseSettings):
     # store count once); past it, after a version is materialised, the least recently used
     # versions no job holds are removed (a later job of one materialises it again). 0: none.
     dataset_cache_max_bytes: int = Field(default=0, ge=0)
+    # Blobs no dataset version references are removed from the store every
+    # dataset_gc_seconds, once unchanged for dataset_blob_grace_seconds: an upload's blobs
+    # wait that long for their version's commit (a slow upload of a big version included).
+    dataset_gc_seconds: float = Field(default=600.0, gt=0)
+    dataset_blob_grace_seconds: float = Field(default=86_400.0, ge=0)
     # -- Python environments (docs/environments.md) ---------------------------------------
     # Where each node builds and keeps the environments its jobs use (default: the data
     # directory's "envs"), with uv's cache beside them: an env's files are hard links into
