@@ -1,11 +1,13 @@
 """Job files through the real CLI against a real server: `gpupool apply -f` makes a file's
-documents in one transaction (a pipeline with no script), --dry-run checks every example of
-examples/ and makes nothing, --set changes a field, and errors point at the file's line and
-column (a YAML syntax error, a field the server refused)."""
+documents in one transaction (a pipeline with no script; a dataset uploaded from a directory
+with the job that reads it), --dry-run checks every example of examples/ and makes nothing,
+--set changes a field, and errors point at the file's line and column (a YAML syntax error,
+a field the server refused)."""
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -27,14 +29,15 @@ def job_count(admin: Cli) -> int:
     return len(admin.json("ls", "--all"))
 
 
-def test_the_examples_are_four_and_cover_every_kind() -> None:
+def test_the_examples_are_five_and_cover_every_kind_but_environment() -> None:
     kinds = {
         line.split(":", 1)[1].strip()
         for path in EXAMPLES
         for line in path.read_text().splitlines()
         if line.startswith("kind:")
     }
-    assert kinds == {"Job", "Notebook", "Deployment"} and len(EXAMPLES) >= 4
+    assert kinds == {"Job", "Dataset", "Volume", "Notebook", "Deployment"}
+    assert len(EXAMPLES) >= 5
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
@@ -43,7 +46,9 @@ def test_every_example_passes_a_dry_run_and_makes_nothing(admin: Cli, example: P
     printed = admin("apply", "-f", str(example), "--dry-run")
     assert printed.returncode == 0, printed.stderr
     assert "apiVersion: gpupool/v1" in printed.stdout
-    again = admin("apply", "-f", "-", "--dry-run", "-o", "json", stdin=printed.stdout)
+    again = admin(  # from: DIR, as printed, is read relative to where apply runs
+        "apply", "-f", "-", "--dry-run", "-o", "json", stdin=printed.stdout, cwd=example.parent
+    )
     assert again.returncode == 0, again.stderr
     normalised = json.loads(again.stdout)  # the printed documents read back the same
     assert [d["kind"] for d in normalised] == [
@@ -110,7 +115,7 @@ def test_yaml_errors_and_refused_fields_point_into_the_file(admin: Cli, tmp_path
     odd.write_text("apiVersion: gpupool/v1\nkind: Cronjob\nspec: {}\n")
     answer = admin("apply", "-f", str(odd))
     assert refused(answer, "invalid_request") and f"{odd}:2:1:" in answer.stderr
-    assert "Job, Environment, Notebook, Deployment" in answer.stderr
+    assert "Job, Environment, Dataset, Volume, Notebook, Deployment" in answer.stderr
 
 
 def test_set_and_json_output(admin: Cli, tmp_path: Path) -> None:
@@ -154,3 +159,54 @@ def test_code_written_as_a_directory_is_sent_and_output_applies_again(
     missing = tmp_path / "missing.yaml"
     missing.write_text("apiVersion: gpupool/v1\nkind: Job\nspec: {command: [ls], code: nope}\n")
     assert refused(admin("apply", "-f", str(missing)), "bad_job_file")
+
+
+def test_a_dataset_from_a_directory_is_uploaded_then_made_with_its_job(
+    admin: Cli, tmp_path: Path
+) -> None:
+    project = tmp_path / "project"
+    shutil.copytree(REPO / "examples" / "data", project / "data")
+    file = project / "dataset.yaml"
+    text = (REPO / "examples" / "dataset.yaml").read_text()
+    file.write_text(
+        text.replace("name: reviews", "name: cli-reviews")
+        .replace("/datasets/reviews", "/datasets/cli-reviews")
+        .replace("[reviews]", "[cli-reviews]")
+    )
+
+    dry = admin("apply", "-f", str(file), "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert "dataset cli-reviews from data: 2 files" in dry.stderr
+    assert "would send 2 blobs" in dry.stderr
+    assert "from: data" in dry.stdout and "manifest" not in dry.stdout
+    assert refused(admin("dataset", "show", "cli-reviews"), "not_found")
+    made = admin("apply", "-f", str(file))
+
+    assert made.returncode == 0, made.stderr
+    assert "sent 2 blobs" in made.stderr  # the dry run sent none of them
+    lines = made.stdout.strip().splitlines()
+    assert [line.split()[0] for line in lines] == ["dataset", "volume", "job"]
+    job_id = int(lines[2].split()[1])
+    assert ended(admin, job_id)["status"] == "succeeded"
+    assert "/datasets/cli-reviews/train.csv" in admin.ok("logs", str(job_id))
+    assert admin.job(job_id)["spec"]["datasets"][0]["version"] == 1
+
+    (project / "data" / "more.csv").write_text("id,text,label\n7,new,1\n")
+    again = admin("apply", "-f", str(file), "-o", "yaml")
+    assert again.returncode == 0, again.stderr
+    assert "sent 1 blob," in again.stderr
+    assert "from: data" in again.stdout and "status:" in again.stdout
+    assert [v["version"] for v in admin.json("dataset", "show", "cli-reviews")["versions"]] == [
+        2,
+        1,
+    ]
+    same = admin("apply", "-f", str(file), "--set", "count/command=[true]")
+    assert "the server has every file" in same.stderr
+    assert len(admin.json("dataset", "show", "cli-reviews")["versions"]) == 2  # no copy
+
+    missing = tmp_path / "missing.yaml"
+    missing.write_text(
+        "apiVersion: gpupool/v1\nkind: Dataset\nmetadata: {name: m}\nspec:\n  from: nowhere\n"
+    )
+    answer = admin("apply", "-f", str(missing))
+    assert refused(answer, "not_a_directory") and "spec.from" in answer.stderr

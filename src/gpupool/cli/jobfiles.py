@@ -66,7 +66,7 @@ def load_documents(text: str, name: str) -> list[Loaded]:
     except YAMLError as error:
         raise CliError("bad_job_file", f"{name}: not valid YAML: {error}") from None
     if not nodes:
-        raise CliError("bad_job_file", f"{name}: no document (a Job, Notebook or Deployment)")
+        raise CliError("bad_job_file", f"{name}: no document (a Job, a Dataset, a Notebook ...)")
     loaded = []
     for index, node in enumerate(nodes):
         if not isinstance(node, dict):
@@ -104,6 +104,93 @@ def send_codes(client: Any, documents: list[Loaded], base: Path) -> None:
                 "directory to send, or a snapshot's sha256: ref",
             )
         spec["code"] = send_code(client, str(directory))
+
+
+@dataclass(frozen=True)
+class Source:
+    """A Dataset's ``spec.from`` as written, replaced by the manifest the CLI uploaded: put
+    back in what is printed, so that the printed document applies again."""
+
+    index: int
+    written: str
+    manifest: str
+
+
+def send_datasets(documents: list[Loaded], base: Path, dry_run: bool, source: str) -> list[Source]:
+    """A Dataset's ``spec.from`` (a directory or a file, relative to the file's directory)
+    hashed, its manifest and the blobs the team lacks uploaded (``dry_run``: the manifest
+    only, and what would be sent said), and replaced by ``manifest``, as ``gpupool dataset
+    create --from`` sends one (over clients of its own: an upload may take long); the version
+    itself is made with the file. ``source``: how messages name the file."""
+    from gpupool.cli.connection import read_config
+    from gpupool.cli.datasets import UPLOAD_TIMEOUT_S
+    from gpupool.client import Client
+    from gpupool.client import datasets as uploads
+
+    config = read_config()
+    sources: list[Source] = []
+    for index, doc in enumerate(documents):
+        spec = doc.data.get("spec")
+        if str(doc.data.get("kind", "")).lower() != "dataset" or not isinstance(spec, dict):
+            continue
+        written = spec.get("from")
+        if not isinstance(written, str) or not written:
+            continue
+        name = _name(doc.data)
+        if not isinstance(name, str):
+            continue  # the server says that a Dataset needs its metadata.name
+        try:
+            found = uploads.scan(base / written)
+        except uploads.ScanError as error:
+            raise CliError(error.code, f"spec.from: {error.message}") from None
+        team = spec.get("team") if isinstance(spec.get("team"), str) else None
+
+        def connect() -> Any:
+            return Client(config.url, config.token, timeout=UPLOAD_TIMEOUT_S)
+
+        client = connect()
+        try:
+            done = uploads.upload(client, name, found, team, dry_run, connect)
+        except ApiError as error:
+            at = position(doc.node, ["spec", "from"]) if doc.node is not None else None
+            where = f"{source}:{at[0]}:{at[1]}" if at else source
+            label = f"document {index + 1} (Dataset {name})"
+            raise CliError(error.code, f"{where}: {label}: {error.message}") from None
+        finally:
+            client.close()
+        del spec["from"]
+        spec["manifest"] = done.manifest
+        sources.append(Source(index, written, done.manifest))
+        err.print(f"[dim]{escape(uploaded_text(name, written, done, dry_run))}[/dim]")
+    return sources
+
+
+def uploaded_text(name: str, written: str, done: Any, dry_run: bool) -> str:
+    """'dataset corpus from data/: 3 files, 12 kB; sent 2 blobs, 8 kB' (or, in a dry run,
+    'would send 2 blobs, 8 kB')."""
+    from gpupool.domain.units import format_bytes
+
+    plural = "" if done.file_count == 1 else "s"
+    blobs = "" if done.missing_blobs == 1 else "s"
+    what = f"{done.missing_blobs} blob{blobs}, {format_bytes(done.missing_bytes)}"
+    said = f"would send {what}" if dry_run else f"sent {what}"
+    if not done.missing_blobs:
+        said = "the server has every file"
+    return (
+        f"dataset {name} from {written}: {done.file_count} file{plural}, "
+        f"{format_bytes(done.total_bytes)}; {said}"
+    )
+
+
+def as_written(shown: list[dict[str, Any]], sources: list[Source]) -> list[dict[str, Any]]:
+    """The documents the server read, each Dataset's ``from`` in place of the manifest it
+    was sent as."""
+    for source in sources:
+        spec = shown[source.index].get("spec")
+        if isinstance(spec, dict) and spec.get("manifest") == source.manifest:
+            spec.pop("manifest")
+            shown[source.index]["spec"] = {"from": source.written, **spec}
+    return shown
 
 
 def plain(node: Any) -> Any:
@@ -274,14 +361,16 @@ def apply(
         ),
     ] = None,
 ) -> None:
-    """Make the Jobs, Environments, Notebooks and Deployments of a job file, all in one
-    transaction.
+    """Make the Jobs, Environments, Datasets, Volumes, Notebooks and Deployments of a job
+    file, all in one transaction.
 
-    A document is apiVersion: gpupool/v1, kind (Job, Environment, Notebook or Deployment),
-    metadata.name,
-    and spec: the fields of the API's request body of that kind (see examples/*.yaml
-    and docs/jobfiles.md; the JSON schemas at /api/v1/schemas/). A Job's depends_on may name a Job
-    that comes before it in the file: a pipeline in one file.
+    A document is apiVersion: gpupool/v1, kind (Job, Environment, Dataset, Volume, Notebook
+    or Deployment), metadata.name, and spec: the fields of the API's request body of that
+    kind (see examples/*.yaml and docs/jobfiles.md; the JSON schemas at /api/v1/schemas/).
+    A Job's depends_on may name a Job that comes before it in the file, its datasets and
+    volumes a Dataset or Volume before it: a pipeline in one file. A Dataset's from: DIR
+    (relative to the file) is uploaded first, only the files the server lacks (with
+    --dry-run: counted, not sent).
     """
     fmt = (output or (Format.YAML if dry_run else "")).lower()
     if fmt not in ("", Format.YAML, Format.JSON):
@@ -292,6 +381,7 @@ def apply(
     base = Path.cwd() if file == SOURCE_STDIN else Path(file).resolve().parent
     with connect() as client:
         send_codes(client, documents, base)
+        sources = send_datasets(documents, base, dry_run, name)
         try:
             answer = client.apply([d.data for d in documents], dry_run=dry_run)
         except ApiError as error:
@@ -300,7 +390,7 @@ def apply(
             raise
     made = answer["documents"]
     if fmt:
-        shown = [m["document"] for m in made]
+        shown = as_written([m["document"] for m in made], sources)
         if not dry_run:  # what was made: each document with its id
             shown = [m["document"] | {"status": _made_status(m)} for m in made]
         sys.stdout.write(dump(shown, fmt))

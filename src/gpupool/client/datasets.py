@@ -5,7 +5,8 @@ path relative to the directory, its size and its mode (0755 for a file any execu
 set on, else 0644). Symbolic links are followed to the regular files they name (a dataset
 holds copies); links to directories, and anything else that is not a regular file, are left
 out and counted. ``send`` uploads the manifest, asks which blobs the team lacks, uploads
-those only (each checked against its SHA-256 by the server), and commits the version.
+those only (each checked against its SHA-256 by the server), and commits the version;
+``upload`` does the same but the commit (a job file's Dataset is made with the file).
 """
 
 from __future__ import annotations
@@ -86,6 +87,47 @@ def scan(root: Path) -> Scan:
     return found
 
 
+@dataclass(frozen=True)
+class Uploaded:
+    """What ``upload`` did: the manifest (hex) the server holds for the team, the version's
+    files and bytes, the blobs the team lacked and their bytes, and the bytes sent (all of
+    them but the manifest's unless it was a dry run: then the manifest's only)."""
+
+    manifest: str
+    file_count: int
+    total_bytes: int
+    missing_blobs: int
+    missing_bytes: int
+    sent_bytes: int
+
+
+def upload(
+    client: Client,
+    name: str,
+    found: Scan,
+    team: str | None = None,
+    dry_run: bool = False,
+    connect: Callable[[], Client] | None = None,
+    parallel: int = PARALLEL,
+) -> Uploaded:
+    """Upload ``found``'s manifest and the blobs the team lacks, not committing a version
+    (``gpupool apply -f`` sends the manifest in its file, made in the file's transaction).
+    ``dry_run``: the manifest only (a few bytes a file), and the blobs that would be sent
+    counted, not sent."""
+    manifest = manifest_bytes(found.files)
+    digest = hashlib.sha256(manifest).hexdigest()
+    packed = gzip.compress(manifest, compresslevel=6, mtime=0)
+    client.upload_blob(digest, io.BytesIO(packed), len(packed), team, gzipped=True)
+    plan = client.plan_dataset_upload(name, digest, team)
+    missing: list[str] = plan["missing"]
+    sent = len(packed)
+    if not dry_run:
+        sent += _upload_blobs(client, found, missing, team, None, plan, connect, parallel)
+    return Uploaded(
+        digest, len(found.files), found.size_bytes, len(missing), plan["missing_bytes"], sent
+    )
+
+
 def send(
     client: Client,
     name: str,
@@ -107,6 +149,25 @@ def send(
     client.upload_blob(digest, io.BytesIO(packed), len(packed), team, gzipped=True)
     plan = client.plan_dataset_upload(name, digest, team)
     missing: list[str] = plan["missing"]
+    sent = _upload_blobs(client, found, missing, team, progress, plan, connect, parallel)
+    version = client.create_dataset_version(
+        name, manifest=digest, team=team, description=description
+    )
+    return Sent(version, len(missing), sent + len(packed), found.size_bytes)
+
+
+def _upload_blobs(
+    client: Client,
+    found: Scan,
+    missing: list[str],
+    team: str | None,
+    progress: Callable[[int, int], None] | None,
+    plan: dict[str, Any],
+    connect: Callable[[], Client] | None,
+    parallel: int,
+) -> int:
+    """Upload the ``missing`` blobs (in parallel over ``connect``'s clients, when given);
+    the bytes sent."""
     done = [0]
     lock = threading.Lock()
 
@@ -124,10 +185,7 @@ def send(
             upload(client, sha)
     else:
         _in_parallel(connect, min(parallel, len(missing)), missing, upload)
-    version = client.create_dataset_version(
-        name, manifest=digest, team=team, description=description
-    )
-    return Sent(version, len(missing), done[0] + len(packed), found.size_bytes)
+    return done[0]
 
 
 def _in_parallel(

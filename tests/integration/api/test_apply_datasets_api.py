@@ -139,6 +139,8 @@ def test_a_refused_document_leaves_the_dataset_and_volume_unmade(
         doc("Job", "j", command=["true"], datasets=["half"]),
     ]
 
+    dry = apply(client, documents, dry_run=True)  # the CLI uploads them after a dry run
+    assert dry.status_code == 200, dry.text
     error = refused(apply(client, documents), 409, "blobs_missing")
 
     assert error["message"].startswith("document 2 (Dataset half):")

@@ -11,7 +11,9 @@ copy. A Volume the team has already is that volume (its size is updated when the
 gives one): applying a file again mounts the same volume.
 
 A dry run records the version and the volume too, in the transaction it rolls back, but
-does not copy a job's outputs: the version it records has no files.
+does not copy a job's outputs (the version it records has no files), nor asks that the team
+hold an upload's blobs: the CLI's dry run uploads the manifest only and says what it would
+send; the manifest itself is read and checked (its paths, the limits) all the same.
 """
 
 from __future__ import annotations
@@ -63,7 +65,9 @@ class ReadyVersion:
     description: str | None
     source_job_id: int | None = None
     holds: dict[str, int] = field(default_factory=dict)
-    uploaded: bool = True  # its blobs were uploaded: the team must hold every one
+    uploaded: bool = True  # from an upload (not a job's outputs)
+    # the team must hold every blob (not in a dry run: the CLI uploads them after it)
+    check_blobs: bool = True
 
 
 @dataclass(frozen=True)
@@ -81,7 +85,9 @@ def prepare_version(ctx: Copies, who: Principal, body: DatasetBody, dry_run: boo
     if body.manifest is not None:
         team_id = _writable_team(ctx, who, body.team)
         manifest = _manifest_of(ctx, team_id, body.manifest)
-        return ReadyVersion(body.name, team_id, body.manifest, manifest, body.description)
+        return ReadyVersion(
+            body.name, team_id, body.manifest, manifest, body.description, check_blobs=not dry_run
+        )
     try:
         path = source_path(body.path)
     except ValueError as problem:
@@ -109,7 +115,7 @@ def record_version(
     """Step 2, in the caller's transaction: the dataset's next version (the dataset made
     with its first), or its latest when that one has the same manifest; BlobsMissing when
     an upload's blobs are not all held by the team."""
-    if ready.uploaded:
+    if ready.uploaded and ready.check_blobs:
         held = _held(session, ready.team_id, ready.files.blobs)
         wanted = ready.files.blobs.items()
         missing = sorted(sha for sha, size in wanted if held.get(sha) != size)
