@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import posixpath
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from pydantic import Field
@@ -58,12 +59,13 @@ class Manifest:
 
     files: tuple[ManifestFile, ...]
 
-    @property
+    @cached_property
     def size_bytes(self) -> int:
         return sum(f.size for f in self.files)
 
-    @property
+    @cached_property
     def blobs(self) -> dict[str, int]:
+        # worked out once: a plan looks up each of 100,000 files' blobs in it
         return {f.sha256: f.size for f in self.files}
 
 
