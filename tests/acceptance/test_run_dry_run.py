@@ -1,12 +1,19 @@
 """Every job `gpupool run`'s flags can express round-trips through a job file: `run --dry-run
 -o yaml FLAGS` prints a document that `apply -f - --dry-run` reads back unchanged, and its
 body is, field for field, the body `run FLAGS` sends to POST /api/v1/jobs (a property test
-against a real server, the CLI driven in-process)."""
+against a real server, the CLI driven in-process).
+
+Every flag that makes a job is drawn (all but --code, which uploads the working directory,
+and --follow, which only waits): resources, several nodes with a launcher, the Python
+environment (--env NAME[@ID]), an image, datasets, a volume, dependencies, an array,
+retries, priority, preemption, the run time and grace period. What they name exists on the
+server (made once per module), so the server's dry run checks them as a submit would."""
 
 from __future__ import annotations
 
 import json
 import string
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -19,6 +26,8 @@ from gpupool.client.api import Client
 from gpupool.domain.jobfiles import JobBody
 from gpupool.main import build_app
 from tests.support.cli import Cli
+from tests.support.images import ImageConfig, Layout, base_members, layer
+from tests.support.server import ServerProcess
 
 NAME = st.text(string.ascii_letters + string.digits + "-_", min_size=1, max_size=20)
 WORD = st.text(st.characters(blacklist_categories=("Cs", "Cc")), min_size=1, max_size=12).filter(
@@ -29,8 +38,44 @@ ENV_NAME = st.from_regex(r"[A-Z][A-Z0-9_]{0,8}", fullmatch=True).filter(
 )
 
 
+@dataclass(frozen=True)
+class Named:
+    """What the drawn flags may name, made on the server: a registered environment and
+    its version's id, an imported image, a dataset (version 1), a volume, two jobs and the
+    admin's team."""
+
+    environment: str
+    environment_id: str
+    image: str
+    dataset: str
+    volume: str
+    jobs: tuple[tuple[int, str], ...]  # ids and names
+    team: str
+
+
+@pytest.fixture(scope="module")
+def named(pool: ServerProcess, tmp_path_factory: pytest.TempPathFactory) -> Named:
+    admin = Cli(pool.url, pool.token)
+    made = tmp_path_factory.mktemp("named")
+    made.chmod(0o755)
+    prefix = made / "prefix"
+    (prefix / "bin").mkdir(parents=True)
+    admin.ok("env", "register", "rt-env", "--path", str(prefix))
+    [version] = admin.json("env", "show", "rt-env")["versions"]
+    layout = Layout(made / "layout")
+    layout.add("tool:1", [layer(base_members())], ImageConfig())
+    archive = layout.docker_archive("tool:1", made / "tool.tar", "tool:1")
+    admin.ok("image", "import", str(archive), "--name", "rt/tool:1")
+    (made / "rows.txt").write_text("one\ntwo\n")
+    admin.ok("dataset", "create", "rt-data", "--from", str(made / "rows.txt"))
+    admin.ok("volume", "create", "rt-vol")
+    jobs = tuple((admin.submit("--name", name, "--", "true"), name) for name in ("up", "up2"))
+    team = admin.json("whoami")["teams"][0]
+    return Named("rt-env", version["id"], "rt/tool:1", "rt-data", "rt-vol", jobs, team)
+
+
 @st.composite
-def flags(draw: st.DrawFn) -> list[str]:
+def flags(draw: st.DrawFn, named: Named) -> list[str]:
     """``gpupool run`` flags of a job a 4-GPU node can run, each present or not."""
     chosen: list[str] = []
 
@@ -40,9 +85,23 @@ def flags(draw: st.DrawFn) -> list[str]:
             chosen.extend([flag, str(value)])
         return value
 
-    gpus = maybe("--gpus", st.sampled_from(["0.25", "0.5", "1", "2"]))
+    gang = draw(st.booleans())
+    if gang:  # over nodes: whole GPUs per node, a launcher, its options
+        maybe("--nodes", st.sampled_from([1, 2]))
+        gpus = maybe(
+            draw(st.sampled_from(["--gpus", "--gpus-per-node"])), st.sampled_from(["1", "2"])
+        )  # noqa: E501
+        launcher = maybe("--launcher", st.sampled_from(["torch", "tensorflow", "mpi"]))
+        if launcher == "torch" and draw(st.booleans()):
+            chosen.append("--torchrun")
+        if draw(st.booleans()):
+            chosen.append("--allow-cross-fabric")
+    else:
+        gpus = maybe("--gpus", st.sampled_from(["0.25", "0.5", "1", "2"]))
     if gpus is not None and draw(st.booleans()):
         chosen.extend(["--gpu-type", "A100"])
+    if gpus is not None:
+        maybe("--gpu-memory", st.sampled_from(["8GiB", "20GiB"]))
     maybe("--cpus", st.sampled_from(["0.5", "1", "2", "8"]))
     maybe("--memory", st.sampled_from(["512MiB", "4GiB", "16GB"]))
     maybe("--pids", st.sampled_from([64, 1024]))
@@ -57,9 +116,29 @@ def flags(draw: st.DrawFn) -> list[str]:
     preemptible = draw(st.none() | st.booleans())
     if preemptible is not None:
         chosen.append("--preemptible" if preemptible else "--no-preemptible")
-    if draw(st.booleans()):
+    if not gang and draw(st.booleans()):  # over several nodes: the nodes' network
         chosen.extend(["--network", "isolated"])
-    chosen.extend(["--workdir", draw(st.sampled_from(["", "/tmp"]))])
+    maybe("--team", st.just(named.team))
+    # what runs it: the Python environment (--env NAME[@ID]) or an image, not both
+    image = None
+    environment = f"{named.environment}@{named.environment_id}"
+    if draw(st.booleans()):
+        maybe("--env", st.sampled_from([named.environment, environment]))
+    else:
+        image = maybe("--image", st.just(named.image))
+    uses = [
+        named.dataset,
+        f"{named.dataset}:1",
+        f"{named.dataset}:/in",
+        f"{named.dataset}:latest:/d",
+    ]  # noqa: E501
+    maybe("--dataset", st.sampled_from(uses))
+    maybe("--volume", st.sampled_from([f"{named.volume}:/scratch", f"{named.volume}:/v"]))
+    for job, name in named.jobs:  # each at most once, as depends_on asks
+        forms = [str(job), name, f"afterany:{job}", f"afternotok:{name}", f"afterok:{job}"]
+        maybe("--after", st.sampled_from(forms))
+    if image is None or draw(st.booleans()):
+        chosen.extend(["--workdir", draw(st.sampled_from(["", "/tmp"]))])
     return chosen
 
 
@@ -73,13 +152,15 @@ def cli_env(admin: Cli) -> dict[str, str]:
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
-@given(chosen=flags(), command=st.lists(WORD, min_size=1, max_size=3))
+@given(data=st.data(), command=st.lists(WORD, min_size=1, max_size=3))
 def test_flags_round_trip_through_a_job_file(
     cli_env: dict[str, str],
+    named: Named,
     monkeypatch: pytest.MonkeyPatch,
-    chosen: list[str],
+    data: st.DataObject,
     command: list[str],
 ) -> None:
+    chosen = data.draw(flags(named), label="flags")
     runner, app = CliRunner(), build_app()
     printed = runner.invoke(
         app, ["run", "--dry-run", "-o", "yaml", *chosen, "--", *command], env=cli_env
