@@ -518,6 +518,15 @@ class VolumeInUse(Conflict):
     code = "volume_in_use"
 
 
+class VolumeFull(Conflict):
+    """The volume's files take more than its size (as the storage scan last measured them),
+    so no new job mounts it: give it a larger size (apply a Volume document with a larger
+    size: gpupool apply -f), then have a job delete what it no longer needs; or delete the
+    volume (gpupool volume rm)."""
+
+    code = "volume_full"
+
+
 class ImageNotFound(NotFound):
     """No such image that you can use: list them with 'gpupool image ls', or pull it with
     'gpupool image pull REF' (import an archive with 'gpupool image import FILE.tar')."""

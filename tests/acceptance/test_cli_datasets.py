@@ -100,3 +100,26 @@ def test_a_job_run_with_a_dataset_and_a_volume(
     assert refused(admin("volume", "create", "x", "--size", "lots"), "invalid_size")
     bad = admin("run", "--dataset", "nothing", "--", "true")
     assert refused(bad, "not_found")
+
+
+def test_a_volume_past_its_size_is_shown_over_and_refused(pool: ServerProcess, admin: Cli) -> None:
+    admin.ok("volume", "create", "tight", "--size", "1M")
+    job_id = admin.submit(
+        "--volume", "tight:/t", "--", "sh", "-c", "head -c 3000000 /dev/zero > /t/big.bin"
+    )
+    ended(pool, job_id)
+
+    def scanned() -> dict | None:  # the storage scan measures it (every 10 s by default)
+        found = {v["name"]: v for v in admin.json("volume", "ls")}["tight"]
+        return found if (found["used_bytes"] or 0) >= 3_000_000 else None
+
+    wait_for(scanned, timeout=60, what="the scan to measure the volume")
+    table = admin.ok("volume", "ls")
+    shown = admin.ok("volume", "show", "tight")
+    refusal = admin("run", "--volume", "tight:/t", "--", "true")
+
+    assert "OVER" in table and "tight" in table
+    assert "used: 2.9 MiB" in shown and "OVER" in shown and "size: 976.6 KiB" in shown
+    assert refused(refusal, "volume_full")
+    assert admin.json("volume", "show", "tight")["used_bytes"] >= 3_000_000
+    assert admin.ok("volume", "rm", "tight").strip() == "deleted volume tight"

@@ -9,11 +9,15 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterator
+from types import SimpleNamespace
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import update
 
-from gpupool.domain.datasets import ManifestFile, manifest_bytes
+from gpupool.domain.datasets import ManifestFile, blob_relpath, manifest_bytes
+from gpupool.services.datasets import collect_blobs
+from gpupool.store.models import VolumeModel
 from tests.support.platform import make_settings, refused, running_app, wait_job
 
 API = "/api/v1"
@@ -188,3 +192,59 @@ def test_a_manifest_that_climbs_out_of_its_version_is_refused(world: dict, path:
             f"{API}/datasets/climb/{route}", json={"manifest": sha(manifest)}, headers=vic
         )
         refused(answer, 422, "bad_manifest")
+
+
+def test_a_full_volume_of_another_team_is_answered_as_none_at_all(world: dict) -> None:
+    """Whether another team's volume is over its size, and what it takes, is not to be
+    learnt: its refusal is 404, as for a volume that does not exist, and no listing shows
+    its usage."""
+    client, platform = world["client"], world["platform"]
+    vic, ada = world["headers"]["vic"], world["headers"]["ada"]
+    made = client.post(
+        f"{API}/volumes", json={"name": "vision-tight", "size_bytes": 10}, headers=vic
+    )
+    assert made.status_code == 201, made.text
+    with platform.db.session() as session:  # as the storage scan records it
+        session.execute(
+            update(VolumeModel).where(VolumeModel.name == "vision-tight").values(used_bytes=99)
+        )
+    body = {"command": ["true"], "volumes": ["vision-tight:/v"]}
+
+    theirs = client.post(f"{API}/jobs", json=body, headers=ada)
+    own = client.post(f"{API}/jobs", json=body, headers=vic)
+
+    assert "99" not in refused(theirs, 404, "not_found")["message"]
+    assert refused(own, 409, "volume_full")["details"]["used"] == 99
+    assert client.get(f"{API}/volumes", headers=ada).json() == []
+    for params in ({}, {"team": "vision"}):
+        shown = client.get(f"{API}/volumes/vision-tight", params=params, headers=ada)
+        refused(shown, 404, "not_found")
+        assert "used" not in shown.json()
+
+
+def test_another_teams_deleted_copy_cannot_take_a_blob_a_version_uses(world: dict) -> None:
+    """Audio uploads bytes vision's version uses too (a file both have), then deletes its
+    dataset: the store's sweep forgets audio's holding of them, and keeps the blob for
+    vision's version, which jobs still read."""
+    client, platform = world["client"], world["platform"]
+    vic, ada = world["headers"]["vic"], world["headers"]["ada"]
+    public = b"a public word list both teams have\n"
+    upload(client, vic, "words", {"words.txt": public})
+    upload(client, ada, "copy", {"words.txt": public})
+    assert client.delete(f"{API}/datasets/copy", headers=ada).status_code == 204
+    settings = platform.settings.model_copy(update={"dataset_blob_grace_seconds": 0})
+    sweeper = SimpleNamespace(db=platform.db, clock=platform.clock, settings=settings)
+
+    for _ in range(2):  # the holdings first, then the files
+        collect_blobs(sweeper)
+
+    assert (platform.settings.datasets_dir / blob_relpath(sha(public))).read_bytes() == public
+    job = client.post(
+        f"{API}/jobs",
+        json={"command": ["cat", "/datasets/words/words.txt"], "datasets": ["words"]},
+        headers=vic,
+    )
+    assert job.status_code == 201, job.text
+    assert wait_job(client, job.json()["id"])["status"] == "succeeded"
+    logs = client.get(f"{API}/jobs/{job.json()['id']}/logs", headers=vic).json()["text"]
+    assert logs == public.decode()

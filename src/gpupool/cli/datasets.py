@@ -275,17 +275,52 @@ def ls_volumes(team: VolumeTeam = None, output: OutputOption = Output.TABLE) -> 
     if output == Output.JSON:
         print_json(found)
         return
-    table = new_table("NAME", "TEAM", "SIZE", "CREATED", "BY")
+    table = new_table("NAME", "TEAM", "USED", "SIZE", "CREATED", "BY")
     for volume in found:
         size = volume["size_limit_bytes"]
         table.add_row(
             escape(volume["name"]),
             escape(volume["team"]),
+            _used(volume),
             memory(size) if size else "-",
             timestamp(volume["created_at"]),
             escape(volume["created_by"]),
         )
     out.print(table)
+
+
+@volume_app.command("show")
+def show_volume(
+    name: Annotated[str, typer.Argument(help="The volume.")],
+    team: VolumeTeam = None,
+    output: OutputOption = Output.TABLE,
+) -> None:
+    """A volume: what its files take now, against its size."""
+    with connect() as client:
+        found = client.volume(name, team)
+    if output == Output.JSON:
+        print_json(found)
+        return
+    size = found["size_limit_bytes"]
+    lines = [
+        f"volume {found['name']} (team {found['team']})",
+        f"used: {_used(found)}",
+        f"size: {memory(size) if size else 'none (the team storage quota bounds it)'}",
+        f"created: {timestamp(found['created_at'])} by {found['created_by']}",
+    ]
+    out.print(escape("\n".join(lines)))
+
+
+def _used(volume: dict) -> str:
+    """What the volume takes, and how it stands against its size ('OVER': no new job mounts
+    it until it is under)."""
+    used, size = volume.get("used_bytes"), volume.get("size_limit_bytes")
+    if used is None:
+        return "-"
+    if size:
+        over = " OVER" if used > size else ""
+        return f"{memory(used)} ({100 * used / size:.0f} %){over}"
+    return memory(used)
 
 
 @volume_app.command("rm")

@@ -674,6 +674,9 @@ class VolumeModel(Base):
     size_limit: Mapped[int | None] = mapped_column(BigInteger)
     created_at: Mapped[float] = mapped_column(Time)
     created_by: Mapped[int] = mapped_column(ForeignKey("users.id"))
+    # what its directory takes, as the storage scan last measured it (null: not yet)
+    used_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    used_at: Mapped[float | None] = mapped_column(Time)
 
     team: Mapped[TeamModel] = relationship(lazy="joined")
     creator: Mapped[UserModel] = relationship(lazy="joined")

@@ -43,6 +43,7 @@ from gpupool.services.datasets._volumes import (
     create_volume,
     delete_volume,
     list_volumes,
+    record_volume_usage,
     resolve_volumes,
     show_volume,
     team_volumes,
@@ -51,6 +52,7 @@ from gpupool.services.datasets._volumes import (
 __all__ = [
     "BlobsCollected",
     "collect_blobs",
+    "record_volume_usage",
     "DATASET_INCOMING",
     "FromJob",
     "NewVersion",

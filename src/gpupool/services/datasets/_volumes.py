@@ -7,6 +7,10 @@ names it as ``NAME:/MOUNT`` and the submit records its id, so that a volume dele
 again under the same name is another one. Deleting it deletes its files; it is refused while
 a job of the team that mounts it has not ended.
 
+Its ``--size`` binds: the storage scan records what each volume takes (``used_bytes``); one
+over its size has the jobs that mount it stopped (as a team over its quota has) and new jobs
+that mount it refused (``409 volume_full``) until it is under again or given more room.
+
 On one machine the server's own data directory holds the volumes. On a pool each node would
 keep its own copy of a volume's directory, which is not one volume: a pool needs the
 volumes on a file system the nodes share (the dataset store's NFS, CephFS or Lustre), or a
@@ -27,11 +31,13 @@ from sqlalchemy.orm import Session
 from gpupool.domain.datasetrefs import NAME_RULE, VolumeUse, is_dataset_name
 from gpupool.domain.datasets import VolumeView
 from gpupool.domain.jobs import FINAL_STATUSES
+from gpupool.domain.units import format_bytes
 from gpupool.errors import (
     AmbiguousDataset,
     InvalidDatasetName,
     NotFound,
     VolumeExists,
+    VolumeFull,
     VolumeInUse,
 )
 from gpupool.executors.usage import tree_bytes
@@ -85,7 +91,7 @@ def list_volumes(ctx: Reads, who: Principal, team: str | None = None) -> list[Vo
             query = query.where(VolumeModel.team_id.in_(who.team_ids or {-1}))
         if team:
             query = query.where(TeamModel.name == team, TeamModel.deleted_at.is_(None))
-        return [_view(row, None) for row in session.scalars(query)]
+        return [_view(row, row.used_bytes) for row in session.scalars(query)]
 
 
 def show_volume(ctx: Stores, who: Principal, name: str, team: str | None = None) -> VolumeView:
@@ -154,8 +160,44 @@ def resolve_volumes(
                 f"{use.name}' (a job mounts its own team's volumes)",
                 volume=use.name,
             )
+        refuse_full(row)
         resolved.append(use.model_copy(update={"id": row.id}))
     return resolved
+
+
+def refuse_full(row: VolumeModel) -> None:
+    """VolumeFull while the volume's files, as last scanned, take more than its size."""
+    if row.size_limit is not None and (row.used_bytes or 0) > row.size_limit:
+        raise VolumeFull(
+            f"{over_message(row, row.used_bytes or 0)}, so no new job mounts it: give it a "
+            "larger size (apply a Volume document with a larger size: gpupool apply -f), or "
+            "delete it (gpupool volume rm)",
+            volume=row.name,
+            used=row.used_bytes,
+            size=row.size_limit,
+        )
+
+
+def over_message(row: VolumeModel, used: int) -> str:
+    return (
+        f"volume {row.name} of team {row.team.name} takes {format_bytes(used)}, over its size "
+        f"of {format_bytes(row.size_limit or 0)}"
+    )
+
+
+def record_volume_usage(
+    session: Session, used: dict[int, int], now: float
+) -> list[tuple[VolumeModel, int]]:
+    """Record what each volume (id -> bytes) takes; those over their size, with it."""
+    over = []
+    for volume_id, size in used.items():
+        row = session.get(VolumeModel, volume_id)
+        if row is None:  # deleted since the scan began
+            continue
+        row.used_bytes, row.used_at = size, now
+        if row.size_limit is not None and size > row.size_limit:
+            over.append((row, size))
+    return over
 
 
 def team_volumes(session: Session, team_ids: list[int]) -> dict[int, list[int]]:

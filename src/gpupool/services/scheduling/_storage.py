@@ -19,7 +19,9 @@ The watch records each team's usage on its row (``storage_used``), so that the A
 without walking anything. A team past its quota has its running jobs stopped
 (``StorageQuotaExceeded``) at the scan that finds it there; the server's own writes for the
 team (model registration, code uploads) are refused while the recorded usage is over
-(``quotas.refuse_over_storage``).
+(``quotas.refuse_over_storage``). Each volume's bytes are recorded on its row too; the jobs
+that mount a volume over its ``--size`` are stopped the same way, and new jobs that mount it
+are refused at submit (``datasets.resolve_volumes``).
 
 When the data directory's disk runs low (``datadir.Reserve``), the watch gives back the
 reserve kept for the database and scans at once; if no team is over its quota, the running
@@ -31,7 +33,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -54,6 +56,7 @@ from gpupool.store.models import (
     RegisteredModelModel,
     TeamModel,
     UserModel,
+    VolumeModel,
 )
 
 log = logging.getLogger(__name__)
@@ -87,6 +90,7 @@ class TeamUsage:
     quota: int | None
     used: int
     running: int = 0
+    volumes: dict[int, int] = field(default_factory=dict)  # each volume's bytes, by id
 
     @property
     def over(self) -> bool:
@@ -123,9 +127,9 @@ class StorageScan:
         spaces = sum(
             self.files.workspace_bytes(user) + remote.workspaces.get(user, 0) for user in team.users
         )
-        volumes = sum(tree_bytes(self.volumes_dir / str(v)) for v in team.volumes)
-        used = sum(jobs.values()) + spaces + team.known_bytes + volumes
-        return TeamUsage(team.team_id, team.name, team.quota, used, running)
+        volumes = {v: tree_bytes(self.volumes_dir / str(v)) for v in team.volumes}
+        used = sum(jobs.values()) + spaces + team.known_bytes + sum(volumes.values())
+        return TeamUsage(team.team_id, team.name, team.quota, used, running, volumes)
 
 
 def load_team_files(session: Session) -> list[TeamFiles]:
@@ -173,6 +177,9 @@ def record_usage(
         if team is not None:
             team.storage_used, team.storage_scanned_at = usage.used, now
     stopped = sum(stop_team(session, u, now, over_message(u)) for u in found if u.over)
+    volumes = {v: size for usage in found for v, size in usage.volumes.items()}
+    for row, used in datasets.record_volume_usage(session, volumes, now):
+        stopped += stop_volume(session, row, now, volume_over_message(row, used))
     if low_mark is None or stopped or not found:
         return stopped
     filler = max(found, key=lambda usage: usage.running)
@@ -201,6 +208,38 @@ def stop_team(session: Session, usage: TeamUsage, now: float, message: str) -> i
     if any(recorded):
         log.warning("team %s: %s", usage.name, message)
     return sum(recorded)
+
+
+def stop_volume(session: Session, row: VolumeModel, now: float, message: str) -> int:
+    """Record a StorageQuotaExceeded stop of each running attempt of the jobs that mount
+    the volume ``row`` (each writes it: a volume is mounted read-write)."""
+    rows = session.execute(
+        select(AttemptModel.id, AttemptModel.job_id, JobModel.spec)
+        .join(JobModel, JobModel.id == AttemptModel.job_id)
+        .where(
+            JobModel.team_id == row.team_id,
+            AttemptModel.status.in_(job_service.ACTIVE_ATTEMPT),
+            AttemptModel.stop_reason.is_(None),
+        )
+    ).all()
+    recorded = [
+        job_service.record_stop(
+            session, job_service.over_storage_quota(attempt_id, job_id, message), now
+        )
+        for attempt_id, job_id, spec in rows
+        if any(use.get("id") == row.id for use in (spec or {}).get("volumes") or [])
+    ]
+    if any(recorded):
+        log.warning("team %s: %s", row.team.name, message)
+    return sum(recorded)
+
+
+def volume_over_message(row: VolumeModel, used: int) -> str:
+    return (
+        f"volume {row.name} takes {format_bytes(used)}, over its size of "
+        f"{format_bytes(row.size_limit or 0)}: stopping the jobs that mount it (delete what it "
+        "no longer needs, or give it a larger size; no new job mounts it until then)"
+    )
 
 
 def over_message(usage: TeamUsage) -> str:
