@@ -130,6 +130,14 @@ class Settings(BaseSettings):
     env_allow_source_builds: bool = False
     env_resolve_timeout_seconds: float = Field(default=300.0, gt=0)
     env_build_timeout_seconds: float = Field(default=1800.0, gt=0)
+    # A job that asks for GPUs, placed on a node that lacks its environment, does not start
+    # there holding its GPUs while the node builds it: a CPU-only build job of its team
+    # (kind envbuild) builds it on that node with at most these CPUs and this memory, and
+    # the job waits for it (reason EnvBuilding), leaving the GPUs to others. False: the job's
+    # own start builds it.
+    env_build_jobs: bool = True
+    env_build_cpus: float = Field(default=2.0, gt=0)
+    env_build_memory_bytes: int = Field(default=4 * 1024**3, gt=0)
     # -- container images (docs/images.md) ---------------------------------------------------
     # Registries images are pulled from, comma-separated host[:port]; "=insecure" after one
     # pulls from it over plain HTTP or TLS no CA signs (a registry on the site's own network).

@@ -29,7 +29,8 @@ PROBE = (
 def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     wheels = wheelhouse(tmp_path_factory.mktemp("wheels"))
     data = tmp_path_factory.mktemp("envs") / "data"
-    process = ServerProcess(data, env=index_env(wheels)).start()
+    gpus = {"GPUPOOL_DECLARED_GPUS": "2xA100-SXM4-80GB:80GiB"}  # declared: none is used
+    process = ServerProcess(data, env=index_env(wheels) | gpus).start()
     yield process
     process.stop()
 
@@ -99,6 +100,48 @@ def test_a_job_whose_node_builds_its_environment_says_so(
     assert ended(admin, job_id)["status"] == "succeeded", admin.ok("logs", str(job_id))
     events = [e for e in admin.job(job_id)["events"] if e["reason"] == "EnvBuilding"]
     assert len(events) == 1  # when it began, not at every step
+
+
+def test_a_gpu_job_waits_for_a_cpu_build_job_instead_of_holding_its_gpus(
+    pool: ServerProcess, admin: Cli, tmp_path: Path
+) -> None:
+    requirements = write(tmp_path / "r.txt", "alpha==1.0\ngamma==1.0\n")
+    made = admin.json("env", "create", "gpuenv", "-r", str(requirements))
+    locks = pool.data_dir / "envs" / ".locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    held = os.open(locks / made["id"].split(":")[1], os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(held, fcntl.LOCK_EX)  # the build job waits here: the job waits for it
+    try:
+        train = admin.submit("--gpus", "2", "--env", "gpuenv", "--", "python", "-c", "import gamma")
+
+        def waiting() -> dict | None:
+            job = admin.job(train)
+            return job if job["reason"] == "EnvBuilding" else None
+
+        job = wait_for(waiting, what="the GPU job to wait for its environment's build")
+        [build] = [j for j in admin.json("ls", "-a") if j["kind"] == "envbuild"]
+        node = build["name"].rsplit(" on ", 1)[1]
+        assert build["name"] == f"build environment gpuenv on {node}"
+        assert (job["status"], build["user"], build["team"]) == ("pending", "admin", "default")
+        assert job["message"] == f"waits for job {build['id']} ({build['name']}) to end"
+        building = wait_status(admin, build["id"], {"starting"})
+        assert building["spec"]["resources"].get("gpus") is None  # it holds no GPU
+        label = f"gpuenv@{made['short_id']}"
+        why = admin.json("why", str(train))["summary"]
+        assert why == (
+            f"it waits for job {build['id']} ({build['name']}) to end "
+            f"(waiting for environment {label} to be built on this node)"
+        )
+        free = admin.submit("--gpus", "2", "--", "true")  # its GPUs are free meanwhile
+        assert ended(admin, free)["status"] == "succeeded"
+    finally:
+        os.close(held)
+    assert ended(admin, build["id"])["status"] == "succeeded", admin.ok("logs", str(build["id"]))
+    assert ended(admin, train)["status"] == "succeeded", admin.ok("logs", str(train))
+    assert "built on this node" in admin.ok("logs", str(build["id"]))
+    assert "built on this node" not in admin.ok("logs", str(train))  # built before it started
+    reasons = [e["reason"] for e in admin.job(train)["events"]]
+    assert reasons[:4] == ["Submitted", "EnvBuilding", "Queued", "Placed"]
 
 
 def test_versions_from_pyproject_and_uv_lock_ls_show_and_rm(

@@ -1,6 +1,7 @@
 """Python environments on a pool: each joined node builds an environment the first time one
-of its jobs needs it (from the lock the server resolved), in its own environments directory,
-and its jobs run with that environment's python; a second job on the node finds it built."""
+of its jobs needs it (from the lock the server resolved; for a GPU job, in a CPU-only build
+job on that node), in its own environments directory, and its jobs run with that
+environment's python; a second job on the node finds it built."""
 
 from __future__ import annotations
 
@@ -32,5 +33,16 @@ def test_each_node_builds_it_once_and_its_jobs_run_in_it(
         env_dir = pool.nodes[node].data_dir / "envs" / hexa
         assert f"alpha 2.0 {env_dir}" in log, log
     assert set(seen) == {"n1", "n2"}
-    built = {node: sum("built on this node" in log for log in logs) for node, logs in seen.items()}
-    assert built == {"n1": 1, "n2": 1}  # the second job on n1 found it there
+    # a GPU job's node builds the environment in a CPU-only build job, once per node: the
+    # second job on n1 found it there; no job built it while holding its GPU
+    builds = [
+        j
+        for j in pool_cli.json("ls", "-a")
+        if j["kind"] == "envbuild" and j["name"].startswith("build environment pooled ")
+    ]
+    named = sorted(b["name"] for b in builds)
+    assert named == ["build environment pooled on n1", "build environment pooled on n2"]
+    for build in builds:
+        assert build["status"] == "succeeded"
+        assert "built on this node" in pool_cli.ok("logs", str(build["id"]))
+    assert not [log for logs in seen.values() for log in logs if "built on this node" in log]

@@ -6,11 +6,15 @@ the environment stays as it was built."""
 
 from __future__ import annotations
 
+import fcntl
+import os
+import re
 from collections.abc import Iterator
 
 import pytest
 from fastapi.testclient import TestClient
 
+from tests.support import waiting
 from tests.support.platform import make_settings, refused, running_app, wait_job
 from tests.support.wheels import wheelhouse
 
@@ -122,6 +126,52 @@ def test_a_job_cannot_change_its_environment_for_the_next_job(world: dict) -> No
             assert not path.stat().st_mode & 0o222, path  # no write bit for anyone
     cache = platform.settings.envs_dir / ".uv-cache"
     assert cache.stat().st_mode & 0o777 == 0o700  # only the builder's account enters it
+
+
+def test_another_team_cannot_see_stop_or_join_a_teams_build_job(world: dict) -> None:
+    """Two teams with the same lock share one environment on the node (it is the same bytes),
+    but each team's GPU job waits for a build job of its own team: another team's member
+    cannot see, stop or learn of vision's."""
+    client, platform = world["client"], world["platform"]
+    vic, ada = world["headers"]["vic"], world["headers"]["ada"]
+    body = {"requirements": "alpha==1.0\n"}
+    vision = client.post(ENVS, json={"name": "same-lock", **body}, headers=vic).json()
+    audio = client.post(ENVS, json={"name": "same-lock", **body}, headers=ada).json()
+    assert vision["id"] == audio["id"]
+    locks = platform.settings.envs_dir / ".locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    held = os.open(locks / vision["id"].split(":")[1], os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(held, fcntl.LOCK_EX)  # both builds wait here: both jobs wait for them
+    try:
+        job = {"command": ["python", "-c", "import alpha"], "resources": {"gpus": 1}}
+        job["environment"] = "same-lock"
+        vics = client.post("/api/v1/jobs", json=job, headers=vic).json()["id"]
+        adas = client.post("/api/v1/jobs", json=job, headers=ada).json()["id"]
+        waiting = [_waits_for_build(client, job_id) for job_id in (vics, adas)]
+        vision_build, audio_build = (int(re.findall(r"job (\d+)", m)[0]) for m in waiting)
+        assert vision_build != audio_build  # ada's job waits for a build of her own team
+        mine = client.get(f"/api/v1/jobs/{audio_build}", headers=ada).json()
+        assert (mine["team"], mine["user"], mine["kind"]) == ("audio", "ada", "envbuild")
+        refused(client.get(f"/api/v1/jobs/{vision_build}", headers=ada), 404, "not_found")
+        stop = client.post(f"/api/v1/jobs/{vision_build}/cancel", headers=ada)
+        refused(stop, 404, "not_found")
+        listed = client.get("/api/v1/jobs", headers=ada).json()
+        assert vision_build not in {j["id"] for j in listed}
+        why = client.get(f"/api/v1/jobs/{adas}/why", headers=ada).json()
+        assert f"job {audio_build} (" in why["summary"]
+        assert f"job {vision_build} " not in why["summary"] + why["message"]
+    finally:
+        os.close(held)
+    for job_id in (vics, adas, vision_build, audio_build):
+        assert wait_job(client, job_id, timeout=120)["status"] == "succeeded", job_id
+
+
+def _waits_for_build(client: TestClient, job_id: int) -> str:
+    def check() -> str | None:
+        job = client.get(f"/api/v1/jobs/{job_id}").json()
+        return job["message"] if job["reason"] == "EnvBuilding" else None
+
+    return waiting.wait_for(check, 60.0, f"job {job_id} to wait for a build")
 
 
 def _user(admin: TestClient, name: str, team: str, role: str) -> dict[str, str]:

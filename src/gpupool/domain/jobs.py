@@ -66,6 +66,9 @@ class JobKind(StrEnum):
     JOB = "job"
     NOTEBOOK = "notebook"
     REPLICA = "replica"
+    # an environment's build on one node, CPU only, for jobs of its team that ask for GPUs
+    # and wait for it (``services.jobs`` builds first)
+    ENV_BUILD = "envbuild"
 
 
 class StopReason(StrEnum):

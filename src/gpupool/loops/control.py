@@ -18,6 +18,7 @@ from gpupool.loops.active import ActiveAttempts
 from gpupool.loops.checkpoints import Checkpoints
 from gpupool.loops.dependencies import Dependencies
 from gpupool.loops.driver import Driver
+from gpupool.loops.envbuilds import BuildsFirst
 from gpupool.loops.face import LoopFace
 from gpupool.loops.launch import Launch, TaskMaker
 from gpupool.loops.readopt import Readopt
@@ -83,6 +84,7 @@ class Control:
             stops.preempt,
             launch.run,
             settings.explain_interval_seconds,
+            BuildsFirst(db, clock, snapshots, settings) if settings.env_build_jobs else None,
         )
         readopt = Readopt(db, clock, executor, actives, tasks.grace)
         reconcile = Reconcile(db, clock, executor, actives, stats)

@@ -21,6 +21,7 @@ from sqlalchemy import bindparam, insert, select
 from gpupool.domain.isolation import IsolationStatus
 from gpupool.domain.jobs import JobStatus, Reason
 from gpupool.domain.waiting import PendingReason
+from gpupool.loops.envbuilds import BuildsFirst
 from gpupool.scheduler.types import (
     Clock,
     Decisions,
@@ -49,9 +50,11 @@ class Scheduling:
         preempt: Callable[[list[Preemption]], None],
         launch: Callable[[list[Placement]], None],
         explain_interval: float,
+        builds: BuildsFirst | None = None,
     ) -> None:
         self.db, self.clock, self.snapshots, self.decide = db, clock, snapshots, decide
         self.isolation, self.preempt, self.launch = isolation, preempt, launch
+        self.builds = builds  # GPU jobs whose environment is not built wait for its build
         self.explain_interval = explain_interval
         self.pending_reasons: dict[int, PendingReason] = {}
         # the GPUs each preempting job's victims are freeing for it, from the last cycle to the
@@ -85,8 +88,11 @@ class Scheduling:
         if decisions.preemptions:
             self.preempt(decisions.preemptions)
         if decisions.placements:
-            self.snapshots.placed(decisions.placements)
-            self.launch(decisions.placements)
+            placements = decisions.placements
+            self.snapshots.placed(placements)
+            if self.builds is not None:
+                placements = self.builds.divert(placements)
+            self.launch(placements)
 
     def _hold(self, pending: Iterable[PendingJob], isolation: IsolationStatus) -> None:
         """Isolation is on and cannot be had: no job starts, and each says why."""

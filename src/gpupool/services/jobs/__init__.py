@@ -32,6 +32,7 @@ from gpupool.services.jobs._dependencies import Settled as DependenciesSettled
 from gpupool.services.jobs._dependencies import carry_out as settle_dependencies
 from gpupool.services.jobs._dependencies import plan as plan_dependencies
 from gpupool.services.jobs._endpoints import endpoint_of, endpoints_of
+from gpupool.services.jobs._envbuilds import BuildLimits, Lacking, NewBuild, build_first
 from gpupool.services.jobs._incoming import Incoming, sweep_leftovers
 from gpupool.services.jobs._jobs import (
     MAX_LIST,
@@ -77,9 +78,12 @@ from gpupool.services.jobs._views import job_view
 __all__ = [
     "ACTIVE_ATTEMPT",
     "CODE_INCOMING",
+    "BuildLimits",
     "CheckpointWatcher",
     "DependenciesSettled",
     "Incoming",
+    "Lacking",
+    "NewBuild",
     "JobFilter",
     "JobLimits",
     "LineFilter",
@@ -92,6 +96,7 @@ __all__ = [
     "admit",
     "apply_transition",
     "array_env",
+    "build_first",
     "cancel",
     "cancel_array",
     "cancel_job",

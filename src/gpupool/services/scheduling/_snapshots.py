@@ -107,6 +107,12 @@ class NodeCache:
             self._checked_at = time.monotonic()
             return tuple(self._with_expected(entry[1]) for entry in self._nodes.values())
 
+    def reported(self, node: str) -> frozenset[str]:
+        """What ``node`` said it holds, as last read (what placed jobs will fetch left out)."""
+        with self._lock:
+            entry = self._nodes.get(node)
+        return entry[1].holds if entry is not None else frozenset()
+
     def _with_expected(self, node: NodeCapacity) -> NodeCapacity:
         expected = self._expected.get(node.name)
         if not expected:
@@ -194,6 +200,10 @@ class SnapshotBuilder:
         """Read the users' fair-share weights again at the next build (an admin changed one)."""
         self._changes += 1
         self._weights = None
+
+    def pending_of(self, job_id: int) -> PendingJob | None:
+        """The pending job as the last build read it (None: not pending then)."""
+        return self._pending.get(job_id)
 
     def placed(self, placements: Iterable[Placement]) -> None:
         """These jobs were placed: their nodes will hold what they fetch (``NodeCache.expect``),

@@ -9,20 +9,20 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 import gpupool.services.scheduling._eta as eta
 from gpupool.domain import locality
-from gpupool.domain.jobs import JobStatus, Reason
+from gpupool.domain.jobs import JobKind, JobStatus, Reason
 from gpupool.domain.views import EstimateView, QueuedJobView, QueueTeamView, QueueView, WhyView
 from gpupool.domain.waiting import PendingReason
 from gpupool.services.core import Estimate, Forecast, Principal, Tells
 from gpupool.services.jobs import get_job
 from gpupool.services.scheduling._snapshots import placement_tasks
-from gpupool.store.models import JobModel
+from gpupool.store.models import JobDependencyModel, JobModel
 
 MAX_QUEUE = 500  # pending jobs listed at most (the first in queue order)
 
@@ -42,7 +42,10 @@ def why_waits(ctx: Tells, who: Principal, job_id: int) -> WhyView:
     assumes = eta.assumptions(forecast.bounds) if forecast else ()
     with ctx.db.reader() as session:
         job = get_job(session, who, job_id)
-        return why_view(explain(job, ctx.loop.pending_reasons.get(job_id), estimate, assumes))
+        why = explain(job, ctx.loop.pending_reasons.get(job_id), estimate, assumes)
+        if job.waiting and job.reason == Reason.ENV_BUILDING.value:
+            why = replace(why, summary=why.summary + _build_progress(session, job.id))
+        return why_view(why)
 
 
 def show_queue(ctx: Tells, who: Principal) -> QueueView:
@@ -152,6 +155,22 @@ def _settled(job: JobModel, status: JobStatus) -> str:
     if status is JobStatus.CANCELLED:
         return "it has ended: it was cancelled"
     return f"it has ended: {status.value}"
+
+
+def _build_progress(session: Session, job_id: int) -> str:
+    """How far the build a job waits for has come (its build job's word while it builds)."""
+    said = session.scalar(
+        select(JobModel.message)
+        .join(JobDependencyModel, JobDependencyModel.depends_on_id == JobModel.id)
+        .where(
+            JobDependencyModel.job_id == job_id,
+            JobModel.kind == JobKind.ENV_BUILD.value,
+            JobModel.reason == Reason.ENV_BUILDING.value,
+            JobModel.status == JobStatus.STARTING.value,
+        )
+        .limit(1)
+    )
+    return f" ({said})" if said else ""
 
 
 def _placed(job: JobModel, lead: str) -> str:
