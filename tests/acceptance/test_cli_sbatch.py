@@ -1,6 +1,7 @@
 """`gpupool sbatch` through the real CLI against a real server: a Slurm batch script's
 #SBATCH lines become the job (an array, a time limit, a name, a dependency), the script runs
-from its directory (sent as the job's code) and sees SLURM_JOB_ID and the rest; an option
+from its directory (sent as the job's code) and sees SLURM_JOB_ID and the rest; -o and -e
+write its output to files as Slurm does (below -D, or its output directory); an option
 gpupool lacks is a warning, or a refusal with --strict."""
 
 from __future__ import annotations
@@ -69,3 +70,36 @@ def test_dependency_and_strict(admin: Cli, tmp_path: Path) -> None:
     answer = admin("sbatch", str(bad))
     assert answer.returncode == 2 and "error [bad_script]" in answer.stderr
     assert refused(admin("sbatch", str(tmp_path / "missing.sh")), "bad_script")
+
+
+def test_output_and_error_files_are_written_where_slurm_would(
+    admin: Cli, tmp_path: Path, exchange: Path
+) -> None:
+    runs = exchange  # a directory the job's own Unix account may write in, as -D
+    shared = exchange / "shared.sh"
+    shared.write_text(
+        f"#!/bin/sh\n#SBATCH -J logged -D {runs} -o logs/%x-%j.out -e logs/%x-%j.err\n"
+        "echo to stdout\necho to stderr >&2\nexit 4\n"
+    )
+    job_id = int(admin.ok("sbatch", str(shared)).strip())
+    ended = wait_for(
+        lambda: (job := admin.job(job_id))["status"] in FINAL and job, what=f"job {job_id}"
+    )
+    assert ended["status"] == "failed" and ended["exit_code"] == 4, admin.ok("logs", str(job_id))
+    assert (runs / "logs" / f"logged-{job_id}.out").read_text() == "to stdout\n"
+    assert (runs / "logs" / f"logged-{job_id}.err").read_text() == "to stderr\n"
+    assert sorted(admin.ok("logs", str(job_id)).splitlines()) == ["to stderr", "to stdout"]
+
+    sent = tmp_path / "sent.sh"  # no -D: a relative file is below its output directory
+    sent.write_text("#!/bin/sh\n#SBATCH --output=slurm-%j.out\necho kept\n")
+    job_id = int(admin.ok("sbatch", str(sent)).strip())
+    assert (
+        wait_for(
+            lambda: (job := admin.job(job_id))["status"] in FINAL and job, what=f"job {job_id}"
+        )["status"]
+        == "succeeded"
+    )
+    admin.ok("dataset", "create", "sbatch-outs", "--from-job", str(job_id))
+    files = admin.json("dataset", "show", "sbatch-outs:1")["files"]
+    assert [f["path"] for f in files] == [f"slurm-{job_id}.out"]
+    assert files[0]["size"] == len("kept\n")

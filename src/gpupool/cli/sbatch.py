@@ -28,10 +28,15 @@ them; ``-x V``, ``-xV``, ``--long V`` and ``--long=V`` forms) become the job's f
                               SIGKILL after the grace period)
 ``--requeue``                 ``preemptible`` true; ``--no-requeue``: false
 ``-A``, ``--account``         ``team``
+``-o``, ``--output``          the script's output (and its errors, without ``-e``) is also
+                              written to this file, as Slurm writes it; ``gpupool logs ID``
+                              still shows it all. A relative path is below the job's
+                              ``$GPUPOOL_OUTPUT_DIR`` (below ``-D`` when given); ``%j``,
+                              ``%J``, ``%x``, ``%A``, ``%a``, ``%N``, ``%u`` and ``%%`` are
+                              replaced as Slurm does
+``-e``, ``--error``           the same for the script's errors
 ``-p``, ``--partition``       ignored, with a warning: gpupool has one pool (ask for a GPU
                               model with ``--gres=gpu:TYPE:N``)
-``-o``, ``-e``                ignored, with a warning: gpupool keeps the log
-                              (``gpupool logs ID``)
 ============================  =================================================================
 
 Every other option is ignored with a warning; ``--strict`` refuses the script instead. The
@@ -78,8 +83,16 @@ SHORT = {
 FLAGS = {"--requeue", "--no-requeue", "--exclusive", "--hold", "--parsable", "--wait"}
 IGNORED_NOTE = {
     "--partition": "gpupool has one pool: ask for a GPU model with --gres=gpu:TYPE:N",
-    "--output": "gpupool keeps the job's log: gpupool logs ID",
-    "--error": "gpupool keeps the job's log (stdout and stderr together): gpupool logs ID",
+}
+# Slurm's filename patterns (-o, -e) -> sh, read when the job runs
+PATTERNS = {
+    "j": "${SLURM_JOB_ID}",
+    "J": "${SLURM_JOB_ID}",
+    "A": "${SLURM_ARRAY_JOB_ID:-$SLURM_JOB_ID}",
+    "a": "${SLURM_ARRAY_TASK_ID:-4294967294}",
+    "N": "$(uname -n)",
+    "u": "${USER:-$(id -un)}",
+    "%": "%",
 }
 KNOWN = {
     *SHORT.values(),
@@ -109,6 +122,8 @@ class Batch:
     slurm_env: dict[str, str] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     interpreter: list[str] = field(default_factory=lambda: ["sh"])
+    output: str | None = None  # -o: a file the output is written to as well (a pattern)
+    error: str | None = None  # -e: the same for the errors
 
 
 def options(text: str) -> list[tuple[int, str, str | None]]:
@@ -245,6 +260,10 @@ def _one(  # noqa: C901 - one branch per option, as the table above
         spec["preemptible"] = False
     elif name == "--account":
         spec["team"] = value
+    elif name == "--output":
+        batch.output = _pattern(name, value)
+    elif name == "--error":
+        batch.error = _pattern(name, value)
     elif name in IGNORED_NOTE:
         batch.warnings.append(f"{name} {value} ignored: {IGNORED_NOTE[name]}")
 
@@ -356,6 +375,46 @@ def _signal(value: str | None) -> float:
     return float(time)
 
 
+def _pattern(name: str, value: str | None) -> str:
+    """A filename pattern of -o or -e, checked: the % codes gpupool can fill."""
+    text = value or ""
+    for match in re.finditer(r"%(\d*)(.?)", text):
+        if match.group(2) not in PATTERNS and match.group(2) != "x":
+            known = " ".join(f"%{code}" for code in [*PATTERNS, "x"])
+            raise SbatchError(
+                f"{name}={value}: %{match.group(2)} has no gpupool equivalent: use {known}"
+            )
+    if not text or "\0" in text:
+        raise SbatchError(f"{name} needs a file name, e.g. {name}=logs/%x-%j.out")
+    return text
+
+
+def _shell_path(pattern: str, name: str, relative_to_outputs: bool) -> str:
+    """``pattern`` as a double-quoted sh word (its % codes read when the job runs);
+    relative: below $GPUPOOL_OUTPUT_DIR when ``relative_to_outputs``."""
+    parts: list[str] = []
+    index = 0
+    while index < len(pattern):
+        char = pattern[index]
+        if char == "%":
+            match = re.match(r"%\d*(.)", pattern[index:])
+            if match is not None and (match.group(1) in PATTERNS or match.group(1) == "x"):
+                code = match.group(1)
+                parts.append(_quoted(name) if code == "x" else PATTERNS[code])
+                index += len(match.group(0))
+                continue
+        parts.append(_quoted(char))
+        index += 1
+    word = "".join(parts)
+    if relative_to_outputs and not pattern.startswith("/"):
+        word = "${GPUPOOL_OUTPUT_DIR}/" + word
+    return f'"{word}"'
+
+
+def _quoted(text: str) -> str:
+    return re.sub(r'([\\$`"])', r"\\\1", text)
+
+
 def _format(number: float) -> str:
     return str(int(number)) if number == int(number) else f"{number:g}"
 
@@ -373,7 +432,30 @@ def command(batch: Batch, script: str) -> list[str]:
         'SLURM_ARRAY_TASK_COUNT="$GPUPOOL_ARRAY_TASK_COUNT"; fi'
     )
     run = shlex.join([*batch.interpreter, script])
-    return ["sh", "-c", f'export {dynamic}{array}; exec {run} "$@"', "sbatch"]
+    if batch.output is None and batch.error is None:
+        return ["sh", "-c", f'export {dynamic}{array}; exec {run} "$@"', "sbatch"]
+    return ["sh", "-c", f"export {dynamic}{array}; {_written(batch, script, run)}", "sbatch"]
+
+
+def _written(batch: Batch, script: str, run: str) -> str:
+    """sh that runs the script with its output (-o) and errors (-e) written to their files
+    as well as to the job's log (tee), and exits with the script's status."""
+    name = batch.spec.get("name") or os.path.basename(script)
+    below = "workdir" not in batch.spec  # no -D: relative paths go to the output directory
+    files = []
+    for var, pattern in (("o", batch.output), ("e", batch.error)):
+        if pattern is not None:
+            files.append(f"{var}={_shell_path(pattern, name, below)}")
+            files.append(f'mkdir -p "$(dirname "${var}")"')
+    # fd 3, 5: the job's own stdout and stderr; fd 4: the script's status, read into $s
+    script_run = "{ " + run + ' "$@"; echo $? >&4; }'
+    if batch.output is not None and batch.error is not None:
+        piped = "{ " + script_run + ' 2>&1 1>&6 | tee -a "$e" >&5; } 6>&1 | tee -a "$o" >&3'
+    elif batch.output is not None:
+        piped = "{ " + run + ' "$@" 2>&1; echo $? >&4; } | tee -a "$o" >&3'
+    else:
+        piped = script_run + ' 2>&1 1>&3 | tee -a "$e" >&5'
+    return "; ".join([*files, "exec 3>&1 5>&2", f"s=$( {{ {piped}; }} 4>&1 )", 'exit "${s:-1}"'])
 
 
 # -- the command -------------------------------------------------------------------------------
@@ -391,9 +473,10 @@ def sbatch(
 ) -> None:
     """Submit a Slurm batch script: its #SBATCH lines become the job's fields; prints its id.
 
-    -J -N --ntasks-per-node --gres=gpu[:TYPE]:N --gpus[-per-node] -c --mem -t -a -D
-    --dependency --signal --requeue -A are read; -p, -o and -e are ignored with a warning,
-    and so is any other option unless --strict refuses it. The script runs from its
+    -J -N --ntasks-per-node --gres=gpu[:TYPE]:N --gpus[-per-node] -c --mem -t -a -o -e -D
+    --dependency --signal --requeue -A are read (-o and -e: the output is written to that
+    file too, below $GPUPOOL_OUTPUT_DIR unless absolute or with -D); -p is ignored with a
+    warning, and so is any other option unless --strict refuses it. The script runs from its
     directory, sent with the job as its code, with SLURM_JOB_ID, SLURM_ARRAY_TASK_ID,
     SLURM_NNODES, SLURM_NTASKS set.
     """

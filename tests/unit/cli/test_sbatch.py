@@ -74,8 +74,8 @@ def test_a_multi_node_training_script() -> None:
         "SLURM_CPUS_PER_TASK": "8",
     }
     assert batch.interpreter == ["/bin/bash"] and batch.array is None
-    assert [w.split()[0] for w in batch.warnings] == ["--partition", "--output", "--error"]
-    assert "gpupool logs ID" in batch.warnings[1]
+    assert [w.split()[0] for w in batch.warnings] == ["--partition"]
+    assert (batch.output, batch.error) == ("logs/%x-%j.out", "logs/%x-%j.err")
     JobSpec.model_validate({"command": ["x"], **batch.spec, "env": batch.slurm_env})
 
 
@@ -102,7 +102,8 @@ def test_short_forms_several_on_a_line() -> None:
         "resources": {"gpus": 2},
     }
     assert batch.slurm_env["SLURM_NTASKS"] == "2" and batch.interpreter == ["/bin/sh"]
-    assert len(batch.warnings) == 2  # -p and -o: noted, not refused even with --strict
+    assert len(batch.warnings) == 1  # -p: noted, not refused even with --strict
+    assert batch.output == "out.txt"
     assert parse(SHORT, strict=True).spec == batch.spec
 
 
@@ -149,6 +150,8 @@ def test_slurm_time_limits(written: str, seconds: float | None) -> None:
         ("#SBATCH --cpus-per-task=0\n", "above 0"),
         ("#SBATCH --signal=USR1\n", "SIG@SECONDS"),
         ("#SBATCH -J\n", "--job-name needs a value"),
+        ("#SBATCH -o out-%q.txt\n", "%q has no gpupool equivalent"),
+        ("#SBATCH --error=e%\n", "% has no gpupool equivalent"),
     ],
 )
 def test_what_cannot_be_read_is_refused_with_its_line(script: str, problem: str) -> None:
@@ -181,3 +184,28 @@ def test_the_wrapper_sets_slurm_variables_from_gpupools(tmp_path) -> None:  # no
     env["GPUPOOL_ARRAY_TASK_COUNT"] = "2"
     task = subprocess.run(run, env=env, capture_output=True, text=True, check=True)
     assert task.stdout == "41 40 1 1 \n"
+
+
+def test_output_and_error_files_are_written_as_well_as_the_log(tmp_path) -> None:  # noqa: ANN001
+    script = tmp_path / "job.sh"
+    script.write_text('echo "out $1"\necho "err $$" >&2\nexit 3\n')
+    outputs = tmp_path / "outputs"
+    env = {"PATH": "/usr/bin:/bin", "GPUPOOL_JOB_ID": "41", "GPUPOOL_OUTPUT_DIR": str(outputs)}
+
+    def run(head: str, *args: str) -> subprocess.CompletedProcess:
+        wrapper = command(parse(f"#!/bin/sh\n{head}"), str(script))
+        return subprocess.run([*wrapper, *args], env=env, capture_output=True, text=True)
+
+    both = run("#SBATCH -o logs/%x-%j.out\n", "one")
+    assert both.returncode == 3  # the script's status, through tee
+    assert both.stdout.startswith("out one\nerr ")  # the job's log has it all still
+    assert (outputs / "logs" / "job.sh-41.out").read_text() == both.stdout
+    apart = run("#SBATCH -J 'my run' -o 'o %x.txt' -e 'e-$HOME-`id`-%a%%.txt'\n")
+    assert apart.returncode == 3
+    assert (outputs / "o my run.txt").read_text() == "out \n" == apart.stdout
+    written = outputs / "e-$HOME-`id`-4294967294%.txt"  # $ and ` are not the shell's
+    assert written.read_text() == apart.stderr and apart.stderr.startswith("err ")
+    env |= {"GPUPOOL_ARRAY_ID": "40", "GPUPOOL_ARRAY_INDEX": "2", "GPUPOOL_ARRAY_TASK_COUNT": "3"}
+    errors = run(f"#SBATCH -e {tmp_path}/errs/%A_%a.err\n")
+    assert errors.stdout == "out \n" and errors.stderr.startswith("err ")
+    assert (tmp_path / "errs" / "40_2.err").read_text() == errors.stderr
