@@ -108,6 +108,11 @@ class Settings(BaseSettings):
     # wait that long for their version's commit (a slow upload of a big version included).
     dataset_gc_seconds: float = Field(default=600.0, gt=0)
     dataset_blob_grace_seconds: float = Field(default=86_400.0, ge=0)
+    # The teams' volumes (default: the data directory's "volumes"). On a pool it must be a
+    # file system every node shares, mounted at the same path (the server tells each node
+    # where, with each job): a volume is then the same directory whichever node a job of it
+    # lands on, and the server measures it for the team's storage quota.
+    volumes_store: Path | None = None
     # -- Python environments (docs/environments.md) ---------------------------------------
     # Where each node builds and keeps the environments its jobs use (default: the data
     # directory's "envs"), with uv's cache beside them: an env's files are hard links into
@@ -324,8 +329,9 @@ class Settings(BaseSettings):
 
     @property
     def volumes_dir(self) -> Path:
-        """The teams' volumes on this node: ``<team id>/<name>/``."""
-        return self.data_dir / "volumes"
+        """The teams' volumes: ``<volume id>/``, each a job's read-write directory (on a
+        pool, a path every node shares)."""
+        return self.volumes_store or self.data_dir / "volumes"
 
     @property
     def envs_dir(self) -> Path:

@@ -36,12 +36,12 @@ from gpupool.cluster import relay
 from gpupool.discovery import discover_node
 from gpupool.domain.code import CodeLimits
 from gpupool.errors import GpupoolError
-from gpupool.executors import outputs
+from gpupool.executors import images, outputs
 from gpupool.executors.base import Handle, LaunchError
 from gpupool.executors.environments import NodeEnvironments
 from gpupool.executors.isolation import Isolation
 from gpupool.executors.local import LAUNCH_DIR, WORKSPACES, LocalExecutor, default_base_env
-from gpupool.executors.task import PollResult, task_from_json
+from gpupool.executors.task import PollResult, TaskSpec, task_from_json
 from gpupool.executors.usage import FilesScan
 from gpupool.runner import layout
 from gpupool.settings import Settings
@@ -73,6 +73,7 @@ class NodeAgent:
             listen_host=None,  # a task on the node's network binds its node's address
             socket_listeners=True,  # reached through its runner's socket, by the relay
             environments=NodeEnvironments(self.settings),  # built on this node, by its runners
+            dataset_cache=self.settings.dataset_cache_dir,  # this node's own versions
             dataset_cache_max_bytes=self.settings.dataset_cache_max_bytes,
         )
         self.started_at = time.time()
@@ -151,6 +152,7 @@ class NodeAgent:
                 if task.get("listen"):
                     self._open_relay(task.get("node_address"))
             spec = task_from_json(task)
+            self._unpack_image(spec)
             with self._executor_lock:
                 handle = self.executor.start(spec)
         except LaunchError as error:
@@ -162,6 +164,17 @@ class NodeAgent:
                 }
             }
         return {"state": handle.state, "fabric": fabric, **self._reached(handle)}
+
+    def _unpack_image(self, spec: TaskSpec) -> None:
+        """The task's image unpacked in this node's image cache (once per node: see
+        ``images.unpack_once``) before its start takes the executor's lock, so that the
+        minute a big image takes holds up none of the node's polls and other starts. A
+        failure is left for the start, which meets it again and says it as on one machine."""
+        if spec.image is None or not self.isolation.enabled:
+            return
+        layout_dir = Path(str(spec.image.get("layout") or ""))
+        with contextlib.suppress(images.ImageError, OSError):
+            images.unpack_once(layout_dir, str(spec.image.get("digest")), self.executor.image_cache)
 
     def _open_relay(self, address: str | None) -> None:
         """The relay, on the node's ``address`` as the pool has it, before a task that

@@ -16,6 +16,7 @@ and any special file left (FIFOs, sockets, device nodes).
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -137,15 +138,45 @@ def unpack_once(layout: Path, digest: str, cache: Path, umoci: str = "umoci") ->
     """The image ``digest`` (stored in ``layout``) unpacked in this node's ``cache``: at
     once when it is there already, else unpacked (rootless, neutralised) into a directory of
     its own and renamed into place, so that a crash or a concurrent start never shows a
-    half tree."""
+    half tree. One unpack per node: starts that need it at once wait on a lock of the
+    digest (``.<hex>.lock`` in the cache) and use the tree the first one made.
+
+    On a pool the layout is the server's image store's, read by the node from the path the
+    server gave: the store must be a file system every node shares at that path."""
+    hexdigest = digest.removeprefix("sha256:")
+    final = cache / hexdigest
+    found = _unpacked(final)
+    if found is not None:
+        return found
+    if not (layout / "index.json").exists():
+        raise ImageError(
+            f"the image {digest} is not in the image store at {layout.parent} as this node "
+            "sees it (on a pool, GPUPOOL_IMAGES_STORE must be a file system every node "
+            "mounts at the server's path)"
+        )
+    cache.mkdir(parents=True, exist_ok=True, mode=0o700)
+    lock = os.open(cache / f".{hexdigest}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        found = _unpacked(final)  # made by the start this one waited for
+        return found if found is not None else _unpack(layout, digest, cache, umoci)
+    finally:
+        os.close(lock)
+
+
+def _unpacked(final: Path) -> Unpacked | None:
+    """The image's tree in the cache, when it is there whole (its config written last)."""
+    config_path = final / CONFIG
+    if not config_path.exists():
+        return None
+    return Unpacked(final / ROOTFS, ImageConfig.from_json(json.loads(config_path.read_text())))
+
+
+def _unpack(layout: Path, digest: str, cache: Path, umoci: str) -> Unpacked:
+    """Unpack the image (``unpack_once`` holds its lock)."""
     hexdigest = digest.removeprefix("sha256:")
     final = cache / hexdigest
     config_path = final / CONFIG
-    if config_path.exists():
-        return Unpacked(final / ROOTFS, ImageConfig.from_json(json.loads(config_path.read_text())))
-    if not (layout / "index.json").exists():
-        raise ImageError(f"the image {digest} is missing from the server's image store")
-    cache.mkdir(parents=True, exist_ok=True, mode=0o700)
     work = Path(tempfile.mkdtemp(prefix=f".{hexdigest[:12]}-", dir=cache))
     try:
         bundle = work / "bundle"
@@ -190,6 +221,26 @@ def neutralise(rootfs: Path) -> list[str]:
                 os.chmod(path, stat.S_IMODE(info.st_mode) & ~(stat.S_ISUID | stat.S_ISGID))
                 changed.append(os.path.relpath(path, rootfs))
     return changed
+
+
+def launched_in_image(launch: dict[str, object], env: dict[str, str]) -> list[str]:
+    """The command of a gang's task in an image, from its launch plan: gpupool's rank
+    launcher runs on the host's Python, which an image does not hold, so the plan's one
+    process is run as it is, as the launcher runs one (its ``env`` over ``env``, its
+    ``env_defaults`` where neither sets the variable; ``env`` is updated). ImageError for a
+    plan the launcher alone can run: several processes on the node, or files to write."""
+    processes = launch.get("processes")
+    if not isinstance(processes, list) or len(processes) != 1 or launch.get("files"):
+        raise ImageError(
+            "its launcher starts several processes on a node (or writes files for them), "
+            "which a job in an image cannot do yet: run one process per node (no launcher, "
+            "or --launcher torch with one GPU per node) or leave the image out"
+        )
+    process = processes[0]
+    env.update({str(k): str(v) for k, v in (process.get("env") or {}).items()})
+    for name, value in (process.get("env_defaults") or {}).items():
+        env.setdefault(str(name), str(value))
+    return [str(arg) for arg in process["argv"]]
 
 
 def remove(cache: Path, digest: str) -> None:

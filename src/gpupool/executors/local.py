@@ -235,7 +235,9 @@ class LocalExecutor(Executor):
         image = self._image(task)
         if image is not None:  # docker's way: its Env under the job's, its Entrypoint first
             env = {**image.config.env_map(), **task.env}
-            command = image.config.command(command) if task.launch is None else command
+            if task.launch is not None:  # a gang's task: its one process, as the plan says
+                command = self._launched_in_image(task, env)
+            command = image.config.command(command)
             if task.gpu_uuids:
                 found = [p for p in env.get("LD_LIBRARY_PATH", "").split(":") if p]
                 env["LD_LIBRARY_PATH"] = ":".join([*found, images.DRIVER_DIR])
@@ -311,6 +313,21 @@ class LocalExecutor(Executor):
         except OSError as e:
             raise _io_error(e, f"cannot unpack the image {digest}: {e}") from e
 
+    def _launched_in_image(self, task: TaskSpec, env: dict[str, str]) -> list[str]:
+        """A gang's task in an image runs its plan's one process without the rank launcher
+        (``images.launched_in_image``); an MPI job's tasks need gpupool's own rsh agent,
+        which runs on the host's Python: refused, as a plan of several processes is."""
+        try:
+            if task.launcher == "mpi":
+                raise images.ImageError(
+                    "an MPI job cannot run in an image yet (its remote "
+                    "daemons start through gpupool's own agent)"
+                )
+            return images.launched_in_image(task.launch or {}, env)
+        except images.ImageError as e:
+            message = f"the job cannot run in its image: {e.message}"
+            raise LaunchError(message, user_message=message, reason="image_unusable") from e
+
     def _image_json(
         self, task: TaskSpec, image: images.Unpacked | None, tenancy: dict[str, Any]
     ) -> dict[str, Any] | None:
@@ -369,16 +386,18 @@ class LocalExecutor(Executor):
         return found
 
     def _show_volumes(self, task: TaskSpec, env: dict[str, str], tenancy: dict[str, Any]) -> None:
-        """Each volume the job mounts: its directory on this node (made at its first use,
-        writable by every job account of the node: only a sandbox that mounts it shows it,
+        """Each volume the job mounts: its directory in the volumes' store the server
+        names (a path every node of a pool shares; else this node's), made at its first use,
+        writable by every job account of the node (only a sandbox that mounts it shows it,
         below a directory only the server may enter), shown read-write at its mount path.
         GPUPOOL_VOLUME_<NAME> says where it is."""
         sandbox = tenancy.get("sandbox")
         mounts = sandbox.setdefault("mounts", []) if sandbox is not None else []
         for use in task.volumes:
-            path = self.volumes_dir / str(int(use["id"]))
+            store = Path(use["store"]) if use.get("store") else self.volumes_dir
+            path = store / str(int(use["id"]))
             try:
-                self.volumes_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+                store.mkdir(parents=True, exist_ok=True, mode=0o700)
                 if not path.is_dir():
                     path.mkdir(mode=0o777)
                     os.chmod(path, 0o777)

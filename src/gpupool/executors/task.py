@@ -87,8 +87,9 @@ class TaskSpec:
     # node materialises each version once into its cache (executors.datasets) and the
     # sandbox shows it read-only at "mount"
     datasets: tuple[dict[str, Any], ...] = ()
-    # the volumes it mounts read-write (JobSpec.volumes): each {"name", "mount", "id"}; the
-    # node keeps each one's directory (its volumes directory, then the id)
+    # the volumes it mounts read-write (JobSpec.volumes): each {"name", "mount", "id",
+    # "store" (the server's volumes directory: on a pool, a path every node shares)}; the
+    # volume is the directory ``store``/id (the node's own volumes directory without store)
     volumes: tuple[dict[str, Any], ...] = ()
 
     @property

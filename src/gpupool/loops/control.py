@@ -71,6 +71,7 @@ class Control:
             model_archive=partial(model_archive_path, settings.models_dir),
             environment=environments.launch_lookup(db),
             datasets_store=settings.datasets_dir,
+            volumes_store=settings.volumes_dir,
             image_layout=partial(image_layout, settings),
         )
         stops = Stops(db, clock, executor, actives)

@@ -105,6 +105,8 @@ class TaskMaker:
     environment: Callable[[str], dict[str, Any]] | None = None
     # the dataset store (where a node reads the blobs of the datasets a job reads)
     datasets_store: Path | None = None
+    # the teams' volumes (where a node finds a volume's directory: on a pool, a shared path)
+    volumes_store: Path | None = None
 
     # a container image's digest -> where the server keeps it (an OCI layout)
     image_layout: Callable[[str], Path] | None = None
@@ -140,7 +142,7 @@ class TaskMaker:
             image=self.image_of(spec.image_digest) if spec.image_digest else None,
             environment=self.environment_of(spec.environment) if spec.environment else None,
             datasets=self.datasets_of(spec),
-            volumes=tuple(use.model_dump() for use in spec.volumes),
+            volumes=self.volumes_of(spec),
         )
 
     def image_of(self, digest: str) -> dict[str, Any]:
@@ -155,6 +157,12 @@ class TaskMaker:
             {**use.model_dump(include={"name", "version", "mount", "manifest"}), "store": store}
             for use in spec.datasets
         )
+
+    def volumes_of(self, spec: JobSpec) -> tuple[dict[str, Any], ...]:
+        """What the node needs of each volume the job mounts (``TaskSpec.volumes``): with
+        the volumes' ``store``, so that every node uses the one directory of a volume."""
+        store = {"store": str(self.volumes_store)} if self.volumes_store is not None else {}
+        return tuple({**use.model_dump(), **store} for use in spec.volumes)
 
     def environment_of(self, ref: str) -> dict[str, Any]:
         """What the node needs of the job's environment; ``error`` when it cannot be had

@@ -11,10 +11,10 @@ Its ``--size`` binds: the storage scan records what each volume takes (``used_by
 over its size has the jobs that mount it stopped (as a team over its quota has) and new jobs
 that mount it refused (``409 volume_full``) until it is under again or given more room.
 
-On one machine the server's own data directory holds the volumes. On a pool each node would
-keep its own copy of a volume's directory, which is not one volume: a pool needs the
-volumes on a file system the nodes share (the dataset store's NFS, CephFS or Lustre), or a
-job pinned to the node that holds it; neither is done here.
+The volumes live in ``settings.volumes_dir`` (GPUPOOL_VOLUMES_STORE): on one machine the
+server's data directory; on a pool a file system every node mounts at the same path (NFS,
+CephFS, Lustre), whose path the server sends with each job (``TaskMaker.volumes_of``), so a
+volume is one directory whichever node a job lands on, and the server measures it here.
 
 Visibility follows the team: its members and viewers list them, its members make and delete
 them; another team's volume is answered as one that does not exist.
