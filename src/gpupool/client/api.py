@@ -106,8 +106,9 @@ class Client:
         return self._call("POST", "/jobs", json=spec)
 
     def apply(self, documents: list[dict[str, Any]], dry_run: bool = False) -> dict[str, Any]:
-        """Make the documents of a job file (Job, Notebook, Deployment) in one transaction,
-        all or none; ``dry_run``: check them and make nothing. What each made comes back."""
+        """Make the documents of a job file (a Job, an Environment, a Dataset, a Volume ...)
+        in one transaction, all or none; ``dry_run``: check them and make nothing. What each
+        made comes back."""
         return self._call("POST", "/apply", json={"documents": documents, "dry_run": dry_run})
 
     def schemas(self, kind: str | None = None) -> Any:

@@ -15,16 +15,17 @@ from gpupool.services.core import Principal
 
 router = APIRouter(tags=["job files"])
 
-KindName = Annotated[str, Path(max_length=50, description="a kind: Job, Notebook, Deployment")]
+KindName = Annotated[str, Path(max_length=50, description="a kind: Job, Dataset, Volume ...")]
 
 
 @router.post("/apply", response_model=ApplyView, status_code=status.HTTP_200_OK)
 def apply(
     body: ApplyRequest, ctx: PlatformDep, who: Annotated[Principal, allow(Rule.SUBMIT)]
 ) -> ApplyView:
-    """Make every document (a Job, a Notebook, a Deployment) in one transaction: all of them
-    or, when one is refused, none; with ``dry_run``, check them as a submit would and make
-    nothing. Errors name the document and carry its fields as documents.N.spec.FIELD."""
+    """Make every document (a Job, an Environment, a Dataset, a Volume, a Notebook, a
+    Deployment) in one transaction: all of them or, when one is refused, none; with
+    ``dry_run``, check them as a submit would and make nothing. Errors name the document and
+    carry its fields as documents.N.spec.FIELD."""
     return jobfiles.apply(ctx, who, body)
 
 

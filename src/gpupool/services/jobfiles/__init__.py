@@ -1,9 +1,10 @@
 """Job files (`gpupool apply -f`): documents of several kinds applied in one transaction.
 
 Applying (``_apply``: read each document as its kind's request body, make them all or none,
-a dry run rolled back), the registry of kinds (``_kinds``: Job, Notebook, Deployment; one
-entry each), their JSON schemas for editors (``_schemas``), and what applying needs of the
-server (``_ports``). It imports ``services.core`` and the public faces of ``jobs``,
+a dry run rolled back), the registry of kinds (``_kinds``: Job, Environment, Dataset,
+Volume, Notebook, Deployment; one entry each), their JSON schemas for editors
+(``_schemas``), and what applying needs of the server (``_ports``). It imports
+``services.core`` and the public faces of ``jobs``, ``environments``, ``datasets``,
 ``notebooks`` and ``deployments``, whose own steps make each document; nothing in services
 builds on it.
 """
