@@ -83,3 +83,20 @@ def test_unknown_images_and_a_digest_given_by_hand_are_refused(
     assert "not both" in error["message"]
     forged = {"command": ["true"], "image_digest": "sha256:" + "0" * 64}
     refused(client.post("/api/v1/jobs", json=forged), 422, "invalid_request")
+
+
+def test_a_launchers_one_process_runs_in_the_image_and_several_are_refused(
+    app: tuple[TestClient, Platform, str],
+) -> None:
+    client, _, ref = app
+    script = "echo rank=$RANK of $WORLD_SIZE at $MASTER_ADDR; cat /etc/os-release"
+    job = submit(client, [script], image=ref, launcher="torch", resources={"gpus": 1})
+    assert wait_job(client, job["id"])["status"] == "succeeded", logs(client, job["id"])
+    text = logs(client, job["id"])
+    assert "rank=0 of 1 at " in text and MARKER in text  # the plan's env, the image's tree
+
+    several = submit(client, [script], image=ref, launcher="torch", resources={"gpus": 2})
+    done = wait_job(client, several["id"])
+    assert done["status"] == "failed"
+    assert "cannot run in its image" in done["message"], done
+    assert "run one process per node" in done["message"], done
