@@ -16,6 +16,7 @@ import typer
 if TYPE_CHECKING:
     from gpupool.domain.policy import Policy
     from gpupool.scheduler.types import NodeCapacity, TeamQuota
+    from gpupool.sim.datasets import Datasets
     from gpupool.sim.engine import Probe, SimResult
     from gpupool.sim.fragmentation import FillReport
     from gpupool.sim.metrics import Metrics
@@ -41,6 +42,7 @@ POLICY_KNOBS = {
     "packing": ("fgd", "best-fit"),
     "max_starts": int,  # bounded cycles, as the server runs them (0: no bound)
     "max_tries": int,
+    "locality": ("on", "off"),  # placement prefers nodes holding a job's dataset
 }
 """The policies of ``gpupool.sim.policies``, named here so that ``--help`` stays light."""
 
@@ -80,6 +82,27 @@ def simulate(
         "GPU time it submits (rounded down) and lends what it leaves idle; a table with a row "
         "per team and policy follows.",
     ),
+    datasets: int = typer.Option(
+        0,
+        "--datasets",
+        min=0,
+        help="Model datasets: each user's jobs use one of this many (a seeded hash), fetched "
+        "onto each node that lacks it before the job's work starts; prints the bytes fetched "
+        "(0: none, the default).",
+    ),
+    dataset_sizes: str = typer.Option(
+        "50GB,200GB,500GB",
+        "--dataset-sizes",
+        help="The datasets' sizes, comma-separated, repeated in turn when --datasets is larger.",
+    ),
+    node_cache: str = typer.Option(
+        "500GB",
+        "--node-cache",
+        help="Each node's dataset cache: past it, least recently used datasets no job uses go.",
+    ),
+    fetch_gbps: float = typer.Option(
+        10.0, "--fetch-gbps", help="Gigabits a second at which a node fetches a dataset."
+    ),
     fragmentation: bool = typer.Option(
         False,
         "--fragmentation",
@@ -102,6 +125,7 @@ def simulate(
     if placement not in ("node", "count"):
         raise typer.BadParameter("use node or count", param_hint="--placement")
     policies = {name: resolve_policy(name) for name in dict.fromkeys(policy)}
+    data = datasets_of(datasets, dataset_sizes, node_cache, fetch_gbps)
     loaded = load(trace)
     nodes = nodes_for(cluster, loaded)
     header = header_of(loaded, cluster, nodes, placement)
@@ -117,9 +141,18 @@ def simulate(
     if vc:
         header["virtual_clusters"] = {q.team: sum(q.guarantee.values()) for q in quotas}
     header["restart_cost_seconds"] = restart_cost
+    if data is not None:
+        header["datasets"] = {
+            "sizes_bytes": list(data.sizes),
+            "node_cache_bytes": data.cache_bytes,
+            "fetch_bytes_per_second": data.bandwidth,
+        }
     with progress_display() as shown:
         results = [
-            (name, replay(loaded, nodes, settings, restart_cost, placement, quotas, shown, name))
+            (
+                name,
+                replay(loaded, nodes, settings, restart_cost, placement, quotas, shown, name, data),
+            )
             for name, settings in policies.items()
         ]
     print_replays(header, results, quotas if vc else None, output)
@@ -189,13 +222,62 @@ def print_replays(
     if quotas is not None:
         guarantees = {quota.team: sum(quota.guarantee.values()) for quota in quotas}
         teams = [(name, team_metrics(result, guarantees)) for name, (_, result) in results]
+    fetched = "datasets" in header
     if output == Output.JSON:
         rows = [(name, metrics, unscheduled_reasons(result)) for name, (metrics, result) in results]
-        typer.echo(to_json(replay_document(header, rows, teams)), nl=False)
+        document = replay_document(header, rows, teams)
+        if fetched:
+            for row, (_, (_, result)) in zip(document["rows"], results, strict=True):
+                row.update(fetch_figures(result))
+        typer.echo(to_json(document), nl=False)
         return
     typer.echo(render([(name, metrics) for name, (metrics, _) in results]), nl=False)
     if quotas is not None:
         typer.echo(render_teams(teams), nl=False)
+    if fetched:
+        for name, (_, result) in results:
+            typer.echo(fetch_line(name, result))
+
+
+def fetch_figures(result: SimResult) -> dict[str, float]:
+    """What a replay with datasets fetched, for the JSON report."""
+    return {
+        "fetched_bytes": result.fetched_bytes,
+        "fetches": result.fetches,
+        "fetch_wait_seconds": result.fetch_wait,
+    }
+
+
+def fetch_line(name: str, result: SimResult) -> str:
+    """What a replay with datasets fetched, in words."""
+    return (
+        f"{name}: fetched {result.fetched_bytes / 1e12:.2f} TB in {result.fetches} fetches; "
+        f"jobs waited {result.fetch_wait / 3600:.1f} h in all for their data"
+    )
+
+
+def datasets_of(count: int, sizes: str, cache: str, gbps: float) -> Datasets | None:
+    """The datasets model of the options (None: --datasets 0); a usage error for a size
+    that is not one, or a bandwidth of 0 or less."""
+    if not count:
+        return None
+    from gpupool.domain.units import parse_bytes
+    from gpupool.sim.datasets import GB, Datasets
+
+    try:
+        each = [parse_bytes(part.strip()) for part in sizes.split(",") if part.strip()]
+    except ValueError as error:
+        raise typer.BadParameter(str(error), param_hint="--dataset-sizes") from None
+    if not each:
+        raise typer.BadParameter("give one size or more: 50GB,200GB", param_hint="--dataset-sizes")
+    try:
+        cache_bytes = parse_bytes(cache)
+    except ValueError as error:
+        raise typer.BadParameter(str(error), param_hint="--node-cache") from None
+    if not gbps > 0 or gbps == float("inf"):
+        raise typer.BadParameter("a number of gigabits a second above 0", param_hint="--fetch-gbps")
+    chosen = tuple(each[index % len(each)] for index in range(count))
+    return Datasets(chosen, cache_bytes, gbps * GB / 8)
 
 
 def progress_display() -> ProgressDisplay:
@@ -234,6 +316,10 @@ def resolve_policy(spec: str) -> Policy:
 
 
 def _knob_value(spec: str, key: str, kind: object, text: str) -> object:
+    if kind == ("on", "off"):
+        if text not in kind:
+            raise typer.BadParameter(f"{key} in '{spec}' is on or off", param_hint="--policy")
+        return text == "on"
     if isinstance(kind, tuple):
         if text not in kind:
             raise typer.BadParameter(
@@ -299,6 +385,7 @@ def replay(
     quotas: tuple[TeamQuota, ...] = (),
     shown: ProgressDisplay | None = None,
     label: str = "",
+    datasets: Datasets | None = None,
 ) -> tuple[Metrics, SimResult]:
     """Run one policy; say on stderr how long it took and why jobs never ran, if any did not.
 
@@ -323,6 +410,7 @@ def replay(
         settings=settings,
         quotas=quotas,
         probe=watched,
+        datasets=datasets,
     )
     seconds = time.perf_counter() - began
     typer.echo(f"replayed in {seconds:.1f} s, {result.cycles} scheduling cycles", err=True)

@@ -28,6 +28,11 @@ empty pool holds at once (32 one-GPU tasks on 16 GPUs). A job still pending when
 runs and nothing more arrives can never start: the replay stops and reports it
 unscheduled, with the scheduler's reason.
 
+With ``datasets`` (``gpupool.sim.datasets``), each job fetches its dataset onto each of its
+nodes that lacks it before its work starts (holding its GPUs meanwhile), each node keeps a
+cache of them, and the result counts the bytes fetched: the study of placement that prefers
+nodes holding a job's data (``Policy.locality``, ``benchmarks/locality.py``).
+
 ``drop_unplaced`` is the fill experiment of the fragmentation study (FGD, ATC'23): a job not
 placed in the cycles of its arrival time fails at once instead of waiting. A ``probe`` sees
 every start, stop and arrival (``gpupool.sim.fragmentation`` samples fragmentation with it).
@@ -38,7 +43,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Protocol
 
 from gpupool.domain.jobs import ResourceRequest
@@ -57,7 +62,9 @@ from gpupool.scheduler.types import (
     Placement,
     Snapshot,
     TeamQuota,
+    Want,
 )
+from gpupool.sim.datasets import Datasets, NodeCaches
 from gpupool.sim.refusals import RefusalCache
 
 if TYPE_CHECKING:
@@ -144,6 +151,11 @@ class SimResult:
     cycles: int  # calls to the policy
     preemptions: int = 0
     restart_cost: float = 0.0
+    # with datasets: the bytes fetched onto nodes, the fetches, and the seconds the jobs'
+    # attempts waited for their data (holding their GPUs)
+    fetched_bytes: int = 0
+    fetches: int = 0
+    fetch_wait: float = 0.0
 
 
 def simulate(
@@ -157,12 +169,13 @@ def simulate(
     quotas: Sequence[TeamQuota] = (),
     probe: Probe | None = None,
     drop_unplaced: bool = False,
+    datasets: Datasets | None = None,
 ) -> SimResult:
     """Replay ``trace_jobs`` on ``nodes`` under ``policy``; deterministic for equal inputs.
 
     ``settings`` is the ``Policy`` passed in every snapshot (the knobs of the scheduler);
-    ``quotas`` the teams' guarantees and limits; ``probe`` and ``drop_unplaced``: see the
-    module's docstring.
+    ``quotas`` the teams' guarantees and limits; ``probe``, ``drop_unplaced`` and
+    ``datasets``: see the module's docstring.
     """
     if restart_cost < 0:
         raise ValueError("restart_cost must be 0 or more seconds")
@@ -171,6 +184,7 @@ def simulate(
     replay = Replay(nodes, policy, restart_cost, placement, settings, tuple(quotas))
     replay.probe = probe
     replay.drop_unplaced = drop_unplaced
+    replay.caches = NodeCaches(datasets) if datasets is not None else None
     replay.run(trace_jobs)
     return replay.result()
 
@@ -230,6 +244,12 @@ class Replay:
         # the GPUs each preempting job's victims freed for it (the scheduler keeps them for
         # it): carried from one cycle to the next, dropped when the job starts
         self.nominations: dict[int, Nomination] = {}
+        # datasets (None: not modelled): the nodes' caches, the nodes where each running job
+        # uses its dataset, the nodes as the scheduler sees them (with their holdings)
+        self.caches: NodeCaches | None = None
+        self.fetching: dict[int, tuple[str, ...]] = {}
+        self._seen_nodes: tuple[NodeCapacity, ...] = self.nodes
+        self.fetch_wait = 0.0
 
     def run(self, trace_jobs: Iterable[TraceJob]) -> None:
         """Load the arrivals, then step through event times until no event is left."""
@@ -297,7 +317,24 @@ class Replay:
             request,
             tasks=tasks,
             gpu_types=job.gpu_types,
+            wants=self.wants_of(job),
         )
+
+    def wants_of(self, job: TraceJob) -> tuple[Want, ...]:
+        """What the job fetches onto its nodes: its dataset (nothing without datasets)."""
+        if self.caches is None:
+            return ()
+        return (self.caches.datasets.want_of(job.user),)
+
+    def nodes_now(self) -> tuple[NodeCapacity, ...]:
+        """The nodes as the scheduler sees them: with what their caches hold."""
+        caches = self.caches
+        if caches is not None and caches.changed:
+            caches.changed = False
+            self._seen_nodes = tuple(
+                replace(node, holds=caches.holds(node.name)) for node in self.nodes
+            )
+        return self._seen_nodes
 
     def _unsplittable(self, job: TraceJob) -> str:
         return (
@@ -314,7 +351,7 @@ class Replay:
         if self._held is None:
             self._held = tuple(a for allocations in self.running.values() for a in allocations)
         snapshot = Snapshot(
-            self.nodes,
+            self.nodes_now(),
             self._held,
             tuple(self.pending.values()),
             quotas=self.quotas,
@@ -348,7 +385,8 @@ class Replay:
             self._held = None
             if self.probe is not None:
                 self.probe.stopped(allocations)
-            ran = now - progress.started
+            self.release(job_id)
+            ran = max(0.0, now - progress.started)  # not its wait for data
             gpus = _gpus_of(allocations)
             progress.work = max(0.0, progress.work - ran) + self.restart_cost
             progress.attained += gpus * ran
@@ -375,6 +413,7 @@ class Replay:
             gpu_types=trace.gpu_types,
             attained=progress.attained,
             queued_at=now,
+            wants=self.wants_of(trace),
         )
 
     def start(self, job_id: int, placements: list[Placement]) -> None:
@@ -393,13 +432,39 @@ class Replay:
             self.probe.started(allocations)
         if progress.first_start is None:
             progress.first_start = now
-        progress.started = now
+        progress.started = self.fetch(job, placements, now)  # its work starts then
         self.usage.change(job.user, _gpus_of(allocations), now)
-        heapq.heappush(self.completions, (now + progress.work, job_id, progress.attempt))
+        end = progress.started + progress.work
+        heapq.heappush(self.completions, (end, job_id, progress.attempt))
+
+    def fetch(self, job: PendingJob, placements: list[Placement], now: float) -> float:
+        """Each node of the job fetches what it wants and lacks: when the last has it all."""
+        caches = self.caches
+        if caches is None or not job.wants:
+            return now
+        nodes = tuple(dict.fromkeys(placement.node for placement in placements))
+        ready = now
+        for node in nodes:
+            for want in job.wants:
+                ready = max(ready, caches.use(node, want, now))
+        self.fetching[job.job_id] = nodes
+        self.fetch_wait += ready - now
+        return ready
+
+    def release(self, job_id: int) -> None:
+        """A job stopped: its nodes' caches may let its data go."""
+        caches = self.caches
+        nodes = self.fetching.pop(job_id, ())
+        if caches is None or not nodes:
+            return
+        for want in self.wants_of(self.jobs[job_id]):
+            for node in nodes:
+                caches.release(node, want)
 
     def finish(self, job_id: int) -> None:
         allocations = self.running.pop(job_id)
         self._held = None
+        self.release(job_id)
         if self.probe is not None:
             self.probe.stopped(allocations)
         progress = self.progress[job_id]
@@ -443,6 +508,9 @@ class Replay:
             cycles=self.cycles,
             preemptions=self.preemptions,
             restart_cost=self.restart_cost,
+            fetched_bytes=self.caches.fetched_bytes if self.caches is not None else 0,
+            fetches=self.caches.fetches if self.caches is not None else 0,
+            fetch_wait=self.fetch_wait,
         )
 
 
