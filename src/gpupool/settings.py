@@ -60,6 +60,9 @@ class Settings(BaseSettings):
     min_runtime_seconds: float = Field(default=0.0, ge=0.0)
     # Where a GPU task goes: "fgd" (least growth of fragmentation) or "best-fit".
     packing: Literal["fgd", "best-fit"] = "fgd"
+    # A job that fetches an environment, dataset version or image goes, among the spots it
+    # fits now, to the node that holds most of it (docs/scheduling.md, "Locality").
+    locality: bool = True
     # Bounded work per cycle (docs/scheduling.md, "Bounded cycles"): a cycle hands its starts
     # over this many at a time as it goes, and after this many jobs of one user could not
     # start it tries no more of that user's; 0: no bound.
@@ -270,6 +273,7 @@ class Settings(BaseSettings):
             min_runtime=self.min_runtime_seconds,
             usage_half_life=self.fair_share_half_life_seconds,
             packing=self.packing,
+            locality=self.locality,
             max_starts=self.cycle_max_starts,
             max_tries=self.cycle_max_tries,
         )

@@ -1,6 +1,6 @@
-"""The site's policy settings (GPUPOOL_MIN_RUNTIME_SECONDS, GPUPOOL_PACKING, the fair-share
-half-life) reach every snapshot the control loop schedules from; bad values stop the server
-with a clear message."""
+"""The site's policy settings (GPUPOOL_MIN_RUNTIME_SECONDS, GPUPOOL_PACKING,
+GPUPOOL_LOCALITY, the fair-share half-life) reach every snapshot the control loop schedules
+from; bad values stop the server with a clear message."""
 
 from __future__ import annotations
 
@@ -31,6 +31,7 @@ def test_the_loop_schedules_with_the_site_settings(tmp_path: Path) -> None:
         min_runtime_seconds=900,
         packing="best-fit",
         fair_share_half_life_seconds=86400,
+        locality=False,
     )
     with running_app(settings, decide=recorder) as (client, platform):
         job = submit(client, ["true"], resources={"gpus": 1})
@@ -39,6 +40,7 @@ def test_the_loop_schedules_with_the_site_settings(tmp_path: Path) -> None:
     assert recorder.policies
     policy = recorder.policies[-1]
     assert (policy.min_runtime, policy.packing, policy.usage_half_life) == (900, "best-fit", 86400)
+    assert policy.locality is False
     assert policy.order == DEFAULT_POLICY.order and policy.explain
 
 
