@@ -164,6 +164,7 @@ def test_code_written_as_a_directory_is_sent_and_output_applies_again(
 def test_a_dataset_from_a_directory_is_uploaded_then_made_with_its_job(
     admin: Cli, tmp_path: Path
 ) -> None:
+    before = job_count(admin)
     project = tmp_path / "project"
     shutil.copytree(REPO / "examples" / "data", project / "data")
     file = project / "dataset.yaml"
@@ -200,8 +201,10 @@ def test_a_dataset_from_a_directory_is_uploaded_then_made_with_its_job(
         2,
         1,
     ]
-    same = admin("apply", "-f", str(file), "--set", "count/command=[true]")
+    same = admin("apply", "-f", str(file), "--set", "count/command=[echo, again]")
+    assert same.returncode == 0, same.stderr
     assert "the server has every file" in same.stderr
+    assert same.stdout.startswith("dataset ") and "(cli-reviews)" in same.stdout
     assert len(admin.json("dataset", "show", "cli-reviews")["versions"]) == 2  # no copy
 
     missing = tmp_path / "missing.yaml"
@@ -210,3 +213,11 @@ def test_a_dataset_from_a_directory_is_uploaded_then_made_with_its_job(
     )
     answer = admin("apply", "-f", str(missing))
     assert refused(answer, "not_a_directory") and "spec.from" in answer.stderr
+    unnamed = tmp_path / "unnamed.yaml"
+    unnamed.write_text(
+        "apiVersion: gpupool/v1\nkind: Job\nspec: {command: [true]}\n---\n"
+        "apiVersion: gpupool/v1\nkind: Dataset\nspec: {from: project}\n"
+    )
+    answer = admin("apply", "-f", str(unnamed))
+    assert refused(answer, "bad_job_file") and f"{unnamed}:5: document 2 (Dataset)" in answer.stderr
+    assert job_count(admin) == before + 3  # count, once per apply above; none here

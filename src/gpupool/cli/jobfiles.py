@@ -137,8 +137,13 @@ def send_datasets(documents: list[Loaded], base: Path, dry_run: bool, source: st
         if not isinstance(written, str) or not written:
             continue
         name = _name(doc.data)
-        if not isinstance(name, str):
-            continue  # the server says that a Dataset needs its metadata.name
+        if not isinstance(name, str) or not name:
+            line = _line_of(doc.node)
+            raise CliError(
+                "bad_job_file",
+                f"{source}{f':{line}' if line else ''}: document {index + 1} (Dataset): give "
+                "the dataset's name in metadata.name",
+            )
         try:
             found = uploads.scan(base / written)
         except uploads.ScanError as error:
