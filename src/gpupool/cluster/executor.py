@@ -35,7 +35,7 @@ from gpupool.domain.code import CodeLimits
 from gpupool.domain.endpoints import Endpoint
 from gpupool.domain.isolation import IsolationStatus
 from gpupool.errors import NoModelFiles, OutputsUnreachable
-from gpupool.executors import outputs
+from gpupool.executors import images, outputs
 from gpupool.executors.base import Capabilities, Executor, Handle, LaunchError, listening
 from gpupool.executors.gang import (
     GangLog,
@@ -56,6 +56,9 @@ from gpupool.settings import WILDCARD_ADDRESSES
 log = logging.getLogger(__name__)
 
 START_TIMEOUT_S = 60.0
+# a start that needs an image the node has not unpacked unpacks it first (as one machine's
+# start does): the call waits as long as an unpack may take, not a plain start's minute
+IMAGE_START_TIMEOUT_S = START_TIMEOUT_S + images.UNPACK_TIMEOUT_S
 # A node that lost the head stops its work node_lost_seconds after its last contact, with a
 # grace of its own (cluster/lost.py): its GPUs are handed out only after that has passed too.
 NODE_STOP_SLACK_S = 10.0
@@ -137,7 +140,8 @@ class RayExecutor(Executor):
             what = f"the model files {task.model} are"
             sent["model_archive_data"] = _archive_data(task.model_archive, what, "model_missing")
         try:
-            answer = self.cluster.call(task.node, "start", timeout=START_TIMEOUT_S, task=sent)
+            timeout = IMAGE_START_TIMEOUT_S if task.image else START_TIMEOUT_S
+            answer = self.cluster.call(task.node, "start", timeout=timeout, task=sent)
         except (ClusterUnavailable, AgentUnavailable) as error:
             raise _unreachable(task.node, error) from error
         except CallFailed as error:
