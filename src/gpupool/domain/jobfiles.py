@@ -132,20 +132,26 @@ class VolumeBody(BaseModel):
     size_bytes: int | None = Field(
         default=None, ge=1, le=2**62, description="its size (the team's quota binds)"
     )
+    size: Annotated[int, Field(strict=True)] | Annotated[str, Field(max_length=40)] | None = Field(
+        default=None,
+        exclude=True,
+        description="its size as written, 10G or 500GiB: read as size_bytes",
+    )
 
-    @model_validator(mode="before")
-    @classmethod
-    def _size(cls, value: Any) -> Any:
-        if isinstance(value, dict) and "size" in value:
-            value = dict(value)
-            size = value.pop("size")
-            if "size_bytes" in value:
-                raise ValueError("give size or size_bytes, not both")
-            try:
-                value["size_bytes"] = parse_bytes(size)
-            except ValueError as error:
-                raise ValueError(f"size: {error} (e.g. 10G, 500GiB)") from None
-        return value
+    @model_validator(mode="after")
+    def _size(self) -> VolumeBody:
+        if self.size is None:
+            return self
+        if self.size_bytes is not None:
+            raise ValueError("give size or size_bytes, not both")
+        try:
+            size_bytes = parse_bytes(self.size)
+        except ValueError as error:
+            raise ValueError(f"size: {error} (e.g. 10G, 500GiB)") from None
+        if not 1 <= size_bytes <= 2**62:
+            raise ValueError("size: give 1 byte or more, at most 4 EiB (e.g. 10G)")
+        self.size_bytes, self.size = size_bytes, None
+        return self
 
 
 class Metadata(BaseModel):

@@ -170,4 +170,6 @@ def test_the_schemas_of_every_kind(client: TestClient) -> None:
     assert {"command", "resources", "depends_on", "array", "max_runtime_seconds"} <= spec.keys()
     dataset = client.get("/api/v1/schemas/Dataset").json()["properties"]["spec"]["properties"]
     assert {"from", "manifest", "from_job", "path", "description"} <= dataset.keys()
+    volume = client.get("/api/v1/schemas/Volume").json()["properties"]["spec"]["properties"]
+    assert {"size", "size_bytes", "team"} == volume.keys()  # size: as examples/ write it
     refused(client.get("/api/v1/schemas/Cron"), 404, "not_found")
