@@ -212,7 +212,17 @@ def test_a_dataset_from_a_directory_is_uploaded_then_made_with_its_job(
         "apiVersion: gpupool/v1\nkind: Dataset\nmetadata: {name: m}\nspec:\n  from: nowhere\n"
     )
     answer = admin("apply", "-f", str(missing))
-    assert refused(answer, "not_a_directory") and "spec.from" in answer.stderr
+    assert refused(answer, "not_a_directory")
+    assert f"{missing}:5:3: document 1 (Dataset m): spec.from: " in answer.stderr
+    theirs = project / "theirs.yaml"  # refused while uploading: at the document's from
+    theirs.write_text(
+        "apiVersion: gpupool/v1\nkind: Dataset\nmetadata: {name: t}\n"
+        "spec:\n  team: nosuch\n  from: data\n"
+    )
+    answer = admin("apply", "-f", str(theirs))
+    assert refused(answer, "not_found") and f"{theirs}:6:3: document 1 (Dataset t): no team" in (
+        answer.stderr
+    )
     unnamed = tmp_path / "unnamed.yaml"
     unnamed.write_text(
         "apiVersion: gpupool/v1\nkind: Job\nspec: {command: [true]}\n---\n"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -127,7 +128,6 @@ def send_datasets(documents: list[Loaded], base: Path, dry_run: bool, source: st
     from gpupool.client import Client
     from gpupool.client import datasets as uploads
 
-    config = read_config()
     sources: list[Source] = []
     for index, doc in enumerate(documents):
         spec = doc.data.get("spec")
@@ -144,23 +144,21 @@ def send_datasets(documents: list[Loaded], base: Path, dry_run: bool, source: st
                 f"{source}{f':{line}' if line else ''}: document {index + 1} (Dataset): give "
                 "the dataset's name in metadata.name",
             )
+        at = position(doc.node, ["spec", "from"]) if doc.node is not None else None
+        where = (f"{source}:{at[0]}:{at[1]}" if at else source) + f": document {index + 1} "
+        where += f"(Dataset {name})"
         try:
             found = uploads.scan(base / written)
         except uploads.ScanError as error:
-            raise CliError(error.code, f"spec.from: {error.message}") from None
+            raise CliError(error.code, f"{where}: spec.from: {error.message}") from None
         team = spec.get("team") if isinstance(spec.get("team"), str) else None
-
-        def connect() -> Any:
-            return Client(config.url, config.token, timeout=UPLOAD_TIMEOUT_S)
-
+        config = read_config()
+        connect = partial(Client, config.url, config.token, timeout=UPLOAD_TIMEOUT_S)
         client = connect()
         try:
             done = uploads.upload(client, name, found, team, dry_run, connect)
         except ApiError as error:
-            at = position(doc.node, ["spec", "from"]) if doc.node is not None else None
-            where = f"{source}:{at[0]}:{at[1]}" if at else source
-            label = f"document {index + 1} (Dataset {name})"
-            raise CliError(error.code, f"{where}: {label}: {error.message}") from None
+            raise CliError(error.code, f"{where}: {error.message}") from None
         finally:
             client.close()
         del spec["from"]
