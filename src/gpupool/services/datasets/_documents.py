@@ -51,6 +51,8 @@ from gpupool.store.models import (
 )
 
 EMPTY = Manifest(files=())
+# a dry run's version from a job (its outputs not read): recorded, then rolled back
+NOT_READ = "0" * 64
 
 
 @dataclass(frozen=True)
@@ -66,7 +68,8 @@ class ReadyVersion:
     source_job_id: int | None = None
     holds: dict[str, int] = field(default_factory=dict)
     uploaded: bool = True  # from an upload (not a job's outputs)
-    # the team must hold every blob (not in a dry run: the CLI uploads them after it)
+    # the team must hold every blob (not in a dry run: the real apply's CLI uploads them
+    # before it sends the file)
     check_blobs: bool = True
 
 
@@ -96,7 +99,7 @@ def prepare_version(ctx: Copies, who: Principal, body: DatasetBody, dry_run: boo
     team_id, node = source_job(ctx, who, job_id, body.team)
     if dry_run:  # its outputs are not copied: the version checked has no files
         return ReadyVersion(
-            body.name, team_id, "0" * 64, EMPTY, body.description, job_id, uploaded=False
+            body.name, team_id, NOT_READ, EMPTY, body.description, job_id, uploaded=False
         )
     settings = ctx.settings
     files = _pack_into_blobs(ctx, job_id, node, path)
