@@ -15,7 +15,7 @@ what the node held in the snapshot: what the job will not fetch.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Sequence, Set
 
 from gpupool.scheduler.types import NodeCapacity, Placement, Want
 
@@ -50,13 +50,20 @@ class Locality:
         holds = self._index().get(node, EMPTY)
         return tuple(want.key for want in wants if want.key in holds)
 
-    def holds(self, node: str, key: str) -> bool:
-        """Whether ``node`` holds ``key``, or will once this cycle's placements fetch it."""
-        return key in self._index().get(node, EMPTY) or key in self._fetching.get(node, EMPTY)
+    def lacking(self, node: str, wants: Iterable[Want]) -> int:
+        """The bytes of ``wants`` that ``node`` neither holds nor fetches in this cycle (a
+        want of unknown size counts as 1)."""
+        holds = self._index().get(node, EMPTY)
+        fetching = self._fetching.get(node, EMPTY)
+        missing = [want for want in wants if want.key not in holds and want.key not in fetching]
+        return sum(max(want.size, 1) for want in missing)
 
-    def holders(self, wants: Iterable[Want]) -> set[str]:
-        """The nodes holding (or fetching in this cycle) any of ``wants``."""
+    def holders(self, wants: Sequence[Want]) -> Set[str]:
+        """The nodes holding (or fetching in this cycle) any of ``wants``; not to be changed
+        (one want's is the index's own set)."""
         self._index()
+        if len(wants) == 1:
+            return self._holders.get(wants[0].key, EMPTY)
         found: set[str] = set()
         for want in wants:
             found |= self._holders.get(want.key, EMPTY)
@@ -96,12 +103,12 @@ class Fetch:
         """The bytes left to fetch on ``node`` (a want of unknown size counts as 1)."""
         if node in self.placed:
             return 0
-        holds = self.locality.holds
-        return sum(max(want.size, 1) for want in self.wants if not holds(node, want.key))
+        return self.locality.lacking(node, self.wants)
 
-    def candidates(self) -> set[str]:
+    def candidates(self) -> Set[str]:
         """The nodes where the cost is below the full cost: the nodes holding any want."""
-        return self.locality.holders(self.wants) | self.placed
+        holders = self.locality.holders(self.wants)
+        return holders | self.placed if self.placed else holders
 
     def held(self, node: str) -> tuple[str, ...]:
         return self.locality.held(node, self.wants)

@@ -18,13 +18,16 @@ of several tasks) places its tasks one by one and gives everything back if one d
 Given a job's ``Fetch`` (``locality``: what it fetches onto its nodes, and what each node
 holds), a task goes to the spot with the fewest bytes left to fetch among the one above and
 a spot on each node that holds any of its wants (however far down best fit's order: the
-holders are few and looked up, not searched for); equal costs keep the order above.
+holders are looked up, not searched for; when they are many, best fit's order is walked
+until enough of them are met); among the cheapest, best fit's first ``CANDIDATES`` are
+scored by the packer, as above. Equal to the spot above, it keeps that one.
 """
 
 from __future__ import annotations
 
+import heapq
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Set
 from itertools import islice
 
 from gpupool.scheduler.capacity import Claim, FreeCapacity, GpuState, NodeState
@@ -71,37 +74,90 @@ def nearer_spot(
     fetch: Fetch,
 ) -> Claim:
     """``chosen`` (the spot placement picks without locality), unless a node holding some
-    of the job's wants has a spot with fewer bytes left to fetch: then the fewest, and among
-    equals the least growth of fragmentation (with a packer), then best fit's order. Only
-    nodes that fit now are looked at: a job never waits for a holding node."""
+    of the job's wants has a spot with fewer bytes left to fetch: then, among the first
+    ``CANDIDATES`` spots in best fit's order with the fewest bytes left, the one where
+    fragmentation grows least (with a packer), else the first. Only spots that fit now are
+    looked at: a job never waits for a holding node."""
     least = fetch.cost(chosen.node.name)
     if not least:
         return chosen
-    scored = packer is not None and demand.uses_gpus
-    best: tuple[int, float, tuple, Claim] | None = None
-    for name in fetch.candidates():
+    holders = fetch.candidates()
+    if len(holders) <= SCANNED:
+        claims = _holders_spots(holders, demand, capacity, where, fetch, least)
+    else:
+        claims = _walked_spots(demand, capacity, where, fetch, least)
+    if not claims:
+        return chosen
+    if packer is None or not demand.uses_gpus:
+        return claims[0]
+    best: tuple[float, Claim] | None = None
+    for claim in claims:
+        score = growth_of(packer, claim, demand)
+        if best is None or score < best[0] - SCORE_EPSILON:
+            best = (score, claim)
+    return best[1] if best is not None else chosen
+
+
+SCANNED = 4 * CANDIDATES  # holders looked at one by one; more: best fit's order is walked
+
+
+def _holders_spots(
+    holders: Set[str],
+    demand: Demand,
+    capacity: FreeCapacity,
+    where: Where,
+    fetch: Fetch,
+    least: int,
+) -> list[Claim]:
+    """A few holders: each one's spot, if it fits, and of those with the fewest bytes left
+    to fetch (below ``least``), the first ``CANDIDATES`` in best fit's order."""
+    by_name = capacity.by_name
+    found: list[tuple[int, tuple, NodeState, Claim | None]] = []
+    for name in holders:
+        node = by_name.get(name)
+        if node is None:
+            continue
         cost = fetch.cost(name)
-        node = capacity.by_name.get(name)
-        if cost >= least or node is None:
+        if cost >= least:
             continue
-        found = node_spot(node, demand, where)
-        if found is None:
-            continue
-        claim, order = found
-        score = growth_of(packer, claim, demand) if scored else 0.0  # type: ignore[arg-type]
-        if best is None or _before((cost, score, order), best[:3]):
-            best = (cost, score, order, claim)
-    return chosen if best is None else best[3]
+        spot = node_spot(node, demand, where)
+        if spot is not None:
+            found.append((cost, spot[0], node, spot[1]))
+    if not found:
+        return []
+    cheapest = min(entry[0] for entry in found)
+    nearest = heapq.nsmallest(
+        CANDIDATES, (entry for entry in found if entry[0] == cheapest), key=lambda entry: entry[1]
+    )
+    return [
+        claim if claim is not None else whole_claim(node, demand, where)
+        for _, _, node, claim in nearest
+    ]
 
 
-def _before(one: tuple[int, float, tuple], other: tuple[int, float, tuple]) -> bool:
-    """``one`` is a better (cost, fragmentation growth, best fit's order) than ``other``;
-    growths within ``SCORE_EPSILON`` are equal."""
-    if one[0] != other[0]:
-        return one[0] < other[0]
-    if abs(one[1] - other[1]) > SCORE_EPSILON:
-        return one[1] < other[1]
-    return one[2] < other[2]
+def _walked_spots(
+    demand: Demand, capacity: FreeCapacity, where: Where, fetch: Fetch, least: int
+) -> list[Claim]:
+    """Many holders: best fit's order walked, the first ``CANDIDATES`` spots with the fewest
+    bytes left to fetch (below ``least``) kept; it stops at that many that fetch nothing."""
+    kept: list = []
+    cheapest = least
+    walked: Iterator = (
+        whole_nodes(demand, capacity, where)
+        if demand.whole
+        else spots(demand, capacity, where, len(capacity.nodes) * max(capacity.max_gpus, 1))
+    )
+    for item in walked:
+        cost = fetch.cost(item.name if demand.whole else item.node.name)
+        if cost < cheapest:
+            cheapest, kept = cost, [item]
+        elif cost == cheapest < least and len(kept) < CANDIDATES:
+            kept.append(item)
+        if not cheapest and len(kept) >= CANDIDATES:
+            break
+    if demand.whole:
+        return [whole_claim(node, demand, where) for node in kept]
+    return kept
 
 
 def growth_of(packer: Packer, claim: Claim, demand: Demand) -> float:
@@ -114,9 +170,10 @@ def growth_of(packer: Packer, claim: Claim, demand: Demand) -> float:
     return packer.growth(state, after, node.cpus, demand.cpus)
 
 
-def node_spot(node: NodeState, demand: Demand, where: Where) -> tuple[Claim, tuple] | None:
-    """The spot best fit would pick for ``demand`` on this one node, with its place in best
-    fit's order over the pool (None: it does not fit there now)."""
+def node_spot(node: NodeState, demand: Demand, where: Where) -> tuple[tuple, Claim | None] | None:
+    """Whether ``demand`` fits this one node now (None: not), and where: its place in best
+    fit's order over the pool, and the spot best fit would pick on it (None for whole GPUs:
+    ``whole_claim`` makes it, for the few spots kept)."""
     if not host_fits(node, demand):
         return None
     if demand.whole:
@@ -124,7 +181,7 @@ def node_spot(node: NodeState, demand: Demand, where: Where) -> tuple[Claim, tup
             return None
         if not uniform(node, demand) and len(whole_gpus_on(node, demand, where)) < demand.whole:
             return None
-        return whole_claim(node, demand, where), (0, node.free_count, node.rank)
+        return (0, node.free_count, node.rank), None
     if demand.fractional:
         if not _node_ok(node, demand, where):
             return None
@@ -138,7 +195,7 @@ def node_spot(node: NodeState, demand: Demand, where: Where) -> tuple[Claim, tup
         if shared:
             gpu = min(shared, key=GpuState.key)
             share, memory = fraction_demand(demand, gpu)
-            return Claim(node, ((gpu, share, memory),)), (0, *gpu.key())
+            return (0, *gpu.key()), Claim(node, ((gpu, share, memory),))
         fitting = [
             gpu
             for gpu in node.gpus
@@ -148,10 +205,10 @@ def node_spot(node: NodeState, demand: Demand, where: Where) -> tuple[Claim, tup
             return None
         [gpu] = connected(fitting, 1)
         share, memory = fraction_demand(demand, gpu)
-        return Claim(node, ((gpu, share, memory),)), (1, node.free_count, node.rank)
+        return (1, node.free_count, node.rank), Claim(node, ((gpu, share, memory),))
     if where.node_ok is not None and not where.node_ok(node, demand):
         return None
-    return Claim(node, ()), (0, node.free_count, node.rank)
+    return (0, node.free_count, node.rank), Claim(node, ())
 
 
 def packed_spot(

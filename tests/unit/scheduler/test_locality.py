@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from gpupool.domain.policy import DEFAULT_POLICY
 from gpupool.scheduler import schedule
 from gpupool.scheduler.packing import CANDIDATES
+from gpupool.scheduler.placement import SCANNED
 from gpupool.scheduler.types import Decisions, NodeCapacity, PendingJob, Snapshot, Want
 from tests.support.clock import ManualClock
 from tests.support.scheduling import BEST_FIT, decide, gpu_node, pending, running
@@ -107,6 +108,21 @@ def test_a_holding_node_far_down_best_fits_order_is_still_found() -> None:
         assert where(decide(nodes, [pending(1)], settings=policy)) == {(1, 0): "node-00"}
         decisions = decide(nodes, [wanting(pending(1), DATA)], settings=policy)
         assert where(decisions) == {(1, 0): f"node-{count - 1:02d}"}
+
+
+def test_with_many_holders_best_fits_order_is_walked_to_the_first_holder() -> None:
+    # more holders than are looked at one by one: the first of them in best fit's order
+    count = SCANNED + 40
+    nodes = [gpu_node(f"node-{index:03d}", 8) for index in range(count)]
+    nodes = nodes[:30] + [holding(node, DATA) for node in nodes[30:]]
+
+    decisions = decide(nodes, [wanting(pending(1), DATA)], settings=BEST_FIT)
+    assert where(decisions) == {(1, 0): "node-030"}
+    decisions = decide(nodes, [wanting(pending(1), DATA)])
+    assert held(decisions) == {(1, 0): (DATA.key,)}
+    gang = wanting(pending(2, gpus=8, tasks=3), DATA, distinct_nodes=True)
+    decisions = decide(nodes, [gang], settings=BEST_FIT)
+    assert where(decisions) == {(2, 0): "node-030", (2, 1): "node-031", (2, 2): "node-032"}
 
 
 def test_array_tasks_follow_the_first_task_within_a_cycle() -> None:
