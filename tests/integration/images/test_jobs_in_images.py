@@ -100,3 +100,7 @@ def test_a_launchers_one_process_runs_in_the_image_and_several_are_refused(
     assert done["status"] == "failed"
     assert "cannot run in its image" in done["message"], done
     assert "run one process per node" in done["message"], done
+
+    mpi = submit(client, [script], image=ref, launcher="mpi", resources={"gpus": 1})
+    done = wait_job(client, mpi["id"])
+    assert done["status"] == "failed" and "MPI job cannot run in an image" in done["message"]
