@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from gpupool.domain.policy import DEFAULT_POLICY
 from gpupool.scheduler import schedule
+from gpupool.scheduler.capacity import same_pool
 from gpupool.scheduler.packing import CANDIDATES
 from gpupool.scheduler.placement import SCANNED
 from gpupool.scheduler.types import Decisions, NodeCapacity, PendingJob, Snapshot, Want
@@ -261,3 +262,13 @@ def test_held_is_what_the_node_held_of_the_jobs_wants(
     for placement in decisions.placements:
         expected = tuple(w.key for w in wants[placement.job_id] if w.key in holds[placement.node])
         assert placement.held == expected
+
+
+def test_nodes_that_differ_in_their_holdings_alone_are_the_same_pool() -> None:
+    # the free capacity kept from the last cycle serves the next when only holdings changed
+    nodes = (gpu_node("node-a", 4), gpu_node("node-b", 4))
+    fetched = (holding(nodes[0], DATA), nodes[1])
+    assert same_pool(nodes, fetched)
+    assert not same_pool(nodes, (gpu_node("node-a", 2), nodes[1]))
+    assert not same_pool(nodes, (holding(gpu_node("node-a", 2), DATA), nodes[1]))
+    assert not same_pool(nodes, nodes[:1])
