@@ -5,10 +5,11 @@ the queue holds jobs of 50 users in 10 teams with guarantees: 1, 2, 4 and 8 GPUs
 fractions. The scheduler is a pure function, so each of the timed cycles decides from the
 same snapshot. Baselines in the same run: the ``fifo`` policy on the same snapshot, the
 product policy without explanations (the simulator's setting), and that with best-fit
-packing instead of the fragmentation-aware default. Then the cycle after it, with its
-decisions applied (the server's next tick: few placements, the queue still long), over the
-free capacity kept from the cycle before (as the server's cycles run) and, as a baseline,
-over one built anew.
+packing instead of the fragmentation-aware default, and that with every job fetching one of
+three datasets (each node holding one: placement's locality at work). Then the cycle after
+it, with its decisions applied (the server's next tick: few placements, the queue still
+long), over the free capacity kept from the cycle before (as the server's cycles run) and,
+as a baseline, over one built anew.
 
 Last, the server's cycles (``Settings.cycle_max_starts`` / ``cycle_max_tries``): the burst's
 cycle from the same snapshot, handing its jobs over that many at a time as it goes (the
@@ -53,6 +54,7 @@ from gpupool.scheduler.types import (
     PendingJob,
     Snapshot,
     TeamQuota,
+    Want,
 )
 from gpupool.settings import Settings
 from gpupool.sim.engine import VirtualClock
@@ -132,6 +134,20 @@ def _pending(job_id: int, users: list[tuple[str, str]], rng: random.Random) -> P
         request,
         attained=rng.choice((0.0, 0.0, 5e3, 5e4)),
     )
+
+
+def with_datasets(snapshot: Snapshot) -> Snapshot:
+    """The snapshot with three datasets (100, 200 and 500 GB): a user's jobs fetch one (by the
+    user's number), and each node holds one (by its number)."""
+    keys = [Want(f"dataset:{index}", size * 10**9) for index, size in enumerate((100, 200, 500))]
+    nodes = tuple(
+        replace(node, holds=frozenset({keys[index % 3].key}))
+        for index, node in enumerate(snapshot.nodes)
+    )
+    pending = tuple(
+        replace(job, wants=(keys[int(job.user.rsplit("-", 1)[1]) % 3],)) for job in snapshot.pending
+    )
+    return replace(snapshot, nodes=nodes, pending=pending)
 
 
 Timing = tuple[list[float], list[float]]  # wall and CPU seconds per cycle
@@ -259,6 +275,9 @@ def baselines(product: Snapshot, cycles: int) -> None:
     packed = replace(named("default"), packing="best-fit")
     best_fit_times, best_fit = time_cycles(replace(product, policy=packed), cycles)
     line("baseline: the same, best-fit packing", best_fit_times, best_fit)
+    local = with_datasets(replace(product, policy=named("default")))
+    local_times, local_decisions = time_cycles(local, cycles)
+    line("the same, every job with a dataset", local_times, local_decisions)
     times, decisions = time_cycles(product, cycles)
     p95, rate = line("one cycle, the whole burst (no bound)", times, decisions)
     after = applied(product, decisions)
@@ -273,6 +292,8 @@ def baselines(product: Snapshot, cycles: int) -> None:
         f"{median / statistics.median(quiet_times[0]):.2f}   fragmentation-aware / best-fit "
         f"packing (no explanations): "
         f"{statistics.median(quiet_times[0]) / statistics.median(best_fit_times[0]):.2f}   "
+        "with datasets / without (locality): "
+        f"{statistics.median(local_times[0]) / statistics.median(quiet_times[0]):.2f}   "
         "next cycle, kept / built anew: "
         f"{statistics.median(next_times[0]) / statistics.median(anew_times[0]):.2f}"
     )
