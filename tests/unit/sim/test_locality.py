@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import random
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -18,11 +17,12 @@ from gpupool.sim.engine import cluster, simulate
 from gpupool.sim.metrics import summarize
 from gpupool.sim.policies import named
 from gpupool.sim.traces import TraceJob, load_trace
+from tests.conftest import REPO
 from tests.support.traces import job
 
-PHILLY = Path(__file__).resolve().parents[4] / "shared" / "data" / "traces" / "philly.csv"
+PHILLY = REPO.parent / "shared" / "data" / "traces" / "philly.csv"
 BEST_FIT = named("best-fit")
-EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "trace.csv"
+EXAMPLE = REPO / "examples" / "trace.csv"
 
 
 def users_of(datasets: Datasets) -> list[str]:
