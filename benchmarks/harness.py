@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import shutil
 import signal
 import statistics
 import sys
@@ -45,16 +46,25 @@ def stop_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
 
+def scratch(prefix: str, where: str | None = None) -> Path:
+    """A new directory for this run, removed when the benchmark exits (SIGTERM included,
+    through ``stop_on_sigterm``): a server's data directory holds its jobs, environments and
+    images, and a few runs left behind would fill the disk."""
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir=where))
+    atexit.register(shutil.rmtree, path, True)
+    return path
+
+
 def shared_workdir() -> str:
     """A working directory every job's account can read (jobs run under their owner's
     account when the server is root)."""
-    path = Path(tempfile.mkdtemp(prefix="gpupool-bench-work-", dir="/tmp"))
+    path = scratch("gpupool-bench-work-", "/tmp")
     path.chmod(0o755)
     return str(path)
 
 
 def start_server(env: dict[str, str] | None = None) -> ServerProcess:
-    data = Path(tempfile.mkdtemp(prefix="gpupool-bench-")) / "data"
+    data = scratch("gpupool-bench-") / "data"
     return ServerProcess(data, gpus=EIGHT_GPUS, env=env).start()
 
 

@@ -21,11 +21,10 @@ import argparse
 import os
 import shutil
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 
-from harness import FINAL, client, percentile, start_server, stop_on_sigterm, wait_until
+from harness import FINAL, client, percentile, scratch, start_server, stop_on_sigterm, wait_until
 from tests.support.images import ImageConfig, Member, Registry, base_members, layer
 
 JOBS = 40
@@ -111,7 +110,7 @@ def main() -> None:
     parser.add_argument("--megabytes", type=int, default=MEGABYTES)
     args = parser.parse_args()
     stop_on_sigterm()
-    work = Path(tempfile.mkdtemp(prefix="gpupool-bench-images-"))
+    work = scratch("gpupool-bench-images-")
     registry = Registry(work / "registry").start()
     server = start_server({"GPUPOOL_IMAGE_REGISTRIES": f"{registry.host}=insecure"})
     try:

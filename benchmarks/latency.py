@@ -15,11 +15,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 
-from harness import FINAL, client, percentile, start_server, summary, wait_until
+from harness import FINAL, client, percentile, scratch, start_server, summary, wait_until
 
 from gpupool.executors.isolation import Isolation
 from gpupool.executors.local import LocalExecutor
@@ -41,7 +39,7 @@ def bare_spawn(n: int) -> list[float]:
 
 
 def executor_only(n: int, sandboxed: bool = False, network: str = "host") -> list[float]:
-    data = Path(tempfile.mkdtemp(prefix="gpupool-bench-exec-"))
+    data = scratch("gpupool-bench-exec-")
     isolation = Isolation(Settings(data_dir=data)) if sandboxed else None
     executor = LocalExecutor(data / "jobs", isolation=isolation)
     times = []

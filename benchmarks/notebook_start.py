@@ -18,12 +18,10 @@ import secrets
 import socket
 import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 import httpx
-from harness import client, percentile, start_server, stop_on_sigterm, wait_until
+from harness import client, percentile, scratch, start_server, stop_on_sigterm, wait_until
 from tests.support.notebooks import Lab
 from tests.support.server import ServerProcess
 
@@ -72,7 +70,7 @@ def _through_gpupool(server: ServerProcess, api: httpx.Client) -> float:
 def _direct() -> tuple[float, float]:
     """Seconds to JupyterLab's first answer, and to its first kernel reply."""
     token, port = secrets.token_urlsafe(32), _free_port()
-    work = Path(tempfile.mkdtemp(prefix="gpupool-bench-lab-"))
+    work = scratch("gpupool-bench-lab-")
     env = os.environ | token_env(token) | {"PORT": str(port), "GPUPOOL_LISTEN_HOST": "127.0.0.1"}
     env |= {"TMPDIR": str(work), "HOME": str(work)}
     began = time.perf_counter()

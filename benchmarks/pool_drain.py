@@ -30,15 +30,14 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 from harness import (
     TreeCpu,
     client,
     in_loopback_namespace,
+    scratch,
     shared_workdir,
     stop_on_sigterm,
     wait_until,
@@ -117,7 +116,7 @@ class Drained:
 def drain_both(jobs: int, cpu: TreeCpu) -> tuple[Drained, dict]:
     """The pool's drain, then bare Ray tasks on the same cluster; ``cpu``: the benchmark's
     cgroup (made before anything is started, so that everything is counted)."""
-    pool = Pool.start(Path(tempfile.mkdtemp(prefix="gpupool-bench-pool-")))
+    pool = Pool.start(scratch("gpupool-bench-pool-"))
     try:
         for name in NODES:
             pool.join(name, NODE_GPUS)

@@ -21,14 +21,13 @@ from __future__ import annotations
 import argparse
 import re
 import statistics
-import tempfile
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from harness import (
     FINAL,
     client,
     in_loopback_namespace,
+    scratch,
     shared_workdir,
     start_server,
     stop_on_sigterm,
@@ -105,7 +104,7 @@ def one_machine(jobs: int, workdir: str) -> Starts:
 
 
 def pool(jobs: int, gang_jobs: int, workdir: str) -> tuple[list[float], Starts, Starts]:
-    started = Pool.start(Path(tempfile.mkdtemp(prefix="gpupool-bench-pool-")))
+    started = Pool.start(scratch("gpupool-bench-pool-"))
     try:
         joined = [started.join(f"n{i}", "4xH100-SXM5-80GB:80GiB") for i in (1, 2, 3)]
         on_joined = {"workdir": workdir, "gpu_types": ["H100"]}  # not on the head's A100s
