@@ -15,6 +15,7 @@ says what it freed).
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 
@@ -31,6 +32,8 @@ from gpupool.services.scheduling import (
 )
 from gpupool.settings import Settings
 from gpupool.store.db import Database
+
+log = logging.getLogger(__name__)
 
 DISK_CHECK_SECONDS = 1.0  # the disk's free space is looked at this often (a statvfs)
 
@@ -75,7 +78,10 @@ class Storage(Watch):
         self._next_scan = time.monotonic() + self.scan_seconds
         if time.monotonic() >= self._next_gc:
             self._next_gc = time.monotonic() + self.gc_seconds
-            datasets.collect_blobs(self)  # before the scan: what it frees counts at once
+            try:  # before the scan: what it frees counts at once
+                datasets.collect_blobs(self)
+            except Exception:  # the teams' scan goes on all the same
+                log.exception("the dataset store's sweep failed")
         found = self.scan(low)
         if not low:
             self.reserve.keep()

@@ -149,3 +149,19 @@ def test_the_storage_pipeline_sweeps_by_itself_and_says_what_it_freed(
         wait_for(lambda: not stored(platform, gone), 30, "the sweep to remove the blob")
     said = [r.getMessage() for r in caplog.records if "dataset blobs" in r.getMessage()]
     assert any("no dataset version references" in line and "freed" in line for line in said)
+
+
+def test_a_store_that_lost_a_manifest_is_not_swept(app: tuple[TestClient, Platform]) -> None:
+    """Without a version's manifest the sweep cannot tell which blobs it needs: it removes
+    nothing, and says why."""
+    client, platform = app
+    kept = upload(client, "kept", {"k.bin": os.urandom(100)})
+    gone = os.urandom(200)
+    upload(client, "gone", {"g.bin": gone})
+    assert client.delete(f"{API}/datasets/gone").status_code == 204
+    age_everything(platform, 2 * HOUR)
+    manifest = kept["version"]["manifest"].removeprefix("sha256:")
+    (platform.settings.datasets_dir / "blobs" / manifest[:2] / manifest).unlink()
+
+    assert datasets.collect_blobs(sweeper(platform)) == datasets.BlobsCollected()
+    assert stored(platform, gone) and sha(gone) in held(platform)
