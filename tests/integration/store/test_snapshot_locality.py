@@ -23,12 +23,11 @@ from gpupool.store.db import Database, prepare
 from gpupool.store.models import (
     DatasetModel,
     DatasetVersionModel,
-    EnvironmentModel,
-    EnvironmentVersionModel,
     ImageModel,
     JobModel,
     TeamModel,
 )
+from tests.support.environments import add_environment
 
 NOW = 1_000_000.0
 MANIFEST = "ab" * 32
@@ -64,25 +63,8 @@ def db(database_url: str) -> Iterator[Database]:
                 created_by=ann.id,
             )
         )
-        for name, env, prefix in (("torch", ENV, None), ("site", PREFIX, "/opt/site")):
-            environment = EnvironmentModel(team_id=team.id, name=name, created_at=0.0)
-            session.add(environment)
-            session.flush()
-            session.add(
-                EnvironmentVersionModel(
-                    environment_id=environment.id,
-                    env=env,
-                    python="3.11",
-                    platform="linux",
-                    kind="prefix" if prefix else "requirements",
-                    source="x",
-                    lock=None if prefix else "numpy==2.0",
-                    prefix=prefix,
-                    packages=[],
-                    created_at=0.0,
-                    created_by=ann.id,
-                )
-            )
+        add_environment(session, team.id, "torch", ENV, ann.id)
+        add_environment(session, team.id, "site", PREFIX, ann.id, prefix="/opt/site")
         session.add(
             ImageModel(
                 team_id=team.id,

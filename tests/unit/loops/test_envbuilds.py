@@ -13,8 +13,9 @@ from gpupool.loops import Control
 from gpupool.services import cluster, jobs
 from gpupool.settings import Settings
 from gpupool.store.db import Database
-from gpupool.store.models import EnvironmentModel, EnvironmentVersionModel, JobModel, NodeModel
+from gpupool.store.models import EnvironmentModel, JobModel, NodeModel
 from tests.support.clock import ManualClock
+from tests.support.environments import add_environment
 from tests.unit.loops.conftest import (
     ADMIN,
     ScriptedExecutor,
@@ -32,23 +33,7 @@ def with_environment(db: Database, clock: ManualClock, gpus: int = 1) -> int:
     """A job of the admin's team whose recorded environment is ``REF`` (a locked one)."""
     with db.session() as session:
         if session.query(EnvironmentModel).count() == 0:
-            env = EnvironmentModel(team_id=1, name="torch", created_at=0.0)
-            session.add(env)
-            session.flush()
-            session.add(
-                EnvironmentVersionModel(
-                    environment_id=env.id,
-                    env=ENV,
-                    python="3.11",
-                    platform="linux",
-                    kind="requirements",
-                    source="numpy",
-                    lock="numpy==2.0",
-                    packages=["numpy==2.0"],
-                    created_at=0.0,
-                    created_by=1,
-                )
-            )
+            add_environment(session, 1, "torch", ENV, 1)
     if gpus:
         job_id = submit(db, clock, gpus=gpus)
     else:
