@@ -272,3 +272,26 @@ def test_nodes_that_differ_in_their_holdings_alone_are_the_same_pool() -> None:
     assert not same_pool(nodes, (gpu_node("node-a", 2), nodes[1]))
     assert not same_pool(nodes, (holding(gpu_node("node-a", 2), DATA), nodes[1]))
     assert not same_pool(nodes, nodes[:1])
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(with_holdings(), st.sampled_from([DEFAULT_POLICY, BEST_FIT]))
+def test_one_job_starts_with_locality_whenever_it_does_without_and_fetches_no_more(
+    pair: tuple[Snapshot, Snapshot], policy
+) -> None:  # noqa: ANN001
+    _, local = pair
+    if not local.pending:
+        return
+    alone = replace(local, pending=local.pending[:1])
+    job = alone.pending[0]
+    holds = {node.name: node.holds for node in alone.nodes}
+
+    def fetched(decisions: Decisions) -> int:
+        nodes = {p.node for p in decisions.placements}
+        return sum(max(w.size, 1) for n in nodes for w in job.wants if w.key not in holds[n])
+
+    on = schedule(replace(alone, policy=policy), ManualClock())
+    off = schedule(replace(alone, policy=replace(policy, locality=False)), ManualClock())
+    assert bool(on.placements) == bool(off.placements)
+    if job.tasks == 1:
+        assert fetched(on) <= fetched(off)
