@@ -7,7 +7,9 @@ first out once it holds more than ``cache_bytes``, never one a job on the node s
 job placed on a node that lacks its dataset first fetches it there at ``bandwidth`` bytes a
 second: its work starts that much later, and it holds its GPUs meanwhile, as the real
 platform does. A dataset being fetched is shared: a second job placed there waits for the
-same fetch, and fetches nothing. The scheduler sees each node's cache as
+same fetch, and fetches nothing. Each fetch has the whole bandwidth (concurrent fetches, on
+one node or from one store, do not share it: the model is of bytes moved, and of time only
+roughly). The scheduler sees each node's cache as
 ``NodeCapacity.holds`` (fetches under way included: the node will have it) and each job's
 dataset as its ``PendingJob.wants``.
 """
