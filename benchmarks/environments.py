@@ -16,6 +16,10 @@ name another). Four figures, each against a baseline of the same run:
   links are one file) against one's. Aim: <= 1.2x.
 - imports: ``import numpy, scipy, pandas, sklearn`` timed inside a job (in its sandbox) and by
   the environment's python run directly on the host, alternately. Aim: within 10 %.
+- GPUs held idle: a job asking for a GPU, in a cold environment of that stack (one more
+  package: nothing of it is built yet), the time from its placement to its start, while its
+  GPU is held; against a second server of the same run with build jobs off
+  (``GPUPOOL_ENV_BUILD_JOBS=false``), where the job's own start builds it holding the GPU.
 
     .venv/bin/python benchmarks/environments.py [--jobs N] [--imports N]
 """
@@ -67,8 +71,19 @@ def main() -> None:
     try:
         with client(server) as api:
             run(api, server.data_dir, args)
+            first = gpu_held(api, "cold-gpu")
     finally:
         server.stop()
+    server = start_server(env | {"GPUPOOL_ENV_BUILD_JOBS": "false"})
+    try:
+        with client(server) as api:
+            held = gpu_held(api, "cold-gpu")
+    finally:
+        server.stop()
+    print(f"GPUs held idle: a GPU job in a cold environment held its GPU {first[0]:.2f} s from")
+    print(f"      its placement to its start (submit->start {first[1]:.1f} s, the build in a")
+    print(f"      CPU-only build job); with build jobs off {held[0]:.2f} s (submit->start")
+    print(f"      {held[1]:.1f} s, the build in its start)")
 
 
 def run(api, data: Path, args: argparse.Namespace) -> None:  # noqa: ANN001
@@ -117,6 +132,16 @@ def run(api, data: Path, args: argparse.Namespace) -> None:  # noqa: ANN001
     print("      (aim within 10 %)")
 
 
+def gpu_held(api, name: str) -> tuple[float, float]:  # noqa: ANN001
+    """A GPU job in a cold environment: from its placement to its start, and from its submit
+    to its start, in seconds."""
+    create(api, name, [*STACK, EXTRAS[9]])
+    done = job(api, ["true"], name, gpus=1)
+    events = api.get(f"/jobs/{done['id']}").json()["events"]
+    placed = [event["at"] for event in events if event["reason"] == "Placed"][-1]
+    return done["started_at"] - placed, done["started_at"] - done["submitted_at"]
+
+
 def create(api, name: str, packages: list[str]) -> dict:  # noqa: ANN001
     body = {"name": name, "requirements": "\n".join(packages) + "\n"}
     answer = api.post("/environments", json=body, timeout=600)
@@ -125,8 +150,10 @@ def create(api, name: str, packages: list[str]) -> dict:  # noqa: ANN001
     return answer.json()
 
 
-def job(api, command: list[str], environment: str | None) -> dict:  # noqa: ANN001
+def job(api, command: list[str], environment: str | None, gpus: int = 0) -> dict:  # noqa: ANN001
     body: dict[str, object] = {"command": command}
+    if gpus:
+        body["resources"] = {"gpus": gpus}
     if environment:
         body["environment"] = environment
     job_id = api.post("/jobs", json=body).json()["id"]
