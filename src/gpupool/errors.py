@@ -297,6 +297,15 @@ class StorageFull(GpupoolError):
     code = "storage_full"
 
 
+class DatasetStoreUnavailable(GpupoolError):
+    """The S3-compatible dataset store cannot be used (the boto3 client is not installed,
+    the bucket is not set, or the store does not answer): install gpupool[s3], check the
+    GPUPOOL_DATASETS_S3_* settings and the server's AWS credentials, then try again."""
+
+    status = 503
+    code = "dataset_store_unavailable"
+
+
 class StorageQuotaExceeded(ClientError):
     """Your team's files take more than its storage quota, so the server writes no more for
     it: delete outputs or model versions it no longer needs, or ask an admin for a larger

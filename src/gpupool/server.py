@@ -229,12 +229,21 @@ def _open(settings: Settings) -> tuple[DataDirLock, Platform]:
         check_declared(settings)
         lock.acquire(f"http://{settings.host}:{settings.port}")
         _sweep_part_files(settings)
+        _check_dataset_store(settings)
         return lock, open_platform(settings)
     except DeclaredSettingError as error:
         raise CliError("bad_setting", f"{_SETTING_NAMES[error.setting]}: {error}", 2) from None
     except GpupoolError as error:
         lock.release()
         raise CliError(error.code, error.message, 2) from None
+
+
+def _check_dataset_store(settings: Settings) -> None:
+    """Refuse to start when the S3 dataset store is asked for but cannot be made (boto3,
+    the s3 extra, not installed; no bucket named): said now, not at the first upload."""
+    from gpupool.services import datasets
+
+    datasets.blob_store(settings)
 
 
 def _sweep_part_files(settings: Settings) -> None:

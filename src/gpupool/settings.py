@@ -106,6 +106,14 @@ class Settings(BaseSettings):
     # store count once); past it, after a version is materialised, the least recently used
     # versions no job holds are removed (a later job of one materialises it again). 0: none.
     dataset_cache_max_bytes: int = Field(default=0, ge=0)
+    # An S3-compatible object store for the dataset store instead of the POSIX one, when
+    # the endpoint is set (e.g. http://127.0.0.1:9000; gpupool[s3]): its bucket, the prefix
+    # of gpupool's keys there, its region. Credentials: the standard AWS chain of the
+    # server's and each node's account (never kept by gpupool, never given to jobs).
+    datasets_s3_endpoint: str = ""
+    datasets_s3_bucket: str = ""
+    datasets_s3_prefix: str = "gpupool/"
+    datasets_s3_region: str = "us-east-1"
     # Blobs no dataset version references are removed from the store every
     # dataset_gc_seconds, once unchanged for dataset_blob_grace_seconds: an upload's blobs
     # wait that long for their version's commit (a slow upload of a big version included).

@@ -3,9 +3,10 @@ and its mutable volumes.
 
 Uploading blobs, planning and committing versions, making one from a job's outputs,
 listing, showing, resolving and deleting them (``_datasets``); volumes (``_volumes``);
-the dataset store on disk (``_blobs``); what a job file's Dataset and Volume documents make,
-in two steps (``_documents``); what they need of the server beyond the core
-ports, the settings and the executor, in ``_ports``. It imports ``services.core`` and
+receiving blobs (``_blobs``) into the store that keeps them (``_stores``: a POSIX
+directory or an S3-compatible object store); what a job file's Dataset and Volume documents
+make, in two steps (``_documents``); what they need of the server beyond the core ports,
+the settings and the executor, in ``_ports``. It imports ``services.core`` and
 ``identity`` (teams' storage quotas); ``jobs`` builds on it (a submit resolves and records
 the datasets and volumes a job uses).
 """
@@ -39,6 +40,7 @@ from gpupool.services.datasets._documents import (
     record_volume,
 )
 from gpupool.services.datasets._gc import BlobsCollected, collect_blobs
+from gpupool.services.datasets._stores import BlobStore, blob_store, s3_of
 from gpupool.services.datasets._volumes import (
     create_volume,
     delete_volume,
@@ -51,6 +53,9 @@ from gpupool.services.datasets._volumes import (
 
 __all__ = [
     "BlobsCollected",
+    "BlobStore",
+    "blob_store",
+    "s3_of",
     "collect_blobs",
     "record_volume_usage",
     "DATASET_INCOMING",

@@ -1,20 +1,22 @@
-"""The dataset store on disk: each blob (a file's bytes, or a version's manifest) kept once,
-at ``blobs/<first 2 hex>/<hex>`` below the store, named by its SHA-256.
+"""Receiving blobs into the dataset store: each blob (a file's bytes, or a version's
+manifest) kept once, named by its SHA-256, in the store the settings name (``_stores``: a
+POSIX directory, ``blobs/<first 2 hex>/<hex>``, or an S3-compatible object store).
 
-A blob is received into a part file below ``incoming`` while its SHA-256 is computed,
-checked against the name it was sent under, flushed to the disk (fsync), renamed into place
-and its directory synced: only then is it recorded and acknowledged, so that an answered
-upload survives kill -9 of the server or a crash of the machine. Kept blobs are read-only
-(0444): nodes hard-link them into their caches, and the jobs' accounts read them there.
-Part files left by a crash are removed when the server starts (``sweep_leftovers``).
-Blobs no version references any more are removed by ``_gc`` (``remove_blob``).
+A blob is received into a part file below the POSIX store's ``incoming`` (on the server's
+disk, whichever store keeps it) while its SHA-256 is computed, checked against the name it
+was sent under, flushed to the disk (fsync) and put into the store (``BlobStore.put``: a
+rename and a synced directory, or an upload to S3): only then is it recorded and
+acknowledged, so that an answered upload survives kill -9 of the server or a crash of the
+machine. Kept blobs are read-only (0444): nodes hard-link them into their caches, and the
+jobs' accounts read them there. Part files left by a crash are removed when the server
+starts (``sweep_leftovers``). Blobs no version references any more are removed by ``_gc``
+(``remove_blob``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import hashlib
 import os
 import tempfile
@@ -25,17 +27,18 @@ from types import TracebackType
 from typing import BinaryIO
 
 from gpupool.domain.units import format_bytes
-from gpupool.errors import BlobHashMismatch, DatasetTooLarge, InvalidRequest, StorageFull
+from gpupool.errors import BlobHashMismatch, DatasetTooLarge, InvalidRequest
+from gpupool.services.datasets._stores import BLOBS, INCOMING, blob_key, blob_store, disk_error
 from gpupool.settings import Settings
 
-INCOMING = "incoming"  # blobs being received, below the dataset store
-BLOBS = "blobs"
+__all__ = ["BLOBS", "INCOMING", "blob_key"]
+
 CHUNK = 1024 * 1024
 
 
 def blob_path(store: Path, sha256: str) -> Path:
     """Where the blob ``sha256`` (hex) is kept below ``store``."""
-    return store / BLOBS / sha256[:2] / sha256
+    return store / blob_key(sha256)
 
 
 def too_large(size: int, settings: Settings) -> DatasetTooLarge:
@@ -97,29 +100,6 @@ class Incoming:
             self._file.close()
         except OSError as error:
             raise disk_error(error) from error
-
-    def publish(self, final: Path) -> None:
-        """Rename into place, read-only, and sync the directory: once this returns, a crash
-        keeps it."""
-        try:
-            final.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            os.chmod(self.path, 0o444)
-            os.replace(self.path, final)
-            fd = os.open(final.parent, os.O_RDONLY | os.O_DIRECTORY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        except OSError as error:
-            raise disk_error(error) from error
-
-
-def disk_error(error: OSError) -> Exception:
-    """StorageFull for a full disk (507: the client may try again later); other errors as
-    they are (an operator's problem: the server's log has them)."""
-    if error.errno in (errno.ENOSPC, errno.EDQUOT):
-        return StorageFull()
-    return RuntimeError(f"dataset storage failed: {error}")
 
 
 def incoming(settings: Settings, max_bytes: int | None = None) -> Incoming:
@@ -186,19 +166,21 @@ def keep_bytes(settings: Settings, data: bytes) -> str:
 def read_blob(settings: Settings, sha256: str, max_bytes: int) -> bytes | None:
     """The blob's bytes (a manifest), None when the store lacks it; DatasetTooLarge over
     ``max_bytes``."""
-    path = blob_path(settings.datasets_dir, sha256)
-    try:
-        with path.open("rb") as file:
-            size = os.fstat(file.fileno()).st_size
-            if size > max_bytes:
-                raise too_large(size, settings)
-            return file.read()
-    except FileNotFoundError:
+    store = blob_store(settings)
+    size = store.size(sha256)
+    if size is None:
         return None
+    if size > max_bytes:
+        raise too_large(size, settings)
+    file = store.open(sha256)
+    if file is None:
+        return None
+    with contextlib.closing(file):
+        return file.read(max_bytes + 1)
 
 
 def present(settings: Settings, sha256: str) -> bool:
-    return blob_path(settings.datasets_dir, sha256).is_file()
+    return blob_store(settings).has(sha256)
 
 
 def _keep(settings: Settings, incoming: Incoming, expected: str) -> None:
@@ -211,47 +193,15 @@ def _keep(settings: Settings, incoming: Incoming, expected: str) -> None:
             expected=expected,
         )
     incoming.finish()
-    final = blob_path(settings.datasets_dir, sha)
-    try:
-        # kept already: the same bytes (the part is discarded on exit), touched so that a
-        # collection of unreferenced blobs leaves it to the upload that is recording it
-        os.utime(final)
-    except FileNotFoundError:  # not kept, or taken by a collection a moment ago
-        incoming.publish(final)
-    except OSError as error:
-        raise disk_error(error) from error
+    blob_store(settings).put(sha, incoming.path)
 
 
-def stored_blobs(settings: Settings) -> Iterator[tuple[str, os.stat_result]]:
-    """Each blob of the store (hex, its stat), as the directory lists them."""
-    root = settings.datasets_dir / BLOBS
-    try:
-        shards = [entry for entry in os.scandir(root) if entry.is_dir(follow_symlinks=False)]
-    except FileNotFoundError:
-        return
-    for shard in shards:
-        with contextlib.suppress(FileNotFoundError), os.scandir(shard.path) as entries:
-            for entry in entries:
-                if len(entry.name) == 64 and entry.name.startswith(shard.name):
-                    with contextlib.suppress(FileNotFoundError):
-                        yield entry.name, entry.stat(follow_symlinks=False)
+def stored_blobs(settings: Settings) -> Iterator[tuple[str, float]]:
+    """Each blob of the store (hex) and when it last changed (Unix time)."""
+    return blob_store(settings).blobs()
 
 
 def remove_blob(settings: Settings, sha256: str, changed_before: float) -> int:
     """Remove the blob unless it changed (was kept, or kept again: ``_keep`` touches it) at
-    or after ``changed_before``; the bytes it took (0: it stays, or was gone). It is renamed
-    below ``incoming`` first and looked at there: an upload that touched it just before the
-    rename has it put back; one that touches it after finds it gone and keeps its own."""
-    final = blob_path(settings.datasets_dir, sha256)
-    taken = settings.datasets_dir / INCOMING / f"collected-{sha256}"
-    try:
-        taken.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        os.rename(final, taken)
-    except FileNotFoundError:
-        return 0
-    stat = os.lstat(taken)
-    if stat.st_mtime >= changed_before:
-        os.replace(taken, final)  # kept again meanwhile: it stays
-        return 0
-    os.unlink(taken)
-    return stat.st_blocks * 512
+    or after ``changed_before``; the bytes it took (0: it stays, or was gone)."""
+    return blob_store(settings).remove(sha256, changed_before)

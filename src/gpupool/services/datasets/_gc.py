@@ -84,8 +84,8 @@ def collect_blobs(ctx: Stores) -> BlobsCollected:
         referenced[team_id].add(manifest)
     anywhere = set().union(*referenced.values()) if referenced else set()
     removed, freed = 0, 0
-    for sha, stat in list(stored_blobs(ctx.settings)):
-        if sha in anywhere or sha in held or stat.st_mtime >= changed_before:
+    for sha, changed in list(stored_blobs(ctx.settings)):
+        if sha in anywhere or sha in held or changed >= changed_before:
             continue
         size = remove_blob(ctx.settings, sha, changed_before)
         removed, freed = removed + (size > 0), freed + size
