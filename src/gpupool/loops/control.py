@@ -29,6 +29,7 @@ from gpupool.scheduler import schedule
 from gpupool.scheduler.types import Clock, Schedule
 from gpupool.services import environments
 from gpupool.services.core import LoopStats
+from gpupool.services.datasets import s3_of
 from gpupool.services.images import image_layout
 from gpupool.services.jobs import CheckpointWatcher, code_archive_path
 from gpupool.services.models import model_archive_path
@@ -71,6 +72,7 @@ class Control:
             model_archive=partial(model_archive_path, settings.models_dir),
             environment=environments.launch_lookup(db),
             datasets_store=settings.datasets_dir,
+            datasets_s3=s3_of(settings),
             volumes_store=settings.volumes_dir,
             image_layout=partial(image_layout, settings),
         )

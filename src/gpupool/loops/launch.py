@@ -105,6 +105,9 @@ class TaskMaker:
     environment: Callable[[str], dict[str, Any]] | None = None
     # the dataset store (where a node reads the blobs of the datasets a job reads)
     datasets_store: Path | None = None
+    # the S3-compatible dataset store (endpoint, bucket, prefix, region; no credentials:
+    # each node has its own) when it keeps the blobs instead: the node fetches them
+    datasets_s3: dict[str, str] | None = None
     # the teams' volumes (where a node finds a volume's directory: on a pool, a shared path)
     volumes_store: Path | None = None
 
@@ -153,8 +156,13 @@ class TaskMaker:
     def datasets_of(self, spec: JobSpec) -> tuple[dict[str, Any], ...]:
         """What the node needs of each dataset the job reads (``TaskSpec.datasets``)."""
         store = str(self.datasets_store or "")
+        s3 = {"s3": dict(self.datasets_s3)} if self.datasets_s3 else {}
         return tuple(
-            {**use.model_dump(include={"name", "version", "mount", "manifest"}), "store": store}
+            {
+                **use.model_dump(include={"name", "version", "mount", "manifest"}),
+                "store": store,
+                **s3,
+            }
             for use in spec.datasets
         )
 

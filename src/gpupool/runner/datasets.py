@@ -22,6 +22,15 @@ starts to its end, and touches the lock file (its last use). Past the admin's li
 least recently used versions no job holds are removed (``runner.lru``): each renamed away to
 a dot name first, so that a directory named by a manifest's hex is always a whole version.
 
+With an S3-compatible store (the use's ``s3``), the version's manifest and blobs are first
+fetched into ``.fetch-<hex>`` beside it (a dot name: neither a version nor a holding) by
+``gpupool.executors.blobfetch``, a process spawned with this interpreter (so that the runner
+imports nothing beyond the stdlib; it uses the node's own AWS credentials), then linked from
+there exactly as from a POSIX store, and the fetched blobs are removed once the version is
+whole: its files are hard links to them, so their bytes stay, counted once, in the version
+alone, and a collection of the version frees them with it (no second cache to collect).
+What this costs: a blob two versions share is fetched once for each.
+
 Imported only for jobs that read datasets (stdlib only).
 """
 
@@ -35,6 +44,8 @@ import os
 import re
 import shutil
 import signal
+import subprocess
+import sys
 import time
 
 from gpupool.runner import lru
@@ -112,7 +123,7 @@ def _hold(use, stopped, progress) -> tuple[int, bool]:  # noqa: ANN001
                 return fd, made
             fcntl.flock(fd, fcntl.LOCK_UN)
             say = say or progress.for_(use.label)
-            _make(fd, use.manifest, use.store, use.path, stopped, say)
+            _make(fd, use.manifest, use.store, use.path, stopped, say, use.s3)
             made = True
             # back to shared: not atomic, but the touch keeps collections off it meanwhile
     except BaseException:
@@ -120,28 +131,97 @@ def _hold(use, stopped, progress) -> tuple[int, bool]:  # noqa: ANN001
         raise
 
 
-def materialise(manifest: str, store: str, path: str, stopped=None, say=None) -> None:  # noqa: ANN001
-    """The version whose manifest is the blob ``manifest`` of ``store``, made at ``path``
-    unless it is there (then nothing is done). Missing when the store lacks part of it."""
+def materialise(manifest: str, store: str, path: str, stopped=None, say=None, s3=None) -> None:  # noqa: ANN001
+    """The version whose manifest is the blob ``manifest`` of ``store`` (of the S3 store
+    ``s3`` when given), made at ``path`` unless it is there (then nothing is done). Missing
+    when the store lacks part of it."""
     if os.path.isdir(path):
         return
     fd = _open_lock(path)
     try:
-        _make(fd, manifest, store, path, stopped, say)
+        _make(fd, manifest, store, path, stopped, say, s3)
     finally:
         os.close(fd)
 
 
-def _make(fd: int, manifest: str, store: str, path: str, stopped, say) -> None:  # noqa: ANN001
+def _make(fd: int, manifest: str, store: str, path: str, stopped, say, s3=None) -> None:  # noqa: ANN001
     """Make the version under its lock ``fd`` (taken exclusive here, and left so), unless
     another job of the node made it while this one waited; its last use touched."""
     _lock(fd, stopped, say)
     if not os.path.isdir(path):
         part = f"{path}.part"
         remove_tree(part)
-        _build(store, _files(store, manifest), part, stopped, say)
+        if s3 is None:
+            _build(store, _files(store, manifest), part, stopped, say)
+        else:
+            fetched = _fetch_dir(path)
+            remove_tree(fetched)  # a crash's leftovers
+            try:
+                fetch(s3, manifest, fetched, stopped, say)
+                _build(fetched, _files(fetched, manifest), part, stopped, say)
+            finally:
+                remove_tree(fetched)
         os.rename(part, path)
     os.utime(fd)
+
+
+def _fetch_dir(path: str) -> str:
+    """Where the blobs of the version kept at ``path`` are fetched: beside it, a dot name."""
+    return os.path.join(os.path.dirname(path), f".fetch-{os.path.basename(path)}")
+
+
+def fetch(s3: dict, manifest: str, into: str, stopped=None, say=None) -> None:  # noqa: ANN001
+    """The manifest and blobs of a version fetched from the S3 store ``s3`` below ``into``
+    (the POSIX store's layout) by ``gpupool.executors.blobfetch``, what it says passed on;
+    Missing when the store lacks part of it, Stopped when the job is asked to stop, OSError
+    for any other failure (its message in the job's record)."""
+    os.makedirs(into, mode=0o700, exist_ok=True)
+    argv = [sys.executable, "-m", "gpupool.executors.blobfetch", "--manifest", manifest]
+    argv += ["--into", into]
+    for name in ("endpoint", "bucket", "prefix", "region"):
+        argv += [f"--{name}", s3[name]]
+    with open(os.path.join(into, "errors"), "w+b") as errors:
+        proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=errors, close_fds=True
+        )
+        try:
+            _follow(proc, stopped, say)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+            proc.stdout.close()
+        errors.seek(0)
+        told = errors.read().decode(errors="replace").strip().splitlines()
+    last = told[-1] if told else f"exit code {proc.returncode}"
+    if proc.returncode == 3:  # blobfetch.EXIT_MISSING
+        raise Missing(last)
+    if proc.returncode != 0:
+        raise OSError(errno.EIO, last)
+
+
+def _follow(proc: subprocess.Popen, stopped, say) -> None:  # noqa: ANN001
+    """Pass the fetch's progress lines on (at most every SAY_EVERY_SECONDS), until it ends;
+    Stopped (the fetch killed) when the job is asked to stop."""
+    import selectors
+
+    said = 0.0
+    with selectors.DefaultSelector() as selector:
+        selector.register(proc.stdout, selectors.EVENT_READ)
+        buffered = b""
+        while True:
+            if stopped is not None and stopped():
+                raise Stopped
+            if not selector.select(LOCK_POLL_SECONDS * 4):
+                continue
+            chunk = os.read(proc.stdout.fileno(), 65536)
+            if not chunk:
+                return
+            buffered += chunk
+            *lines, buffered = buffered.split(b"\n")
+            if lines and say is not None and time.monotonic() - said > SAY_EVERY_SECONDS:
+                say(f"fetching from the dataset store: {lines[-1].decode(errors='replace')}")
+                said = time.monotonic()
 
 
 def collect(cache: str, max_bytes: int, now: float | None = None) -> str:

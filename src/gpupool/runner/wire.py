@@ -526,9 +526,11 @@ class DatasetSpec:
     manifest's SHA-256 (hex), a blob of the dataset ``store``; ``path``: where the node keeps
     it materialised (its cache); ``label``: NAME:VERSION, for messages; ``cache_max_bytes``:
     what the node's cache may take (past it the least recently used versions no job holds
-    are removed; 0: no limit)."""
+    are removed; 0: no limit); ``s3``: the S3-compatible store's endpoint, bucket, prefix
+    and region when the blobs are kept there (the node fetches them: no credentials here),
+    else None (the blobs are files below ``store``)."""
 
-    __slots__ = ("label", "manifest", "store", "path", "cache_max_bytes")
+    __slots__ = ("label", "manifest", "store", "path", "cache_max_bytes", "s3")
 
     def __init__(self, raw: object) -> None:
         if not isinstance(raw, dict):
@@ -544,6 +546,13 @@ class DatasetSpec:
         if not isinstance(limit, int) or limit < 0:
             raise SpecError("datasets[].cache_max_bytes must be a count of bytes")
         self.cache_max_bytes: int = limit
+        s3 = raw.get("s3")
+        names = ("endpoint", "bucket", "prefix", "region")
+        if s3 is not None and (
+            not isinstance(s3, dict) or not all(isinstance(s3.get(n), str) for n in names)
+        ):
+            raise SpecError("datasets[].s3 must name its endpoint, bucket, prefix and region")
+        self.s3: dict[str, str] | None = {n: s3[n] for n in names} if s3 else None
 
 
 def _datasets(value: object) -> list[DatasetSpec]:
