@@ -8,6 +8,7 @@ talks to over the loopback as it would to MinIO or AWS.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -48,6 +49,10 @@ class S3Server:
             found += [item["Key"] for item in page.get("Contents", ())]
         return sorted(found)
 
+    def env(self) -> dict[str, str]:
+        """A server process's environment that selects this store, with the credentials."""
+        return {f"GPUPOOL_{k.upper()}": v for k, v in self.settings().items()} | CREDENTIALS
+
     def settings(self) -> dict[str, str]:
         """The server's settings that select this store."""
         return {
@@ -58,15 +63,18 @@ class S3Server:
 
 
 @contextmanager
-def moto_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[S3Server]:
-    """A moto S3 server on 127.0.0.1 (a free port) with a new bucket; the AWS chain of this
-    process holds its credentials (the environment) meanwhile."""
+def moto_server(monkeypatch: pytest.MonkeyPatch | None = None) -> Iterator[S3Server]:
+    """A moto S3 server on 127.0.0.1 (a free port) with a new bucket; with ``monkeypatch``,
+    the AWS chain of this process holds its credentials (the environment) meanwhile
+    (without, give a server process ``CREDENTIALS`` in its environment)."""
     from moto.server import ThreadedMotoServer
 
-    for name, value in CREDENTIALS.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
+    if monkeypatch is not None:
+        for name, value in CREDENTIALS.items():
+            monkeypatch.setenv(name, value)
+        monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
+        monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # a line per request otherwise
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     try:
