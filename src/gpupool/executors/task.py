@@ -83,9 +83,11 @@ class TaskSpec:
     # (executors.listening); "host": the node's network (a gang over several nodes)
     network: str = "host"
     # the datasets it reads (JobSpec.datasets, resolved): each {"name", "version", "mount",
-    # "manifest" (hex), "store" (the dataset store, where the node reads the blobs)}; the
-    # node materialises each version once into its cache (executors.datasets) and the
-    # sandbox shows it read-only at "mount"
+    # "manifest" (hex), "store" (the dataset store, where the node reads the blobs), and
+    # "s3" when an S3-compatible store keeps them instead (its endpoint, bucket, prefix and
+    # region; no credentials: the node fetches with its own)}; the node materialises each
+    # version once into its cache (executors.datasets) and the sandbox shows it read-only
+    # at "mount"
     datasets: tuple[dict[str, Any], ...] = ()
     # the volumes it mounts read-write (JobSpec.volumes): each {"name", "mount", "id",
     # "store" (the server's volumes directory: on a pool, a path every node shares)}; the
