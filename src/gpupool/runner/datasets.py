@@ -29,7 +29,8 @@ imports nothing beyond the stdlib; it uses the node's own AWS credentials), then
 there exactly as from a POSIX store, and the fetched blobs are removed once the version is
 whole: its files are hard links to them, so their bytes stay, counted once, in the version
 alone, and a collection of the version frees them with it (no second cache to collect).
-What this costs: a blob two versions share is fetched once for each.
+What this costs: a blob two versions share is fetched once for each. A fetch a crash cut
+short is removed by the next build of its version, or by the next collection (``collect``).
 
 Imported only for jobs that read datasets (stdlib only).
 """
@@ -227,7 +228,8 @@ def _follow(proc: subprocess.Popen, stopped, say) -> None:  # noqa: ANN001
 def collect(cache: str, max_bytes: int, now: float | None = None) -> str:
     """Bring what the node's cache of versions takes under ``max_bytes``: remove the least
     recently used version no job holds (nor used in the last minute) until under. What it
-    did, or '' when the cache was not over."""
+    did, or '' when the cache was not over. The fetches a crash cut short go first."""
+    sweep_fetches(cache)
     total = lru.usage(cache)
     if total <= max_bytes:
         return ""
@@ -257,6 +259,21 @@ def collect(cache: str, max_bytes: int, now: float | None = None) -> str:
         f"dataset versions on this node past {lru.size(max_bytes)}: {what}; "
         f"{lru.size(total)} now{still}"
     )
+
+
+def sweep_fetches(cache: str) -> None:
+    """Remove what a runner killed while it fetched a version from an S3 store left
+    (``.fetch-<hex>``): each one whose version's lock is free (a fetch holds it exclusive)."""
+    for name in os.listdir(cache):
+        version = name.removeprefix(".fetch-")
+        if version == name or not _VERSION.fullmatch(version):
+            continue
+        fd = _open_lock(os.path.join(cache, version))
+        try:
+            if lru.try_lock(fd, fcntl.LOCK_EX):
+                remove_tree(os.path.join(cache, name))
+        finally:
+            os.close(fd)
 
 
 def _lock_path(path: str) -> str:

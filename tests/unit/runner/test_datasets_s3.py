@@ -6,6 +6,7 @@ be installed here)."""
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 from pathlib import Path
@@ -107,3 +108,21 @@ def test_the_spec_refuses_an_s3_store_without_its_bucket() -> None:
         DatasetSpec(
             {"manifest": "3" * 64, "store": "/s", "path": "/p", "s3": {"endpoint": "http://x"}}
         )
+
+
+def test_a_fetch_cut_short_is_swept_unless_one_is_under_way(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    left, busy = cache / f".fetch-{'4' * 64}", cache / f".fetch-{'5' * 64}"
+    for fetched in (left, busy):
+        (fetched / "blobs" / "ab").mkdir(parents=True)
+        (fetched / "blobs" / "ab" / ("ab" * 32)).write_bytes(b"part")
+    fd = datasets._open_lock(str(cache / ("5" * 64)))
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # a fetch of that version is under way
+
+        datasets.sweep_fetches(str(cache))
+
+        assert not left.exists()
+        assert (busy / "blobs" / "ab" / ("ab" * 32)).read_bytes() == b"part"
+    finally:
+        os.close(fd)
