@@ -27,7 +27,7 @@ from gpupool.settings import Settings
 from gpupool.store.db import Database
 from gpupool.store.models import DatasetBlobModel
 from tests.support.cli import FINAL, Cli, wait_for
-from tests.support.platform import make_settings, running_app
+from tests.support.platform import make_settings, running_app, submit, wait_job
 from tests.support.s3 import S3Server, moto_server
 from tests.support.server import ServerProcess
 
@@ -157,3 +157,22 @@ def test_a_sweep_deletes_the_blobs_no_version_references_from_the_bucket(
     assert blob_keys(gc, shared, kept) <= left
     assert not blob_keys(gc, own) & left
     assert done.blobs >= 1
+
+
+def test_a_version_made_from_a_jobs_outputs_lands_in_the_bucket(
+    app: tuple[TestClient, Platform], s3: S3Server
+) -> None:
+    client, platform = app
+    script = 'mkdir -p "$GPUPOOL_OUTPUT_DIR/out" && printf made > "$GPUPOOL_OUTPUT_DIR/out/a.txt"'
+    job = submit(client, ["sh", "-c", script])
+    assert wait_job(client, job["id"])["status"] == "succeeded"
+
+    made = client.post(f"{API}/datasets/outs/versions", json={"from_job": job["id"], "path": "out"})
+
+    assert made.status_code == 201, made.text
+    gc = S3Server(s3.endpoint, s3.bucket, prefix="gc/")
+    manifest = made.json()["manifest"].removeprefix("sha256:")
+    assert {f"gc/{blob_relpath(sha(b'made'))}", f"gc/{blob_relpath(manifest)}"} <= set(gc.keys())
+    shown = client.get(f"{API}/datasets/outs/versions/1").json()  # its manifest read back
+    assert [(f["path"], f["sha256"]) for f in shown["files"]] == [("a.txt", sha(b"made"))]
+    assert not (platform.settings.datasets_dir / "blobs").exists()
