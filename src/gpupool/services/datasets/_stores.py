@@ -27,6 +27,7 @@ from gpupool.errors import DatasetStoreUnavailable, StorageFull
 from gpupool.settings import Settings
 
 BLOBS = "blobs"
+MAX_COPY_BYTES = 5 * 1024**3  # what one S3 CopyObject may copy
 INCOMING = "incoming"  # blobs being received, below the POSIX store (and the data directory)
 
 
@@ -198,11 +199,14 @@ class S3Store:
     """Blobs as objects of an S3-compatible store, ``<prefix>blobs/<2 hex>/<hex>``. S3 has
     no rename, so a put uploads the checked file (a multipart upload past boto3's
     threshold), and a touch copies the object onto itself (its LastModified is then now,
-    no byte sent). A removal looks at the object's LastModified just before it deletes it:
-    an upload that touches it between the two loses it, and its commit then answers
-    ``blobs_missing`` only if the team did not hold it already, for its version is recorded
-    only once the team holds every blob (the grace period makes this all but never happen:
-    only blobs unchanged for a day are collected)."""
+    no byte sent; past S3's 5 GiB limit of one copy, the file is uploaded again), then
+    looks that it is still there (a collection may have deleted it meanwhile: it is then
+    uploaded). A removal looks at the object's LastModified just before it deletes it. S3
+    has no conditional delete to close what is left: a collection whose look and delete
+    straddle an upload's touch and its look after it. That takes a blob no version
+    referenced and no team held for the whole grace period (a day), and an upload of the
+    very same bytes within one request of its deletion; the version then lacks the blob,
+    and its jobs fail naming it (upload it again to mend it)."""
 
     def __init__(self, endpoint: str, bucket: str, prefix: str, region: str) -> None:
         if not bucket:
@@ -231,7 +235,8 @@ class S3Store:
     def put(self, sha256: str, path: Path) -> None:
         key = self.key(sha256)
         with self._errors():
-            if self._head(sha256) is not None:
+            head = self._head(sha256)
+            if head is not None and int(head["ContentLength"]) <= MAX_COPY_BYTES:
                 self.client.copy_object(
                     Bucket=self.bucket,
                     Key=key,
@@ -239,7 +244,8 @@ class S3Store:
                     MetadataDirective="REPLACE",
                     Metadata={"touched": datetime.now().isoformat()},
                 )
-                return
+                if self._head(sha256) is not None:
+                    return
             self.client.upload_file(str(path), self.bucket, key)
 
     def open(self, sha256: str) -> BinaryIO | None:

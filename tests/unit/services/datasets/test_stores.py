@@ -116,3 +116,49 @@ def test_a_store_that_does_not_answer_is_a_503_naming_it(tmp_path, monkeypatch) 
         store.has("0" * 64)
     assert raised.value.status == 503
     _s3_store.cache_clear()
+
+
+def test_a_blob_past_one_copys_limit_is_touched_by_uploading_it_again(
+    s3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = blob_store(Settings(data_dir=tmp_path, **s3.settings()))
+    sha, path = _blob(tmp_path, b"a big blob")
+    store.put(sha, path)
+    (first,) = [changed for _, changed in store.blobs()]
+    monkeypatch.setattr("gpupool.services.datasets._stores.MAX_COPY_BYTES", 3)
+    calls = []
+    real = store.client.upload_file
+    monkeypatch.setattr(store.client, "upload_file", lambda *a: calls.append(a) or real(*a))
+    time.sleep(1.1)
+    (tmp_path / "x").mkdir()
+    _, again = _blob(tmp_path / "x", b"a big blob")
+
+    store.put(sha, again)
+
+    assert len(calls) == 1
+    (second,) = [changed for _, changed in store.blobs()]
+    assert second > first
+
+
+def test_a_blob_deleted_while_it_is_touched_is_uploaded_again(s3, tmp_path, monkeypatch) -> None:
+    """A collection that deletes the blob between an upload's touch and its look after it:
+    the upload keeps its own."""
+    store = blob_store(Settings(data_dir=tmp_path, **s3.settings()))
+    sha, path = _blob(tmp_path, b"collected meanwhile")
+    store.put(sha, path)
+    real = store.client.copy_object
+
+    def copy_then_collected(**asked):  # noqa: ANN003, ANN202
+        answer = real(**asked)
+        store.client.delete_object(Bucket=s3.bucket, Key=store.key(sha))
+        return answer
+
+    monkeypatch.setattr(store.client, "copy_object", copy_then_collected)
+    (tmp_path / "again").mkdir()
+    _, again = _blob(tmp_path / "again", b"collected meanwhile")
+
+    store.put(sha, again)
+
+    file = store.open(sha)
+    assert file is not None and file.read() == b"collected meanwhile"
+    file.close()
