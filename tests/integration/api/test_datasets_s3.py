@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -29,7 +31,7 @@ from gpupool.store.models import DatasetBlobModel
 from tests.support.cli import FINAL, Cli, wait_for
 from tests.support.platform import make_settings, running_app, submit, wait_job
 from tests.support.s3 import S3Server, moto_server
-from tests.support.server import ServerProcess
+from tests.support.server import ServerProcess, free_port
 
 API = "/api/v1"
 HOUR = 3600.0
@@ -176,3 +178,33 @@ def test_a_version_made_from_a_jobs_outputs_lands_in_the_bucket(
     shown = client.get(f"{API}/datasets/outs/versions/1").json()  # its manifest read back
     assert [(f["path"], f["sha256"]) for f in shown["files"]] == [("a.txt", sha(b"made"))]
     assert not (platform.settings.datasets_dir / "blobs").exists()
+
+
+# -- the server refuses a store it cannot use, as it starts ------------------------------------
+
+
+def _start(tmp_path: Path, env: dict[str, str], prelude: str = "") -> subprocess.CompletedProcess:
+    code = (
+        f"import sys; {prelude}sys.argv = ['gpupool', 'server', '--port', '{free_port()}'];"
+        " from gpupool.main import main; main()"
+    )
+    env = os.environ | {"GPUPOOL_DATA_DIR": str(tmp_path / "data")} | env
+    return subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_the_server_refuses_to_start_on_an_s3_store_without_a_bucket(tmp_path: Path) -> None:
+    ended = _start(tmp_path, {"GPUPOOL_DATASETS_S3_ENDPOINT": "http://127.0.0.1:9"})
+    assert ended.returncode == 2, ended.stderr
+    assert "error [dataset_store_unavailable]" in ended.stderr + ended.stdout
+    assert "GPUPOOL_DATASETS_S3_BUCKET" in ended.stderr + ended.stdout
+    assert "Traceback" not in ended.stderr
+
+
+def test_the_server_refuses_to_start_on_an_s3_store_without_boto3(tmp_path: Path) -> None:
+    env = {"GPUPOOL_DATASETS_S3_ENDPOINT": "http://127.0.0.1:9", "GPUPOOL_DATASETS_S3_BUCKET": "b"}
+    ended = _start(tmp_path, env, prelude="sys.modules['boto3'] = None; ")
+    assert ended.returncode == 2, ended.stderr
+    assert "gpupool[s3]" in ended.stderr + ended.stdout
+    assert "Traceback" not in ended.stderr
