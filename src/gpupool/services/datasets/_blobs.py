@@ -28,10 +28,8 @@ from typing import BinaryIO
 
 from gpupool.domain.units import format_bytes
 from gpupool.errors import BlobHashMismatch, DatasetTooLarge, InvalidRequest
-from gpupool.services.datasets._stores import BLOBS, INCOMING, blob_key, blob_store, disk_error
+from gpupool.services.datasets._stores import INCOMING, blob_key, blob_store, disk_error
 from gpupool.settings import Settings
-
-__all__ = ["BLOBS", "INCOMING", "blob_key"]
 
 CHUNK = 1024 * 1024
 
