@@ -28,6 +28,7 @@ import select
 import signal
 import socket
 import threading
+import time
 
 HANDOFF = b"\x00"
 ANSWER_OK = b"\x00"
@@ -38,6 +39,7 @@ PR_SET_PDEATHSIG = 1
 NS_GET_USERNS = 0xB701  # ioctl: the user namespace that owns a namespace
 MAX_SUN_PATH = 100  # sockaddr_un holds 108 bytes; keep clear of the edge
 RELAY_CHUNK = 256 * 1024
+LOOPBACK_WAIT_SECONDS = 2.0  # how long a bind on the job's loopback is tried again
 CONNECT_SECONDS = 5.0  # the bridge's connect inside the namespace (it is local)
 MAX_CONNECTIONS = 1024  # relayed at once; more wait in the listen backlog
 
@@ -189,6 +191,21 @@ def serve(listener: socket.socket, port: int, slots: threading.BoundedSemaphore)
         threading.Thread(target=_serve_one, args=(client, port, slots), daemon=True).start()
 
 
+def _listen_on_loopback(port: int) -> socket.socket:
+    """127.0.0.1:``port`` of the namespace this thread is in. A bind there failed once with
+    EADDRNOTAVAIL in a CI run under load (the job's namespace not yet, or no longer, able to
+    take the address; the cause was not found), failing the job's start: that error is tried
+    again for a moment before it counts."""
+    deadline = time.monotonic() + LOOPBACK_WAIT_SECONDS
+    while True:
+        try:
+            return socket.create_server(("127.0.0.1", port), backlog=128)
+        except OSError as e:
+            if e.errno != errno.EADDRNOTAVAIL or time.monotonic() > deadline:
+                raise
+        time.sleep(0.005)
+
+
 def listen_inside(init_pid: int, port: int) -> socket.socket:
     """A socket listening on 127.0.0.1:``port`` of the network namespace of ``init_pid``,
     made by entering it and coming back (root only: that namespace is the caller's to
@@ -202,7 +219,7 @@ def listen_inside(init_pid: int, port: int) -> socket.socket:
         if libc.setns(target, CLONE_NEWNET) != 0:
             raise OSError(ctypes.get_errno(), "setns into the workload's namespace failed")
         try:
-            return socket.create_server(("127.0.0.1", port), backlog=128)
+            return _listen_on_loopback(port)
         finally:
             if libc.setns(own, CLONE_NEWNET) != 0:
                 os._exit(1)  # the runner must not go on inside the job's namespace
