@@ -51,6 +51,10 @@ def test_bad_combinations_are_refused_before_anything_is_sent(admin: Cli) -> Non
         ("--gpus", "2", "--gpus-per-node", "4"): "give one of them",
         ("--nodes", "2", "--torchrun"): "--torchrun starts one torchrun per node",
         ("--launcher", "tensorflow", "--torchrun"): "needs --launcher torch",
+        ("--launcher", "torch", "--chief"): "needs --launcher tensorflow",
+        ("--launcher", "torch", "--mpirun"): "runs the command as mpirun's own line",
+        ("--launcher", "torch", "--torchrun", "--per-node"): "give one",
+        ("--launcher", "torch", "--procs-per-node", "0"): "--procs-per-node",
         ("--launcher", "mpi", "--gpus-per-node", "0.5"): "whole GPUs, not 0.5",
         ("--launcher", "jax"): "'jax' is not one of",
         ("--nodes", "0"): "--nodes",
@@ -64,6 +68,30 @@ def test_bad_combinations_are_refused_before_anything_is_sent(admin: Cli) -> Non
     # what only the server knows: at most 256 nodes
     too_many = admin("run", "--nodes", "300", "--", "python", "t.py")
     assert refused(too_many, "invalid_request") and "nodes:" in too_many.stderr
+
+
+def test_procs_per_node_runs_that_many_ranks_on_the_node(admin: Cli) -> None:
+    """A real job of 2 GPUs and 4 processes: each rank sees torchrun's and the PyTorchJob
+    operator's variables, its lines labelled by its rank."""
+    say = 'echo "rank $RANK/$WORLD_SIZE local $LOCAL_RANK/$LOCAL_WORLD_SIZE $PET_NPROC_PER_NODE"'
+    options = ["--launcher", "torch", "--gpus", "2", "--procs-per-node", "4"]
+    job_id = admin.submit(*options, "--", "sh", "-c", say)
+    assert wait_status(admin, job_id, FINAL)["status"] == "succeeded"
+    log = admin.ok("logs", str(job_id))
+    lines = sorted(line for line in log.splitlines() if line.startswith("[rank "))
+    assert lines == [f"[rank {i}] rank {i}/4 local {i}/4 4" for i in range(4)], log
+    assert "torch, 4 processes per node" in admin.ok("show", str(job_id))
+
+
+def test_per_node_runs_the_command_once_with_the_pytorchjob_variables(admin: Cli) -> None:
+    say = 'echo "rank $RANK of $WORLD_SIZE nodes $PET_NNODES at $PET_MASTER_ADDR:$PET_MASTER_PORT"'
+    options = ["--launcher", "torch", "--per-node", "--procs-per-node", "2"]
+    job_id = admin.submit(*options, "--", "sh", "-c", say)
+    assert wait_status(admin, job_id, FINAL)["status"] == "succeeded"
+    log = admin.ok("logs", str(job_id))
+    assert log.startswith("rank 0 of 2 nodes 1 at 127.0.0.1:"), log  # one process: no label
+    spec = admin.job(job_id)["spec"]
+    assert (spec["launcher_mode"], spec["procs_per_node"]) == ("per-node", 2)
 
 
 def test_same_gpus_given_twice_is_one_request(admin: Cli) -> None:

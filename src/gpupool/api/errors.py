@@ -32,6 +32,7 @@ FIELD_ERRORS: dict[str, type[InvalidRequest]] = {
     "array": InvalidArray,
     "launcher": InvalidLauncher,
     "launcher_mode": InvalidLauncher,
+    "procs_per_node": InvalidLauncher,
 }
 # validation error types that are codes of their own (a validator's PydanticCustomError)
 TYPE_ERRORS: frozenset[str] = frozenset(

@@ -45,7 +45,11 @@ SHOW = {"all": None, "active": ACTIVE, "ended": ENDED}
 TEXT_FIELDS = ("command", "name", "workdir", "code", "env", "environment", "gpu_memory", "memory")
 TEXT_FIELDS += ("team",)
 POLICY_FIELDS = ("gpu_type", "max_runtime", "grace_period")
-TORCH_MODES = {"per-gpu": "one process per GPU", "torchrun": "one torchrun per node"}
+TORCH_MODES = {
+    "per-gpu": "one process per GPU",
+    "torchrun": "one torchrun per node",
+    "per-node": "the command once per node",
+}
 BLANK_FORM = (
     dict.fromkeys(TEXT_FIELDS + POLICY_FIELDS, "")
     | {"gpus": "1", "cpus": "1", "priority": "0"}
@@ -148,9 +152,11 @@ def _launcher(spec: dict[str, Any]) -> str:
     """'torch, one process per GPU', 'torch, one torchrun per node', 'mpi'; 'none'."""
     if not spec.get("launcher"):
         return "none: each node runs the command as it is"
+    mode, procs = spec.get("launcher_mode"), spec.get("procs_per_node")
+    per_node = f", {procs} processes per node" if procs else ""
     if spec["launcher"] != "torch":
-        return spec["launcher"]
-    return f"torch, {TORCH_MODES[spec.get('launcher_mode') or 'per-gpu']}"
+        return spec["launcher"] + (f", mode {mode}" if mode else "") + per_node
+    return f"torch, {TORCH_MODES.get(mode or 'per-gpu', mode)}{per_node}"
 
 
 def _from_now(epoch: float | None, now: float) -> str:

@@ -80,6 +80,15 @@ class Launcher(StrEnum):
     MPI = "mpi"
 
 
+# each launcher mode's flag (its name): its launcher, and what it does
+MODES = {
+    "torchrun": (Launcher.TORCH, "starts one torchrun per node"),
+    "per-node": (Launcher.TORCH, "runs the command as is once per node"),
+    "chief": (Launcher.TENSORFLOW, "makes the first node the chief"),
+    "mpirun": (Launcher.MPI, "runs the command as mpirun's own line"),
+}
+
+
 # -- run -------------------------------------------------------------------------------------
 
 
@@ -155,7 +164,7 @@ def _check_gpu_type(gpu_type: list[str] | None, gpus: float | None, gpu_memory: 
 
 
 def _check_gang(
-    gpus: float | None, gpus_per_node: float | None, launcher: Launcher | None, torchrun: bool
+    gpus: float | None, gpus_per_node: float | None, launcher: Launcher | None
 ) -> float | None:
     """The GPUs per node asked, once --gpus and --gpus-per-node agree and the launcher
     options fit together (what the server would refuse, said before anything is sent)."""
@@ -165,12 +174,6 @@ def _check_gang(
             "each node of the job gets: give one of them",
             param_hint="'--gpus-per-node'",
         )
-    if torchrun and launcher is not Launcher.TORCH:
-        raise typer.BadParameter(
-            "--torchrun starts one torchrun per node, so it needs --launcher torch: "
-            f"{GANG_EXAMPLE} --torchrun",
-            param_hint="'--torchrun'",
-        )
     per_node = gpus if gpus is not None else gpus_per_node
     if launcher is Launcher.MPI and per_node is not None and not float(per_node).is_integer():
         raise typer.BadParameter(
@@ -179,6 +182,27 @@ def _check_gang(
             param_hint="'--gpus-per-node'",
         )
     return per_node
+
+
+def launcher_mode(launcher: Launcher | None, flags: dict[str, bool]) -> str | None:
+    """The mode its flag names (--torchrun, --per-node, --chief, --mpirun: JobSpec's
+    launcher_mode), once there is one and it is of the launcher given."""
+    chosen = [mode for mode, on in flags.items() if on]
+    if len(chosen) > 1:
+        raise typer.BadParameter(
+            f"--{chosen[0]} and --{chosen[1]} are both modes of a launcher: give one",
+            param_hint=f"'--{chosen[1]}'",
+        )
+    if not chosen:
+        return None
+    mode, (wanted, does) = chosen[0], MODES[chosen[0]]
+    if launcher is not wanted:
+        example = f": {GANG_EXAMPLE} --{mode}" if wanted is Launcher.TORCH else ""
+        raise typer.BadParameter(
+            f"--{mode} {does}, so it needs --launcher {wanted.value}{example}",
+            param_hint=f"'--{mode}'",
+        )
+    return mode
 
 
 def build_spec(
@@ -204,7 +228,8 @@ def build_spec(
     after: list[str] | None = None,
 ) -> dict[str, Any]:
     """The JobSpec JSON; fields left out take the server's defaults. ``gang``: ``nodes``,
-    ``launcher``, ``launcher_mode``, ``allow_cross_fabric``, ``retries``, as given."""
+    ``launcher``, ``launcher_mode``, ``procs_per_node``, ``allow_cross_fabric``, ``retries``,
+    as given."""
     resources = {
         "gpus": gpus,
         "gpu_memory_bytes": gpu_memory,
@@ -316,6 +341,43 @@ def run(
             rich_help_panel=NODES,
         ),
     ] = False,
+    per_node: Annotated[
+        bool,
+        typer.Option(
+            "--per-node",
+            help="With --launcher torch: the command as is, once per node, with Kubeflow "
+            "PyTorchJob's variables (MASTER_ADDR, RANK, PET_*), for one that runs torchrun.",
+            rich_help_panel=NODES,
+        ),
+    ] = False,
+    chief: Annotated[
+        bool,
+        typer.Option(
+            "--chief",
+            help="With --launcher tensorflow: the first node is the chief, the rest workers.",
+            rich_help_panel=NODES,
+        ),
+    ] = False,
+    mpirun: Annotated[
+        bool,
+        typer.Option(
+            "--mpirun",
+            help="With --launcher mpi: the command is the mpirun line (mpirun -n 8 ./a.out), "
+            "run on the first node over gpupool's hostfile.",
+            rich_help_panel=NODES,
+        ),
+    ] = False,
+    procs_per_node: Annotated[
+        int | None,
+        typer.Option(
+            help="With a launcher: processes (ranks) per node (default: one per GPU); they "
+            "divide the node's GPUs evenly. WORLD_SIZE is nodes × N.",
+            min=1,
+            max=1024,
+            metavar="N",
+            rich_help_panel=NODES,
+        ),
+    ] = None,
     allow_cross_fabric: Annotated[
         bool,
         typer.Option(
@@ -496,7 +558,9 @@ def run(
     gpupool run --nodes 2 --gpus-per-node 4 --launcher torch -- python train.py
     """
     _check_not_a_job_file(command)
-    gpus = _check_gang(gpus, gpus_per_node, launcher, torchrun)
+    gpus = _check_gang(gpus, gpus_per_node, launcher)
+    flags = {"torchrun": torchrun, "per-node": per_node, "chief": chief, "mpirun": mpirun}
+    mode = launcher_mode(launcher, flags)
     _check_gpu_type(gpu_type, gpus, gpu_memory)
     if array is not None and follow:
         raise typer.BadParameter(
@@ -529,7 +593,7 @@ def run(
         gpu_types=gpu_type,
         max_runtime=_seconds(max_runtime),
         grace_period=_seconds(grace_period),
-        gang=_gang_fields(nodes, launcher, torchrun, allow_cross_fabric, retries),
+        gang=_gang_fields(nodes, launcher, mode, procs_per_node, allow_cross_fabric, retries),
         network=network.value if network else None,
         after=after,
     )
@@ -590,7 +654,8 @@ def print_dry_run(client: Client, spec: dict[str, Any], array: str | None, outpu
 def _gang_fields(
     nodes: int | None,
     launcher: Launcher | None,
-    torchrun: bool,
+    mode: str | None,
+    procs_per_node: int | None,
     allow_cross_fabric: bool,
     retries: int | None,
 ) -> dict[str, Any]:
@@ -598,7 +663,8 @@ def _gang_fields(
     return {
         "nodes": nodes,
         "launcher": launcher.value if launcher else None,
-        "launcher_mode": "torchrun" if torchrun else None,
+        "launcher_mode": mode,
+        "procs_per_node": procs_per_node,
         "allow_cross_fabric": True if allow_cross_fabric else None,
         "retries": retries,
     }

@@ -28,11 +28,14 @@ from gpupool.client import Client
 COLUMNS = ("ID", "NAME", "USER", "TEAM", "STATUS", "GPUS", "NODE", "AGE", "REASON")
 ACTIVE = ["pending", "starting", "running"]
 FINAL = {"succeeded", "failed", "cancelled", "lost"}
-LAUNCHER_NAMES = {
+LAUNCHER_NAMES = {  # by launcher and mode
     "torch": "torch, one process per GPU",
-    "torchrun": "torch, one torchrun per node",
+    "torch torchrun": "torch, one torchrun per node",
+    "torch per-node": "torch, the command once per node",
     "tensorflow": "tensorflow",
+    "tensorflow chief": "tensorflow, the first node the chief",
     "mpi": "mpi",
+    "mpi mpirun": "mpi, the command's own mpirun",
 }
 
 
@@ -97,11 +100,16 @@ def node_gpus_text(resources: dict[str, Any]) -> str:
 
 
 def launcher_text(spec: dict[str, Any]) -> str:
-    """'torch, one process per GPU', 'torch, one torchrun per node', 'mpi'; '-' for none."""
+    """'torch, one process per GPU', 'torch, one torchrun per node', 'mpi, 4 per node';
+    '-' for none."""
     if not spec.get("launcher"):
         return "-"
-    key = "torchrun" if spec.get("launcher_mode") == "torchrun" else spec["launcher"]
-    return LAUNCHER_NAMES.get(key, spec["launcher"])
+    mode, procs = spec.get("launcher_mode"), spec.get("procs_per_node")
+    key = spec["launcher"] + (f" {mode}" if mode and mode != "per-gpu" else "")
+    if procs and key == "torch":
+        return f"torch, {procs} process{'es' if procs > 1 else ''} per node"
+    text = LAUNCHER_NAMES.get(key, spec["launcher"])
+    return f"{text}, {procs} per node" if procs else text
 
 
 def age_text(job: dict[str, Any]) -> str:

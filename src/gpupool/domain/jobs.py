@@ -274,8 +274,23 @@ class JobSpec(BaseModel):
         description="what each task starts: torch (torchrun's variables, one process per "
         "GPU), tensorflow (TF_CONFIG), mpi (mpirun on the first task); none: the command as is",
     )
-    launcher_mode: Literal["per-gpu", "torchrun"] | None = Field(
-        default=None, description="torch only: per-gpu (default), or one torchrun per node"
+    launcher_mode: Literal["per-gpu", "torchrun", "per-node", "chief", "mpirun"] | None = Field(
+        default=None,
+        description="the launcher's mode. torch: per-gpu (the default: a process per GPU), "
+        "torchrun (one torchrun per node) or per-node (the command as is, once per node, "
+        "with the variables of Kubeflow's PyTorchJob: for a command that runs torchrun "
+        "itself); tensorflow: chief (the first node is the chief, the others workers; "
+        "default: all workers); mpi: mpirun (the command is the mpirun line itself, run on "
+        "the first node against gpupool's hostfile; default: gpupool writes it)",
+    )
+    procs_per_node: int | None = Field(
+        default=None,
+        ge=1,
+        le=1024,
+        description="processes (ranks) each node runs, with a launcher: torch per-gpu (one "
+        "per GPU by default; WORLD_SIZE is nodes x this), torchrun (--nproc-per-node), "
+        "per-node (PET_NPROC_PER_NODE), mpi (slots per node); 1 for tensorflow. With whole "
+        "GPUs it divides their count or is a multiple of it",
     )
     allow_cross_fabric: bool = Field(
         default=False,
@@ -434,19 +449,21 @@ class JobSpec(BaseModel):
 
     @model_validator(mode="after")
     def _launcher_fits(self) -> JobSpec:
-        """A launcher mode needs its launcher; MPI needs whole GPUs (one rank per GPU).
-        Refused as a validation error of code invalid_launcher (the API's 422)."""
-        if self.launcher_mode is not None and self.launcher != "torch":
+        """A launcher's mode and procs_per_node need the launcher; MPI needs whole GPUs (one
+        rank per GPU). Refused as a validation error of code invalid_launcher (the API's
+        422)."""
+        if self.launcher is None and (self.launcher_mode or self.procs_per_node):
+            what = "launcher_mode" if self.launcher_mode else "procs_per_node"
             raise PydanticCustomError(
                 InvalidLauncher.code,
-                "launcher_mode is for the torch launcher: add launcher torch (gpupool run "
-                "--launcher torch --torchrun), or leave the mode out",
+                f"{what} is for a job with a launcher: add one (gpupool run --launcher torch, "
+                f"tensorflow or mpi), or leave {what} out",
             )
         if self.launcher is not None:
             from gpupool.domain.launchers import check_request, parse_launcher
 
             try:
-                launcher = parse_launcher(self.launcher, self.launcher_mode)
+                launcher = parse_launcher(self.launcher, self.launcher_mode, self.procs_per_node)
                 check_request(launcher, self.resources.gpu_count, self.command)
             except InvalidLauncher as error:  # a validation error, as every other field's
                 raise PydanticCustomError(InvalidLauncher.code, error.message) from None

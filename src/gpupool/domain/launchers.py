@@ -9,14 +9,21 @@ into the task's working directory first. Every process gets ``GPUPOOL_NODE``,
 every process of a task sees all of the task's GPUs (``CUDA_VISIBLE_DEVICES``), and a rank
 picks its own with ``LOCAL_RANK``, as under torchrun.
 
-Launchers:
+Launchers and their modes:
 
 * ``torch``, mode ``per-gpu`` (the default): one process per GPU of the task (one for a
-  CPU-only or fractional task), each with the variables torchrun gives its workers.
-  Mode ``torchrun``: one ``torchrun`` per task, with the c10d rendezvous at task 0.
-* ``tensorflow``: one process per task with ``TF_CONFIG`` for MultiWorkerMirroredStrategy.
-* ``mpi``: task 0 runs ``mpirun`` over a hostfile of all tasks; it starts the remote
-  daemons through an rsh agent (see :class:`MpiAgent`), which the other tasks serve.
+  CPU-only or fractional task; ``procs_per_node`` when given), each with the variables
+  torchrun gives its workers. Mode ``torchrun``: one ``torchrun`` per task, with the c10d
+  rendezvous at task 0. Mode ``per-node``: one process per task running the command as is
+  (it runs torchrun itself, or its own rendezvous), with the variables Kubeflow's
+  PyTorchJob operator sets. Every mode sets the operator's ``PET_*`` variables.
+* ``tensorflow``: one process per task with ``TF_CONFIG`` for MultiWorkerMirroredStrategy:
+  all workers by default, or in mode ``chief`` task 0 the chief (TFJob's Chief + Workers).
+* ``mpi``: task 0 runs ``mpirun`` over a hostfile of all tasks (``domain.mpi``); in mode
+  ``mpirun`` the command is the mpirun line itself.
+
+``procs_per_node`` (the ranks of each task) spreads evenly over a task's whole GPUs: it
+divides their count or is a multiple of it.
 """
 
 from __future__ import annotations
@@ -28,13 +35,53 @@ from collections.abc import Sequence
 from enum import StrEnum
 from pathlib import PurePosixPath
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
+from gpupool.domain.gangs import (
+    Frozen,
+    Gang,
+    GangTask,
+    ProcessSpec,
+    TaskLaunch,
+    gpupool_env,
+    host_port,
+)
+from gpupool.domain.mpi import (
+    MPI_ALIAS_PREFIX,
+    MpiAgent,
+    mpi_alias,
+    mpi_hostfile,
+    mpi_task_index,
+    mpi_tasks,
+    starts_mpirun,
+)
 from gpupool.errors import InvalidLauncher
 
+# the launch plan's names, for callers that import them from here
+__all__ = [
+    "MPI_ALIAS_PREFIX",
+    "Gang",
+    "GangTask",
+    "Launcher",
+    "LauncherKind",
+    "LauncherMode",
+    "MpiAgent",
+    "ProcessSpec",
+    "TaskLaunch",
+    "check_request",
+    "gpupool_env",
+    "host_port",
+    "mpi_alias",
+    "mpi_hostfile",
+    "mpi_task_index",
+    "parse_launcher",
+    "plan_launch",
+    "tf_config",
+    "torchrun_program",
+]
+
 _PYTHON = re.compile(r"^python(\d+(\.\d+)*)?$")
-MPI_ALIAS_PREFIX = "gpupool-task-"
-_MPI_ALIAS = re.compile(rf"^{MPI_ALIAS_PREFIX}(\d+)$")
+MAX_PROCS_PER_NODE = 1024
 
 
 class LauncherKind(StrEnum):
@@ -43,132 +90,61 @@ class LauncherKind(StrEnum):
     MPI = "mpi"
 
 
-class TorchMode(StrEnum):
-    PER_GPU = "per-gpu"  # gpupool starts one process per GPU with torchrun's variables
-    TORCHRUN = "torchrun"  # gpupool starts torchrun, which starts the processes
+class LauncherMode(StrEnum):
+    PER_GPU = "per-gpu"  # torch: gpupool starts one process per GPU with torchrun's variables
+    TORCHRUN = "torchrun"  # torch: gpupool starts torchrun, which starts the processes
+    PER_NODE = "per-node"  # torch: the command as is, once per task, with the operator's env
+    CHIEF = "chief"  # tensorflow: task 0 is the chief, the others workers
+    MPIRUN = "mpirun"  # mpi: the command is mpirun's own line
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+# the modes of each launcher; None (no mode) is its default: per-gpu, all workers, mpirun
+# written by gpupool
+MODES: dict[LauncherKind, tuple[LauncherMode, ...]] = {
+    LauncherKind.TORCH: (LauncherMode.PER_GPU, LauncherMode.TORCHRUN, LauncherMode.PER_NODE),
+    LauncherKind.TENSORFLOW: (LauncherMode.CHIEF,),
+    LauncherKind.MPI: (LauncherMode.MPIRUN,),
+}
 
 
-class Launcher(_Frozen):
-    """A job's launcher; build it from user input with :func:`parse_launcher`."""
+class Launcher(Frozen):
+    """A job's launcher; build it from user input with :func:`parse_launcher`.
+    ``procs_per_node``: the processes (ranks) of each task; None: the launcher's default."""
 
     kind: LauncherKind
-    mode: TorchMode | None = None  # torch only; None means per-gpu
+    mode: LauncherMode | None = None  # None: the launcher's default
+    procs_per_node: int | None = Field(default=None, ge=1, le=MAX_PROCS_PER_NODE)
 
     @model_validator(mode="after")
-    def _mode_is_for_torch(self) -> Launcher:
-        if self.mode is not None and self.kind is not LauncherKind.TORCH:
-            raise ValueError(f"launcher {self.kind} has no modes (only torch has)")
+    def _mode_is_the_launchers(self) -> Launcher:
+        if self.mode is not None and self.mode not in MODES[self.kind]:
+            raise ValueError(f"launcher {self.kind} has no mode {self.mode}")
         return self
 
-
-class GangTask(_Frozen):
-    """One task of a gang as placed: where it runs and which GPUs it holds there."""
-
-    index: int = Field(ge=0)
-    node: str = Field(min_length=1)
-    address: str = Field(min_length=1)  # the node's address as the other nodes reach it
-    gpus: float = Field(default=0, ge=0)  # GPUs of the task: whole, or one fraction below 1
-    gpu_indices: tuple[int, ...] = ()  # their local indices on the node
-    port: int | None = Field(default=None, ge=1, le=65535)  # reserved for this task (TF)
-
-    @model_validator(mode="after")
-    def _indices_match_count(self) -> GangTask:
-        if self.gpus >= 1 and not float(self.gpus).is_integer():
-            raise ValueError(f"task {self.index} asks {self.gpus} GPUs: whole, or one fraction")
-        expected = 0 if self.gpus == 0 else 1 if self.gpus < 1 else int(self.gpus)
-        if len(self.gpu_indices) != expected:
-            raise ValueError(f"task {self.index}: {self.gpus} GPUs but {self.gpu_indices}")
-        return self
-
-    @property
-    def process_count(self) -> int:
-        """Ranks of this task: one per whole GPU, else one."""
-        return int(self.gpus) if self.gpus >= 1 else 1
+    def is_mode(self, mode: LauncherMode) -> bool:
+        return self.mode is mode
 
 
-class Gang(_Frozen):
-    """A distributed job's tasks as placed, in task order, and its rendezvous port."""
-
-    job_id: str = Field(min_length=1)
-    tasks: tuple[GangTask, ...] = Field(min_length=1)
-    rendezvous_port: int = Field(ge=1, le=65535)  # free on task 0's node, chosen by the caller
-
-    @model_validator(mode="after")
-    def _tasks_in_order(self) -> Gang:
-        if [task.index for task in self.tasks] != list(range(len(self.tasks))):
-            raise ValueError("the tasks are indexed 0, 1, ... in order")
-        return self
-
-
-class MpiAgent(_Frozen):
-    """How task 0's ``mpirun`` reaches the other tasks (Open MPI's ``plm_rsh_agent``).
-
-    mpirun runs the agent as it would ssh: ``<argv...> <alias> <words...>``, where alias is
-    a hostfile name (``gpupool-task-<index>``: tasks may share a host, so names are per
-    task; :func:`mpi_task_index` reads one back) and the words are the daemon's command.
-    The agent must, like ssh, join the words with spaces and run them with ``/bin/sh -c``
-    inside that task's sandbox, with that task's environment. mpirun splits the agent
-    string on spaces, so ``argv`` words hold none.
-
-    gpupool's agent is ``gpupool.runner.mpi_exec``: the other tasks serve it (``wait_argv``)
-    on their own port, and every task gets (:func:`mpi_env`) ``GPUPOOL_MPI_SECRET``, the
-    ``GPUPOOL_MPI_HOSTS`` of the serving tasks and, serving, its ``GPUPOOL_MPI_LISTEN``.
-    """
-
-    argv: tuple[str, ...] = Field(min_length=1)  # e.g. ("python", "-m", "...mpi_exec", "rsh")
-    hostfile: str = "gpupool-hostfile"  # written in task 0's working directory
-    # what the other tasks run meanwhile: the agent's service, which starts the daemon in
-    # their sandbox; the gang's exit is task 0's (TaskLaunch.decides_exit), the executor
-    # then stops them
-    wait_argv: tuple[str, ...] = Field(default=("sleep", "infinity"), min_length=1)
-    secret: str = Field(min_length=16)  # the attempt's, fresh for each: the agent's password
-
-    @model_validator(mode="after")
-    def _words_without_spaces(self) -> MpiAgent:
-        if any(not word or any(c.isspace() for c in word) for word in self.argv):
-            raise ValueError("the rsh agent's words cannot be empty or hold spaces")
-        path = PurePosixPath(self.hostfile)
-        if path.is_absolute() or ".." in path.parts or not self.hostfile.strip():
-            raise ValueError("the hostfile is a path inside the task's working directory")
-        return self
-
-
-class ProcessSpec(_Frozen):
-    """One process to start: ``env`` goes over the job's own environment, ``env_defaults``
-    only where the job's environment lacks the variable."""
-
-    argv: tuple[str, ...]
-    env: dict[str, str]
-    env_defaults: dict[str, str] = Field(default_factory=dict)
-    rank: int | None = None  # the global rank (log prefixes); None for a placeholder
-    local_rank: int | None = None
-
-
-class TaskLaunch(_Frozen):
-    """What one task starts, and the files to write into its working directory first."""
-
-    task_index: int
-    node: str
-    processes: tuple[ProcessSpec, ...]
-    files: dict[str, str] = Field(default_factory=dict)  # relative path -> content
-    decides_exit: bool = True  # False: a placeholder, stopped when the deciding tasks end
-
-
-def parse_launcher(kind: str, mode: str | None = None) -> Launcher:
+def parse_launcher(
+    kind: str, mode: str | None = None, procs_per_node: int | None = None
+) -> Launcher:
     """The launcher a user named; InvalidLauncher saying what is accepted otherwise."""
     kinds = ", ".join(k.value for k in LauncherKind)
     if kind not in LauncherKind.__members__.values():
         raise InvalidLauncher(f"unknown launcher '{kind}': use one of {kinds}", field="launcher")
-    if mode is not None and kind != LauncherKind.TORCH:
-        raise InvalidLauncher(f"launcher {kind} has no modes: leave the mode out", field="mode")
-    modes = ", ".join(m.value for m in TorchMode)
-    if mode is not None and mode not in TorchMode.__members__.values():
-        raise InvalidLauncher(f"unknown torch mode '{mode}': use one of {modes}", field="mode")
-    return Launcher(kind=LauncherKind(kind), mode=TorchMode(mode) if mode else None)
+    modes = [m.value for m in MODES[LauncherKind(kind)]]
+    if mode is not None and mode not in modes:
+        raise InvalidLauncher(
+            f"unknown mode '{mode}' of launcher {kind}: use one of {', '.join(modes)}, or "
+            "leave the mode out",
+            field="mode",
+        )
+    if procs_per_node is not None and not 1 <= procs_per_node <= MAX_PROCS_PER_NODE:
+        raise InvalidLauncher(
+            f"procs_per_node is 1 to {MAX_PROCS_PER_NODE}", field="procs_per_node"
+        )
+    chosen = LauncherMode(mode) if mode else None
+    return Launcher(kind=LauncherKind(kind), mode=chosen, procs_per_node=procs_per_node)
 
 
 def check_request(launcher: Launcher, gpus_per_task: float, command: Sequence[str]) -> None:
@@ -181,6 +157,34 @@ def check_request(launcher: Launcher, gpus_per_task: float, command: Sequence[st
             f"{gpus_per_task:g}: use --gpus 1 or more per task (or 0 for CPU-only ranks)",
             field="gpus",
         )
+    if launcher.is_mode(LauncherMode.MPIRUN) and not starts_mpirun(command):
+        raise InvalidLauncher(
+            "mode mpirun runs the command as mpirun's own line, so it starts with mpirun "
+            "(mpirun -n 4 ./a.out) or mpiexec: start it so, or leave the mode out and give "
+            "the program alone (gpupool writes the mpirun line)",
+            field="command",
+        )
+    if launcher.procs_per_node is not None:
+        _check_procs(launcher, launcher.procs_per_node, gpus_per_task)
+
+
+def _check_procs(launcher: Launcher, procs: int, gpus: float) -> None:
+    """TensorFlow's TF_CONFIG names one worker per task; ranks spread evenly over GPUs."""
+    if launcher.kind is LauncherKind.TENSORFLOW and procs > 1:
+        raise InvalidLauncher(
+            "the tensorflow launcher runs one process per node (TF_CONFIG names one worker "
+            "per node): leave procs_per_node out, or use more nodes",
+            field="procs_per_node",
+        )
+    whole = int(gpus) if gpus >= 1 else 0
+    if whole and procs % whole and whole % procs:
+        even = [n for n in range(1, whole + 1) if whole % n == 0]
+        raise InvalidLauncher(
+            f"{procs} processes per node do not spread evenly over its {whole} GPUs: use a "
+            f"divisor of {whole} ({', '.join(map(str, even))}) or a multiple of it "
+            f"({whole * 2}, {whole * 3}, ...)",
+            field="procs_per_node",
+        )
 
 
 def plan_launch(
@@ -190,23 +194,19 @@ def plan_launch(
     for task in gang.tasks:
         check_request(launcher, task.gpus, command)
     if launcher.kind is LauncherKind.TENSORFLOW:
-        return tuple(_tensorflow_task(gang, task, command) for task in gang.tasks)
+        chief = launcher.is_mode(LauncherMode.CHIEF)
+        return tuple(_tensorflow_task(gang, task, command, chief) for task in gang.tasks)
+    gang = gang.with_procs(launcher.procs_per_node)
     if launcher.kind is LauncherKind.MPI:
         if mpi is None:
             raise ValueError("an MPI launch needs the rsh agent (MpiAgent)")
-        return tuple(_mpi_task(gang, task, command, mpi) for task in gang.tasks)
-    if launcher.mode is TorchMode.TORCHRUN:
+        return mpi_tasks(gang, command, mpi, as_given=launcher.is_mode(LauncherMode.MPIRUN))
+    if launcher.is_mode(LauncherMode.TORCHRUN):
         return tuple(_torchrun_task(gang, task, command) for task in gang.tasks)
+    if launcher.is_mode(LauncherMode.PER_NODE):
+        procs = launcher.procs_per_node
+        return tuple(_per_node_task(gang, task, command, procs) for task in gang.tasks)
     return tuple(_per_gpu_task(gang, task, command) for task in gang.tasks)
-
-
-def gpupool_env(gang: Gang, task: GangTask) -> dict[str, str]:
-    """What every process of every launcher gets."""
-    return {
-        "GPUPOOL_NODE": task.node,
-        "GPUPOOL_TASK_INDEX": str(task.index),
-        "GPUPOOL_TASK_COUNT": str(len(gang.tasks)),
-    }
 
 
 # -- torch -----------------------------------------------------------------------------------
@@ -225,9 +225,8 @@ def torch_env(gang: Gang, task: GangTask, local_rank: int) -> dict[str, str]:
     Left out: TORCHELASTIC_ERROR_FILE (torchrun's per-worker error file; gpupool keeps its
     own exit records) and the watchdog's timer file.
     """
-    offset = sum(t.process_count for t in gang.tasks[: task.index])
-    world = sum(t.process_count for t in gang.tasks)
-    rank = offset + local_rank
+    world = gang.world_size
+    rank = gang.rank_offset(task) + local_rank
     return {
         "MASTER_ADDR": gang.tasks[0].address,
         "MASTER_PORT": str(gang.rendezvous_port),
@@ -245,6 +244,36 @@ def torch_env(gang: Gang, task: GangTask, local_rank: int) -> dict[str, str]:
         "TORCHELASTIC_RESTART_COUNT": "0",  # gpupool retries a gang as a new attempt
         "TORCHELASTIC_MAX_RESTARTS": "0",
         "TORCHELASTIC_USE_AGENT_STORE": "False",
+    }
+
+
+def pet_env(gang: Gang, task: GangTask, nproc_per_node: int | None) -> dict[str, str]:
+    """The ``PET_*`` variables Kubeflow's PyTorchJob operator sets (training-operator
+    release-1.9, pkg/controller.v1/pytorch/envvar.go and master.go), which torchrun reads as
+    its options' defaults and Kubeflow Trainer's torch runtime sets under the same names:
+    PET_NNODES (the tasks), PET_NODE_RANK (this task), PET_MASTER_ADDR and PET_MASTER_PORT
+    (task 0's rendezvous) and, when known, PET_NPROC_PER_NODE."""
+    env = {
+        "PET_NNODES": str(len(gang.tasks)),
+        "PET_NODE_RANK": str(task.index),
+        "PET_MASTER_ADDR": gang.tasks[0].address,
+        "PET_MASTER_PORT": str(gang.rendezvous_port),
+    }
+    if nproc_per_node is not None:
+        env["PET_NPROC_PER_NODE"] = str(nproc_per_node)
+    return env
+
+
+def per_node_env(gang: Gang, task: GangTask, procs_per_node: int | None) -> dict[str, str]:
+    """What the PyTorchJob operator gives each pod (one per task here): MASTER_ADDR,
+    MASTER_PORT, WORLD_SIZE (the pods times nprocPerNode, 1 when not given), RANK (the
+    pod's, which is the node's) and the ``PET_*`` (:func:`pet_env`)."""
+    return {
+        "MASTER_ADDR": gang.tasks[0].address,
+        "MASTER_PORT": str(gang.rendezvous_port),
+        "WORLD_SIZE": str(len(gang.tasks) * (procs_per_node or 1)),
+        "RANK": str(task.index),
+        **pet_env(gang, task, procs_per_node),
     }
 
 
@@ -317,8 +346,9 @@ def torchrun_program(command: Sequence[str]) -> list[str]:
 
 def _per_gpu_task(gang: Gang, task: GangTask, command: Sequence[str]) -> TaskLaunch:
     processes = []
+    pet = pet_env(gang, task, task.process_count)
     for local_rank in range(task.process_count):
-        env = {**gpupool_env(gang, task), **torch_env(gang, task, local_rank)}
+        env = {**gpupool_env(gang, task), **torch_env(gang, task, local_rank), **pet}
         processes.append(
             ProcessSpec(
                 argv=tuple(command),
@@ -334,25 +364,49 @@ def _per_gpu_task(gang: Gang, task: GangTask, command: Sequence[str]) -> TaskLau
 def _torchrun_task(gang: Gang, task: GangTask, command: Sequence[str]) -> TaskLaunch:
     process = ProcessSpec(
         argv=torchrun_argv(gang, task, command),
-        env=gpupool_env(gang, task),  # torchrun gives its workers the rest
+        # torchrun gives its workers the rest; its own options win over the PET_* it reads
+        env={**gpupool_env(gang, task), **pet_env(gang, task, task.process_count)},
     )
+    return TaskLaunch(task_index=task.index, node=task.node, processes=(process,))
+
+
+def _per_node_task(
+    gang: Gang, task: GangTask, command: Sequence[str], procs_per_node: int | None
+) -> TaskLaunch:
+    """The command as is, as a PyTorchJob's pod runs it; PYTHONUNBUFFERED=1 as the operator
+    sets it, unless the job says otherwise."""
+    process = ProcessSpec(
+        argv=tuple(command),
+        env={**gpupool_env(gang, task), **per_node_env(gang, task, procs_per_node)},
+        env_defaults={"PYTHONUNBUFFERED": "1"},
+    )  # no rank: its ranks, if any, are the command's; its lines are labelled by task
     return TaskLaunch(task_index=task.index, node=task.node, processes=(process,))
 
 
 # -- tensorflow ------------------------------------------------------------------------------
 
 
-def tf_config(gang: Gang, task: GangTask) -> str:
+def tf_config(gang: Gang, task: GangTask, chief: bool = False) -> str:
     """``TF_CONFIG`` for MultiWorkerMirroredStrategy, as TensorFlow documents it
     (tf.distribute.cluster_resolver.TFConfigClusterResolver, "Multi-worker training"):
     ``{"cluster": {"worker": ["host:port", ...]}, "task": {"type": "worker", "index": i}}``,
     workers in task order. Task i listens on its own ``port``, or on rendezvous_port + i
-    when the caller reserved a block of ports instead."""
-    workers = [host_port(t.address, tf_port(gang, t)) for t in gang.tasks]
-    if len(set(workers)) != len(workers):
-        raise ValueError(f"TensorFlow workers need distinct addresses: {workers}")
-    config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": task.index}}
-    return json.dumps(config)
+    when the caller reserved a block of ports instead.
+
+    ``chief``: task 0 is the chief and the others the workers 0, 1, ..., as TFJob's
+    operator writes it for Chief and Worker replicas (training-operator release-1.9,
+    pkg/controller.v1/tensorflow/tensorflow.go genTFConfigJSONStr, with its
+    ``"environment": "cloud"``; no "worker" list without workers)."""
+    addresses = [host_port(t.address, tf_port(gang, t)) for t in gang.tasks]
+    if len(set(addresses)) != len(addresses):
+        raise ValueError(f"TensorFlow workers need distinct addresses: {addresses}")
+    if not chief:
+        config = {"cluster": {"worker": addresses}, "task": {"type": "worker", "index": task.index}}
+        return json.dumps(config)
+    cluster = {"chief": addresses[:1]} | ({"worker": addresses[1:]} if addresses[1:] else {})
+    kind, index = ("chief", 0) if task.index == 0 else ("worker", task.index - 1)
+    role = {"type": kind, "index": index}
+    return json.dumps({"cluster": cluster, "task": role, "environment": "cloud"})
 
 
 def tf_port(gang: Gang, task: GangTask) -> int:
@@ -362,110 +416,7 @@ def tf_port(gang: Gang, task: GangTask) -> int:
     return port
 
 
-def _tensorflow_task(gang: Gang, task: GangTask, command: Sequence[str]) -> TaskLaunch:
-    env = {**gpupool_env(gang, task), "TF_CONFIG": tf_config(gang, task)}
+def _tensorflow_task(gang: Gang, task: GangTask, command: Sequence[str], chief: bool) -> TaskLaunch:
+    env = {**gpupool_env(gang, task), "TF_CONFIG": tf_config(gang, task, chief)}
     process = ProcessSpec(argv=tuple(command), env=env, rank=task.index, local_rank=0)
     return TaskLaunch(task_index=task.index, node=task.node, processes=(process,))
-
-
-# -- mpi -------------------------------------------------------------------------------------
-
-
-def mpi_alias(index: int) -> str:
-    """The hostfile name of task ``index`` (host names alone would merge tasks that share a
-    host, as several Ray nodes on 127.0.0.1 do)."""
-    return f"{MPI_ALIAS_PREFIX}{index}"
-
-
-def mpi_task_index(alias: str) -> int | None:
-    """The task an alias names (for the rsh agent); None for a name that is no alias."""
-    match = _MPI_ALIAS.match(alias)
-    return int(match.group(1)) if match else None
-
-
-def mpi_hostfile(gang: Gang) -> str:
-    """Open MPI's hostfile syntax, one line a task: ``<alias> slots=<ranks>``."""
-    return "".join(f"{mpi_alias(t.index)} slots={t.process_count}\n" for t in gang.tasks)
-
-
-def mpirun_argv(gang: Gang, command: Sequence[str], mpi: MpiAgent) -> tuple[str, ...]:
-    """Task 0's ``mpirun`` (Open MPI 4.x, mpirun(1) and its MCA parameters): every task's
-    ranks from the hostfile, remote daemons through the agent. Tree spawn stays on (every
-    task's sandbox has the agent and its variables, so daemons may start each other):
-    ``plm_rsh_no_tree_spawn`` would have the daemons daemonize, out of the sandbox."""
-    ranks = sum(t.process_count for t in gang.tasks)
-    return (
-        "mpirun",
-        "--hostfile",
-        mpi.hostfile,
-        "-np",
-        str(ranks),
-        "--mca",
-        "plm_rsh_agent",
-        " ".join(mpi.argv),
-        *command,
-    )
-
-
-def mpi_env(gang: Gang, task: GangTask, mpi: MpiAgent) -> dict[str, str]:
-    """What the agent and its service read (see ``gpupool.runner.mpi_exec``): the secret,
-    where each serving task (1, 2, ...) listens, and where this one does."""
-    hosts = {mpi_alias(t.index): mpi_listen(gang, t) for t in gang.tasks[1:]}
-    if len(set(hosts.values())) != len(hosts):
-        raise ValueError(f"the MPI tasks need distinct addresses to serve on: {hosts}")
-    env = {"GPUPOOL_MPI_SECRET": mpi.secret, "GPUPOOL_MPI_HOSTS": json.dumps(hosts)}
-    if task.index != 0:
-        env["GPUPOOL_MPI_LISTEN"] = hosts[mpi_alias(task.index)]
-    return env
-
-
-def mpi_listen(gang: Gang, task: GangTask) -> str:
-    """Where task ``task`` serves the agent: its own ``port``, else rendezvous_port + index."""
-    port = task.port if task.port is not None else gang.rendezvous_port + task.index
-    if port > 65535:
-        raise ValueError(f"task {task.index}'s MPI port {port} is past 65535")
-    return host_port(task.address, port)
-
-
-def mpi_loopback_env(gang: Gang) -> dict[str, str]:
-    """For a gang all on loopback (a pool on one machine): Open MPI's TCP transport and its
-    daemons' channel leave 127.0.0.0/8 out unless told to keep to ``lo``. mpirun passes
-    them on to the daemons (as ``-mca`` words), the daemons to their ranks."""
-    if not all(_is_loopback(t.address) for t in gang.tasks):
-        return {}
-    return {"OMPI_MCA_btl_tcp_if_include": "lo", "OMPI_MCA_oob_tcp_if_include": "lo"}
-
-
-def _mpi_task(gang: Gang, task: GangTask, command: Sequence[str], mpi: MpiAgent) -> TaskLaunch:
-    env = {**gpupool_env(gang, task), **mpi_env(gang, task, mpi)}
-    if task.index != 0:
-        process = ProcessSpec(argv=mpi.wait_argv, env=env)
-        return TaskLaunch(
-            task_index=task.index, node=task.node, processes=(process,), decides_exit=False
-        )
-    process = ProcessSpec(  # all ranks' output; a job's own Open MPI settings win
-        argv=mpirun_argv(gang, command, mpi), env=env, env_defaults=mpi_loopback_env(gang)
-    )
-    return TaskLaunch(
-        task_index=0, node=task.node, processes=(process,), files={mpi.hostfile: mpi_hostfile(gang)}
-    )
-
-
-# -- helpers ---------------------------------------------------------------------------------
-
-
-def _is_loopback(address: str) -> bool:
-    """Whether ``address`` is a loopback IP ("localhost" and other names are not read)."""
-    try:
-        return ipaddress.ip_address(address).is_loopback
-    except ValueError:
-        return False
-
-
-def host_port(address: str, port: int) -> str:
-    """ "10.0.0.1:29500"; an IPv6 address in brackets: "[fe80::1]:29500"."""
-    try:
-        is_v6 = ipaddress.ip_address(address).version == 6
-    except ValueError:
-        is_v6 = False  # a host name
-    return f"[{address}]:{port}" if is_v6 else f"{address}:{port}"

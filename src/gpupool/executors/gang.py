@@ -1,7 +1,8 @@
 """A job over several nodes (a gang), as executors launch and watch it.
 
 ``planned`` turns the tasks of one attempt into what each starts (``domain.launchers``):
-torch's variables and one process per GPU, torchrun, TF_CONFIG, or mpirun on the first task.
+torch's variables and one process per GPU (or per procs_per_node), torchrun, the command as
+is per node, TF_CONFIG, or mpirun on the first task.
 ``combined`` reads the gang's state from its tasks' states: it runs when all run, and it ends
 once every task has ended; the first task to fail decides its exit (the others are then
 stopped by the executor), a lost task makes it lost. ``GangLog`` merges the tasks' logs into
@@ -85,7 +86,7 @@ def _launches(gang: Gang, first: TaskSpec, python: str) -> tuple[TaskLaunch, ...
             )
             for t in gang.tasks
         )
-    launcher = parse_launcher(first.launcher, first.launcher_mode)
+    launcher = parse_launcher(first.launcher, first.launcher_mode, first.procs_per_node)
     mpi = mpi_agent(python) if launcher.kind == "mpi" else None
     return plan_launch(gang, launcher, first.command, mpi)
 

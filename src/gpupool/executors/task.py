@@ -69,6 +69,7 @@ class TaskSpec:
     gpu_indices: tuple[int, ...] = ()  # its GPUs' indices on the node (launchers' ranks)
     launcher: str | None = None  # torch, tensorflow, mpi (JobSpec's)
     launcher_mode: str | None = None
+    procs_per_node: int | None = None  # processes (ranks) of each task (JobSpec's)
     # what the task starts (a domain.launchers.TaskLaunch as JSON), filled in by the
     # executor that launches the gang: run by gpupool.runner.ranks inside the sandbox
     launch: dict[str, Any] | None = None

@@ -361,6 +361,7 @@ class Launch:
                     "gpu_indices": tuple(range(len(part.gpus))),
                     "launcher": spec.launcher,
                     "launcher_mode": spec.launcher_mode,
+                    "procs_per_node": spec.procs_per_node,
                 }
             task = replace(self.tasks.task(part.job_id, won.number, spec, part), **changes)
             if extra_env:

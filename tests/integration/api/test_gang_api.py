@@ -41,10 +41,18 @@ def printed(client: TestClient) -> int:
     ("fields", "says"),
     [
         ({"launcher": "mpi", "resources": {"gpus": 0.5}}, "whole GPUs, not 0.5"),
-        ({"launcher_mode": "torchrun"}, "launcher_mode is for the torch launcher"),
-        ({"launcher": "mpi", "launcher_mode": "torchrun"}, "add launcher torch"),
+        ({"launcher_mode": "torchrun"}, "launcher_mode is for a job with a launcher"),
+        ({"launcher": "mpi", "launcher_mode": "torchrun"}, "launcher mpi: use one of mpirun"),
         ({"launcher": "horovod"}, "'torch', 'tensorflow' or 'mpi'"),
-        ({"launcher": "torch", "launcher_mode": "ddp"}, "'per-gpu' or 'torchrun'"),
+        ({"launcher": "torch", "launcher_mode": "ddp"}, "'per-gpu', 'torchrun', 'per-node'"),
+        ({"procs_per_node": 2}, "add one (gpupool run --launcher torch"),
+        ({"launcher": "torch", "procs_per_node": 0}, "greater than or equal to 1"),
+        ({"launcher": "tensorflow", "procs_per_node": 2}, "one process per node"),
+        (
+            {"launcher": "torch", "procs_per_node": 3, "resources": {"gpus": 2}},
+            "divisor of 2 (1, 2) or a multiple of it",
+        ),
+        ({"launcher": "mpi", "launcher_mode": "mpirun"}, "starts with mpirun"),
     ],
 )
 def test_a_launcher_mistake_is_a_422_invalid_launcher_that_says_what_to_do(
@@ -56,6 +64,24 @@ def test_a_launcher_mistake_is_a_422_invalid_launcher_that_says_what_to_do(
     assert error["code"] == "invalid_launcher"
     assert says in error["message"]
     assert error["details"]["fields"][0]["message"] in error["message"]
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"nodes": 2, "launcher": "torch", "launcher_mode": "per-node", "procs_per_node": 4},
+        {"nodes": 3, "launcher": "tensorflow", "launcher_mode": "chief", "procs_per_node": 1},
+        {"nodes": 2, "launcher": "mpi", "launcher_mode": "mpirun", "procs_per_node": 2},
+    ],
+)
+def test_a_kubeflow_shaped_launcher_is_kept_in_the_spec(
+    client: TestClient, fields: dict[str, Any]
+) -> None:
+    command = ["mpirun", "-n", "4", "./pi"] if fields["launcher"] == "mpi" else ["torchrun", "t.py"]
+    job = submit(client, command, **fields)
+    spec = client.get(f"/api/v1/jobs/{job['id']}").json()["spec"]
+    assert {name: spec[name] for name in fields} == fields
+    client.post(f"/api/v1/jobs/{job['id']}/cancel")
 
 
 def test_a_bad_node_count_is_a_422_naming_the_field(client: TestClient) -> None:

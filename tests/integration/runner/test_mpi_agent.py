@@ -23,7 +23,14 @@ from tests.support.distributed import (
 from tests.support.server import free_port
 
 import gpupool
-from gpupool.domain.launchers import Gang, GangTask, Launcher, LauncherKind, plan_launch
+from gpupool.domain.launchers import (
+    Gang,
+    GangTask,
+    Launcher,
+    LauncherKind,
+    LauncherMode,
+    plan_launch,
+)
 from gpupool.executors.gang import mpi_agent
 
 PACKAGE_ROOT = str(Path(gpupool.__file__).resolve().parents[1])  # shown in the sandboxes
@@ -47,11 +54,17 @@ def tasks(request: pytest.FixtureRequest) -> Iterator[list[RunnerHarness]]:
 
 
 @needs_open_mpi
+@pytest.mark.parametrize("mode", [None, "mpirun"])
 def test_mpirun_reaches_the_other_tasks_through_gpupools_agent(
-    tasks: list[RunnerHarness],
+    tasks: list[RunnerHarness], mode: str | None
 ) -> None:
+    """By default gpupool writes the mpirun line; in mode mpirun (an MPIJob Launcher's
+    command) the user's own mpirun finds the hostfile and the agent in its MCA variables."""
     command = ["sh", "-c", RANK, PYTHON, str(MPI_EXAMPLE)]
-    runners = [spawn(harness, launch) for harness, launch in zip(tasks, plan(command), strict=True)]
+    if mode == "mpirun":
+        command = ["mpirun", "-n", str(TASKS), *command]
+    launches = plan(command, mode)
+    runners = [spawn(harness, launch) for harness, launch in zip(tasks, launches, strict=True)]
     head = tasks[0]
     assert head.wait_for_exit(runners[0], timeout=HANG_GUARD_S) == 0
     assert head.state()["exit_code"] == 0, head.log() + tasks[1].log() + tasks[2].log()
@@ -65,7 +78,7 @@ def test_mpirun_reaches_the_other_tasks_through_gpupools_agent(
         assert harness.state()["exit_code"] == 0, harness.log()
 
 
-def plan(command: list[str]) -> list[dict[str, object]]:
+def plan(command: list[str], mode: str | None = None) -> list[dict[str, object]]:
     """The launch of each task as the executor writes it, all tasks on 127.0.0.1."""
     gang = Gang(
         job_id="job-7",
@@ -75,7 +88,7 @@ def plan(command: list[str]) -> list[dict[str, object]]:
         ),
         rendezvous_port=free_port(),
     )
-    mpi = Launcher(kind=LauncherKind.MPI)
+    mpi = Launcher(kind=LauncherKind.MPI, mode=LauncherMode(mode) if mode else None)
     return [t.model_dump(mode="json") for t in plan_launch(gang, mpi, command, mpi_agent(PYTHON))]
 
 

@@ -12,8 +12,8 @@ from gpupool.domain.launchers import (
     GangTask,
     Launcher,
     LauncherKind,
+    LauncherMode,
     MpiAgent,
-    TorchMode,
     check_request,
     host_port,
     mpi_alias,
@@ -27,7 +27,7 @@ from gpupool.domain.launchers import (
 from gpupool.errors import InvalidLauncher
 
 TORCH = Launcher(kind=LauncherKind.TORCH)
-TORCHRUN = Launcher(kind=LauncherKind.TORCH, mode=TorchMode.TORCHRUN)
+TORCHRUN = Launcher(kind=LauncherKind.TORCH, mode=LauncherMode.TORCHRUN)
 TF = Launcher(kind=LauncherKind.TENSORFLOW)
 MPI = Launcher(kind=LauncherKind.MPI)
 SECRET = "0123456789abcdef0123456789abcdef"
@@ -79,6 +79,11 @@ def test_per_gpu_gives_each_process_torchruns_variables() -> None:
         "TORCHELASTIC_RESTART_COUNT": "0",
         "TORCHELASTIC_MAX_RESTARTS": "0",
         "TORCHELASTIC_USE_AGENT_STORE": "False",
+        "PET_NNODES": "2",
+        "PET_NODE_RANK": "1",
+        "PET_MASTER_ADDR": "10.0.0.1",
+        "PET_MASTER_PORT": "29500",
+        "PET_NPROC_PER_NODE": "2",
     }
     assert third.env_defaults == {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1", "OMP_NUM_THREADS": "1"}
     assert (third.rank, third.local_rank) == (2, 0)
@@ -129,10 +134,15 @@ def test_torchrun_mode_starts_one_torchrun_per_task() -> None:
         "3",
     )
     assert "--rdzv-conf=is_host=1" in head.argv and "--node-rank=0" in head.argv
-    assert other.env == {
+    assert other.env == {  # torchrun's own options win over the PET_* it reads
         "GPUPOOL_NODE": "node-1",
         "GPUPOOL_TASK_INDEX": "1",
         "GPUPOOL_TASK_COUNT": "2",
+        "PET_NNODES": "2",
+        "PET_NODE_RANK": "1",
+        "PET_MASTER_ADDR": "10.0.0.1",
+        "PET_MASTER_PORT": "29500",
+        "PET_NPROC_PER_NODE": "8",
     }
     assert other.rank is None  # torchrun's stream merges its workers
 
@@ -330,14 +340,16 @@ def test_parse_launcher_names_what_is_accepted() -> None:
     ):
         parse_launcher("horovod")
     with pytest.raises(
-        InvalidLauncher, match="unknown torch mode 'ddp': use one of per-gpu, torchrun"
+        InvalidLauncher,
+        match="unknown mode 'ddp' of launcher torch: use one of per-gpu, torchrun, per-node",
     ):
         parse_launcher("torch", "ddp")
-    with pytest.raises(InvalidLauncher, match="launcher mpi has no modes") as caught:
+    with pytest.raises(InvalidLauncher, match="launcher mpi: use one of mpirun") as caught:
         parse_launcher("mpi", "per-gpu")
     assert caught.value.details == {"field": "mode"}
-    with pytest.raises(ValidationError, match="no modes"):
-        Launcher(kind=LauncherKind.TENSORFLOW, mode=TorchMode.PER_GPU)
+    assert parse_launcher("tensorflow", "chief").mode is LauncherMode.CHIEF
+    with pytest.raises(ValidationError, match="no mode per-gpu"):
+        Launcher(kind=LauncherKind.TENSORFLOW, mode=LauncherMode.PER_GPU)
 
 
 def test_an_empty_command_is_refused() -> None:
@@ -356,3 +368,104 @@ def test_a_layout_must_be_consistent() -> None:
         Gang(job_id="j", tasks=(), rendezvous_port=1)
     with pytest.raises(ValueError, match="past 65535"):
         plan_launch(gang(task(0, 1), task(1, 1), port=65535), TF, TRAIN)
+
+
+# -- procs_per_node --------------------------------------------------------------------------
+
+
+def test_procs_per_node_sets_the_ranks_of_each_task_per_gpu() -> None:
+    four = Launcher(kind=LauncherKind.TORCH, procs_per_node=4)
+    plan = plan_launch(gang(task(0, 2), task(1, 2)), four, TRAIN)
+    ranks = [[(p.rank, p.local_rank) for p in launch.processes] for launch in plan]
+    assert ranks == [[(0, 0), (1, 1), (2, 2), (3, 3)], [(4, 0), (5, 1), (6, 2), (7, 3)]]
+    env = plan[1].processes[3].env
+    assert (env["WORLD_SIZE"], env["LOCAL_WORLD_SIZE"], env["PET_NPROC_PER_NODE"]) == (
+        "8",
+        "4",
+        "4",
+    )
+    assert plan[1].processes[3].env_defaults["OMP_NUM_THREADS"] == "1"
+
+
+def test_procs_per_node_runs_several_cpu_ranks_and_sizes_torchrun() -> None:
+    cpu = plan_launch(gang(task(0, 0)), Launcher(kind=LauncherKind.TORCH, procs_per_node=3), TRAIN)
+    assert [p.local_rank for p in cpu[0].processes] == [0, 1, 2]
+    torchrun = Launcher(kind=LauncherKind.TORCH, mode=LauncherMode.TORCHRUN, procs_per_node=2)
+    head = plan_launch(gang(task(0, 4), task(1, 4)), torchrun, TRAIN)[0].processes[0]
+    assert "--nproc-per-node=2" in head.argv and head.env["PET_NPROC_PER_NODE"] == "2"
+
+
+@pytest.mark.parametrize(("gpus", "procs"), [(4, 1), (4, 2), (4, 4), (4, 8), (2, 6), (0.5, 3)])
+def test_procs_per_node_spread_evenly_over_whole_gpus_are_accepted(gpus: float, procs: int) -> None:
+    check_request(Launcher(kind=LauncherKind.TORCH, procs_per_node=procs), gpus, TRAIN)
+
+
+def test_procs_per_node_that_do_not_spread_evenly_are_refused_with_the_choices() -> None:
+    with pytest.raises(InvalidLauncher, match=r"divisor of 4 \(1, 2, 4\) or a multiple") as caught:
+        check_request(Launcher(kind=LauncherKind.MPI, procs_per_node=3), 4, ["./a.out"])
+    assert caught.value.details == {"field": "procs_per_node"}
+
+
+def test_tensorflow_takes_one_process_per_node_only() -> None:
+    check_request(Launcher(kind=LauncherKind.TENSORFLOW, procs_per_node=1), 1, TRAIN)
+    with pytest.raises(InvalidLauncher, match="one process per node"):
+        check_request(Launcher(kind=LauncherKind.TENSORFLOW, procs_per_node=2), 1, TRAIN)
+
+
+# -- torch, per-node mode (a PyTorchJob's pods) ----------------------------------------------
+
+
+PER_NODE = Launcher(kind=LauncherKind.TORCH, mode=LauncherMode.PER_NODE)
+TORCHRUN_ITSELF = ("torchrun", "--nproc-per-node=2", "train.py")
+
+
+def test_per_node_runs_the_command_as_is_with_the_pytorchjob_operators_variables() -> None:
+    """As training-operator release-1.9's envvar.go and master.go set them for a Master and
+    workers: RANK is the pod's (the node's), WORLD_SIZE the pods times nprocPerNode."""
+    plan = plan_launch(gang(task(0, 2), task(1, 2), task(2, 2)), PER_NODE, TORCHRUN_ITSELF)
+    assert [len(launch.processes) for launch in plan] == [1, 1, 1]
+    second = plan[1].processes[0]
+    assert second.argv == TORCHRUN_ITSELF
+    assert second.env == {
+        "GPUPOOL_NODE": "node-1",
+        "GPUPOOL_TASK_INDEX": "1",
+        "GPUPOOL_TASK_COUNT": "3",
+        "MASTER_ADDR": "10.0.0.1",
+        "MASTER_PORT": "29500",
+        "WORLD_SIZE": "3",
+        "RANK": "1",
+        "PET_NNODES": "3",
+        "PET_NODE_RANK": "1",
+        "PET_MASTER_ADDR": "10.0.0.1",
+        "PET_MASTER_PORT": "29500",
+    }
+    assert second.env_defaults == {"PYTHONUNBUFFERED": "1"}  # the job's own setting wins
+    assert second.rank is None and plan[1].decides_exit  # labelled by task in the log
+
+
+def test_per_node_with_procs_per_node_counts_them_in_the_world() -> None:
+    launcher = PER_NODE.model_copy(update={"procs_per_node": 4})
+    env = plan_launch(gang(task(0, 4), task(1, 4)), launcher, TORCHRUN_ITSELF)[1].processes[0].env
+    assert (env["WORLD_SIZE"], env["RANK"], env["PET_NPROC_PER_NODE"]) == ("8", "1", "4")
+
+
+# -- tensorflow, chief mode (a TFJob's Chief and Workers) ------------------------------------
+
+
+def test_chief_mode_makes_task_0_the_chief_as_tfjob_does() -> None:
+    three = gang(task(0, 1), task(1, 1), task(2, 1), port=12345)
+    chief = Launcher(kind=LauncherKind.TENSORFLOW, mode=LauncherMode.CHIEF)
+    configs = [
+        json.loads(p.processes[0].env["TF_CONFIG"]) for p in plan_launch(three, chief, TRAIN)
+    ]
+    cluster = {"chief": ["10.0.0.1:12345"], "worker": ["10.0.0.2:12346", "10.0.0.3:12347"]}
+    assert configs == [
+        {"cluster": cluster, "task": {"type": "chief", "index": 0}, "environment": "cloud"},
+        {"cluster": cluster, "task": {"type": "worker", "index": 0}, "environment": "cloud"},
+        {"cluster": cluster, "task": {"type": "worker", "index": 1}, "environment": "cloud"},
+    ]
+
+
+def test_a_chief_alone_has_no_worker_list() -> None:
+    config = json.loads(tf_config(gang(task(0, 1)), task(0, 1), chief=True))
+    assert config["cluster"] == {"chief": ["10.0.0.1:29500"]}
