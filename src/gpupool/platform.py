@@ -19,6 +19,7 @@ from gpupool.executors.isolation import Isolation
 from gpupool.executors.local import LocalExecutor
 from gpupool.loops import Control
 from gpupool.loops.discovery import NodeWatcher
+from gpupool.loops.experiments import Experiments
 from gpupool.loops.holdings import Holdings
 from gpupool.loops.ingest import Ingest
 from gpupool.loops.nodes import Head, Nodes
@@ -33,7 +34,7 @@ from gpupool.services import deployments, identity, notebooks
 from gpupool.services.core import SystemClock
 from gpupool.services.deployments import Serving
 from gpupool.services.notebooks import NotebookRoutes
-from gpupool.services.platform import Background, Platform
+from gpupool.services.platform import Background, Platform, Submitting
 from gpupool.settings import Settings
 from gpupool.store.db import Database, prepare
 
@@ -82,6 +83,7 @@ def open_platform(
     routes = _routes()
     serving = Serving(db, executor, routes)
     notebooks = NotebookRoutes(db, executor, routes)
+    trials = Experiments(Submitting(settings, db, clock, control.face))
     return Platform(
         settings,
         db,
@@ -94,7 +96,8 @@ def open_platform(
         serving,
         notebooks,
         first,
-        watches=_watches(settings, db, executor, clock, control, serving, notebooks),
+        watches=_watches(settings, db, executor, clock, control, serving, notebooks, trials),
+        experiments=trials,
     )
 
 
@@ -119,6 +122,7 @@ def _open_pool(
     routes = _routes()
     serving = Serving(db, cluster.executor, routes)
     notebooks = NotebookRoutes(db, cluster.executor, routes)
+    trials = Experiments(Submitting(settings, db, clock, control.face))
     platform = Platform(
         settings,
         db,
@@ -132,7 +136,10 @@ def _open_pool(
         notebooks,
         first,
         cluster=cluster,
-        watches=_watches(settings, db, cluster.executor, clock, control, serving, notebooks),
+        watches=_watches(
+            settings, db, cluster.executor, clock, control, serving, notebooks, trials
+        ),
+        experiments=trials,
     )
     platform.on_node_removed = cluster.removed
     return platform
@@ -155,17 +162,20 @@ def _watches(
     control: Control,
     serving: Serving,
     notebook_routes: NotebookRoutes,
+    trials: Experiments,
 ) -> tuple[Background, ...]:
     """The pipelines beside the control thread, each with only the ports it uses, in the
     order they start (and stop the other way round). The notebooks' routes are published
-    again whenever the control thread saw attempts start or end."""
+    again whenever the control thread saw attempts start or end; the experiments are
+    looked at again then, and when metric points were kept."""
     loop = control.face
     published = NotebookRoutesWatch(notebook_routes)
     control.driver.on_changed.append(published.wake)
     held = Holdings(db, clock, executor.holdings, settings.holdings_scan_seconds)
     control.driver.on_changed.append(held.wake)
+    control.driver.on_changed.append(trials.wake)
     return (
-        Ingest(db, executor, clock),
+        Ingest(db, executor, clock, on_kept=trials.wake),
         Rollouts(db, executor, settings, clock, serving, loop.wake, loop.recent_nodes),
         published,
         NotebookIdle(
@@ -178,6 +188,7 @@ def _watches(
         ),
         Storage(db, settings, clock, loop.stops_recorded, executor.node_files),
         held,
+        trials,
     )
 
 

@@ -165,6 +165,10 @@ def _fresh_image(world: World, _who: Identity) -> Target:
     return Target({"name": world.fresh_image()}, team_owned=True)
 
 
+def _fresh_experiment(world: World, _who: Identity) -> Target:
+    return Target({"ref": world.fresh_experiment()}, team_owned=True)
+
+
 def _fresh_environment(world: World, _who: Identity) -> Target:
     return Target({"ref": world.fresh_environment()}, team_owned=True)
 
@@ -284,6 +288,10 @@ PARAMS: dict[str, Factory] = {
     "/api/v1/dataset-blobs/{sha256}": _dataset_blob,
     "/api/v1/volumes/{name}": _fresh_volume,  # GET, and DELETE (a fresh one each call)
     "/api/v1/images/{name}": _fresh_image,  # GET, and DELETE (a fresh one each call)
+    "/api/v1/experiments/{ref}": _fresh_experiment,
+    "/api/v1/experiments/{ref}/pause": _fresh_experiment,
+    "/api/v1/experiments/{ref}/resume": _fresh_experiment,
+    "/api/v1/experiments/{ref}/stop": _fresh_experiment,
     "/api/v1/deployments/{name}": _deployment,
     "/api/v1/deployments/{name}/scale": _deployment,
     "/api/v1/deployments/{name}/update": _served_model,
@@ -343,6 +351,14 @@ BODIES: dict[str, Factory] = {
     },
     "PUT /api/v1/dataset-blobs/{sha256}": lambda world, _who: world.DATASET_FILE,
     "POST /api/v1/volumes": lambda world, _who: {"name": world.unique("v"), "team": OWNERS},
+    # each caller's own team: a new name each call
+    "POST /api/v1/experiments": lambda world, _who: {
+        "name": world.unique("new-experiment"),
+        "objective": {"metric": "loss"},
+        "parameters": {"x": {"type": "float", "low": 0, "high": 1}},
+        "max_trials": 1,
+        "trial": {"command": ["sleep", "300"]},
+    },
     # each caller's own team (the admin's too): a new name each call
     "POST /api/v1/environments": lambda world, _who: {
         "name": world.unique("new-env"),

@@ -360,6 +360,18 @@ class World:
         body = {"name": self.unique("volume"), "team": OWNERS}
         return self.api("POST", "/volumes", MEMBER, body)["name"]
 
+    def fresh_experiment(self) -> str:
+        """A new experiment of the owning team (its one trial sleeps)."""
+        body = {
+            "name": self.unique("experiment"),
+            "team": OWNERS,
+            "objective": {"metric": "loss"},
+            "parameters": {"x": {"type": "float", "low": 0, "high": 1}},
+            "max_trials": 1,
+            "trial": {"command": ["sleep", "300"]},
+        }
+        return str(self.api("POST", "/experiments", MEMBER, body)["id"])
+
     def fresh_team(self) -> str:
         return self.api("POST", "/teams", ADMIN, {"name": self.unique("team")})["name"]
 

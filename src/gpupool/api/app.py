@@ -36,6 +36,7 @@ from gpupool.api.routers import (
 from gpupool.api.routers import datasets as dataset_api
 from gpupool.api.routers import deployments as deployment_api
 from gpupool.api.routers import environments as environment_api
+from gpupool.api.routers import experiments as experiment_api
 from gpupool.api.routers import images as image_api
 from gpupool.api.routers import jobfiles as jobfile_api
 from gpupool.api.routers import metrics as job_metrics
@@ -83,6 +84,7 @@ def create_app(platform: Platform, start_loop: bool = True) -> FastAPI:
     api.include_router(dataset_api.router)
     api.include_router(image_api.router)
     api.include_router(jobfile_api.router)
+    api.include_router(experiment_api.router)
     app.include_router(api)
     ui.mount(app)
     app.include_router(model_pages.router)

@@ -161,6 +161,11 @@ COMMANDS: Mapping[str, Lazy] = MappingProxyType(
             "Volumes: your teams' mutable directories, mounted read-write in jobs (gpupool run "
             "--volume NAME:/MOUNT), counted in the team's storage quota.",
         ),
+        "experiment": Lazy(
+            "gpupool.cli.experiments:experiment_app",
+            "Experiments: hyper-parameter searches whose trials are jobs (made with gpupool "
+            "apply -f of a kind Experiment); list, show, pause, resume, stop, best.",
+        ),
         "image": Lazy(
             "gpupool.cli.images:image_app",
             "Container images: pull from a registry the site allows, import an archive, list "

@@ -399,6 +399,24 @@ class Client:
         body = {"job_id": job_id} | {k: v for k, v in fields.items() if v is not None}
         return self._call("POST", f"{_model_path(name)}/versions", json=body)
 
+    # -- experiments ---------------------------------------------------------------------------
+
+    def create_experiment(self, spec: dict[str, Any]) -> dict[str, Any]:
+        """Start a hyper-parameter search (``ExperimentSpec``'s fields)."""
+        return self._call("POST", "/experiments", json=spec)
+
+    def experiments(self, include_ended: bool = True) -> list[dict[str, Any]]:
+        """Your teams' experiments, newest first."""
+        return self._call("GET", "/experiments", params={"all": include_ended})
+
+    def experiment(self, ref: str) -> dict[str, Any]:
+        """One experiment, by id or name, with its trials."""
+        return self._call("GET", _experiment_path(ref))
+
+    def steer_experiment(self, ref: str, action: str) -> dict[str, Any]:
+        """``action``: pause, resume or stop."""
+        return self._call("POST", f"{_experiment_path(ref)}/{action}")
+
     # -- container images --------------------------------------------------------------------
 
     def images(self, team: str | None = None) -> list[dict[str, Any]]:
@@ -633,6 +651,10 @@ class _GzipUpload(Upload):
 
 def _dataset_path(name: str, version: int | None = None) -> str:
     return f"/datasets/{quote(name, safe='')}" + (f"/versions/{version}" if version else "")
+
+
+def _experiment_path(ref: str) -> str:
+    return f"/experiments/{quote(ref, safe='')}"
 
 
 def _image_path(name: str) -> str:

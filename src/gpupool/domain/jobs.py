@@ -69,6 +69,8 @@ class JobKind(StrEnum):
     # an environment's build on one node, CPU only, for jobs of its team that ask for GPUs
     # and wait for it (``services.jobs`` builds first)
     ENV_BUILD = "envbuild"
+    # a trial of an experiment (``services.experiments``): its point in GPUPOOL_PARAMS
+    TRIAL = "trial"
 
 
 class StopReason(StrEnum):
@@ -78,6 +80,7 @@ class StopReason(StrEnum):
     MAX_RUNTIME = "max_runtime"  # the job fails with MaxRuntimeExceeded
     CANCELLED = "cancelled"
     STORAGE_QUOTA = "storage_quota"  # the job fails with StorageQuotaExceeded
+    EARLY_STOPPED = "early_stopped"  # a trial its experiment stopped at a rung: cancelled
 
 
 class Role(StrEnum):
@@ -541,4 +544,7 @@ class Reason(StrEnum):
     ENV_BUILDING = "EnvBuilding"  # started: its node builds its Python environment first
     DATASET_FETCHING = "DatasetFetching"  # started: its node materialises its datasets first
     DEPENDENCY = "Dependency"  # waits for jobs it depends on to end (JobSpec.depends_on)
+    EARLY_STOPPED = "EarlyStopped"  # a trial its experiment stopped early (at a rung)
     DEPENDENCY_NEVER_SATISFIED = "DependencyNeverSatisfied"  # one ended so it never can start
+    # submitted from a Kubeflow manifest: the fields of it gpupool does not honour
+    KUBEFLOW_FIELD_IGNORED = "KubeflowFieldIgnored"

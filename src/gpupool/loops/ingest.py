@@ -12,6 +12,7 @@ twice as long as its pass took.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from gpupool.executors.base import Executor
 from gpupool.loops.watch import Watch
@@ -36,8 +37,11 @@ class Ingest(Watch):
         clock: Clock,
         interval: float = INTERVAL_SECONDS,
         batch_bytes: int = BATCH_BYTES,
+        on_kept: Callable[[], None] | None = None,
     ) -> None:
+        """``on_kept``: told after a pass that kept points (the experiments' pipeline)."""
         self.db, self.executor, self.clock = db, executor, clock
+        self.on_kept = on_kept
         self.batch_bytes = batch_bytes
         self.ingested = 0  # points, since the server started
         self._since = -math.inf  # the first pass looks at every attempt not read to its end
@@ -48,6 +52,8 @@ class Ingest(Watch):
         self._busy = False
         kept = self.run_once()
         self._busy = kept > 0
+        if kept and self.on_kept is not None:
+            self.on_kept()
         return kept
 
     def rest(self, took: float) -> float:

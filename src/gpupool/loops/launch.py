@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +70,14 @@ CLAIM = (
         reason=Reason.PLACED.value,
         message=bindparam("said"),
     )
-    .returning(JOBS.c.attempts, JOBS.c.spec, JOBS.c.user_id, JOBS.c.array_id, JOBS.c.array_index)
+    .returning(
+        JOBS.c.attempts,
+        JOBS.c.spec,
+        JOBS.c.user_id,
+        JOBS.c.array_id,
+        JOBS.c.array_index,
+        JOBS.c.platform_env,
+    )
 )
 
 
@@ -195,6 +202,7 @@ class _Won:
     array_id: int | None
     array_index: int | None
     held: str = ""  # what its nodes held of what it fetches (``domain.locality.held_note``)
+    platform_env: dict[str, str] = field(default_factory=dict)  # ``JobModel.platform_env``
 
 
 class Launch:
@@ -297,9 +305,10 @@ class Launch:
         ).first()
         if row is None:  # cancelled, or no longer pending, since the snapshot
             return None
-        number, data, user_id, array_id, array_index = row
+        number, data, user_id, array_id, array_index, platform_env = row
         held = "; ".join(note for p in group if (note := locality.held_note(data, p.node, p.held)))
-        return _Won(group, number, JobSpec.stored(data), user_id, array_id, array_index, held)
+        spec = JobSpec.stored(data)
+        return _Won(group, number, spec, user_id, array_id, array_index, held, platform_env or {})
 
     def _claimed(self, session, won: list[_Won], ids: list[int]) -> list[Claimed]:  # noqa: ANN001
         """The tasks to launch: one query for the users, one for the arrays' sizes."""
@@ -342,7 +351,7 @@ class Launch:
         spec, group = won.spec, won.group
         wanted = spec.is_gang or spec.listen
         addresses = node_addresses(session, [p.node for p in group]) if wanted else {}
-        extra_env: dict[str, str] = {}
+        extra_env: dict[str, str] = dict(won.platform_env)  # a trial's point, ...
         if won.array_id is not None:  # an array's task: which one (gpupool's names, not the job's)
             size = sizes[won.array_id]
             extra_env |= job_service.array_env(won.array_id, won.array_index, size)

@@ -25,6 +25,7 @@ from gpupool.services import cluster as cluster_service
 from gpupool.services import identity
 from gpupool.services.core import LoopSide, NodeRemoved
 from gpupool.services.deployments import Serving
+from gpupool.services.experiments import Wakes
 from gpupool.services.identity import SignInThrottle
 from gpupool.services.notebooks import NotebookRoutes
 from gpupool.settings import Settings
@@ -75,6 +76,8 @@ class Platform:
     throttle: SignInThrottle = field(init=False)  # failed sign-ins, counted since start
     # told a removed node's name after the commit; the cluster side sets it to stop the node
     on_node_removed: NodeRemoved = field(default=cluster_service.nothing_to_stop)
+    # the experiments pipeline, woken when one is made, resumed or stopped
+    experiments: Wakes = field(default_factory=lambda: _Unwatched())
 
     def __post_init__(self) -> None:
         self.throttle = SignInThrottle.from_settings(self.settings)
@@ -117,3 +120,21 @@ class Platform:
             return node_name(self.settings) if self.settings.ray_head_node else None
         found = self.watcher.inventory
         return found.name if found is not None else None
+
+
+class _Unwatched:
+    """No experiments pipeline (a platform built without one, in tests): nothing to wake."""
+
+    def wake(self) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class Submitting:
+    """What a pipeline that submits jobs needs (``services.core.Submits``): the settings,
+    the database, the clock and the control loop's face."""
+
+    settings: Settings
+    db: Database
+    clock: Clock
+    loop: LoopSide

@@ -262,6 +262,8 @@ class JobModel(Base):
     kind: Mapped[str] = mapped_column(String(20), default="job", server_default="job")
     # it waits for jobs it depends on (JobDependencyModel) and is not given to the scheduler
     waiting: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    # variables gpupool sets for this job (a trial's GPUPOOL_PARAMS), never in its spec
+    platform_env: Mapped[dict[str, str] | None] = mapped_column(JSON)
 
     user: Mapped[UserModel] = relationship(lazy="joined")
     team: Mapped[TeamModel] = relationship(lazy="joined")
@@ -703,3 +705,57 @@ class ImageModel(Base):
 
     team: Mapped[TeamModel | None] = relationship(lazy="joined")
     creator: Mapped[UserModel] = relationship(lazy="joined")
+
+
+class ExperimentModel(Base):
+    """A hyper-parameter search of a team (``services.experiments``): its spec as submitted,
+    where it stands, and how many trials it has made (the next trial's number is one more).
+    ``version`` grows with each change, so that the experiments pipeline applies what it
+    decided only to the row it read (a user's pause or stop in between wins)."""
+
+    __tablename__ = "experiments"
+    __table_args__ = (Index("ix_experiments_team_name", "team_id", "name"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    team_id: Mapped[int] = mapped_column(ForeignKey("teams.id"))
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id"))
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    status: Mapped[str] = mapped_column(String(20), index=True)
+    reason: Mapped[str | None] = mapped_column(String(50))
+    message: Mapped[str | None] = mapped_column(Text)
+    trials_made: Mapped[int] = mapped_column(Integer, default=0)
+    best_trial: Mapped[int | None] = mapped_column(Integer)  # its number
+    best_value: Mapped[float | None] = mapped_column(Float(precision=53))
+    version: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[float] = mapped_column(Time)
+    ended_at: Mapped[float | None] = mapped_column(Time)
+
+    user: Mapped[UserModel] = relationship(lazy="joined")
+    team: Mapped[TeamModel] = relationship(lazy="joined")
+
+
+class TrialModel(Base):
+    """One trial of an experiment: its point, the job that runs it, and what was decided.
+    ``rungs``: the verdict at each rung it was judged at ({rung: [value, rank, of, keep]}),
+    never given twice; ``value`` and ``time``: the objective and the time metric it reported
+    last (its curve is its job's metrics)."""
+
+    __tablename__ = "trials"
+    __table_args__ = (
+        UniqueConstraint("experiment_id", "number", name="uq_trials_experiment_number"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    experiment_id: Mapped[int] = mapped_column(ForeignKey("experiments.id", ondelete="CASCADE"))
+    number: Mapped[int] = mapped_column(Integer)
+    job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id"), unique=True)
+    params: Mapped[dict[str, Any]] = mapped_column(JSON)
+    state: Mapped[str] = mapped_column(String(20))
+    value: Mapped[float | None] = mapped_column(Float(precision=53))
+    time: Mapped[float | None] = mapped_column(Float(precision=53))
+    rung: Mapped[int | None] = mapped_column(Integer)
+    rungs: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    message: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[float] = mapped_column(Time)
+    ended_at: Mapped[float | None] = mapped_column(Time)

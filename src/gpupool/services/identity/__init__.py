@@ -10,7 +10,7 @@ quotas checked against the pool's size, ``services.cluster``; jobs and schedulin
 
 from __future__ import annotations
 
-from gpupool.services.identity._auth import Bootstrap, TokenCache, bootstrap
+from gpupool.services.identity._auth import Bootstrap, TokenCache, bootstrap, principal_of
 from gpupool.services.identity._history import MAX_BUCKETS
 from gpupool.services.identity._identity import (
     by_session,
@@ -54,6 +54,7 @@ from gpupool.services.identity._users import (
 from gpupool.services.identity._users import list_teams as team_rows
 
 __all__ = [
+    "principal_of",
     "Bootstrap",
     "MAX_BUCKETS",
     "Quota",

@@ -214,6 +214,12 @@ def _own_token(session: Session, user: UserModel, password: str, now: float) -> 
     return token if who.user_id == user.id else None
 
 
+def principal_of(session: Session, user_id: int) -> Principal:
+    """The user as a principal, as of now (work the server does on their behalf: an
+    experiment's trials); Unauthenticated when they are disabled or gone."""
+    return _principal(session.get(UserModel, user_id))
+
+
 def _principal(user: UserModel | None, via_session: bool = False) -> Principal:
     if user is None or user.disabled:
         raise Unauthenticated("this user is disabled or gone: ask an admin")

@@ -19,10 +19,11 @@ from sqlalchemy.orm import Session
 from gpupool.domain.dependencies import Dependency
 from gpupool.domain.deployments import DeploymentSpec
 from gpupool.domain.environments import EnvironmentCreate
+from gpupool.domain.experiments import ExperimentSpec
 from gpupool.domain.jobfiles import DatasetBody, JobBody, VolumeBody
 from gpupool.domain.notebooks import NotebookRequest
 from gpupool.scheduler.types import NodeCapacity
-from gpupool.services import datasets, deployments, environments, jobs, notebooks
+from gpupool.services import datasets, deployments, environments, experiments, jobs, notebooks
 from gpupool.services.core import Principal
 from gpupool.services.jobfiles._ports import Applies
 
@@ -126,6 +127,17 @@ def _volume(session: Session, ready: datasets.ReadyVolume, making: Making) -> Ma
     return Made(volume.id, ready.name)
 
 
+def _experiment(session: Session, body: ExperimentSpec, making: Making) -> Made:
+    row = experiments.new_experiment(
+        session, making.who, body, making.nodes, making.now, making.limits
+    )
+    return Made(row.id, row.name)
+
+
+def _experiment_made(ctx: Applies, made: Made) -> None:
+    ctx.experiments.wake()
+
+
 def _deployment_made(ctx: Applies, made: Made) -> None:
     if made.name:
         ctx.deployments.changed(made.name)
@@ -175,6 +187,15 @@ KINDS: dict[str, Kind] = {
             DeploymentSpec,
             _deployment,
             _deployment_made,
+        ),
+        Kind(
+            "Experiment",
+            "a hyper-parameter search whose trials are jobs (POST /api/v1/experiments): "
+            "objective, parameters, sampler, stopping, and the trial's job with "
+            "${params.NAME} in its strings",
+            ExperimentSpec,
+            _experiment,
+            _experiment_made,
         ),
     )
 }

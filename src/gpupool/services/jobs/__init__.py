@@ -69,6 +69,8 @@ from gpupool.services.jobs._stops import (
     over_storage_quota,
     past_max_runtime,
     preempted,
+    stop_pending_early,
+    stopped_early,
 )
 from gpupool.services.jobs._stops import record as record_stop
 from gpupool.services.jobs._transitions import apply as apply_transition
@@ -129,6 +131,8 @@ __all__ = [
     "show_job",
     "settle_dependencies",
     "show_task",
+    "stop_pending_early",
+    "stopped_early",
     "submit",
     "submit_array",
     "submit_array_tasks",

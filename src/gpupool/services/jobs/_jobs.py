@@ -184,11 +184,14 @@ def submit(
     limits: JobLimits = JobLimits(),
     *,
     kind: JobKind = JobKind.JOB,
+    platform_env: dict[str, str] | None = None,
 ) -> JobModel:
-    """Queue a job of ``kind``, or refuse it at once if no node could ever run it."""
+    """Queue a job of ``kind``, or refuse it at once if no node could ever run it;
+    ``platform_env``: variables gpupool sets for it, never part of its spec (a trial's)."""
     team = admit(session, principal, spec, nodes, limits)
     resolved = dependencies.resolve(session, team.id, spec.depends_on)
     job = new_job(principal, team, dependencies.recorded(spec, resolved), now, kind)
+    job.platform_env = platform_env
     for column, value in dependencies.waiting_values(resolved).items():
         setattr(job, column, value)
     session.add(job)

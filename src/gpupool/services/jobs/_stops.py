@@ -86,6 +86,35 @@ def storage_ended_message(job: JobModel, code: int | None) -> str:
     return f"{why or 'stopped: its team is over its storage quota'}; exit code {code}"
 
 
+def stopped_early(attempt_id: int, job_id: int, message: str) -> StopRequest:
+    """An experiment's verdict on its trial: it ranked too low at a rung."""
+    return StopRequest(attempt_id, job_id, StopReason.EARLY_STOPPED, Reason.EARLY_STOPPED, message)
+
+
+def early_message(job: JobModel, code: int | None) -> str:
+    """What a trial stopped early says once its attempt has ended (the verdict, kept on its
+    status line while it stopped)."""
+    why = job.message if job.reason == Reason.EARLY_STOPPED.value else "stopped early"
+    return f"{why}; exit code {code}"
+
+
+def stop_pending_early(session: Session, job_id: int, now: float, message: str) -> bool:
+    """A trial stopped early before it started (or while requeued): cancelled at once."""
+    ended = session.execute(
+        update(JobModel)
+        .where(JobModel.id == job_id, JobModel.status == JobStatus.PENDING.value)
+        .values(
+            status=JobStatus.CANCELLED.value,
+            ended_at=now,
+            reason=Reason.EARLY_STOPPED.value,
+            message=message,
+        )
+    )
+    if ended.rowcount:
+        job_service.record(session, job_id, now, Reason.EARLY_STOPPED, message)
+    return bool(ended.rowcount)
+
+
 def cancelled(attempt_id: int, job_id: int) -> StopRequest:
     return StopRequest(attempt_id, job_id, StopReason.CANCELLED)
 

@@ -177,6 +177,8 @@ def outcome(
     if stop_reason == StopReason.STORAGE_QUOTA:
         message = stops.storage_ended_message(job, code)
         return JobStatus.FAILED, Reason.STORAGE_QUOTA_EXCEEDED, message
+    if stop_reason == StopReason.EARLY_STOPPED:
+        return JobStatus.CANCELLED, Reason.EARLY_STOPPED, stops.early_message(job, code)
     if result is not None and result.reason in STOPPED_FOR:  # over what it asked for
         return JobStatus.FAILED, STOPPED_FOR[result.reason], result.message or result.reason
     if code == 0:

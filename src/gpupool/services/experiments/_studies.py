@@ -1,0 +1,178 @@
+"""Optuna's side of an experiment: its samplers ask, its pruners judge (median, Hyperband).
+
+gpupool's tables are the truth; a study is only a working copy, held in memory by the
+experiments pipeline and rebuilt from the trials (``rebuild``) whenever it is missing -- at
+start, or after a write that failed -- so a restart loses nothing. Trials never talk to the
+study: the pipeline tells it what their jobs reported.
+
+Each ask gets a sampler seeded with the experiment's seed and the trial's number, so the
+points of random and grid searches depend on nothing but the seed, whatever order trials
+end in or however often the server restarts (qmc's sequence is indexed by trial number
+already; tpe and cmaes learn from the trials that have ended when asked, so their points
+depend on that too).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+from optuna.distributions import (
+    BaseDistribution,
+    CategoricalDistribution,
+    FloatDistribution,
+    IntDistribution,
+)
+from optuna.trial import FrozenTrial, TrialState
+
+from gpupool.domain.experiments import ExperimentSpec, Parameter
+
+optuna.logging.set_verbosity(logging.WARNING)  # the server's log, not one line per trial
+
+FINISHED = {
+    "completed": TrialState.COMPLETE,
+    "early_stopped": TrialState.PRUNED,
+    "failed": TrialState.FAIL,
+    "cancelled": TrialState.FAIL,
+}
+
+
+@dataclass(frozen=True)
+class KnownTrial:
+    """A trial as the tables hold it, enough to put it back into a study."""
+
+    number: int
+    params: dict[str, Any]
+    state: str
+    value: float | None
+    curve: Sequence[tuple[float, float]]
+
+
+class Study:
+    """One experiment's Optuna study: ``ask`` the next point, ``tell`` how a trial ended,
+    ``report`` its points and ask the pruner whether to stop it."""
+
+    def __init__(self, experiment_id: int, spec: ExperimentSpec) -> None:
+        self.spec = spec
+        self.space = {name: distribution(p) for name, p in spec.parameters.items()}
+        self.study = optuna.create_study(
+            study_name=f"experiment-{experiment_id}",
+            direction=spec.objective.direction,
+            sampler=sampler(spec, 0),
+            pruner=pruner(spec),
+        )
+        self._ids: dict[int, int] = {}  # our trial number -> Optuna's trial id
+        self._reported: dict[int, int] = {}  # points of each trial told so far
+
+    @classmethod
+    def rebuild(cls, experiment_id: int, spec: ExperimentSpec, trials: Sequence[KnownTrial]):
+        """The study as it was: every trial put back in number order, with its state,
+        value and reported points (``Study``)."""
+        study = cls(experiment_id, spec)
+        for trial in sorted(trials, key=lambda t: t.number):
+            study._put_back(trial)
+        return study
+
+    def ask(self, number: int) -> dict[str, Any]:
+        """The point of trial ``number`` (the next one: numbers go 1, 2, 3, ...)."""
+        expected = len(self.study.trials) + 1
+        if number != expected:
+            raise ValueError(f"trial {number} asked for, but the study is at {expected}")
+        self.study.sampler = sampler(self.spec, number)
+        trial = self.study.ask(self.space)
+        self._ids[number] = trial._trial_id
+        return dict(trial.params)
+
+    def tell(self, number: int, state: str, value: float | None) -> None:
+        """Trial ``number`` ended: completed with ``value``, early stopped, failed."""
+        optuna_state = FINISHED[state]
+        told = value if optuna_state is TrialState.COMPLETE else None
+        self.study.tell(self._ids[number], told, state=optuna_state, skip_if_finished=True)
+
+    def should_stop(self, number: int, points: Sequence[tuple[float, float]]) -> bool:
+        """Report the points not told yet and ask the pruner (median, Hyperband)."""
+        trial = optuna.trial.Trial(self.study, self._ids[number])
+        for time, value in points[self._reported.get(number, 0) :]:
+            trial.report(value, int(time))
+        self._reported[number] = len(points)
+        return bool(points) and trial.should_prune()
+
+    def _put_back(self, known: KnownTrial) -> None:
+        state = FINISHED.get(known.state, TrialState.RUNNING)
+        steps: dict[int, float] = {}
+        for time, value in known.curve:
+            steps.setdefault(int(time), value)
+        frozen = optuna.trial.create_trial(
+            state=state,
+            value=known.value if state is TrialState.COMPLETE else None,
+            params=known.params,
+            distributions=self.space,
+            intermediate_values=steps,
+        )
+        self.study.add_trial(frozen)
+        self._ids[known.number] = self.study._storage.get_all_trials(
+            self.study._study_id, deepcopy=False
+        )[-1]._trial_id
+        self._reported[known.number] = len(known.curve)
+
+
+def distribution(parameter: Parameter) -> BaseDistribution:
+    if parameter.type == "categorical":
+        return CategoricalDistribution(list(parameter.choices or []))
+    low, high = parameter.low, parameter.high
+    assert low is not None and high is not None
+    if parameter.type == "int":
+        return IntDistribution(
+            int(low), int(high), log=parameter.log, step=int(parameter.step or 1)
+        )
+    return FloatDistribution(low, high, log=parameter.log, step=parameter.step)
+
+
+def sampler(spec: ExperimentSpec, number: int) -> optuna.samplers.BaseSampler:
+    """The sampler that picks trial ``number``'s point, seeded by the experiment's seed and
+    that number (qmc: by the seed alone, its sequence indexed by the trial's number)."""
+    seed = _seed(spec.sampler.seed, number)
+    name = spec.sampler.name
+    if name == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    if name == "grid":
+        space = {n: p.grid() for n, p in spec.parameters.items()}
+        return optuna.samplers.GridSampler(space, seed=seed)
+    if name == "qmc":
+        return optuna.samplers.QMCSampler(seed=spec.sampler.seed, warn_independent_sampling=False)
+    if name == "cmaes":
+        return optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False)
+    return optuna.samplers.TPESampler(seed=seed, constant_liar=True)
+
+
+def pruner(spec: ExperimentSpec) -> optuna.pruners.BasePruner:
+    """Optuna's pruner for the median rule and Hyperband; none for ASHA, which gpupool
+    decides itself (``_rungs``), and for no stopping."""
+    stopping = spec.stopping
+    if stopping.name == "median":
+        return optuna.pruners.MedianPruner(
+            n_startup_trials=stopping.min_trials, n_warmup_steps=int(stopping.grace)
+        )
+    if stopping.name == "hyperband":
+        assert stopping.max_time is not None
+        return optuna.pruners.HyperbandPruner(
+            min_resource=max(1, int(stopping.grace)),
+            max_resource=int(stopping.max_time),
+            reduction_factor=int(stopping.reduction_factor),
+        )
+    return optuna.pruners.NopPruner()
+
+
+def _seed(seed: int | None, number: int) -> int | None:
+    if seed is None:
+        return None
+    digest = hashlib.sha256(f"{seed}:{number}".encode()).digest()
+    return int.from_bytes(digest[:4], "big")
+
+
+def frozen_trials(study: Study) -> list[FrozenTrial]:
+    return study.study.get_trials(deepcopy=False)
