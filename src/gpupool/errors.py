@@ -648,3 +648,80 @@ class EnvironmentInUse(Conflict):
     """Jobs that are pending or running use this environment: cancel them, or let them end."""
 
     code = "environment_in_use"
+
+
+# -- Kubeflow manifests (docs/kubeflow.md) -----------------------------------------------------
+
+
+class KubeflowInvalid(InvalidRequest):
+    """A Kubeflow manifest's field is not what its operator reads (a number where a list is
+    due, a replica type it lacks): the message names the field and what it takes."""
+
+    code = "kubeflow_invalid"
+
+
+class KubeflowNotSupported(InvalidRequest):
+    """The manifest asks for what gpupool cannot do for it (a sidecar container, an init
+    container, a volume of a kind it has no equivalent for): the message says what to change."""
+
+    code = "kubeflow_not_supported"
+
+
+class TfPsNotSupported(KubeflowNotSupported):
+    """A TFJob with parameter servers (PS replicas): gpupool runs TensorFlow's
+    MultiWorkerMirroredStrategy (Chief and Workers) only; drop the PS replicas and use that
+    strategy."""
+
+    code = "tf_ps_not_supported"
+
+
+class ElasticNotSupported(KubeflowNotSupported):
+    """Elastic training (elasticPolicy, or minAvailable below the replicas): a gpupool job over
+    several nodes starts all its nodes together and keeps them; give a fixed number of
+    replicas."""
+
+    code = "elastic_not_supported"
+
+
+class ImageNotAvailable(InvalidRequest):
+    """The manifest's container image is not a gpupool image of the job's team or the site:
+    pull it ('gpupool image pull REF') or import it, or run on the nodes' own system with
+    'gpupool apply --ignore-image' (ignore_image in the API)."""
+
+    code = "image_not_available"
+
+
+class UnknownPriorityClass(InvalidRequest):
+    """The manifest's priorityClassName is not one this site maps to a priority
+    (GPUPOOL_PRIORITY_CLASSES): use one it maps, or leave it out."""
+
+    code = "unknown_priority_class"
+
+
+class UnknownRuntime(InvalidRequest):
+    """A TrainJob's runtimeRef names no runtime gpupool knows: use a built-in one
+    (torch-distributed, deepspeed-distributed, mpi-distributed) or define the
+    (Cluster)TrainingRuntime in the same file."""
+
+    code = "unknown_runtime"
+
+
+class KubeflowCommandMissing(InvalidRequest):
+    """The container gives no command and leaves it to its image, which is not a gpupool image
+    whose entrypoint is known: give the container a command, or pull the image."""
+
+    code = "kubeflow_command_missing"
+
+
+class ClaimNotFound(InvalidRequest):
+    """A persistentVolumeClaim names neither a volume nor a dataset of the job's team: make
+    the volume ('gpupool volume create NAME') or the dataset, or name one the team has."""
+
+    code = "claim_not_found"
+
+
+class KatibAlgorithmNotSupported(KubeflowNotSupported):
+    """A Katib Experiment's search or early-stopping algorithm is not one gpupool runs: use
+    random, grid, tpe, multivariate-tpe, cmaes or sobol, and medianstop (or none)."""
+
+    code = "katib_algorithm_not_supported"

@@ -51,6 +51,10 @@ class Settings(BaseSettings):
     stop_grace_seconds: float = 30.0  # SIGTERM to SIGKILL, unless a job sets its own
     max_grace_seconds: float = 3600.0  # the longest grace period a job may ask for
     member_max_priority: int = 100  # members submit in [-1000, this]; admins up to 1000
+    # A Kubeflow manifest's priority class (priorityClassName, Kueue's priority-class label)
+    # -> the job's priority, as JSON: '{"high": 100, "low": -100}' (docs/kubeflow.md). A
+    # class not in it is refused (unknown_priority_class); a member's cap above still holds.
+    priority_classes: dict[str, int] = Field(default_factory=dict)
     # Fair share inside a team weighs past GPU-seconds down by half every this many seconds
     # (Slurm's PriorityDecayHalfLife); the usage is recomputed at most every few seconds.
     fair_share_half_life_seconds: float = 7 * 86400.0
@@ -258,6 +262,14 @@ class Settings(BaseSettings):
     # Namespaces a root node keeps ready with egress attached, so that a job starts
     # without waiting for pasta (20-40 ms); 0 makes each job's namespace at its start.
     warm_networks: int = Field(default=2, ge=0, le=16)
+
+    @field_validator("priority_classes")
+    @classmethod
+    def _priorities(cls, classes: dict[str, int]) -> dict[str, int]:
+        wrong = [name for name, value in classes.items() if not -1000 <= value <= 1000]
+        if wrong:
+            raise ValueError(f"a priority is -1000 to 1000: {', '.join(wrong)} is not")
+        return classes
 
     @field_validator("public_url")
     @classmethod

@@ -18,7 +18,7 @@ its fields are exactly those of ``POST /api/v1/jobs`` (``JobBody``), ``/notebook
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -30,6 +30,9 @@ from gpupool.domain.units import parse_bytes
 from gpupool.domain.views import View
 
 API_VERSION = "gpupool/v1"
+# Kubeflow's training operators' and Trainer's manifests, taken unchanged (docs/kubeflow.md)
+KUBEFLOW_API_VERSIONS = ("kubeflow.org/v1", "kubeflow.org/v2beta1", "trainer.kubeflow.org/v1alpha1")
+API_VERSIONS = (API_VERSION, *KUBEFLOW_API_VERSIONS)
 MAX_DOCUMENTS = 100
 
 
@@ -155,7 +158,11 @@ class VolumeBody(BaseModel):
 
 
 class Metadata(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """A document's metadata: its ``name``. A Kubeflow manifest's metadata holds more
+    (namespace, labels: kept as extra fields, which the translation reads or names as
+    ignored); a gpupool/v1 document's holds nothing else."""
+
+    model_config = ConfigDict(extra="allow")
 
     name: Annotated[str, Field(min_length=1, max_length=200), STORABLE] | None = Field(
         default=None, description="the job's, notebook's or deployment's name"
@@ -163,14 +170,34 @@ class Metadata(BaseModel):
 
 
 class Document(BaseModel):
-    """One document of a job file; ``spec`` is checked against its kind's body."""
+    """One document of a job file; ``spec`` is checked against its kind's body, or, for a
+    Kubeflow manifest (``KUBEFLOW_API_VERSIONS``), translated into a gpupool Job."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
-    api_version: Literal["gpupool/v1"] = Field(alias="apiVersion")
+    api_version: Annotated[str, Field(max_length=100)] = Field(
+        alias="apiVersion",
+        description=f"{API_VERSION}, or a Kubeflow manifest's (docs/kubeflow.md)",
+        examples=[API_VERSION, "kubeflow.org/v1"],
+    )
     kind: Annotated[str, Field(min_length=1, max_length=50)]
     metadata: Metadata = Field(default_factory=Metadata)
     spec: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("api_version")
+    @classmethod
+    def _known_api_version(cls, value: str) -> str:
+        if value not in API_VERSIONS:
+            raise ValueError(
+                f"apiVersion '{value[:100]}' is not one gpupool reads: use {API_VERSION}, or a "
+                f"Kubeflow manifest's ({', '.join(KUBEFLOW_API_VERSIONS)})"
+            )
+        return value
+
+    @property
+    def is_kubeflow(self) -> bool:
+        """A Kubeflow manifest, translated on the server into a gpupool Job."""
+        return self.api_version in KUBEFLOW_API_VERSIONS
 
 
 class ApplyRequest(BaseModel):
@@ -181,6 +208,18 @@ class ApplyRequest(BaseModel):
 
     documents: list[Document] = Field(min_length=1, max_length=MAX_DOCUMENTS)
     dry_run: bool = False
+    ignore_image: bool = Field(
+        default=False,
+        description="a Kubeflow manifest's container image that is no gpupool image is "
+        "left out (a notice says so): the job runs on the nodes' own system",
+    )
+
+
+class Notice(View):
+    """A field of a Kubeflow manifest that gpupool does not honour, and why."""
+
+    field: str = Field(description="where it is written: spec.runPolicy.ttlSecondsAfterFinished")
+    message: str
 
 
 class AppliedView(View):
@@ -193,6 +232,16 @@ class AppliedView(View):
     id: int | None = Field(description="null in a dry run: nothing was made")
     job_ids: list[int] = Field(default_factory=list)
     document: dict[str, Any]
+    translated_from: str | None = Field(
+        default=None,
+        description="a Kubeflow manifest's apiVersion and kind (kubeflow.org/v1 PyTorchJob), "
+        "which the server translated into this document",
+    )
+    notices: list[Notice] = Field(
+        default_factory=list,
+        description="the manifest's fields that gpupool does not honour, each with why "
+        "(recorded as the job's event KubeflowFieldIgnored)",
+    )
 
 
 class ApplyView(View):

@@ -17,6 +17,7 @@ from gpupool.services.images._images import (
     receive_archive,
     remove,
     show_image,
+    usable_image,
 )
 
 __all__ = [
@@ -27,4 +28,5 @@ __all__ = [
     "receive_archive",
     "remove",
     "show_image",
+    "usable_image",
 ]

@@ -171,6 +171,21 @@ def remove(ctx: Stores, who: Principal, text: str, team: str | None = None) -> I
         return view
 
 
+def usable_image(session: Session, text: str, team_id: int) -> ImageView | None:
+    """The image ``text`` (a name or a digest) that a job of ``team_id`` may run in: the
+    team's own, else the site's; None when there is none (as ``jobs`` resolves one at
+    submit: a Kubeflow manifest's image is looked up before)."""
+    if len(text) > 255:
+        return None
+    names, digest = lookup(text)
+    query = select(ImageModel).where(
+        or_(ImageModel.team_id == team_id, ImageModel.team_id.is_(None)),
+        ImageModel.digest == digest if digest else ImageModel.name.in_(names),
+    )
+    rows = sorted(session.scalars(query), key=lambda row: row.team_id is None)
+    return _view(rows[0]) if rows else None
+
+
 def image_layout(settings: Settings, digest: str) -> Path:
     """Where the server keeps the image ``digest`` (an OCI layout)."""
     return layout_path(settings.images_dir, digest)

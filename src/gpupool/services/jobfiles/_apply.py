@@ -9,7 +9,7 @@ maps back to the file's line and column.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -18,9 +18,16 @@ from sqlalchemy.exc import IntegrityError
 
 from gpupool.domain.jobfiles import API_VERSION, AppliedView, ApplyRequest, ApplyView, Document
 from gpupool.errors import Conflict, GpupoolError, InvalidRequest
-from gpupool.services import jobs
+from gpupool.services import jobs, kubeflow
 from gpupool.services.core import Principal
 from gpupool.services.jobfiles._kinds import KINDS, Kind, Made, Making, kind_of
+from gpupool.services.jobfiles._kubeflow import (
+    RUNTIME,
+    as_read,
+    manifest,
+    record_notices,
+    translate_documents,
+)
 from gpupool.services.jobfiles._ports import Applies
 
 
@@ -32,7 +39,7 @@ def apply(ctx: Applies, who: Principal, request: ApplyRequest) -> ApplyView:
     """Make every document of ``request`` in one transaction, or check them and make
     nothing (``dry_run``); what each made (nothing, in a dry run) and how it was read."""
     who.require_member()
-    read = [read_document(index, doc) for index, doc in enumerate(request.documents)]
+    read, translated = read_file(ctx, who, request)
     check_references(read)
     making = Making(
         who,
@@ -43,15 +50,18 @@ def apply(ctx: Applies, who: Principal, request: ApplyRequest) -> ApplyView:
     )
     prepared = []  # the slow steps first, with no transaction open (an environment's resolve)
     for index, (kind, body) in enumerate(read):
-        with about(index, kind.name, _name(kind, body)):
+        with about(index, _kind(index, kind, translated), _name(kind, body)):
             ready = body if kind.prepare is None else kind.prepare(ctx, who, body, request.dry_run)
             prepared.append(ready)
     made: list[Made] = []
     try:
         with ctx.db.session() as session:
             for index, ((kind, body), ready) in enumerate(zip(read, prepared, strict=True)):
-                with about(index, kind.name, _name(kind, body)):
+                with about(index, _kind(index, kind, translated), _name(kind, body)):
                     made.append(kind.make(session, ready, making))
+                if index in translated:
+                    notices = translated[index].notices
+                    record_notices(session, made[-1], notices, making.now)
             if request.dry_run:
                 raise _DryRun
     except _DryRun:
@@ -68,21 +78,61 @@ def apply(ctx: Applies, who: Principal, request: ApplyRequest) -> ApplyView:
     return ApplyView(
         dry_run=request.dry_run,
         documents=[
-            AppliedView(
-                kind=kind.name,
-                name=_name(kind, body),
-                id=None if request.dry_run else result.id,
-                job_ids=[] if request.dry_run else list(result.job_ids),
-                document=normalised(kind, body),
-            )
-            for (kind, body), result in zip(read, made, strict=True)
+            _view(index, kind, body, result, request, translated.get(index))
+            for index, ((kind, body), result) in enumerate(zip(read, made, strict=True))
         ],
     )
+
+
+def read_file(
+    ctx: Applies, who: Principal, request: ApplyRequest
+) -> tuple[list[tuple[Kind, BaseModel]], dict[int, kubeflow.Translated]]:
+    """Every document as its kind and body: gpupool/v1 ones read as they are, then Kubeflow
+    manifests translated into Jobs (``_kubeflow``), by index."""
+    documents = request.documents
+    own = {i: read_document(i, doc) for i, doc in enumerate(documents) if not doc.is_kubeflow}
+    storage: dict[str, kubeflow.Storage] = {
+        _name(kind, body) or "": "volume" if kind.name == "Volume" else "dataset"
+        for kind, body in own.values()
+        if kind.name in ("Volume", "Dataset")
+    }
+    translated = translate_documents(ctx, who, request, storage)
+    read = [own[i] if i in own else as_read(translated[i]) for i in range(len(documents))]
+    return read, translated
+
+
+def _view(
+    index: int,
+    kind: Kind,
+    body: BaseModel,
+    result: Made,
+    request: ApplyRequest,
+    translated: kubeflow.Translated | None,
+) -> AppliedView:
+    document = normalised(kind, body)
+    if translated is not None and translated.job is None:  # a runtime: shown as written
+        document = manifest(request.documents[index])
+    source = request.documents[index]
+    return AppliedView(
+        kind=kind.name if kind is not RUNTIME else source.kind,
+        name=_name(kind, body),
+        id=None if request.dry_run else result.id,
+        job_ids=[] if request.dry_run else list(result.job_ids),
+        document=document,
+        translated_from=f"{source.api_version} {source.kind}" if translated else None,
+        notices=list(translated.notices) if translated else [],
+    )
+
+
+def _kind(index: int, kind: Kind, translated: Mapping[int, kubeflow.Translated]) -> str:
+    """The kind a document is labelled by in errors: as it is written."""
+    return translated[index].kind if index in translated else kind.name
 
 
 def read_document(index: int, doc: Document) -> tuple[Kind, BaseModel]:
     """The document's kind and its ``spec`` as that kind's body (``metadata.name`` as its
     name); InvalidRequest naming the document and its fields."""
+    _plain_metadata(index, doc)
     kind = kind_of(doc.kind)
     if kind is None:
         known = ", ".join(KINDS)
@@ -106,6 +156,17 @@ def read_document(index: int, doc: Document) -> tuple[Kind, BaseModel]:
         return kind, kind.body.model_validate(spec)
     except ValidationError as error:
         raise invalid(index, kind.name, name, error) from None
+
+
+def _plain_metadata(index: int, doc: Document) -> None:
+    """A gpupool/v1 document's metadata holds its name alone."""
+    extra = sorted(doc.metadata.model_extra or {})
+    if extra:
+        raise InvalidRequest(
+            f"document {index + 1} ({doc.kind}): metadata.{extra[0]}: a {API_VERSION} "
+            "document's metadata holds only its name",
+            fields=[{"field": f"documents.{index}.metadata.{extra[0]}", "message": "not known"}],
+        )
 
 
 def check_references(read: Sequence[tuple[Kind, BaseModel]]) -> None:

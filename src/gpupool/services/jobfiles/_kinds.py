@@ -43,10 +43,10 @@ class Making:
 
 @dataclass(frozen=True)
 class Made:
-    """What a document made: its id (a job's, an array's, a notebook's, a deployment's),
-    an array's tasks, and its name."""
+    """What a document made: its id (a job's, an array's, a notebook's, a deployment's;
+    None for a document that makes nothing), an array's tasks, and its name."""
 
-    id: int
+    id: int | None
     name: str | None
     job_ids: tuple[int, ...] = ()
 
