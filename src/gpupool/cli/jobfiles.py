@@ -363,9 +363,17 @@ def apply(
             metavar="FORMAT",
         ),
     ] = None,
+    ignore_image: Annotated[
+        bool,
+        typer.Option(
+            "--ignore-image",
+            help="A Kubeflow manifest's container image that is no gpupool image does not "
+            "refuse it: its job runs on the nodes' own system (a notice says so).",
+        ),
+    ] = False,
 ) -> None:
     """Make the Jobs, Environments, Datasets, Volumes, Notebooks and Deployments of a job
-    file, all in one transaction.
+    file, all in one transaction; Kubeflow manifests too.
 
     A document is apiVersion: gpupool/v1, kind (Job, Environment, Dataset, Volume, Notebook
     or Deployment), metadata.name, and spec: the fields of the API's request body of that
@@ -374,6 +382,10 @@ def apply(
     volumes a Dataset or Volume before it: a pipeline in one file. A Dataset's from: DIR
     (relative to the file) is uploaded first, only the files the server lacks (with
     --dry-run: counted, not sent).
+
+    A Kubeflow PyTorchJob, TFJob, MPIJob or TrainJob is taken as it is and runs as one
+    gpupool job over its nodes (docs/kubeflow.md); each field gpupool does not honour is
+    printed as a notice.
     """
     fmt = (output or (Format.YAML if dry_run else "")).lower()
     if fmt not in ("", Format.YAML, Format.JSON):
@@ -386,12 +398,13 @@ def apply(
         send_codes(client, documents, base)
         sources = send_datasets(documents, base, dry_run, name)
         try:
-            answer = client.apply([d.data for d in documents], dry_run=dry_run)
+            answer = client.apply([d.data for d in documents], dry_run, ignore_image)
         except ApiError as error:
             if error.status in (404, 422, 409, 403):
                 raise located(error, documents, name) from None
             raise
     made = answer["documents"]
+    print_notices(made)
     if fmt:
         shown = as_written([m["document"] for m in made], sources)
         if not dry_run:  # what was made: each document with its id
@@ -403,9 +416,27 @@ def apply(
         named = f" ({escape(item['name'])})" if item.get("name") else ""
         tasks = len(item.get("job_ids") or [])
         more = f", an array of {tasks} tasks" if item["kind"] == "Job" and tasks > 1 else ""
+        if item["id"] is None:  # a Kubeflow runtime: read for the file's TrainJobs
+            out.print(f"{label}{named}: read, nothing made")
+            continue
+        source = item.get("translated_from")
+        more += f", from {escape(source.split()[-1])}" if source else ""
         out.print(f"{label} {item['id']}{named}{more}")
     if dry_run:
         err.print("[dim]dry run: nothing was made[/dim]")
+
+
+def print_notices(made: list[dict[str, Any]]) -> None:
+    """Each field of a Kubeflow manifest that gpupool does not honour, on stderr."""
+    for index, item in enumerate(made):
+        notices = item.get("notices") or []
+        if not notices:
+            continue
+        kind = (item.get("translated_from") or item["kind"]).split()[-1]
+        named = f" {item['name']}" if item.get("name") else ""
+        err.print(escape(f"document {index + 1} ({kind}{named}): not honoured:"))
+        for notice in notices:
+            err.print(f"  [yellow]{escape(notice['field'])}[/yellow]: {escape(notice['message'])}")
 
 
 def _made_status(item: dict[str, Any]) -> dict[str, Any]:

@@ -105,11 +105,17 @@ class Client:
             spec = spec | {"array": {"indexes": array} if isinstance(array, str) else array}
         return self._call("POST", "/jobs", json=spec)
 
-    def apply(self, documents: list[dict[str, Any]], dry_run: bool = False) -> dict[str, Any]:
-        """Make the documents of a job file (a Job, an Environment, a Dataset, a Volume ...)
-        in one transaction, all or none; ``dry_run``: check them and make nothing. What each
-        made comes back."""
-        return self._call("POST", "/apply", json={"documents": documents, "dry_run": dry_run})
+    def apply(
+        self, documents: list[dict[str, Any]], dry_run: bool = False, ignore_image: bool = False
+    ) -> dict[str, Any]:
+        """Make the documents of a job file (a Job, an Environment, a Dataset, a Volume, a
+        Kubeflow manifest ...) in one transaction, all or none; ``dry_run``: check them and
+        make nothing; ``ignore_image``: a Kubeflow manifest's jobs run on the nodes' own
+        system, whatever image it names. What each made comes back."""
+        body: dict[str, Any] = {"documents": documents, "dry_run": dry_run}
+        if ignore_image:
+            body["ignore_image"] = True
+        return self._call("POST", "/apply", json=body)
 
     def schemas(self, kind: str | None = None) -> Any:
         """The kinds a job file may hold; with ``kind``, the JSON schema of its document."""
