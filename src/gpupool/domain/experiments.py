@@ -24,6 +24,7 @@ from gpupool.domain.views import View
 MAX_PARAMETERS = 50
 MAX_TRIALS = 10_000
 MAX_CHOICES = 1000
+MAX_GRID_POINTS = 100_000  # along one dimension: a step that makes more is a typo
 METRIC_NAME = r"^[A-Za-z0-9_./-]{1,100}$"
 PARAM_NAME = r"^[A-Za-z_][A-Za-z0-9_]{0,63}$"
 # ${params.NAME} in a trial's strings; Katib's ${trialParameters.NAME} is read as the same
@@ -88,6 +89,11 @@ class Parameter(BaseModel):
             raise ValueError("log needs low above 0 and no step")
         if self.type == "int":
             self._whole()
+        if self.step is not None and (self.high - self.low) / self.step >= MAX_GRID_POINTS:
+            raise ValueError(
+                f"step {self.step:g} makes more than {MAX_GRID_POINTS:,} values from low to "
+                "high: use a larger step"
+            )
         return self
 
     def _categorical(self) -> Parameter:
@@ -104,6 +110,14 @@ class Parameter(BaseModel):
             value = getattr(self, name)
             if value is not None and not float(value).is_integer():
                 raise ValueError(f"{name} of an int parameter is a whole number, not {value:g}")
+
+    def grid_size(self) -> int:
+        """How many values ``grid`` gives, counted without making them."""
+        if self.type == "categorical":
+            return len(self.choices or [])
+        assert self.low is not None and self.high is not None
+        step = self.step or 1
+        return math.floor((self.high - self.low) / step + 1e-9) + 1
 
     def grid(self) -> list[Any]:
         """Every value of a grid search along this dimension (``step``: low, low+step, ...
@@ -252,6 +266,11 @@ class ExperimentSpec(BaseModel):
             for name, parameter in self.parameters.items():
                 if parameter.type == "float" and parameter.step is None:
                     raise ValueError(f"parameters.{name}: a grid search needs a step")
+                if parameter.grid_size() > MAX_GRID_POINTS:
+                    raise ValueError(
+                        f"parameters.{name}: more than {MAX_GRID_POINTS:,} grid values: give "
+                        "a step, or a narrower range"
+                    )
         return self
 
     @property

@@ -242,7 +242,9 @@ def trial_budget(spec: ExperimentSpec) -> int:
         return spec.max_trials
     points = 1
     for parameter in spec.parameters.values():
-        points *= len(parameter.grid())
+        points *= parameter.grid_size()
+        if points >= spec.max_trials:
+            return spec.max_trials
     return min(spec.max_trials, points)
 
 
