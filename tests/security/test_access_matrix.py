@@ -262,6 +262,8 @@ PARAMS: dict[str, Factory] = {
     "/api/v1/jobs/{job_id}/metrics": _job,
     "/api/v1/jobs/{job_id}/metrics/summary": _job,
     "/api/v1/jobs/{job_id}/cancel": _fresh_job,
+    "/api/v1/jobs/{job_id}/hold": _fresh_job,
+    "/api/v1/jobs/{job_id}/release": _fresh_job,
     "/api/v1/jobs/arrays/{array_id}": _array,
     "/api/v1/jobs/arrays/{array_id}/tasks/{index}": _array,
     "/api/v1/jobs/arrays/{array_id}/cancel": _fresh_array,

@@ -455,6 +455,15 @@ def run(
             rich_help_panel=QUEUE,
         ),
     ] = None,
+    hold: Annotated[
+        bool,
+        typer.Option(
+            "--hold",
+            help="Submit it held: it waits with reason Held and never starts until "
+            "gpupool release JOB.",
+            rich_help_panel=QUEUE,
+        ),
+    ] = False,
     after: Annotated[
         list[str] | None,
         typer.Option(
@@ -606,6 +615,8 @@ def run(
             "--dry-run submits nothing to follow; -o yaml prints a dry run's document",
             param_hint="'--dry-run'",
         )
+    if hold:
+        spec["hold"] = True
     if dataset:
         spec["datasets"] = list(dataset)  # the server reads the short forms
     if volume:

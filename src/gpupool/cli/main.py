@@ -106,6 +106,14 @@ COMMANDS: Mapping[str, Lazy] = MappingProxyType(
             "gpupool.cli.jobs:cancel",
             "Cancel jobs: pending ones at once, running ones are stopped.",
         ),
+        "hold": Lazy(
+            "gpupool.cli.holds:hold",
+            "Hold pending jobs: they wait (reason Held) and never start until released.",
+        ),
+        "release": Lazy(
+            "gpupool.cli.holds:release",
+            "Release held jobs: back to the queue (gpupool run --hold, gpupool hold).",
+        ),
         "metrics": Lazy(
             "gpupool.cli.metrics:metrics",
             "Show a job's metrics: each one's last value, min, max and points; -o json or csv "

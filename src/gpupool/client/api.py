@@ -147,6 +147,14 @@ class Client:
     def cancel(self, job_id: int) -> dict[str, Any]:
         return self._call("POST", f"/jobs/{job_id}/cancel")
 
+    def hold(self, job_id: int) -> dict[str, Any]:
+        """Hold a pending job: it never starts until released."""
+        return self._call("POST", f"/jobs/{job_id}/hold")
+
+    def release(self, job_id: int) -> dict[str, Any]:
+        """Release a held job back to the queue."""
+        return self._call("POST", f"/jobs/{job_id}/release")
+
     def why(self, job_id: int) -> dict[str, Any]:
         """Why the job waits: reason code, message, position, blockers, estimated start."""
         return self._call("GET", f"/jobs/{job_id}/why")

@@ -359,6 +359,11 @@ class JobSpec(BaseModel):
         "it is cancelled (DependencyNeverSatisfied) when one ends so that it never can start",
         examples=[["afterok:12"], [{"job": "prep", "condition": "afterany"}]],
     )
+    hold: bool = Field(
+        default=False,
+        description="submit the job held: it stays pending (reason Held) and never starts "
+        "until released (gpupool release JOB, POST /api/v1/jobs/{id}/release)",
+    )
     datasets: list[DatasetUse] = Field(
         default_factory=list,
         max_length=MAX_DATASETS,
@@ -530,6 +535,8 @@ class Reason(StrEnum):
     LOST = "RunnerLost"
     REQUEUED = "Requeued"
     READOPTED = "Readopted"
+    HELD = "Held"  # held (JobSpec.hold, gpupool hold): it never starts until released
+    RELEASED = "Released"  # released from a hold (gpupool release)
     FABRIC = "Fabric"  # what a task of a job over several nodes talks over (RDMA, TCP)
     # tenancy (README "Isolation")
     ISOLATION_UNAVAILABLE = "IsolationUnavailable"  # isolation is on and cannot be had

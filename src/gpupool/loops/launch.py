@@ -53,14 +53,16 @@ REQUEUED_LAUNCHES = frozenset({"storage_full", "node_unreachable"})
 JOBS = JobModel.__table__
 ATTEMPTS = AttemptModel.__table__
 EVENTS = EventModel.__table__
-# A job is claimed only while it is pending and no cancel was asked for: built once, run per
-# job with its values (a job's claim returns what its attempt and task are made of).
+# A job is claimed only while it is pending, not held and no cancel was asked for: built
+# once, run per job with its values (a job's claim returns what its attempt and task are made
+# of).
 CLAIM = (
     JOBS.update()
     .where(
         JOBS.c.id == bindparam("job"),
         JOBS.c.status == JobStatus.PENDING.value,
         JOBS.c.cancel_requested_at.is_(None),
+        JOBS.c.held.is_(False),  # held since the snapshot that placed it: it stays pending
     )
     .values(
         status=JobStatus.STARTING.value,

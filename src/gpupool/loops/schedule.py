@@ -121,7 +121,9 @@ class Scheduling:
             # each statement sees what others committed) cannot be given a pending reason;
             # a job a cancel holds now is skipped, and keeps the cancel's reason
             query = select(JobModel.id).where(
-                JobModel.id.in_(changed), JobModel.status == JobStatus.PENDING.value
+                JobModel.id.in_(changed),
+                JobModel.status == JobStatus.PENDING.value,
+                JobModel.held.is_(False),  # held since the snapshot: it keeps its reason Held
             )
             still = set(session.scalars(query.with_for_update(skip_locked=True)))
             self._write_reasons(session, {k: v for k, v in changed.items() if k in still})

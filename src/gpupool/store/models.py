@@ -255,6 +255,9 @@ class JobModel(Base):
     queued_at: Mapped[float | None] = mapped_column(Time)  # back in the queue (None: submit)
     checkpoint_at: Mapped[float | None] = mapped_column(Time)
     preemptions: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
+    # held (JobSpec.hold, gpupool hold): pending, left out of the scheduler's snapshot and
+    # never claimed by a launch until released
+    held: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     # a task of a job array: the array (its first task's job id) and this task's index
     array_id: Mapped[int | None] = mapped_column(ForeignKey("job_arrays.id"))
     array_index: Mapped[int | None] = mapped_column(Integer)

@@ -1,5 +1,6 @@
-"""Jobs: submit, list, show, cancel, events, logs (JSON chunks and a live event stream);
-job arrays: submitted as one, listed, shown and cancelled as one or task by task."""
+"""Jobs: submit, list, show, cancel, hold and release, events, logs (JSON chunks and a live
+event stream); job arrays: submitted as one, listed, shown and cancelled as one or task by
+task."""
 
 from __future__ import annotations
 
@@ -158,6 +159,24 @@ def cancel(
 ) -> JobView:
     """Cancel the job: a pending one at once, a running one is stopped."""
     return jobs.cancel_job(ctx, who, job_id)
+
+
+@router.post("/{job_id}/hold", response_model=JobView)
+def hold(
+    job_id: Id, ctx: PlatformDep, who: Annotated[Principal, allow(Rule.TEAM_WRITE)]
+) -> JobView:
+    """Hold a pending job (Slurm's scontrol hold): it stays pending, reason Held, and never
+    starts until released; a held job stays as it is, any other is a 409."""
+    return jobs.hold_job(ctx, who, job_id)
+
+
+@router.post("/{job_id}/release", response_model=JobView)
+def release(
+    job_id: Id, ctx: PlatformDep, who: Annotated[Principal, allow(Rule.TEAM_WRITE)]
+) -> JobView:
+    """Release a held job back to the queue (or to waiting for the jobs it depends on); a
+    pending job not held stays as it is, one no longer pending is a 409."""
+    return jobs.release_job(ctx, who, job_id)
 
 
 @router.get("/{job_id}/events", response_model=list[EventView])

@@ -17,6 +17,7 @@ from sqlalchemy import JSON, Integer, cast, func, insert, literal, select, updat
 from sqlalchemy.orm import Session
 
 import gpupool.services.jobs._dependencies as dependencies
+import gpupool.services.jobs._holds as holds
 import gpupool.services.jobs._jobs as jobs
 from gpupool.domain.arrays import ArraySpec, format_indexes
 from gpupool.domain.jobs import FINAL_STATUSES, JobSpec, JobStatus, Reason
@@ -125,6 +126,8 @@ def submit(
     datasets.attach_uses(session, job_ids, team.id, spec.datasets)
     message = jobs.submitted_message(principal, team) + f" as task of array {first.id}"
     _record(session, job_ids, now, Reason.SUBMITTED, message)
+    if spec.hold:  # every task, released one by one (gpupool release ID)
+        holds.hold_at_submission(session, job_ids, now)
     counts = {JobStatus.PENDING.value: len(job_ids)}
     return SubmittedArray(ArraySummary(record, first, counts), job_ids)
 

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Select, func, insert, select, update
+from sqlalchemy import Select, case, func, insert, select, update
 from sqlalchemy.orm import Session, aliased
 
 from gpupool.domain.dependencies import (
@@ -160,6 +160,7 @@ def _waiting_rows() -> Select[Any]:
             waiter.id,
             waiter.status,
             waiter.message,
+            waiter.held,
             JobDependencyModel.condition,
             dep.id.label("dep_id"),
             dep.name.label("dep_name"),
@@ -193,7 +194,7 @@ def plan(session: Session) -> list[Step]:
             steps.append(Step(job_id, "queue", _met_message(deps)))
         elif verdict[0] is Outcome.NEVER:
             steps.append(Step(job_id, "cancel", verdict[1]))
-        elif verdict[1] != deps[0].message:
+        elif verdict[1] != deps[0].message and not deps[0].held:  # held: it says so
             steps.append(Step(job_id, "tell", verdict[1]))
     return steps
 
@@ -252,10 +253,16 @@ def _met_message(deps: Sequence[Any]) -> str:
 
 
 def _release(session: Session, job_id: int, now: float, message: str) -> bool:
+    """Queue the job; a held one keeps saying so (services.jobs._holds) until released."""
+    held = JobModel.held.is_(True)
     done = session.execute(
         update(JobModel)
         .where(JobModel.id == job_id, JobModel.waiting == WAITING, JobModel.status == "pending")
-        .values(waiting=False, reason=Reason.QUEUED.value, message=message)
+        .values(
+            waiting=False,
+            reason=case((held, JobModel.reason), else_=Reason.QUEUED.value),
+            message=case((held, JobModel.message), else_=message),
+        )
     )
     if done.rowcount:
         _event(session, job_id, now, Reason.QUEUED, message)

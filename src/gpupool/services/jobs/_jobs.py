@@ -9,7 +9,7 @@ made of.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 
 import gpupool.services.jobs._code as code
 import gpupool.services.jobs._dependencies as dependencies
+import gpupool.services.jobs._holds as holds
 import gpupool.services.jobs._image_refs as image_refs
 import gpupool.services.jobs._model_files as model_files
 from gpupool.domain.jobs import MAX_PRIORITY, JobKind, JobSpec, JobStatus, Reason, Role
@@ -134,6 +135,31 @@ def cancel_job(ctx: Tells, who: Principal, job_id: int) -> JobView:
     return shown
 
 
+def hold_job(ctx: Tells, who: Principal, job_id: int) -> JobView:
+    """Hold a pending job (``holds.hold``): it stays pending, never started until released."""
+    return _hold_or_release(ctx, who, job_id, holds.hold)
+
+
+def release_job(ctx: Tells, who: Principal, job_id: int) -> JobView:
+    """Release a held job (``holds.release``) and wake the control loop to place it."""
+    shown = _hold_or_release(ctx, who, job_id, holds.release)
+    ctx.loop.wake()
+    return shown
+
+
+def _hold_or_release(
+    ctx: Tells, who: Principal, job_id: int, step: Callable[[Session, JobModel, str, float], None]
+) -> JobView:
+    """As a cancel: another team's job is not found, a viewer may not act."""
+    now = ctx.clock.now()
+    with ctx.db.session() as session:
+        job = get_job(session, who, job_id)
+        who.require_member()
+        step(session, job, who.name, now)
+        session.refresh(job)
+        return job_view(job, now)
+
+
 def job_events(ctx: Reads, who: Principal, job_id: int, after_id: int = 0) -> list[EventView]:
     """The job's events after ``after_id``, oldest first."""
     with ctx.db.reader() as session:
@@ -199,6 +225,9 @@ def submit(
     dependencies.attach(session, [job.id], resolved)
     datasets.attach_uses(session, [job.id], team.id, spec.datasets)
     record(session, job.id, now, Reason.SUBMITTED, submitted_message(principal, team))
+    if spec.hold:
+        holds.hold_at_submission(session, [job.id], now)
+        session.refresh(job)
     return job
 
 
@@ -275,6 +304,7 @@ def job_values(
         "preemptible": spec["preemptible"],
         "attained": 0.0,
         "preemptions": 0,
+        "held": bool(spec.get("hold")),  # its reason: holds.hold_at_submission
     }
 
 

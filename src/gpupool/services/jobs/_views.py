@@ -20,7 +20,8 @@ def job_view(
     """``now``: up to when a running attempt's GPU time counts as attained; ``waiting``: the
     scheduler's latest word on it; ``user``: the owner's name when the caller knows it
     (saves loading the user)."""
-    pending = job.status == JobStatus.PENDING and waiting is not None
+    # held since the scheduler's word: it has no place in the queue
+    pending = job.status == JobStatus.PENDING and waiting is not None and not job.held
     return JobView(
         id=job.id,
         name=job.name,

@@ -226,6 +226,7 @@ class SnapshotBuilder:
                     JobModel.status == JobStatus.PENDING.value,
                     JobModel.cancel_requested_at.is_(None),
                     JobModel.waiting.is_(False),  # it waits for other jobs to end
+                    JobModel.held.is_(False),  # held until released (services.jobs._holds)
                 )
             )
         )

@@ -108,6 +108,13 @@ def _pending(
 ) -> Why:
     if job.cancel_requested_at is not None:
         return Why(job.id, JobStatus.PENDING, "it is being cancelled", "CancelRequested", "")
+    if job.held:  # not given to the scheduler: no position, no estimate
+        summary = f"it is held and starts only once released (gpupool release {job.id})"
+        unknown = "it is held: it is queued only once released"
+        message = job.message or ""
+        return Why(
+            job.id, JobStatus.PENDING, summary, Reason.HELD.value, message, eta_unknown=unknown
+        )
     if waiting is None:
         code = job.reason or Reason.SUBMITTED.value
         message = job.message or NOT_LOOKED_AT
@@ -219,7 +226,7 @@ def queue(
 
 
 def _order(job: JobModel, reasons: Mapping[int, PendingReason]) -> tuple:
-    reason = reasons.get(job.id)
+    reason = None if job.held else reasons.get(job.id)  # held: after the queue
     position = reason.position if reason is not None else 1 << 30
     return (position, -job.priority, job.queued_at or job.submitted_at, job.id)
 
