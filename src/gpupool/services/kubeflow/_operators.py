@@ -33,6 +33,8 @@ DYNAMIC = "a gpupool job keeps the nodes it started with"
 # the fields two replicas must agree on: they run as one container on every node
 SAME = ("image", "command", "args", "env", "workdir", "mounts", "shm_bytes")
 N = TypeVar("N", int, float)
+TF_RUNNING = ("Chief", "Master", "Worker")
+TF_REFUSED = ("PS", "Evaluator")  # refused with replicas; written with none, nothing runs
 
 
 @dataclass(frozen=True)
@@ -71,7 +73,8 @@ def tf_job(root: At) -> Plan:
     spec.ignore("enableDynamicWorker", DYNAMIC)
     run = spec.map("runPolicy")
     policy = read_run_policy(run, read_metadata(root))
-    replicas = read_replicas(spec, "tfReplicaSpecs", ("Chief", "Master", "Worker"))
+    replicas = read_replicas(spec, "tfReplicaSpecs", (*TF_RUNNING, *TF_REFUSED))
+    replicas = {kind: r for kind, r in replicas.items() if kind in TF_RUNNING}  # none refused
     chiefs = [kind for kind in ("Chief", "Master") if kind in replicas]
     if len(chiefs) > 1 or any(replicas[kind].count > 1 for kind in chiefs):
         raise spec.invalid("tfReplicaSpecs", "one Chief (or Master) replica, not both")
@@ -243,9 +246,9 @@ def _refuse_tf_types(spec: At) -> None:
             "an Evaluator runs beside the cluster, which gpupool does not do: evaluate in a "
             "Job of its own that depends on this one",
         )
-    for kind in ("PS", "Evaluator"):
+    for kind in TF_REFUSED:
         if kind in specs:  # written with 0 replicas: nothing to run
-            spec.fields.notice(("spec", "tfReplicaSpecs", kind), "0 replicas: nothing runs")
+            spec.fields.note(f"spec.tfReplicaSpecs.{kind}", "0 replicas: nothing runs")
 
 
 def _count(replica: object) -> int:

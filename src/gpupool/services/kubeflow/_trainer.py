@@ -204,7 +204,9 @@ def _ml_policy(ml: At | None, runtime: Runtime) -> Runtime:
         return runtime
     runtime = replace(runtime, num_nodes=ml.number("numNodes", least=1) or 1)
     for other in ("flux", "jax", "xgboost"):
-        ml.refuse(other, KubeflowNotSupported, f"gpupool runs torch and MPI runtimes, not {other}")
+        if other in ml.value:  # written empty ({}) too: the policy is chosen by its key
+            why = f"gpupool runs torch and MPI runtimes, not {other}"
+            raise ml.error(other, KubeflowNotSupported, why)
     torch, mpi = ml.map("torch"), ml.map("mpi")
     if torch is not None:
         torch.refuse("elasticPolicy", ElasticNotSupported, ELASTIC)
