@@ -294,6 +294,16 @@ def run(
             "--memory", help="Host memory, e.g. 16GiB.", metavar="BYTES", rich_help_panel=RESOURCES
         ),
     ] = None,
+    shm_size: Annotated[
+        str | None,
+        typer.Option(
+            "--shm-size",
+            help="The size of its /dev/shm, e.g. 2GiB (at most --memory; default: half the "
+            "node's memory), as docker run --shm-size.",
+            metavar="BYTES",
+            rich_help_panel=RESOURCES,
+        ),
+    ] = None,
     pids: Annotated[
         int | None,
         typer.Option(
@@ -617,6 +627,8 @@ def run(
         )
     if hold:
         spec["hold"] = True
+    if shm_size is not None:
+        spec["shm_bytes"] = shm_size  # the server reads the quantity
     if dataset:
         spec["datasets"] = list(dataset)  # the server reads the short forms
     if volume:
@@ -832,7 +844,8 @@ def _spec_lines(job: dict[str, Any]) -> list[str]:
     lines = [
         f"command:    {escape(shlex.join(spec['command']))}",
         f"resources:  {each}gpus {gpus_text(resources)}, cpus "
-        f"{share(resources.get('cpus') or 0)}, memory {memory(resources.get('memory_bytes'))}",
+        f"{share(resources.get('cpus') or 0)}, memory {memory(resources.get('memory_bytes'))}"
+        + (f", /dev/shm {memory(spec['shm_bytes'])}" if spec.get("shm_bytes") else ""),
     ]
     if is_gang(spec):
         lines.append(f"nodes:      {escape(gang_text(spec))}")

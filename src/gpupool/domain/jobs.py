@@ -102,6 +102,7 @@ def _byte_field(value: Any) -> int | None:
 
 
 ByteCount = Annotated[int | None, Field(default=None, ge=0)]
+MIN_SHM_BYTES = 1024**2  # a /dev/shm below 1 MiB is a typo (tmpfs would take 0 as no limit)
 MIN_PIDS = 16  # a job's own limit of tasks: its sandbox's init and a shell fit well under it
 
 
@@ -381,6 +382,36 @@ class JobSpec(BaseModel):
         "in its storage quota; GPUPOOL_VOLUME_<NAME> says where",
         examples=[["scratch:/scratch"]],
     )
+    shm_bytes: ByteCount = Field(
+        default=None,
+        description="the size of the sandbox's /dev/shm (a tmpfs), e.g. 2GiB: at least 1MiB, "
+        "at most the job's memory when it asks for some (resources.memory_bytes); default: "
+        "the tmpfs's own (half the node's memory), counted in the job's memory as it fills",
+        examples=["2GiB"],
+    )
+
+    @field_validator("shm_bytes", mode="before")
+    @classmethod
+    def _parse_shm(cls, value: Any) -> int | None:
+        return _byte_field(value)
+
+    @field_validator("shm_bytes")
+    @classmethod
+    def _shm_fits(cls, value: int | None, info: ValidationInfo) -> int | None:
+        """/dev/shm's pages are the job's memory: no bigger than the memory it asked for."""
+        if value is None or is_stored(info):
+            return value
+        if value < MIN_SHM_BYTES:
+            raise ValueError("/dev/shm takes at least 1MiB: write a size like 512MiB or 2GiB")
+        resources = info.data.get("resources")
+        memory = resources.memory_bytes if resources is not None else None
+        if memory is not None and value > memory:
+            raise ValueError(
+                f"/dev/shm ({value} bytes) cannot be larger than the job's memory ({memory} "
+                "bytes), which its files there count in: ask for more memory (--memory) or a "
+                "smaller --shm-size"
+            )
+        return value
 
     @field_validator("version")
     @classmethod

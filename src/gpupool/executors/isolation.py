@@ -146,6 +146,7 @@ class Isolation:
         self.image_readonly = split_paths(settings.sandbox_readonly_paths)
         self._driver_libraries: list[tuple[str, str]] | None = None
         self._setpriv_files: list[str] | None = None
+        self._bwrap_sizes: bool | None = None
         self._shown = [os.path.realpath(p) for p in [*self.readonly, *self.readwrite]]
         self._status: IsolationStatus | None = None
         self._checked_at = 0.0
@@ -279,7 +280,16 @@ class Isolation:
             hidden=self.protected,
             devices=self.devices.devices(list(task.gpu_uuids)),
             network=self.network(task),
+            shm_bytes=task.shm_bytes,
+            bwrap_size=task.shm_bytes is None or self.bwrap_sizes_tmpfs(),
         )
+
+    def bwrap_sizes_tmpfs(self) -> bool:
+        """Whether this node's bwrap takes ``--size`` before ``--tmpfs`` (0.8 and later), for
+        a job that sizes its /dev/shm. Found once, at the first such job."""
+        if self._bwrap_sizes is None:
+            self._bwrap_sizes = "--size" in _run([self.bwrap or "bwrap", "--help"])
+        return self._bwrap_sizes
 
     def driver_libraries(self) -> list[tuple[str, str]]:
         """``(host path, path inside)`` of the NVIDIA driver's libraries this machine's

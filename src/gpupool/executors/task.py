@@ -90,6 +90,8 @@ class TaskSpec:
     # version once into its cache (executors.datasets) and the sandbox shows it read-only
     # at "mount"
     datasets: tuple[dict[str, Any], ...] = ()
+    # the size of its sandbox's /dev/shm (JobSpec.shm_bytes; None: tmpfs's default)
+    shm_bytes: int | None = None
     # the volumes it mounts read-write (JobSpec.volumes): each {"name", "mount", "id",
     # "store" (the server's volumes directory: on a pool, a path every node shares)}; the
     # volume is the directory ``store``/id (the node's own volumes directory without store)

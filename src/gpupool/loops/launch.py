@@ -155,6 +155,7 @@ class TaskMaker:
             environment=self.environment_of(spec.environment) if spec.environment else None,
             datasets=self.datasets_of(spec),
             volumes=self.volumes_of(spec),
+            shm_bytes=spec.shm_bytes,
         )
 
     def image_of(self, digest: str) -> dict[str, Any]:

@@ -123,7 +123,8 @@ def _filesystem(
     # the sandbox's own file systems first: a path shown below /tmp (a checkout there, with
     # the server's Python) must be mounted onto the private /tmp, not covered by it
     argv += ["--proc", "/proc", "--dev", "/dev"]
-    argv += ["--perms", "1777", "--tmpfs", "/tmp", "--perms", "1777", "--tmpfs", "/dev/shm"]
+    argv += ["--perms", "1777", "--tmpfs", "/tmp", "--perms", "1777", *_shm_size(policy)]
+    argv += ["--tmpfs", "/dev/shm"]
     for path in sorted(policy.readonly, key=_depth):  # a parent first, or it would cover
         argv += tree.show(path, "--ro-bind")
     for path in sorted(policy.readwrite, key=_depth):
@@ -149,6 +150,24 @@ def _filesystem(
         if image.workdir and not tree.exists(image.workdir):
             argv += [*tree.parents(image.workdir), "--perms", "0755", "--dir", image.workdir]
     return argv + _cgroups(tree, cgroup_views)
+
+
+def shm_note(policy: SandboxPolicy) -> str | None:
+    """Why the job's /dev/shm is not the size it asked for, when it is not (for its events):
+    a bwrap before --size (0.8) makes it tmpfs's default, half the node's memory."""
+    if policy.shm_bytes is None or policy.bwrap_size:
+        return None
+    return (
+        f"the /dev/shm size ({policy.shm_bytes} bytes) is not enforced: this node's "
+        "bubblewrap has no --size (0.8 or later has); /dev/shm is tmpfs's default size"
+    )
+
+
+def _shm_size(policy: SandboxPolicy) -> list[str]:
+    """bwrap's ``--size`` for the /dev/shm that follows, when the job asked for one."""
+    if policy.shm_bytes is None or not policy.bwrap_size:
+        return []
+    return ["--size", str(policy.shm_bytes)]
 
 
 def image_targets(

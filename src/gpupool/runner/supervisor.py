@@ -358,6 +358,8 @@ class Runner:
             self.gpu_watch, why = tenancy.gpu_memory_watch(spec.gpu_memory)
             if why:
                 notes.append(f"the GPU memory share is not enforced: {why}")
+        if spec.sandbox is not None and (why := sandbox.shm_note(spec.sandbox)):
+            notes.append(why)
         if notes:
             self.record["notes"] = notes
 

@@ -151,10 +151,14 @@ def sandbox_json(
     hidden: list[str],
     devices: list[list[str]],
     network: dict[str, object],
+    shm_bytes: int | None = None,
+    bwrap_size: bool = True,
 ) -> dict[str, object]:
     """spec.json's ``sandbox`` (``SandboxPolicy``); ``network``: ``network_json``'s.
-    ``bwrap`` None (not installed): the runner refuses the spec, and says why."""
-    return {
+    ``bwrap`` None (not installed): the runner refuses the spec, and says why.
+    ``shm_bytes``: the size of the job's /dev/shm (None: tmpfs's default); ``bwrap_size``:
+    whether the node's bwrap takes ``--size`` (else the size is noted as not enforced)."""
+    sandbox: dict[str, object] = {
         "bwrap": bwrap,
         "setpriv": setpriv,
         "readonly": list(readonly),
@@ -163,6 +167,9 @@ def sandbox_json(
         "devices": [list(pair) for pair in devices],
         "network": network,
     }
+    if shm_bytes is not None:
+        sandbox |= {"shm_bytes": shm_bytes, "bwrap_size": bwrap_size}
+    return sandbox
 
 
 def network_json(
@@ -492,7 +499,9 @@ class SandboxPolicy:
     reads, from the node's cache), ``[host path, path inside, "rw"]`` read-write (its
     volumes). ``mps_pipe_dir``: an MPS control daemon's directory,
     shown when one runs. ``network``: the job's own network namespace or the node's
-    (``NetworkPolicy``).
+    (``NetworkPolicy``). ``shm_bytes``: the size of its /dev/shm, a tmpfs (None: tmpfs's
+    default, half the node's memory), given to bwrap when ``bwrap_size`` says it takes
+    ``--size``.
     """
 
     __slots__ = (
@@ -505,6 +514,8 @@ class SandboxPolicy:
         "devices",
         "mounts",
         "network",
+        "shm_bytes",
+        "bwrap_size",
     )
 
     def __init__(self, raw: object) -> None:
@@ -519,6 +530,8 @@ class SandboxPolicy:
         self.devices: list[tuple[str, str]] = _devices(raw.get("devices"))
         self.mounts: list[tuple[str, str, bool]] = _mounts(raw.get("mounts"))
         self.network = NetworkPolicy(raw.get("network"))
+        self.shm_bytes: int | None = _shm_bytes(raw.get("shm_bytes"))
+        self.bwrap_size: bool = raw.get("bwrap_size", True) is not False
 
 
 class DatasetSpec:
@@ -742,6 +755,12 @@ def _devices(value: object) -> list[tuple[str, str]]:
     ):
         raise SpecError("sandbox.devices must be a list of [host path, path inside] pairs")
     return [(host, inside) for host, inside in pairs]
+
+
+def _shm_bytes(value: object) -> int | None:
+    if value is not None and (not _is_int(value) or value <= 0):  # 0 would be no limit
+        raise SpecError("sandbox.shm_bytes must be a positive whole number of bytes")
+    return value  # type: ignore[return-value]
 
 
 def _mounts(value: object) -> list[tuple[str, str, bool]]:

@@ -281,3 +281,29 @@ def test_limits_that_cannot_be_enforced_are_noted(sandbox: RunnerHarness) -> Non
     sandbox.wait_for_exit(proc)
     notes = sandbox.state().get("notes", [])
     assert any("the GPU memory share is not enforced" in note for note in notes), notes
+
+
+SHM_SIZE = "import os; s = os.statvfs('/dev/shm'); print('SHM=%d' % (s.f_blocks * s.f_frsize))"
+
+
+def test_the_dev_shm_is_the_size_the_job_asked_for(sandbox: RunnerHarness) -> None:
+    policy = sandbox.write_spec(["true"])["sandbox"]
+    sandbox.write_spec(py(SHM_SIZE), sandbox=policy | {"shm_bytes": 8 * MIB, "bwrap_size": True})
+    sandbox.run()
+    assert f"SHM={8 * MIB}" in sandbox.log()
+    assert not sandbox.state().get("notes")
+
+
+def test_without_a_size_the_dev_shm_is_tmpfs_s_default(sandbox: RunnerHarness) -> None:
+    sandbox.write_spec(py(SHM_SIZE))
+    sandbox.run()
+    assert int(sandbox.log().split("SHM=")[1].split()[0]) > 8 * MIB  # half the memory
+
+
+def test_a_dev_shm_size_the_nodes_bwrap_cannot_give_is_noted(sandbox: RunnerHarness) -> None:
+    policy = sandbox.write_spec(["true"])["sandbox"]
+    sandbox.write_spec(py(SHM_SIZE), sandbox=policy | {"shm_bytes": 8 * MIB, "bwrap_size": False})
+    sandbox.run()
+    assert sandbox.state()["exit_code"] == 0, sandbox.log()
+    notes = sandbox.state().get("notes", [])
+    assert any("the /dev/shm size (8388608 bytes) is not enforced" in n for n in notes), notes

@@ -1,11 +1,12 @@
 """A job shown a model version's files (a deployment's replica): GPUPOOL_MODEL_DIR names them,
-and the sandbox shows them read-only, inside the data directory it otherwise hides."""
+and the sandbox shows them read-only, inside the data directory it otherwise hides. A job's
+/dev/shm is sized as it asked, where the node's bwrap can."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from gpupool.runner.sandbox import bwrap_argv
+from gpupool.runner.sandbox import bwrap_argv, shm_note
 from gpupool.runner.wire import RunnerSpec, SandboxPolicy
 
 
@@ -42,3 +43,19 @@ def test_the_job_is_told_where_its_model_is(tmp_path: Path) -> None:
     }
     assert RunnerSpec(raw).workload_env()["GPUPOOL_MODEL_DIR"] == str(tmp_path / "m")
     assert "GPUPOOL_MODEL_DIR" not in RunnerSpec(raw | {"model_dir": None}).workload_env()
+
+
+def test_dev_shm_is_sized_when_asked_and_the_bwrap_can() -> None:
+    base = {"bwrap": "/usr/bin/bwrap", "readonly": ["/usr"]}
+    sized = SandboxPolicy(base | {"shm_bytes": 2**31, "bwrap_size": True})
+    text = " ".join(bwrap_argv(sized, ["x"], "/", [], None, 3, 4))
+    assert "--perms 1777 --size 2147483648 --tmpfs /dev/shm" in text
+    assert shm_note(sized) is None
+    for policy in (
+        SandboxPolicy(base),
+        SandboxPolicy(base | {"shm_bytes": 2**31, "bwrap_size": False}),
+    ):
+        text = " ".join(bwrap_argv(policy, ["x"], "/", [], None, 3, 4))
+        assert "--size" not in text and "--perms 1777 --tmpfs /dev/shm" in text
+    unsized = SandboxPolicy(base | {"shm_bytes": 2**31, "bwrap_size": False})
+    assert "not enforced" in (shm_note(unsized) or "") and shm_note(SandboxPolicy(base)) is None

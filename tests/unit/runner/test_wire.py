@@ -121,6 +121,8 @@ def test_a_spec_without_tenancy_runs_unsandboxed() -> None:
         ({"account": {"uid": 0, "gid": 0}}, "root"),
         ({"limits": {"cpus": -1}}, "limits.cpus"),
         ({"sandbox": {"bwrap": None}}, "sandbox.bwrap"),
+        ({"sandbox": {**EARLIER["sandbox"], "shm_bytes": 0}}, "sandbox.shm_bytes"),
+        ({"sandbox": {**EARLIER["sandbox"], "shm_bytes": "2GiB"}}, "sandbox.shm_bytes"),
         ({"workdir": "/w"}, "workdir and code_dir"),
     ],
 )
@@ -174,3 +176,20 @@ def test_the_fence_reads_back_as_written() -> None:
 def test_the_cgroup_name_is_unique_per_directory() -> None:
     one = wire.cgroup_name(1, 1, "/a/jobs/1/outputs")
     assert one.startswith("job-1-attempt-1-") and one != wire.cgroup_name(1, 1, "/b/jobs/1/outputs")
+
+
+def test_a_dev_shm_size_reads_back_and_an_earlier_spec_has_none() -> None:
+    assert RunnerSpec(EARLIER).sandbox.shm_bytes is None  # type: ignore[union-attr]
+    sandbox = wire.sandbox_json(
+        bwrap="/usr/bin/bwrap",
+        setpriv=None,
+        readonly=[],
+        readwrite=[],
+        hidden=[],
+        devices=[],
+        network=wire.network_json(isolated=False),
+        shm_bytes=2**31,
+        bwrap_size=False,
+    )
+    policy = RunnerSpec({**EARLIER, "sandbox": sandbox}).sandbox
+    assert policy is not None and (policy.shm_bytes, policy.bwrap_size) == (2**31, False)
