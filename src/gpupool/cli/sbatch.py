@@ -27,6 +27,7 @@ them; ``-x V``, ``-xV``, ``--long V`` and ``--long=V`` forms) become the job's f
 ``--signal=[B:]SIG@TIME``     ``grace_period_seconds`` TIME (gpupool sends SIGTERM, then
                               SIGKILL after the grace period)
 ``--requeue``                 ``preemptible`` true; ``--no-requeue``: false
+``-H``, ``--hold``            ``hold``: queued held, started once released (``gpupool release``)
 ``-A``, ``--account``         ``team``
 ``-o``, ``--output``          the script's output (and its errors, without ``-e``) is also
                               written to this file, as Slurm writes it; ``gpupool logs ID``
@@ -79,6 +80,7 @@ SHORT = {
     "-p": "--partition",
     "-G": "--gpus",
     "-d": "--dependency",
+    "-H": "--hold",
 }
 FLAGS = {"--requeue", "--no-requeue", "--exclusive", "--hold", "--parsable", "--wait"}
 IGNORED_NOTE = {
@@ -104,6 +106,7 @@ KNOWN = {
     "--signal",
     "--requeue",
     "--no-requeue",
+    "--hold",
 }
 SLURM_MEMORY = {"K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
 
@@ -258,6 +261,8 @@ def _one(  # noqa: C901 - one branch per option, as the table above
         spec["preemptible"] = True
     elif name == "--no-requeue":
         spec["preemptible"] = False
+    elif name == "--hold":
+        spec["hold"] = True
     elif name == "--account":
         spec["team"] = value
     elif name == "--output":
@@ -474,7 +479,7 @@ def sbatch(
     """Submit a Slurm batch script: its #SBATCH lines become the job's fields; prints its id.
 
     -J -N --ntasks-per-node --gres=gpu[:TYPE]:N --gpus[-per-node] -c --mem -t -a -o -e -D
-    --dependency --signal --requeue -A are read (-o and -e: the output is written to that
+    --dependency --signal --requeue -H -A are read (-o and -e: the output is written to that
     file too, below $GPUPOOL_OUTPUT_DIR unless absolute or with -D); -p is ignored with a
     warning, and so is any other option unless --strict refuses it. The script runs from its
     directory, sent with the job as its code, with SLURM_JOB_ID, SLURM_ARRAY_TASK_ID,

@@ -47,7 +47,7 @@ python sweep.py --trial $SLURM_ARRAY_TASK_ID
 """
 
 SHORT = """#!/bin/sh
-#SBATCH -N 1 -n 2 -G 2 -t 2:30:00 -D /scratch/ann/run -A nlp --no-requeue
+#SBATCH -N 1 -n 2 -G 2 -t 2:30:00 -D /scratch/ann/run -A nlp --no-requeue -H
 #SBATCH -p debug -o out.txt
 echo hello
 """
@@ -99,6 +99,7 @@ def test_short_forms_several_on_a_line() -> None:
         "workdir": "/scratch/ann/run",
         "team": "nlp",
         "preemptible": False,
+        "hold": True,
         "resources": {"gpus": 2},
     }
     assert batch.slurm_env["SLURM_NTASKS"] == "2" and batch.interpreter == ["/bin/sh"]
