@@ -68,17 +68,28 @@ def test_when_one_task_fails_the_other_is_stopped_and_the_job_fails(
     assert held == []  # both tasks' GPUs (the session pool may run other tests' work)
 
 
-@pytest.mark.parametrize("mode", [[], ["--torchrun"]], ids=["per-gpu", "torchrun"])
+# the command of --per-node: it runs torchrun itself, which reads the PET_* variables
+TORCHRUN_ITSELF = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=1"]
+
+
+@pytest.mark.parametrize(
+    ("mode", "runner"),
+    [([], []), (["--torchrun"], []), (["--per-node"], TORCHRUN_ITSELF)],
+    ids=["per-gpu", "torchrun", "per-node"],
+)
 def test_pytorch_ddp_trains_across_two_ray_nodes(
-    pool_cli: Cli, exchange: Path, mode: list[str]
+    pool_cli: Cli, exchange: Path, mode: list[str], runner: list[str]
 ) -> None:
     """A real DDP training (gloo, CPU) over two Ray nodes: one process per GPU with
-    torchrun's variables, or one torchrun per node; the loss falls, the weights agree."""
+    torchrun's variables, one torchrun per node, or the user's own torchrun on each node
+    finding its rendezvous in the PyTorchJob operator's PET_* variables; the loss falls, the
+    weights agree."""
     pytest.importorskip("torch", reason="PyTorch is not installed: make test installs it")
     (exchange / "ddp_train.py").write_text((EXAMPLES / "ddp_train.py").read_text())
+    program = [*runner, "ddp_train.py"] if runner else [sys.executable, "ddp_train.py"]
     job_id = pool_cli.submit(
         *("--workdir", str(exchange), "--nodes", "2", "--gpus-per-node", "1"),
-        *("--launcher", "torch", *mode, "--", sys.executable, "ddp_train.py"),
+        *("--launcher", "torch", *mode, "--", *program),
     )
     job = wait_status(pool_cli, job_id, {"succeeded", "failed", "lost"}, timeout=240)
     log = pool_cli.ok("logs", str(job_id))
@@ -94,15 +105,20 @@ WHERE = 'echo "rank $OMPI_COMM_WORLD_RANK task $GPUPOOL_TASK_INDEX on $GPUPOOL_N
 
 
 @needs_open_mpi
+@pytest.mark.parametrize("mode", [[], ["--mpirun"]], ids=["gpupools-mpirun", "its-own-mpirun"])
 def test_an_mpi_allreduce_runs_across_two_ray_nodes_through_gpupools_agent(
-    pool_cli: Cli, exchange: Path
+    pool_cli: Cli, exchange: Path, mode: list[str]
 ) -> None:
     """mpirun on task 0 starts task 1's daemon through gpupool's rsh agent (no ssh): the
-    ranks run one on each node, in their own task, and the allreduce sums over both."""
+    ranks run one on each node, in their own task, and the allreduce sums over both. With
+    --mpirun the command is the mpirun line (an MPIJob Launcher's), which finds gpupool's
+    hostfile and agent in its environment."""
     (exchange / "mpi_allreduce.py").write_text(MPI_EXAMPLE.read_text())
+    own = ["mpirun", "-n", "2"] if mode else []
     job_id = pool_cli.submit(
         *("--workdir", str(exchange), "--nodes", "2", "--gpus-per-node", "1"),
-        *("--launcher", "mpi", "--", "sh", "-c", WHERE, "sh", sys.executable, "mpi_allreduce.py"),
+        *("--launcher", "mpi", *mode, "--", *own, "sh", "-c", WHERE, "sh"),
+        *(sys.executable, "mpi_allreduce.py"),
     )
     job = wait_status(pool_cli, job_id, {"succeeded", "failed", "lost"}, timeout=240)
     log = pool_cli.ok("logs", str(job_id))
