@@ -294,6 +294,7 @@ PARAMS: dict[str, Factory] = {
     "/api/v1/experiments/{ref}/pause": _fresh_experiment,
     "/api/v1/experiments/{ref}/resume": _fresh_experiment,
     "/api/v1/experiments/{ref}/stop": _fresh_experiment,
+    "/experiments/{ref}": _fresh_experiment,  # its page
     "/api/v1/deployments/{name}": _deployment,
     "/api/v1/deployments/{name}/scale": _deployment,
     "/api/v1/deployments/{name}/update": _served_model,

@@ -14,6 +14,7 @@ from gpupool.api import (
     docs,
     environment_pages,
     errors,
+    experiment_pages,
     model_pages,
     notebook_pages,
     params,
@@ -91,6 +92,7 @@ def create_app(platform: Platform, start_loop: bool = True) -> FastAPI:
     app.include_router(environment_pages.router)
     app.include_router(dataset_pages.router)
     app.include_router(deployment_pages.router)
+    app.include_router(experiment_pages.router)  # /experiments, /experiments/REF: pages
     app.include_router(notebook_pages.router)  # /notebooks, /notebooks/ID: pages
     app.include_router(notebooks.proxy_router)  # /notebooks/ID/...: JupyterLab behind the proxy
     prometheus.mount(app, platform)  # /metrics, with a registry of this app's own

@@ -11,6 +11,7 @@ imports ``services.core``, ``services.identity`` and ``services.jobs``.
 
 from __future__ import annotations
 
+from gpupool.services.experiments._curves import CurvesView, TrialCurve, curves
 from gpupool.services.experiments._experiments import (
     create,
     find,
@@ -25,10 +26,13 @@ from gpupool.services.experiments._ports import Runs, Wakes
 from gpupool.services.experiments._progress import Progress, trial_env
 
 __all__ = [
+    "CurvesView",
     "Progress",
     "Runs",
+    "TrialCurve",
     "Wakes",
     "create",
+    "curves",
     "find",
     "list_experiments",
     "new_experiment",
