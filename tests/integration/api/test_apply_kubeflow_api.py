@@ -1,11 +1,13 @@
-"""POST /api/v1/apply with Kubeflow manifests, in-process: the real manifests of the operators'
-own examples (../shared/data/manifests: each translated, or refused, as SOURCES.md there
-says; Katib's Experiments are not this translator's), and the mapping of each field a
-manifest may hold onto the job it runs as: images, commands, volumes, /dev/shm, priority
-classes, run policy; the notices of what is not honoured, recorded as the job's event."""
+"""POST /api/v1/apply with Kubeflow manifests, in-process, on SQLite and PostgreSQL: the
+real manifests of the operators' own examples (../shared/data/manifests: each translated, or
+refused, as SOURCES.md there says; Katib's Experiments are not this translator's), and the
+mapping of each field a manifest may hold onto the job it runs as: images, commands,
+volumes, /dev/shm, priority classes, run policy; the notices of what is not honoured,
+recorded as the job's event; text that cannot be stored refused wherever it is."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,8 +25,10 @@ DIGEST = "sha256:" + "ab" * 32
 
 
 @pytest.fixture
-def app(tmp_path: Path) -> Iterator[tuple[TestClient, Platform]]:
-    settings = make_settings(tmp_path / "data", priority_classes={"high": 50, "low": -10})
+def app(tmp_path: Path, database_url: str) -> Iterator[tuple[TestClient, Platform]]:
+    settings = make_settings(
+        tmp_path / "data", database_url, priority_classes={"high": 50, "low": -10}
+    )
     with running_app(settings) as (client, platform):
         yield client, platform
 
@@ -335,3 +339,18 @@ def test_a_submitted_manifest_records_its_notices_as_an_event(client: TestClient
     assert "metadata.namespace" in ignored[0]["message"]
     assert "imagePullPolicy" in ignored[0]["message"]
     client.post(f"/api/v1/jobs/{job_id}/cancel")
+
+
+@pytest.mark.parametrize("bad", ["\u0000", "\ud800"])
+def test_text_that_cannot_be_stored_is_refused_wherever_it_is(client: TestClient, bad: str) -> None:
+    for where in ("label", "namespace", "arg"):
+        job = pytorch_job({"command": ["true"], "args": ["a" + bad] if where == "arg" else []})
+        if where == "label":
+            job["metadata"]["labels"] = {"x" + bad: "y"}
+        if where == "namespace":
+            job["metadata"]["namespace"] = "ns" + bad
+        body = json.dumps({"documents": [job], "ignore_image": True})
+        answer = client.post(APPLY, content=body, headers={"content-type": "application/json"})
+        error = refused(answer, 422, "kubeflow_invalid")
+        assert f"\\u{ord(bad):04x}" in error["message"]
+    assert client.get("/api/v1/jobs").json() == []

@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 from gpupool.domain.datasetrefs import DatasetUse, VolumeUse, is_dataset_name
 from gpupool.domain.jobfiles import ApplyRequest, Document, Notice
 from gpupool.domain.jobs import Reason
+from gpupool.domain.text import escape_unstorable
 from gpupool.errors import GpupoolError, NotFound
 from gpupool.services import datasets, identity, images, jobs, kubeflow
 from gpupool.services.core import Principal
@@ -79,8 +80,10 @@ def as_read(translated: kubeflow.Translated) -> tuple[Kind, BaseModel]:
 
 
 def manifest(doc: Document) -> dict[str, Any]:
-    """The manifest as written (its metadata's every field)."""
-    metadata = doc.metadata.model_dump(mode="json", exclude_none=True)
+    """The manifest as written (its metadata's every field), as plain data: a key or string
+    of it that cannot be stored is refused when it is translated (``kubeflow.translate``)."""
+    name = {"name": doc.metadata.name} if doc.metadata.name is not None else {}
+    metadata = name | dict(doc.metadata.model_extra or {})
     data: dict[str, Any] = {"apiVersion": doc.api_version, "kind": doc.kind}
     return data | ({"metadata": metadata} if metadata else {}) | {"spec": doc.spec}
 
@@ -106,7 +109,8 @@ def labelled(index: int, data: Mapping[str, Any]) -> Iterator[None]:
         yield
     except GpupoolError as error:
         name = (data.get("metadata") or {}).get("name")
-        label = f"document {index + 1} ({data.get('kind')}{f' {name}' if name else ''})"
+        kind = escape_unstorable(str(data.get("kind")))
+        label = f"document {index + 1} ({kind}{f' {name}' if name else ''})"
         error.message = f"{label}: {error.message}"
         error.args = (error.message,)
         fields = error.details.get("fields")

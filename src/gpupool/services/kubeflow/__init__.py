@@ -21,7 +21,7 @@ from typing import Any
 from gpupool.domain.jobfiles import JobBody, Notice
 from gpupool.errors import KubeflowNotSupported
 from gpupool.services.kubeflow._assemble import Plan, assemble, runs_torchrun
-from gpupool.services.kubeflow._fields import At, Fields
+from gpupool.services.kubeflow._fields import At, Fields, refuse_unstorable
 from gpupool.services.kubeflow._operators import mpi_job, pytorch_job, tf_job
 from gpupool.services.kubeflow._ports import ImageFacts, Lookups, Storage
 from gpupool.services.kubeflow._trainer import (
@@ -59,6 +59,7 @@ def runtime_of(manifest: dict[str, Any]) -> Runtime | None:
     key = (manifest.get("apiVersion"), manifest.get("kind"))
     if key not in _RUNTIMES:
         return None
+    refuse_unstorable(manifest)
     return read_runtime(Fields(manifest).root(), str(key[1]))
 
 
@@ -67,6 +68,7 @@ def translate(
 ) -> Translated:
     """The gpupool job of ``manifest`` (``runtimes``: those of its file, by kind and name;
     ``ignore_image``: run on the nodes' own system, whatever image a container names)."""
+    refuse_unstorable(manifest)
     version, kind = str(manifest.get("apiVersion")), str(manifest.get("kind"))
     name = (manifest.get("metadata") or {}).get("name")
     fields = Fields(manifest)

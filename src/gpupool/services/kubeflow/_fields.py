@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from gpupool.domain.jobfiles import Notice
+from gpupool.domain.text import UNSTORABLE, escape_unstorable, unstorable_problem
 from gpupool.errors import InvalidRequest, KubeflowInvalid
 
 Path = tuple[str | int, ...]
@@ -22,6 +23,29 @@ NOT_USED = "gpupool does not use this field"
 def dotted(path: Path) -> str:
     """``spec.containers.0.image``: the form the API's field errors take."""
     return ".".join(str(part) for part in path)
+
+
+def refuse_unstorable(document: Any, path: Path = ()) -> None:
+    """KubeflowInvalid at the first key or string of ``document`` that holds NUL or a lone
+    surrogate: no such text can be stored, nor shown (a notice names keys and values)."""
+    if isinstance(document, str):
+        _storable(document, path)
+    elif isinstance(document, dict):
+        for key, value in document.items():
+            _storable(str(key), (*path, key))
+            refuse_unstorable(value, (*path, key))
+    elif isinstance(document, list):
+        for index, value in enumerate(document):
+            refuse_unstorable(value, (*path, index))
+
+
+def _storable(text: str, path: Path) -> None:
+    found = UNSTORABLE.search(text)
+    if found is None:
+        return
+    field = escape_unstorable(dotted(path))
+    problem = unstorable_problem(found.group(), found.start() + 1)
+    raise KubeflowInvalid(f"{field}: {problem}", fields=[{"field": field, "message": problem}])
 
 
 class Fields:

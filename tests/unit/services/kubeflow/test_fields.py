@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from gpupool.errors import KubeflowInvalid, KubeflowNotSupported
-from gpupool.services.kubeflow._fields import NOT_USED, Fields
+from gpupool.services.kubeflow._fields import NOT_USED, Fields, refuse_unstorable
 
 
 def test_every_field_not_read_is_named_at_the_top_most_place() -> None:
@@ -74,3 +74,15 @@ def test_strings_take_bare_numbers_as_written_and_refusals_name_the_field() -> N
     assert root.strings("args") == ("-n", "2", "0.5")
     with pytest.raises(KubeflowNotSupported, match="^args: not here$"):
         root.refuse("args", KubeflowNotSupported, "not here")
+
+
+@pytest.mark.parametrize("bad", ["\x00", "\ud800"])
+def test_text_that_cannot_be_stored_is_refused_at_its_path_escaped(bad: str) -> None:
+    refuse_unstorable({"spec": {"args": ["ok", "a"]}, "metadata": {"name": "x"}})
+    with pytest.raises(KubeflowInvalid) as raised:
+        refuse_unstorable({"spec": {"args": ["ok", "a" + bad]}})
+    assert raised.value.message.startswith("spec.args.1: character 2 is ")
+    assert raised.value.details["fields"][0]["field"] == "spec.args.1"
+    with pytest.raises(KubeflowInvalid) as raised:
+        refuse_unstorable({"metadata": {"labels": {"k" + bad: "v"}}})
+    assert raised.value.details["fields"][0]["field"] == f"metadata.labels.k\\u{ord(bad):04x}"
