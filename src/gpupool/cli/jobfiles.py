@@ -372,8 +372,8 @@ def apply(
         ),
     ] = False,
 ) -> None:
-    """Make the Jobs, Environments, Datasets, Volumes, Notebooks and Deployments of a job
-    file, all in one transaction; Kubeflow manifests too.
+    """Make the Jobs, Environments, Datasets, Volumes, Notebooks, Deployments and
+    Experiments of a job file, all in one transaction; Kubeflow manifests too.
 
     A document is apiVersion: gpupool/v1, kind (Job, Environment, Dataset, Volume, Notebook
     or Deployment), metadata.name, and spec: the fields of the API's request body of that

@@ -82,8 +82,8 @@ COMMANDS: Mapping[str, Lazy] = MappingProxyType(
         ),
         "apply": Lazy(
             "gpupool.cli.jobfiles:apply",
-            "Make the Jobs, Environments, Datasets, Volumes, Notebooks and Deployments of a job "
-            "file, all in one transaction.",
+            "Make the Jobs, Environments, Datasets, Volumes, Notebooks, Deployments and "
+            "Experiments of a job file, all in one transaction; Kubeflow manifests too.",
         ),
         "sbatch": Lazy(
             "gpupool.cli.sbatch:sbatch",
