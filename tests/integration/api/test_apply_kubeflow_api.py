@@ -191,6 +191,14 @@ def test_a_train_job_on_a_runtime_of_its_file(client: TestClient, shared_dir: Pa
     assert gang in fields(answer, 1)
 
 
+def test_a_runtime_defined_twice_in_a_file_is_refused(client: TestClient, shared_dir: Path) -> None:
+    name = "trainer/manifests__base__runtimes__torch_distributed.yaml"
+    documents = manifest_file(shared_dir, name) * 2
+    error = refused(client.post(APPLY, json={"documents": documents}), 422, "kubeflow_invalid")
+    assert error["message"].startswith("document 2 (ClusterTrainingRuntime torch-distributed)")
+    assert "twice" in error["message"]
+
+
 # -- the mapping, field by field --------------------------------------------------------------
 
 

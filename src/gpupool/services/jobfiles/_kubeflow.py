@@ -19,7 +19,7 @@ from gpupool.domain.datasetrefs import DatasetUse, VolumeUse, is_dataset_name
 from gpupool.domain.jobfiles import ApplyRequest, Document, Notice
 from gpupool.domain.jobs import Reason
 from gpupool.domain.text import escape_unstorable
-from gpupool.errors import GpupoolError, NotFound
+from gpupool.errors import GpupoolError, KubeflowInvalid, NotFound
 from gpupool.services import datasets, identity, images, jobs, kubeflow
 from gpupool.services.core import Principal
 from gpupool.services.jobfiles._kinds import KINDS, Kind, Made, Making
@@ -59,6 +59,12 @@ def translate_documents(
     for index, data in manifests.items():
         with labelled(index, data):
             runtime = kubeflow.runtime_of(data)
+            if runtime is not None and (runtime.kind, runtime.name) in runtimes:
+                raise KubeflowInvalid(
+                    f"metadata.name: the file defines {runtime.kind} {runtime.name} twice: "
+                    "give each runtime its own name",
+                    fields=[{"field": "metadata.name", "message": "defined twice"}],
+                )
         if runtime is not None:
             runtimes[(runtime.kind, runtime.name)] = runtime
     with ctx.db.reader() as session:
