@@ -158,7 +158,7 @@ def test_field_errors_name_the_document_and_the_field(client: TestClient) -> Non
 def test_the_schemas_of_every_kind(client: TestClient) -> None:
     index = client.get("/api/v1/schemas/").json()
     assert [k["kind"] for k in index] == [
-        "Job", "Environment", "Dataset", "Volume", "Notebook", "Deployment",
+        "Job", "Environment", "Dataset", "Volume", "Notebook", "Deployment", "Experiment",
     ]  # fmt: skip
     for kind in index:
         schema = client.get(kind["schema_url"]).json()
