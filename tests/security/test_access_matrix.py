@@ -123,6 +123,10 @@ def _fresh_job(world: World, _who: Identity) -> Target:
     return Target({"job_id": world.fresh_job()}, team_owned=True)
 
 
+def _held_job(world: World, _who: Identity) -> Target:
+    return Target({"job_id": world.held_job()}, team_owned=True)
+
+
 def _ended_job(world: World, _who: Identity) -> Target:
     return Target({"job_id": world.ended_job()}, team_owned=True)
 
@@ -262,8 +266,8 @@ PARAMS: dict[str, Factory] = {
     "/api/v1/jobs/{job_id}/metrics": _job,
     "/api/v1/jobs/{job_id}/metrics/summary": _job,
     "/api/v1/jobs/{job_id}/cancel": _fresh_job,
-    "/api/v1/jobs/{job_id}/hold": _fresh_job,
-    "/api/v1/jobs/{job_id}/release": _fresh_job,
+    "/api/v1/jobs/{job_id}/hold": _held_job,
+    "/api/v1/jobs/{job_id}/release": _held_job,
     "/api/v1/jobs/arrays/{array_id}": _array,
     "/api/v1/jobs/arrays/{array_id}/tasks/{index}": _array,
     "/api/v1/jobs/arrays/{array_id}/cancel": _fresh_array,

@@ -212,6 +212,12 @@ class World:
     def fresh_job(self) -> int:
         return self.api("POST", "/jobs", MEMBER, {"command": ["sleep", "300"]})["id"]
 
+    def held_job(self) -> int:
+        """A new job of the owning team submitted held: it stays pending whatever the load,
+        so a hold (again) or a release of it succeeds."""
+        body = {"command": ["sleep", "300"], "hold": True}
+        return self.api("POST", "/jobs", MEMBER, body)["id"]
+
     def ended_job(self) -> int:
         """A cancelled job of the owning team: a stream of its log ends (the test client
         reads a response whole, so a stream that follows a live job would never return)."""

@@ -97,9 +97,11 @@ def test_only_a_pending_job_is_held_and_release_leaves_others_as_they_are(
     error = refused(client.post(f"/api/v1/jobs/{done['id']}/hold"), 409, "conflict")
     assert "only a pending job can be held" in error["message"]
     refused(client.post(f"/api/v1/jobs/{done['id']}/release"), 409, "conflict")
-    free = submit(client, ["true"], depends_on=[str(done["id"])], hold=False)
-    shown = post(client, free["id"], "release")  # not held: as it is
-    assert shown["status"] in ("pending", "starting", "running", "succeeded")
+    sleeper = submit(client, ["sleep", "60"])
+    free = submit(client, ["true"], depends_on=[str(sleeper["id"])], hold=False)
+    shown = post(client, free["id"], "release")  # pending, not held: answered as it is
+    assert shown["status"] == "pending" and shown["reason"] == "Dependency"
+    post(client, sleeper["id"], "cancel")
     refused(client.post("/api/v1/jobs/999999/hold"), 404, "not_found")
 
 
