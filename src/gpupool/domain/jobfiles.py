@@ -31,7 +31,12 @@ from gpupool.domain.views import View
 
 API_VERSION = "gpupool/v1"
 # Kubeflow's training operators' and Trainer's manifests, taken unchanged (docs/kubeflow.md)
-KUBEFLOW_API_VERSIONS = ("kubeflow.org/v1", "kubeflow.org/v2beta1", "trainer.kubeflow.org/v1alpha1")
+KUBEFLOW_API_VERSIONS = (
+    "kubeflow.org/v1",
+    "kubeflow.org/v1beta1",  # Katib's Experiment
+    "kubeflow.org/v2beta1",
+    "trainer.kubeflow.org/v1alpha1",
+)
 API_VERSIONS = (API_VERSION, *KUBEFLOW_API_VERSIONS)
 MAX_DOCUMENTS = 100
 

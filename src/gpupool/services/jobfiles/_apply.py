@@ -110,7 +110,7 @@ def _view(
     translated: kubeflow.Translated | None,
 ) -> AppliedView:
     document = normalised(kind, body)
-    if translated is not None and translated.job is None:  # a runtime: shown as written
+    if translated is not None and kind is RUNTIME:  # a runtime: shown as written
         document = manifest(request.documents[index])
     source = request.documents[index]
     return AppliedView(

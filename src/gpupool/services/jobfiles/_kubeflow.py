@@ -79,7 +79,10 @@ def translate_documents(
 
 
 def as_read(translated: kubeflow.Translated) -> tuple[Kind, BaseModel]:
-    """What the file's steps make of a translated manifest: a Job, or nothing."""
+    """What the file's steps make of a translated manifest: a Job, an Experiment (Katib's),
+    or nothing."""
+    if translated.experiment is not None:
+        return KINDS["Experiment"], translated.experiment
     if translated.job is None:
         return RUNTIME, Defined(name=translated.name)
     return KINDS["Job"], translated.job

@@ -3,9 +3,9 @@ an MPIJob (``kubeflow.org/v2beta1``) or a TrainJob (``trainer.kubeflow.org/v1alp
 built-in runtime or a (Cluster)TrainingRuntime of the same file), taken unchanged and
 translated into one gang job (docs/kubeflow.md).
 
-Pure translation, manifest -> ``JobBody`` and notices: every field of a manifest is
-honoured, mapped, refused with a stable code, or named in a notice as ignored -- never
-dropped silently. What it looks up (an image, a volume or dataset, the site's priority
+Pure translation, manifest -> ``JobBody`` and notices (Katib's v1beta1 Experiment: an
+``ExperimentSpec``, ``_katib`` and ``_katib_trials``): every field of a manifest is honoured,
+mapped, refused with a stable code, or named in a notice as ignored -- never dropped silently. What it looks up (an image, a volume or dataset, the site's priority
 classes) it asks of a ``Lookups`` its caller gives (``services.jobfiles`` implements it).
 Reading a manifest: ``_fields`` (what was read), ``_quantities``, ``_pods`` (a pod
 template), ``_policies`` (metadata, run policy); the kinds: ``_operators``, ``_trainer``;
@@ -18,10 +18,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gpupool.domain.experiments import ExperimentSpec
 from gpupool.domain.jobfiles import JobBody, Notice
 from gpupool.errors import KubeflowNotSupported
 from gpupool.services.kubeflow._assemble import Plan, assemble, runs_torchrun
 from gpupool.services.kubeflow._fields import At, Fields, refuse_unstorable
+from gpupool.services.kubeflow._katib import experiment_from_katib
 from gpupool.services.kubeflow._operators import mpi_job, pytorch_job, tf_job
 from gpupool.services.kubeflow._ports import ImageFacts, Lookups, Storage
 from gpupool.services.kubeflow._trainer import (
@@ -40,18 +42,23 @@ _JOBS: Mapping[tuple[str, str], Callable[[At, Runtimes], Plan]] = {
     ("trainer.kubeflow.org/v1alpha1", "TrainJob"): train_job,
 }
 _RUNTIMES = {("trainer.kubeflow.org/v1alpha1", kind) for kind in (CLUSTER_RUNTIME, RUNTIME)}
-KINDS = tuple(f"{version} {kind}" for version, kind in (*_JOBS, *sorted(_RUNTIMES)))
+KATIB_EXPERIMENT = ("kubeflow.org/v1beta1", "Experiment")
+KINDS = tuple(
+    f"{version} {kind}" for version, kind in (*_JOBS, *sorted(_RUNTIMES), KATIB_EXPERIMENT)
+)
 
 
 @dataclass(frozen=True)
 class Translated:
-    """A manifest translated: the job it runs as (None for a runtime, which makes none)
-    and the notices of its fields that gpupool does not honour."""
+    """A manifest translated: the job it runs as (None for a runtime, which makes none, and
+    for Katib's Experiment, which is a gpupool ``experiment``) and the notices of its fields
+    that gpupool does not honour."""
 
     kind: str
     name: str | None
     job: JobBody | None
     notices: tuple[Notice, ...]
+    experiment: ExperimentSpec | None = None
 
 
 def runtime_of(manifest: dict[str, Any]) -> Runtime | None:
@@ -75,6 +82,9 @@ def translate(
     if (version, kind) in _RUNTIMES:
         runtime = read_runtime(fields.root(), kind)
         return Translated(kind, name, None, runtime.notices)
+    if (version, kind) == KATIB_EXPERIMENT:
+        spec, notices = experiment_from_katib(manifest, lookups, ignore_image, runtimes)
+        return Translated(kind, name, None, tuple(notices), spec)
     read = _JOBS.get((version, kind))
     if read is None:
         raise _unknown(version, kind)
@@ -92,6 +102,7 @@ def _unknown(version: str, kind: str) -> KubeflowNotSupported:
 
 
 __all__ = [
+    "KATIB_EXPERIMENT",
     "KINDS",
     "ImageFacts",
     "Lookups",

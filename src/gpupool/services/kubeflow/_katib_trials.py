@@ -89,7 +89,8 @@ def read_trial(
     plan = _plan(trial, options.runtimes)
     _check_primary(template, trial.value)
     plan = replace(plan, policy=replace(plan.policy, teams=experiment.teams + plan.policy.teams))
-    body = assemble(plan, trial, lookups, options.ignore_image).model_dump(
+    # the fields assemble names are the manifest's own paths: given from its root
+    body = assemble(plan, trial.fields.root(), lookups, options.ignore_image).model_dump(
         mode="json", exclude_unset=True
     )
     team = body.get("team")
