@@ -1142,6 +1142,11 @@ def why(
 def why_lines(answer: dict[str, Any]) -> list[str]:
     """The lines under the summary: reason, position, blockers, estimate (pending jobs)."""
     lines = [f"reason:     {escape(answer['code'])}"]
+    trial = answer.get("trial")
+    if trial:  # a trial of an experiment: its standing, rung by rung
+        said = f"trial {trial['number']} of experiment {trial['experiment']}: {trial['state']}"
+        lines.append(f"trial:      {escape(said)}")
+        lines += [f"            {escape(rung)}" for rung in trial["rungs"]]
     if answer["status"] != "pending":
         return lines
     if answer.get("position"):

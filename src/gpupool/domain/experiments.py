@@ -18,8 +18,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from gpupool.domain.readmodel import View
 from gpupool.domain.text import STORABLE
-from gpupool.domain.views import View
 
 MAX_PARAMETERS = 50
 MAX_TRIALS = 10_000
@@ -278,6 +278,14 @@ class ExperimentSpec(BaseModel):
         return 3 if self.max_failed is None else self.max_failed
 
 
+def verdict_text(rung: int, at: float, time_metric: str, rank: int, of: int, keep: int) -> str:
+    """A rung's verdict as users read it (``gpupool why``, a trial's message)."""
+    fate = "continues" if rank <= keep else "stopped"
+    return (
+        f"rung {rung} ({time_metric} {at:g}): rank {rank} of {of}, the top {keep} continue; {fate}"
+    )
+
+
 def placeholders(value: Any) -> list[str]:
     """The parameter names a trial's template refers to, wherever they are."""
     if isinstance(value, str):
@@ -358,8 +366,9 @@ class ExperimentDetailView(ExperimentView):
     trial_list: list[TrialView]
 
 
-class TrialDecisionView(View):
-    """Why a trial stands where it does (``gpupool why`` of a trial's job)."""
+class TrialStandingView(View):
+    """Where a trial stands in its experiment (``gpupool why`` of a trial's job): its
+    state, and the verdict of each rung it was judged at."""
 
     experiment: str
     number: int

@@ -9,18 +9,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BeforeValidator, Field
 
+from gpupool.domain.experiments import TrialStandingView
 from gpupool.domain.inventory import NodeInventory
 from gpupool.domain.jobs import JobKind, JobSpec, JobStatus, Role
 from gpupool.domain.nodes import NodeState
+from gpupool.domain.readmodel import View
 from gpupool.domain.text import ShownText, readable
-
-
-class View(BaseModel):
-    """A read model: frozen, and built from what a service read."""
-
-    model_config = ConfigDict(frozen=True)
 
 
 def _stored_spec(value: Any) -> Any:
@@ -239,6 +235,9 @@ class WhyView(View):
     eta: float | None = Field(description="estimated start, epoch seconds; null: see eta_unknown")
     eta_unknown: str | None = Field(description="why there is no estimate (pending jobs only)")
     estimate: EstimateView | None = None
+    trial: TrialStandingView | None = Field(
+        default=None, description="a trial's standing in its experiment: its rung verdicts"
+    )
 
 
 class QueuedJobView(View):

@@ -110,6 +110,9 @@ def test_asha_stops_the_worse_trials_at_their_rungs(app: tuple[TestClient, Platf
         else:  # it ended before its verdict could be given: judged all the same
             assert job["status"] == "succeeded"
     assert cut, "no trial was stopped while it ran"
+    why = client.get(f"/api/v1/jobs/{cut[0]['job_id']}/why").json()
+    assert why["trial"]["experiment"] == "halving" and why["trial"]["state"] == "early_stopped"
+    assert why["trial"]["rungs"][-1] == cut[0]["message"]  # the verdict that stopped it
     first_rung = [t for t in trials if t["rung"] is not None]
     assert len(first_rung) == 9  # every trial was judged at rung 0 (epoch 1)
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from gpupool.domain.experiments import Objective
+from gpupool.domain.experiments import Objective, verdict_text
 
 Point = tuple[float, float]  # (time, objective value), in the order reported
 
@@ -50,11 +50,7 @@ class Verdict:
         return self.rank <= self.keep
 
     def message(self, time_metric: str) -> str:
-        fate = "continues" if self.goes_on else "stopped"
-        return (
-            f"rung {self.rung} ({time_metric} {self.at:g}): rank {self.rank} of {self.of}, "
-            f"the top {self.keep} continue; {fate}"
-        )
+        return verdict_text(self.rung, self.at, time_metric, self.rank, self.of, self.keep)
 
     def as_json(self) -> list[float | int]:
         return [self.value, self.rank, self.of, self.keep]

@@ -5,8 +5,9 @@ translated into one gang job (docs/kubeflow.md).
 
 Pure translation, manifest -> ``JobBody`` and notices (Katib's v1beta1 Experiment: an
 ``ExperimentSpec``, ``_katib`` and ``_katib_trials``): every field of a manifest is honoured,
-mapped, refused with a stable code, or named in a notice as ignored -- never dropped silently. What it looks up (an image, a volume or dataset, the site's priority
-classes) it asks of a ``Lookups`` its caller gives (``services.jobfiles`` implements it).
+mapped, refused with a stable code, or named in a notice as ignored -- never dropped silently.
+What it looks up (an image, a volume or dataset, the site's priority classes) it asks of a
+``Lookups`` its caller gives (``services.jobfiles`` implements it).
 Reading a manifest: ``_fields`` (what was read), ``_quantities``, ``_pods`` (a pod
 template), ``_policies`` (metadata, run policy); the kinds: ``_operators``, ``_trainer``;
 the job made of them: ``_assemble``.

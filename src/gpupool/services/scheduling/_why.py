@@ -16,13 +16,19 @@ from sqlalchemy.orm import Session
 
 import gpupool.services.scheduling._eta as eta
 from gpupool.domain import locality
+from gpupool.domain.experiments import (
+    ExperimentSpec,
+    TrialStandingView,
+    TrialState,
+    verdict_text,
+)
 from gpupool.domain.jobs import JobKind, JobStatus, Reason
 from gpupool.domain.views import EstimateView, QueuedJobView, QueueTeamView, QueueView, WhyView
 from gpupool.domain.waiting import PendingReason
 from gpupool.services.core import Estimate, Forecast, Principal, Tells
 from gpupool.services.jobs import get_job
 from gpupool.services.scheduling._snapshots import placement_tasks
-from gpupool.store.models import JobDependencyModel, JobModel
+from gpupool.store.models import ExperimentModel, JobDependencyModel, JobModel, TrialModel
 
 MAX_QUEUE = 500  # pending jobs listed at most (the first in queue order)
 
@@ -45,7 +51,8 @@ def why_waits(ctx: Tells, who: Principal, job_id: int) -> WhyView:
         why = explain(job, ctx.loop.pending_reasons.get(job_id), estimate, assumes)
         if job.waiting and job.reason == Reason.ENV_BUILDING.value:
             why = replace(why, summary=why.summary + _build_progress(session, job.id))
-        return why_view(why)
+        standing = trial_standing(session, job) if job.kind == JobKind.TRIAL.value else None
+        return why_view(why).model_copy(update={"trial": standing})
 
 
 def show_queue(ctx: Tells, who: Principal) -> QueueView:
@@ -178,6 +185,32 @@ def _build_progress(session: Session, job_id: int) -> str:
         .limit(1)
     )
     return f" ({said})" if said else ""
+
+
+def trial_standing(session: Session, job: JobModel) -> TrialStandingView | None:
+    """A trial's job: where the trial stands in its experiment, rung by rung."""
+    found = session.execute(
+        select(TrialModel, ExperimentModel.name, ExperimentModel.spec)
+        .join(ExperimentModel, ExperimentModel.id == TrialModel.experiment_id)
+        .where(TrialModel.job_id == job.id)
+    ).first()
+    if found is None:
+        return None
+    trial, name, spec = found
+    stopping = ExperimentSpec.model_validate(spec).stopping
+    rungs = stopping.rungs()
+    lines = [
+        verdict_text(int(rung), rungs[int(rung)], stopping.time_metric, *map(int, said[1:]))
+        for rung, said in sorted((trial.rungs or {}).items(), key=lambda kv: int(kv[0]))
+        if int(rung) < len(rungs)
+    ]
+    return TrialStandingView(
+        experiment=name,
+        number=trial.number,
+        state=TrialState(trial.state),
+        rungs=lines,
+        message=trial.message,
+    )
 
 
 def _placed(job: JobModel, lead: str) -> str:
