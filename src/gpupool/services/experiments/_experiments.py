@@ -23,7 +23,7 @@ from gpupool.domain.experiments import (
     TrialState,
     fill,
 )
-from gpupool.domain.jobs import JobSpec, JobStatus, Reason
+from gpupool.domain.jobs import JobSpec, JobStatus
 from gpupool.errors import Conflict, InvalidRequest, NotFound
 from gpupool.scheduler.types import NodeCapacity
 from gpupool.services import identity, jobs
@@ -241,13 +241,8 @@ def _refuse_twin(session: Session, team_id: int, name: str) -> None:
 
 def _cancel_job(session: Session, job_id: int, who: Principal, now: float) -> None:
     job = session.get(JobModel, job_id)
-    if job is None or JobStatus(job.status).is_final:
-        return
-    if jobs.flag_cancel(session, job_id, now):
-        jobs.record(
-            session, job_id, now, Reason.CANCEL_REQUESTED, f"cancel requested by {who.name}"
-        )
-    jobs.cancel_pending(session, job_id, now, "cancelled with its experiment")
+    if job is not None and not JobStatus(job.status).is_final:
+        jobs.cancel(session, who, job_id, now)
 
 
 def _first(parameter: Parameter) -> Any:

@@ -20,7 +20,7 @@ from sqlalchemy import and_, select, update
 from sqlalchemy.orm import Session
 
 from gpupool.domain.experiments import ExperimentSpec, ExperimentStatus, TrialState
-from gpupool.domain.jobs import JobKind, Role
+from gpupool.domain.jobs import JobKind, Reason, Role
 from gpupool.errors import GpupoolError
 from gpupool.services import identity, jobs
 from gpupool.services.core import Principal, Submits
@@ -82,12 +82,13 @@ class Progress:
             if row is None or row.status not in ACTIVE:
                 return 0
             status, made, version = ExperimentStatus(row.status), row.trials_made, row.version
+            best_now = (row.best_trial, row.best_value)
             trials = _trial_rows(session, experiment_id)
             live = self._live.get(experiment_id) or _rebuild(session, row)
             _read_points(session, live, trials)
         self._live[experiment_id] = live
         plan = decide(live, status, made, trials, now)
-        if not plan.changes and plan.best == (row.best_trial, row.best_value):
+        if not plan.changes and plan.best == best_now:
             return 0
         _apply(ctx, experiment_id, version, plan, now)
         if plan.end is not None:
@@ -239,7 +240,7 @@ def _stop_early(session: Session, stops: list[tuple[int, str]], now: float) -> N
     """Each trial stopped early: its running attempt asked to stop, or its job cancelled
     if it waits in the queue."""
     for job_id, message in stops:
-        if jobs.stop_pending_early(session, job_id, now, message):
+        if jobs.cancel_pending(session, job_id, now, message, Reason.EARLY_STOPPED):
             continue
         attempt = session.scalar(
             select(AttemptModel.id).where(

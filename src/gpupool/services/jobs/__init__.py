@@ -71,7 +71,6 @@ from gpupool.services.jobs._stops import (
     over_storage_quota,
     past_max_runtime,
     preempted,
-    stop_pending_early,
     stopped_early,
 )
 from gpupool.services.jobs._stops import record as record_stop
@@ -135,7 +134,6 @@ __all__ = [
     "show_job",
     "settle_dependencies",
     "show_task",
-    "stop_pending_early",
     "stopped_early",
     "submit",
     "submit_array",

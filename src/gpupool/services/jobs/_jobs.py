@@ -442,8 +442,15 @@ def flag_cancel(session: Session, job_id: int, now: float) -> bool:
     return bool(flagged.rowcount)
 
 
-def cancel_pending(session: Session, job_id: int, now: float, message: str) -> None:
-    """Cancel the job at once if it is still pending, with ``message``. A conditional update
+def cancel_pending(
+    session: Session,
+    job_id: int,
+    now: float,
+    message: str,
+    reason: Reason = Reason.CANCELLED,
+) -> bool:
+    """Cancel the job at once if it is still pending, with ``message`` (and ``reason``: a
+    trial stopped early is cancelled as EarlyStopped); True when it was. A conditional update
     after ``flag_cancel``: a cancel racing with a dispatch either wins (the job never starts)
     or leaves the flag that makes the control loop stop the attempt."""
     ended = session.execute(
@@ -452,12 +459,13 @@ def cancel_pending(session: Session, job_id: int, now: float, message: str) -> N
         .values(
             status=JobStatus.CANCELLED.value,
             ended_at=now,
-            reason=Reason.CANCELLED.value,
+            reason=reason.value,
             message=message,
         )
     )
     if ended.rowcount:
-        record(session, job_id, now, Reason.CANCELLED, message)
+        record(session, job_id, now, reason, message)
+    return bool(ended.rowcount)
 
 
 def events(session: Session, job_id: int, after_id: int = 0) -> list[EventModel]:

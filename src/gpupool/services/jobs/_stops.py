@@ -98,23 +98,6 @@ def early_message(job: JobModel, code: int | None) -> str:
     return f"{why}; exit code {code}"
 
 
-def stop_pending_early(session: Session, job_id: int, now: float, message: str) -> bool:
-    """A trial stopped early before it started (or while requeued): cancelled at once."""
-    ended = session.execute(
-        update(JobModel)
-        .where(JobModel.id == job_id, JobModel.status == JobStatus.PENDING.value)
-        .values(
-            status=JobStatus.CANCELLED.value,
-            ended_at=now,
-            reason=Reason.EARLY_STOPPED.value,
-            message=message,
-        )
-    )
-    if ended.rowcount:
-        job_service.record(session, job_id, now, Reason.EARLY_STOPPED, message)
-    return bool(ended.rowcount)
-
-
 def cancelled(attempt_id: int, job_id: int) -> StopRequest:
     return StopRequest(attempt_id, job_id, StopReason.CANCELLED)
 
