@@ -604,6 +604,18 @@ class ImageNeedsSandbox(Conflict):
     code = "image_needs_sandbox"
 
 
+def invalid_with_code(code: str) -> type[InvalidRequest]:
+    """The 422 whose stable code is ``code`` (a validation problem of a type that is a code of
+    its own, such as gpu_type_without_gpus, keeps it); InvalidRequest for any other."""
+    found: list[type[InvalidRequest]] = [InvalidRequest]
+    while found:
+        cls = found.pop()
+        if cls.code == code:
+            return cls
+        found.extend(cls.__subclasses__())
+    return InvalidRequest
+
+
 def error_body(code: str, message: str, details: Any = None) -> dict[str, Any]:
     """An error as every answer of the platform carries it (``{"error": {...}}``)."""
     return {"error": {"code": code, "message": message, "details": details or {}}}

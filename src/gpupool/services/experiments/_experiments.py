@@ -24,7 +24,7 @@ from gpupool.domain.experiments import (
     fill,
 )
 from gpupool.domain.jobs import JobSpec, JobStatus
-from gpupool.errors import Conflict, InvalidRequest, NotFound
+from gpupool.errors import Conflict, NotFound, invalid_with_code
 from gpupool.scheduler.types import NodeCapacity
 from gpupool.services import identity, jobs
 from gpupool.services.core import Principal, Reads
@@ -89,7 +89,7 @@ def trial_spec(spec: ExperimentSpec, params: dict[str, Any], number: int) -> Job
         problem = error.errors()[0]
         where = ".".join(str(part) for part in problem.get("loc", ()))
         message = str(problem.get("msg", "invalid")).removeprefix("Value error, ")
-        raise InvalidRequest(
+        raise invalid_with_code(str(problem.get("type", "")))(
             f"trial.{where}: {message}" if where else f"trial: {message}",
             fields=[{"field": f"trial.{where}".rstrip("."), "message": message}],
         ) from None

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ValidationError
 from sqlalchemy.exc import IntegrityError
 
 from gpupool.domain.jobfiles import API_VERSION, AppliedView, ApplyRequest, ApplyView, Document
-from gpupool.errors import Conflict, GpupoolError, InvalidRequest
+from gpupool.errors import Conflict, GpupoolError, InvalidRequest, invalid_with_code
 from gpupool.services import jobs, kubeflow
 from gpupool.services.core import Principal
 from gpupool.services.jobfiles._kinds import KINDS, Kind, Made, Making, kind_of
@@ -263,18 +263,8 @@ def invalid(index: int, kind: str, name: str | None, error: ValidationError) -> 
     where = first["field"].removeprefix(f"documents.{index}.")
     more = f" (and {len(fields) - 1} more)" if len(fields) > 1 else ""
     text = f"{_label(index, kind, name)}: {where}: {first['message']}{more}"
-    own = _coded(first["type"])
+    own = invalid_with_code(first["type"])
     return own(text, fields=fields)
-
-
-def _coded(code: str) -> type[InvalidRequest]:
-    found: list[type[InvalidRequest]] = [InvalidRequest]
-    while found:
-        cls = found.pop()
-        if cls.code == code:
-            return cls
-        found.extend(cls.__subclasses__())
-    return InvalidRequest
 
 
 def normalised(kind: Kind, body: BaseModel) -> dict[str, Any]:

@@ -24,7 +24,12 @@ from pydantic import ValidationError
 
 from gpupool.domain.jobfiles import JobBody
 from gpupool.domain.mpi import starts_mpirun
-from gpupool.errors import ClaimNotFound, ImageNotAvailable, InvalidRequest, KubeflowCommandMissing
+from gpupool.errors import (
+    ClaimNotFound,
+    ImageNotAvailable,
+    KubeflowCommandMissing,
+    invalid_with_code,
+)
 from gpupool.services.kubeflow._fields import At
 from gpupool.services.kubeflow._pods import Container, Mount, Resources
 from gpupool.services.kubeflow._policies import Policy, priority_of, team_of
@@ -282,14 +287,4 @@ def _validated(spec: dict[str, Any], root: At) -> JobBody:
         where = ".".join(str(part) for part in problem.get("loc", ()))
         message = str(problem.get("msg", "invalid")).removeprefix("Value error, ")
         text = f"the gpupool job it translates to: {where or 'spec'}: {message}"
-        raise _coded(str(problem.get("type", "")))(text) from None
-
-
-def _coded(code: str) -> type[InvalidRequest]:
-    found: list[type[InvalidRequest]] = [InvalidRequest]
-    while found:
-        cls = found.pop()
-        if cls.code == code:
-            return cls
-        found.extend(cls.__subclasses__())
-    return InvalidRequest
+        raise invalid_with_code(str(problem.get("type", "")))(text) from None
