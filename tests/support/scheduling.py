@@ -243,6 +243,7 @@ def running(
     task: int = 0,
     share: float = 1.0,
     cpus: float = 1.0,
+    standing: float | None = None,
 ) -> Allocation:
     """A task holding the given GPU indexes of ``node`` (whole, or ``share`` of each), with
     the policy fields of the job it belongs to."""
@@ -266,6 +267,7 @@ def running(
         max_runtime=max_runtime,
         stopping=stopping,
         task=task,
+        standing=standing,
     )
 
 

@@ -57,6 +57,7 @@ class RunningJob:
     lost: float  # seconds since its last checkpoint (or start)
     gpus: float
     allocations: list[Allocation] = field(default_factory=list)
+    standing: float = 1.0  # a trial's standing in its experiment (``Allocation.standing``)
 
     @property
     def work_lost(self) -> float:
@@ -69,6 +70,7 @@ class RunningJob:
             0 if self.team != team else 1,
             self.priority,
             -self.level,
+            self.standing,
             self.work_lost,
             self.job_id,
         )
@@ -95,7 +97,12 @@ def _in_base_order(
     """(candidate, node) pairs in the order of ``RunningJob.key`` less its team part, then
     node rank, each as (that key, rank, node, candidate)."""
     entries = [
-        ((0 if c.stopping else 1, c.priority, -c.level, c.work_lost, c.job_id), node.rank, node, c)
+        (
+            (0 if c.stopping else 1, c.priority, -c.level, c.standing, c.work_lost, c.job_id),
+            node.rank,
+            node,
+            c,
+        )
         for c, node in pairs
     ]
     entries.sort(key=_entry_order)
@@ -175,6 +182,7 @@ class KeptRunning:
             0.0,
             0.0,
             [],
+            1.0 if first.standing is None else first.standing,
         )
         served: list[tuple[float, float, float]] = []
         for allocation in allocations:
@@ -811,12 +819,15 @@ class Losses:
 
 def _cost(victims: Iterable[RunningJob], team: str) -> tuple:
     """Lower is cheaper: no victim at all (only stopping jobs), fewest of J's own team, the
-    worst victim's (priority, -level) lowest, the least work lost, the fewest victims."""
+    worst victim's (priority, -level) lowest, the best victim's standing lowest (trials of
+    an experiment: the worst-ranked go first; every other job stands at 1), the least work
+    lost, the fewest victims."""
     counted = [victim for victim in victims if not victim.stopping]
     own = sum(1 for victim in counted if victim.team == team)
     lost = sum(victim.work_lost for victim in counted)
     worst = max(((v.priority, -v.level) for v in counted), default=())
-    return (len(counted) > 0, own, worst, lost, len(counted))
+    standing = max((v.standing for v in counted), default=1.0)
+    return (len(counted) > 0, own, worst, standing, lost, len(counted))
 
 
 class _NodeScratch:

@@ -81,6 +81,10 @@ class Allocation:
     task: int = 0
     gpu_types: tuple[str, ...] = ()  # the GPU models its job asked for (empty: any)
     array_id: int | None = None  # the job array its job is a task of (None: none)
+    # a trial's standing in its experiment at its last rung (1: first, towards 0: last):
+    # among victims otherwise alike, the worst-ranked trials are preempted first (None: not
+    # a trial, or not judged yet; counted as 1)
+    standing: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

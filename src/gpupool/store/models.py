@@ -267,6 +267,9 @@ class JobModel(Base):
     waiting: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     # variables gpupool sets for this job (a trial's GPUPOOL_PARAMS), never in its spec
     platform_env: Mapped[dict[str, str] | None] = mapped_column(JSON)
+    # a trial's standing in its experiment at its last rung passed (1: first, towards 0:
+    # last), for the scheduler's choice of victims; None: not a trial, or not judged yet
+    standing: Mapped[float | None] = mapped_column(Float)
 
     user: Mapped[UserModel] = relationship(lazy="joined")
     team: Mapped[TeamModel] = relationship(lazy="joined")

@@ -9,8 +9,10 @@ from collections.abc import Iterator
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import select
 
 from gpupool.services.platform import Platform
+from gpupool.store.models import JobModel
 from tests.support.platform import make_settings, refused, running_app, wait_for
 
 # A trial: its error falls with each epoch, and is lower the nearer x is to 0.3; it checks
@@ -90,7 +92,7 @@ def test_the_same_seed_gives_the_same_points(app: tuple[TestClient, Platform]) -
 
 
 def test_asha_stops_the_worse_trials_at_their_rungs(app: tuple[TestClient, Platform]) -> None:
-    client, _ = app
+    client, platform = app
     stopping = {"name": "asha", "max_time": 9, "grace": 1, "reduction_factor": 3}
     body = experiment("halving", stopping=stopping, max_trials=9, max_concurrent=9)
     body["trial"]["env"]["PAUSE"] = "0.4"  # 3.6 s a trial: stopped ones stop mid-way
@@ -115,6 +117,14 @@ def test_asha_stops_the_worse_trials_at_their_rungs(app: tuple[TestClient, Platf
     assert why["trial"]["rungs"][-1] == cut[0]["message"]  # the verdict that stopped it
     first_rung = [t for t in trials if t["rung"] is not None]
     assert len(first_rung) == 9  # every trial was judged at rung 0 (epoch 1)
+    going_on = {t["job_id"] for t in trials if t["state"] == "completed"}
+    with platform.db.reader() as session:  # the scheduler's victims: the worst-ranked first
+        standings = dict(
+            session.execute(select(JobModel.id, JobModel.standing).where(JobModel.id.in_(going_on)))
+            .tuples()
+            .all()
+        )
+    assert standings and all(0 < s <= 1 for s in standings.values()), standings
 
 
 def test_pause_resume_and_stop(app: tuple[TestClient, Platform]) -> None:

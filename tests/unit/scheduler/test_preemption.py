@@ -267,6 +267,22 @@ def test_the_job_checkpointed_most_recently_goes_first(order):
     assert victims(decisions) == {100: 1}
 
 
+@pytest.mark.parametrize("order", [(100, 101), (101, 100)])
+def test_the_worst_ranked_trial_goes_first_even_if_it_loses_more_work(order):
+    # two trials of an experiment: 100 ranked last at its rung (standing 0.2), 101 first
+    # (1.0); 100 checkpointed longer ago, so by work lost alone 101 would go
+    setup = {100: (0.2, NOW - 900), 101: (1.0, NOW - 10)}
+    held = [
+        running(j, "node-a", [i], started_at=NOW - 1_000, checkpoint_at=setup[j][1],
+                standing=setup[j][0])
+        for i, j in enumerate(order)
+    ]  # fmt: skip
+
+    decisions = decide(TWO_GPUS, [pending(1)], held, [quota("a", 1)])
+
+    assert victims(decisions) == {100: 1}
+
+
 def test_a_job_never_checkpointed_loses_everything_since_its_start():
     held = [
         running(100, "node-a", [0], started_at=NOW - 1_000),

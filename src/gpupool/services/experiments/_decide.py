@@ -57,12 +57,14 @@ class Plan:
     trials: dict[int, dict[str, Any]] = field(default_factory=dict)  # number -> new values
     stops: list[tuple[int, str]] = field(default_factory=list)  # (job id, why): stop early
     new: list[tuple[int, dict[str, Any]]] = field(default_factory=list)  # (number, params)
+    # job id -> its trial's standing at the rung it passed (for the scheduler's victims)
+    standings: dict[int, float] = field(default_factory=dict)
     end: tuple[ExperimentStatus, str, str] | None = None
     best: tuple[int, float] | None = None
 
     @property
     def changes(self) -> bool:
-        return bool(self.trials or self.stops or self.new or self.end)
+        return bool(self.trials or self.stops or self.new or self.end or self.standings)
 
 
 def decide(
@@ -193,6 +195,8 @@ def _asha(live: Live, rows: Sequence[TrialRow], plan: Plan, states: dict[int, st
         update["message"] = message
         if not verdict.goes_on:
             _stop(live, row, plan, states, message, verdict.rung)
+        elif row.job_id is not None:
+            plan.standings[row.job_id] = verdict.standing
 
 
 def _stop(

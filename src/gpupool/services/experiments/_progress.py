@@ -189,6 +189,10 @@ def _apply(ctx: Submits, experiment_id: int, version: int, plan: Plan, now: floa
         with ctx.db.session() as session:
             row = _guarded(session, experiment_id, version)
             _apply_trials(session, experiment_id, plan, now)
+            for job_id, standing in plan.standings.items():
+                session.execute(
+                    update(JobModel).where(JobModel.id == job_id).values(standing=standing)
+                )
             _stop_early(session, plan.stops, now)
             _make_trials(ctx, session, row, plan, now)
             if plan.best is not None:

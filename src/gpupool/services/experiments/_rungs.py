@@ -49,6 +49,11 @@ class Verdict:
     def goes_on(self) -> bool:
         return self.rank <= self.keep
 
+    @property
+    def standing(self) -> float:
+        """1 for the first of the trials compared, towards 0 for the last."""
+        return 1.0 - (self.rank - 1) / self.of
+
     def message(self, time_metric: str) -> str:
         return verdict_text(self.rung, self.at, time_metric, self.rank, self.of, self.keep)
 

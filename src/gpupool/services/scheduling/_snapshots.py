@@ -360,6 +360,7 @@ ACTIVE_ROWS = (
         JobModel.attained,
         JobModel.checkpoint_at,
         JobModel.cancel_requested_at,
+        JobModel.standing,
         AttemptModel.started_at,
         AttemptModel.created_at,
         AttemptModel.stop_reason,
@@ -427,6 +428,7 @@ def allocation(
         gpu_types=facts.gpu_types,
         array_id=facts.array_id,
         stopping=row.stop_reason is not None or row.cancel_requested_at is not None,
+        standing=row.standing,
     )
 
 
