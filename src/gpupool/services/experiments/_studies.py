@@ -79,7 +79,8 @@ class Study:
 
     def ask(self, number: int) -> dict[str, Any]:
         """The point of trial ``number`` (the next one: numbers go 1, 2, 3, ...)."""
-        expected = len(self.study.trials) + 1
+        # not ``study.trials``: that deep-copies every trial, ~0.1 s an ask at 1,000 trials
+        expected = len(self.study.get_trials(deepcopy=False)) + 1
         if number != expected:
             raise ValueError(f"trial {number} asked for, but the study is at {expected}")
         self.study.sampler = sampler(self.spec, number)
