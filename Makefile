@@ -47,6 +47,7 @@ bench: $(VENV)/.dev
 	$(BIN)/python benchmarks/metrics_ingest.py
 	$(BIN)/python benchmarks/notebook_start.py
 	$(BIN)/python benchmarks/model_pack.py
+	$(BIN)/python benchmarks/experiments.py
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
