@@ -48,6 +48,8 @@ class TrialRow:
     job_message: str | None
     job_ended_at: float | None
     read_to_end: bool  # its job's last attempt's metrics were read to their end
+    value: float | None = None  # its objective and time as recorded (written when they move)
+    time: float | None = None
 
 
 @dataclass
@@ -100,9 +102,10 @@ def best(live: Live, states: dict[int, str]) -> tuple[int, float] | None:
 def _follow(live: Live, row: TrialRow, plan: Plan, states: dict[int, str], now: float) -> None:
     """The trial's state from its job's: pending, running, or how it ended."""
     update: dict[str, Any] = {}
-    if row.number in live.curves and live.curves[row.number]:
-        update["time"] = live.curves[row.number][-1][0]
-    if row.number in live.last:
+    curve = live.curves.get(row.number)
+    if curve and curve[-1][0] != row.time:
+        update["time"] = curve[-1][0]
+    if live.last.get(row.number, row.value) != row.value:
         update["value"] = live.last[row.number]
     state, message = _state_of(live, row, now)
     if state != row.state:

@@ -114,7 +114,19 @@ def _trial_rows(session: Session, experiment_id: int) -> list[TrialRow]:
         .order_by(TrialModel.number)
     )
     return [
-        TrialRow(t.number, t.job_id, t.state, t.params, status, reason, message, ended, bool(done))
+        TrialRow(
+            t.number,
+            t.job_id,
+            t.state,
+            t.params,
+            status,
+            reason,
+            message,
+            ended,
+            bool(done),
+            t.value,
+            t.time,
+        )  # fmt: skip
         for t, status, reason, message, ended, done in session.execute(query)
     ]
 
