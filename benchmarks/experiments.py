@@ -77,7 +77,7 @@ class Sizes:
     passes: int = 100
 
 
-QUICK = Sizes(digits_trials=16, seeds=1, target_share=0.05, preempt_trials=16, at=300, passes=40)
+QUICK = Sizes(digits_trials=16, seeds=1, target_share=0.1, preempt_trials=16, at=300, passes=40)
 
 
 def main() -> None:
@@ -162,7 +162,7 @@ def _say_digits(stopping: str, shown: dict[str, Any], epochs: dict[int, int]) ->
 def _say_lag(api: Api, shown: dict[str, Any], past: int) -> None:
     """The epochs run after a stop was decided (``past``), and where they come from: the
     time from a stopped trial's point at its rung to the verdict (its EarlyStopped event),
-    and from the verdict to its last point."""
+    and from the verdict to its job's end."""
     judged, stopped = [], []
     for trial in shown["trial_list"]:
         if trial["state"] != "early_stopped" or trial["rung"] is None:
@@ -176,11 +176,11 @@ def _say_lag(api: Api, shown: dict[str, Any], past: int) -> None:
         if verdict is None or at is None:
             continue  # it ended before its verdict
         judged.append(verdict - at)
-        stopped.append(max(times.values()) - verdict)
+        stopped.append(api.job(trial["job_id"])["ended_at"] - verdict)
     print(
         f"   ASHA's stopped trials ran {past} epochs after their stop was decided: "
         f"{len(judged)} stopped while running, median from the point at the rung to the "
-        f"verdict {_median(judged):.2f} s, from the verdict to the last point "
+        f"verdict {_median(judged):.2f} s, from the verdict to the trial's end "
         f"{_median(stopped):.2f} s"
     )
 
