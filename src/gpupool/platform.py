@@ -173,9 +173,9 @@ def _watches(
     control.driver.on_changed.append(published.wake)
     held = Holdings(db, clock, executor.holdings, settings.holdings_scan_seconds)
     control.driver.on_changed.append(held.wake)
-    control.driver.on_changed.append(trials.wake)
+    control.driver.on_changed.append(trials.jobs_changed)
     return (
-        Ingest(db, executor, clock, on_kept=trials.wake),
+        Ingest(db, executor, clock, on_kept=trials.jobs_changed),
         Rollouts(db, executor, settings, clock, serving, loop.wake, loop.recent_nodes),
         published,
         NotebookIdle(

@@ -28,3 +28,10 @@ class Experiments(Watch):
 
     def tick(self) -> int:
         return self.progress.step(self.ctx)
+
+    def jobs_changed(self) -> None:
+        """Attempts started or ended, or metric points were kept: look again if an
+        experiment is active (with none, every job's end would cost a pass for nothing;
+        one made or resumed wakes the pipeline itself)."""
+        if self.progress.active:
+            self.wake()

@@ -50,6 +50,7 @@ class Progress:
 
     def __init__(self) -> None:
         self._live: dict[int, Live] = {}
+        self.active = True  # the last pass found an active experiment (at start: look)
 
     def step(self, ctx: Submits) -> int:
         """One pass over the active experiments; how many changed."""
@@ -59,6 +60,7 @@ class Progress:
                     select(ExperimentModel.id).where(ExperimentModel.status.in_(ACTIVE))
                 )
             )
+        self.active = bool(ids)
         for gone in set(self._live) - set(ids):
             del self._live[gone]
         changed = 0
