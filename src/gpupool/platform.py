@@ -175,7 +175,7 @@ def _watches(
     control.driver.on_changed.append(held.wake)
     control.driver.on_changed.append(trials.jobs_changed)
     return (
-        Ingest(db, executor, clock, on_kept=trials.jobs_changed),
+        Ingest(db, executor, clock, on_kept=trials.jobs_changed, hurried=trials.awaits_points),
         Rollouts(db, executor, settings, clock, serving, loop.wake, loop.recent_nodes),
         published,
         NotebookIdle(

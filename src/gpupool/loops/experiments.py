@@ -35,3 +35,8 @@ class Experiments(Watch):
         one made or resumed wakes the pipeline itself)."""
         if self.progress.active:
             self.wake()
+
+    def awaits_points(self) -> bool:
+        """Whether an experiment is active: metric ingest then reads its trials' points
+        sooner, for the verdicts that wait on them."""
+        return self.progress.active

@@ -10,7 +10,14 @@ import pytest
 
 from gpupool.metrics import MetricsLog
 from gpupool.runner import gpusamples
-from gpupool.runner.metricsink import Limits, LineError, MetricSink, parse_line, prepare
+from gpupool.runner.metricsink import (
+    FOLLOW_SECONDS,
+    Limits,
+    LineError,
+    MetricSink,
+    parse_line,
+    prepare,
+)
 
 NOW = 1000.0
 
@@ -152,7 +159,7 @@ def test_gpu_samples_are_named_by_the_jobs_gpu_index(tmp_path: Path) -> None:
         ["gpu.1.utilization", None, NOW, 50.0],
         ["gpu.1.memory_used", None, NOW, 10.0],
     ]
-    assert sink.sink.due(0.0) == pytest.approx(0.5)
+    assert sink.sink.due(0.0) == pytest.approx(FOLLOW_SECONDS)  # the next follow: before a sample
 
 
 def test_no_nvml_gives_no_samples() -> None:

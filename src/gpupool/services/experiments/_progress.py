@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import and_, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, lazyload
 
 from gpupool.domain.experiments import ExperimentSpec, ExperimentStatus, TrialState
 from gpupool.domain.jobs import JobKind, Reason, Role
@@ -38,6 +38,10 @@ from gpupool.store.models import (
 )
 
 log = logging.getLogger(__name__)
+
+# the experiment's own columns: its owner and team (joined by default, with the owner's
+# teams) are read only when a pass needs them, a few times per pass fewer queries
+_ROW_ONLY = (lazyload("*"),)
 
 
 class _Stale(Exception):
@@ -80,7 +84,7 @@ class Progress:
     def _one(self, ctx: Submits, experiment_id: int) -> int:
         now = ctx.clock.now()
         with ctx.db.reader() as session:
-            row = session.get(ExperimentModel, experiment_id)
+            row = session.get(ExperimentModel, experiment_id, options=_ROW_ONLY)
             if row is None or row.status not in ACTIVE:
                 return 0
             status, made, version = ExperimentStatus(row.status), row.trials_made, row.version
@@ -99,38 +103,28 @@ class Progress:
 
 
 def _trial_rows(session: Session, experiment_id: int) -> list[TrialRow]:
-    cursor = MetricCursorModel
+    cursor, trial = MetricCursorModel, TrialModel
     read = and_(cursor.job_id == JobModel.id, cursor.attempt == JobModel.attempts)
     query = (
         select(
-            TrialModel,
+            trial.number,
+            trial.job_id,
+            trial.state,
+            trial.params,
             JobModel.status,
             JobModel.reason,
             JobModel.message,
             JobModel.ended_at,
             cursor.done,
-        )  # fmt: skip
-        .outerjoin(JobModel, JobModel.id == TrialModel.job_id)
+            trial.value,
+            trial.time,
+        )  # columns in TrialRow's order, not ORM rows: every pass reads every trial
+        .outerjoin(JobModel, JobModel.id == trial.job_id)
         .outerjoin(cursor, read)
-        .where(TrialModel.experiment_id == experiment_id)
-        .order_by(TrialModel.number)
+        .where(trial.experiment_id == experiment_id)
+        .order_by(trial.number)
     )
-    return [
-        TrialRow(
-            t.number,
-            t.job_id,
-            t.state,
-            t.params,
-            status,
-            reason,
-            message,
-            ended,
-            bool(done),
-            t.value,
-            t.time,
-        )  # fmt: skip
-        for t, status, reason, message, ended, done in session.execute(query)
-    ]
+    return [TrialRow(*row[:8], bool(row[8]), *row[9:]) for row in session.execute(query)]
 
 
 def _rebuild(session: Session, row: ExperimentModel) -> Live:
@@ -237,9 +231,8 @@ def _guarded(session: Session, experiment_id: int, version: int) -> ExperimentMo
     )
     if not moved.rowcount:
         raise _Stale
-    row = session.get(ExperimentModel, experiment_id)
+    row = session.get(ExperimentModel, experiment_id, options=_ROW_ONLY)  # read after the update
     assert row is not None
-    session.refresh(row)
     return row
 
 

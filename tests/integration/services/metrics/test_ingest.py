@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gpupool.executors.local import LocalExecutor
-from gpupool.loops.ingest import Ingest
+from gpupool.loops.ingest import HURRIED_SECONDS, INTERVAL_SECONDS, Ingest
 from gpupool.services.metrics import final_values, gpu_busy
 from gpupool.store.db import Database, prepare
 from gpupool.store.models import (
@@ -165,3 +165,30 @@ def test_gpu_busy_reads_the_utilization_samples_since(db: Database) -> None:
         assert gpu_busy(session, 1, since=0.0) is True
         assert gpu_busy(session, 1, since=25.0) is False  # memory and loss do not count
         assert gpu_busy(session, 2, since=0.0) is None
+
+
+def test_the_experiments_pipeline_is_told_when_an_ended_attempt_is_read_to_its_end(
+    db: Database, tmp_path: Path
+) -> None:
+    """A trial completes once its last attempt was read to its end: that read tells the
+    pipeline, though it kept no point (else the trial waited for the pipeline's next look)."""
+    attempts = Attempts(db, tmp_path / "jobs")
+    records = attempts.launch(1)
+    told: list[int] = []
+    ingester = Ingest(db, attempts.executor, ManualClock(100.0), on_kept=lambda: told.append(1))
+    write(records, ["loss", 0, 1.0, 0.5])
+    assert ingester.tick() == 1 and len(told) == 1
+    assert ingester.tick() == 0 and len(told) == 1  # nothing new: nobody is told
+    attempts.end(1, at=100.0)
+    assert ingester.tick() == 0 and len(told) == 2  # read to its end: told
+    assert ingester.tick() == 0 and len(told) == 2
+
+
+def test_ingest_looks_sooner_while_points_are_awaited(db: Database, tmp_path: Path) -> None:
+    attempts = Attempts(db, tmp_path / "jobs")
+    awaited = [False]
+    ingester = Ingest(db, attempts.executor, ManualClock(1.0), hurried=lambda: awaited[0])
+    ingester.tick()
+    assert ingester.rest(0.001) == INTERVAL_SECONDS
+    awaited[0] = True
+    assert ingester.rest(0.001) == HURRIED_SECONDS < INTERVAL_SECONDS
