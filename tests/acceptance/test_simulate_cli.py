@@ -169,3 +169,48 @@ def on_a_terminal(*args: str) -> tuple[str, str]:
         assert process.wait(timeout=120) == 0, shown.decode(errors="replace")
     os.close(controller)
     return stdout, shown.decode(errors="replace")
+
+
+# -- tiresias, the baseline ------------------------------------------------------------------
+
+
+def test_every_policy_is_printed_against_a_baseline(tmp_path: Path) -> None:
+    trace = tmp_path / "trace.csv"
+    trace.write_text(GENERIC)
+    done = simulate(
+        "--trace", f"csv:{trace}", "--cluster", "1x4", "--policy", "all",
+        "--baseline", "tiresias",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    _, header, *rows = [line for line in done.stdout.splitlines() if line.strip()][:-1]
+    assert header.split()[-2:] == ["VS", "TIRESIAS"]
+    assert [row.split()[0] for row in rows] == [
+        "default", "fifo", "drf", "srtf-oracle", "las", "best-fit", "fgd", "tiresias"
+    ]  # fmt: skip
+    assert rows[-1].split()[-1] == "1.00"
+
+
+def test_an_unknown_baseline_is_refused_with_the_known_names(tmp_path: Path) -> None:
+    trace = tmp_path / "trace.csv"
+    trace.write_text(GENERIC)
+    done = simulate("--trace", f"csv:{trace}", "--cluster", "1x4", "--baseline", "magic")
+    assert done.returncode == 2
+    assert "--baseline" in done.stderr and "tiresias" in done.stderr
+
+
+def test_tiresias_on_the_philly_subset_of_its_paper(shared_dir: Path) -> None:
+    # the first week of the paper's subset (team 11cb48, October 2017), as the paper ran it:
+    # GPU counting, no restart cost; the full month gives 3.91 h (docs/scheduling.md)
+    philly = shared_dir / "data" / "traces" / "philly.csv"
+    done = simulate(
+        "--trace", f"philly:{philly}?teams=11cb48&start=2017-10-01&end=2017-10-08",
+        "--cluster", "4x4", "--placement", "count", "--restart-cost", "0",
+        "--policy", "default", "--policy", "tiresias", "--baseline", "tiresias", "-o", "json",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["baseline"] == "tiresias"
+    default, tiresias = report["rows"]
+    assert (default["policy"], tiresias["policy"]) == ("default", "tiresias")
+    assert tiresias["unscheduled"] == 0 and tiresias["avg_jct_vs_baseline"] == 1.0
+    assert default["avg_jct_vs_baseline"] == default["avg_jct"] / tiresias["avg_jct"]

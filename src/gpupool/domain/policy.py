@@ -45,6 +45,13 @@ class Policy:
     environment, a dataset version, an image) goes, among the spots where it fits now, to
     the node with the fewest bytes left to fetch; equal spots keep the order of ``packing``.
     It never makes a job wait for such a node (False: ``packing`` alone).
+
+    ``dlas_queues``: each level is one queue as in Tiresias' DLAS (the simulator's
+    ``tiresias`` baseline): a job preempted after it ran at its level goes back before the
+    jobs waiting there, the last preempted first; a job that has only just reached a level
+    stands behind them, and they may preempt it. ``level_wakeups``: whoever replays the
+    policy also runs a cycle when a running job crosses a threshold (the simulator; the
+    server's loop runs often enough without).
     """
 
     order: str = "las"  # "las"; "fifo": one queue in submit order; "srtf": needs remaining
@@ -64,6 +71,8 @@ class Policy:
     max_starts: int = 100
     max_tries: int = 32
     locality: bool = True
+    dlas_queues: bool = False
+    level_wakeups: bool = False
 
 
 DEFAULT_POLICY = Policy()

@@ -73,9 +73,27 @@ def las_key(job: PendingJob, policy: Policy) -> tuple[tuple, float, float]:
         threshold = max(policy.starvation_min_wait, policy.starvation_factor * job.attained)
     if len(_KEYS) >= _CACHED_MAX:
         _KEYS.clear()
-    entry = ((-job.priority, level, queued, job.job_id), queued, threshold)
+    place = dlas_place(job, level, queued, policy)
+    entry = ((-job.priority, level, place, job.job_id), queued, threshold)
     _KEYS[id(job)] = (job, policy, entry)
     return entry
+
+
+def dlas_place(job: PendingJob, level: int, queued: float, policy: Policy) -> float:
+    """Where a pending job stands among those of its level: when it (re)entered the queue;
+    with ``dlas_queues``, a job preempted after it ran at its level stands before every job
+    never run there (whose times are not negative), the last preempted first."""
+    if not policy.dlas_queues or job.queued_at is None:
+        return queued
+    gpus = job.request.gpu_count * job.tasks
+    return queued if just_reached(job.attained, gpus, level, policy) else -job.queued_at
+
+
+def just_reached(attained: float, gpus: float, level: int, policy: Policy) -> bool:
+    """Whether a job has only just reached its level: by less than a second of its GPUs'
+    service (the replay's resolution of a threshold crossing; ``Policy.dlas_queues``)."""
+    floor = policy.las_thresholds[level - 1] if level else 0.0
+    return attained - floor < gpus
 
 
 def queue_key(job: PendingJob, now: float, policy: Policy) -> tuple[tuple, float]:

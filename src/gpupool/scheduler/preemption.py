@@ -36,6 +36,7 @@ from gpupool.scheduler.fit import CPU_EPSILON, Demand, Where, fraction_demand
 from gpupool.scheduler.kept import Kept, by_identity
 from gpupool.scheduler.ledger import EPSILON, Ledger, held_gpus
 from gpupool.scheduler.memo import Frontier
+from gpupool.scheduler.ordering import just_reached
 from gpupool.scheduler.types import SHARE_EPSILON, Allocation, PendingJob
 
 # nodes whose victims could free enough (``_freeable``) searched for one job, best first
@@ -52,7 +53,7 @@ class RunningJob:
     preemptible: bool
     stopping: bool
     started_at: float
-    level: int
+    level: float  # least-attained-service level (+0.5 where ``dlas_queues`` says so)
     remaining: float
     lost: float  # seconds since its last checkpoint (or start)
     gpus: float
@@ -219,6 +220,8 @@ class KeptRunning:
                 attained, gpus, started = served[0]
                 level = attained + gpus * max(0.0, now - started)
             job.level = bisect_right(thresholds, level)
+            if self.policy.dlas_queues and just_reached(level, job.gpus, job.level, self.policy):
+                job.level += 0.5  # behind the jobs waiting at the level it has just reached
 
 
 # The running jobs of the last cycle, kept for the next (see ``KeptRunning``).

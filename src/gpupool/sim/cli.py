@@ -31,7 +31,7 @@ class Output(StrEnum):
     JSON = "json"
 
 
-POLICY_NAMES = ("default", "fifo", "drf", "srtf-oracle", "las", "best-fit", "fgd")
+POLICY_NAMES = ("default", "fifo", "drf", "srtf-oracle", "las", "best-fit", "fgd", "tiresias")
 # knobs a policy spec may set (NAME:knob=value,...): numbers and choices of ``Policy``
 POLICY_KNOBS = {
     "min_runtime": float,
@@ -64,7 +64,14 @@ def simulate(
         "--policy",
         help="A policy, NAME or NAME:KNOB=VALUE,... (knobs: "
         + ", ".join(POLICY_KNOBS)
-        + "); repeat for more.",
+        + "); repeat for more; 'all' for every named policy.",
+    ),
+    baseline: str | None = typer.Option(
+        None,
+        "--baseline",
+        help="A policy (as --policy) every row is measured against: a column 'VS NAME' gives "
+        "each avg JCT over the baseline's (tiresias: Tiresias' DLAS-GPU); it is replayed "
+        "too when no --policy names it.",
     ),
     restart_cost: float = typer.Option(
         60.0, "--restart-cost", min=0, help="Seconds of work a preempted job redoes."
@@ -124,7 +131,7 @@ def simulate(
     On a terminal, a progress bar on stderr follows each replay."""
     if placement not in ("node", "count"):
         raise typer.BadParameter("use node or count", param_hint="--placement")
-    policies = {name: resolve_policy(name) for name in dict.fromkeys(policy)}
+    policies = resolve_policies(policy, baseline)
     data = datasets_of(datasets, dataset_sizes, node_cache, fetch_gbps)
     loaded = load(trace)
     nodes = nodes_for(cluster, loaded)
@@ -155,7 +162,7 @@ def simulate(
             )
             for name, settings in policies.items()
         ]
-    print_replays(header, results, quotas if vc else None, output)
+    print_replays(header, results, quotas if vc else None, output, baseline)
 
 
 def header_of(
@@ -213,8 +220,10 @@ def print_replays(
     results: list[tuple[str, tuple[Metrics, SimResult]]],
     quotas: tuple[TeamQuota, ...] | None,
     output: Output,
+    baseline: str | None = None,
 ) -> None:
-    """The replays' table (and the teams' table of --vc), or the JSON report, on stdout."""
+    """The replays' table (and the teams' table of --vc), or the JSON report, on stdout;
+    with a ``baseline``, each row's avg JCT over the baseline's."""
     from gpupool.sim.metrics import team_metrics
     from gpupool.sim.report import render, render_teams, replay_document, to_json
 
@@ -225,13 +234,13 @@ def print_replays(
     fetched = "datasets" in header
     if output == Output.JSON:
         rows = [(name, metrics, unscheduled_reasons(result)) for name, (metrics, result) in results]
-        document = replay_document(header, rows, teams)
+        document = replay_document(header, rows, teams, baseline)
         if fetched:
             for row, (_, (_, result)) in zip(document["rows"], results, strict=True):
                 row.update(fetch_figures(result))
         typer.echo(to_json(document), nl=False)
         return
-    typer.echo(render([(name, metrics) for name, (metrics, _) in results]), nl=False)
+    typer.echo(render([(name, metrics) for name, (metrics, _) in results], baseline), nl=False)
     if quotas is not None:
         typer.echo(render_teams(teams), nl=False)
     if fetched:
@@ -284,6 +293,19 @@ def progress_display() -> ProgressDisplay:
     from gpupool.sim.progress import ProgressDisplay
 
     return ProgressDisplay()
+
+
+def resolve_policies(specs: list[str], baseline: str | None) -> dict[str, Policy]:
+    """The policies of the specs by spec ('all': every named one), the baseline's last when
+    no spec names it."""
+    names = [name for spec in specs for name in (POLICY_NAMES if spec == "all" else (spec,))]
+    policies = {name: resolve_policy(name) for name in dict.fromkeys(names)}
+    if baseline is not None and baseline not in policies:
+        try:
+            policies[baseline] = resolve_policy(baseline)
+        except typer.BadParameter as error:
+            raise typer.BadParameter(error.message, param_hint="--baseline") from None
+    return policies
 
 
 def resolve_policy(spec: str) -> Policy:

@@ -65,6 +65,7 @@ from gpupool.scheduler.types import (
     Want,
 )
 from gpupool.sim.datasets import Datasets, NodeCaches
+from gpupool.sim.levels import next_crossing
 from gpupool.sim.refusals import RefusalCache
 
 if TYPE_CHECKING:
@@ -278,6 +279,10 @@ class Replay:
             heapq.heappop(self.completions)
         if self.completions:
             times.append(self.completions[0][0])
+        if self.settings.level_wakeups and self.pending:
+            crossing = next_crossing(self.running.values(), self.settings, self.clock.now())
+            if crossing is not None:
+                times.append(crossing)
         return min(times, default=None)
 
     def _stale(self, entry: tuple[float, int, int]) -> bool:

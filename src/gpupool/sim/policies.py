@@ -15,6 +15,14 @@ baselines made from the same code with parts switched off or an oracle switched 
 * ``fgd``: ``best-fit``'s order with the product's placement, fragmentation-aware
   (``gpupool.scheduler.packing``): the two differ in the placement alone. Every other policy
   places as the product does.
+* ``tiresias``: Tiresias' discretised 2D-LAS, DLAS-GPU, as its simulator runs it
+  (``run_sim.py --schedule=dlas-gpu``, NSDI'19): three queues split at 3,250 and 7,200
+  GPU-seconds of attained service, one list per queue in which the running jobs stand before
+  the waiting ones (``Policy.dlas_queues``), a job demoted the moment it crosses a threshold
+  (``Policy.level_wakeups``), a job of a higher queue preempting the lower queues' jobs, jobs
+  that do not fit passed over; no starvation rule (its ``dlas-gpu-N`` variants have one), no
+  fair share, no backfill, no priorities. Its placement is GPU counting: replay it with
+  ``--placement count`` to compare with the paper (3.83 h on its Philly subset).
 
 ``default`` and ``las`` run the product's bounded cycles (``Policy.max_starts``,
 ``Policy.max_tries``), as the server does; the baselines try every job in every cycle. The
@@ -55,6 +63,19 @@ NAMED: dict[str, Policy] = {
 NAMED["best-fit"] = replace(NAMED["fifo"], skip_blocked=True, packing="best-fit")
 # best-fit's order with the product's placement: the two differ in the placement alone
 NAMED["fgd"] = replace(NAMED["best-fit"], packing="fgd")
+# DLAS-GPU: the queue limits of Tiresias' simulator (jobs.py: 3250, 7200; its third limit,
+# 18000, is never reached with three queues); best fit stands for its GPU counting
+NAMED["tiresias"] = Policy(
+    las_thresholds=(3250.0, 7200.0),
+    fair_share=False,
+    reclaim=False,
+    backfill=False,
+    packing="best-fit",
+    locality=False,
+    dlas_queues=True,
+    level_wakeups=True,
+    **UNBOUNDED,
+)
 
 
 def named(name: str) -> Policy:

@@ -64,23 +64,41 @@ FILL_COLUMNS = (
 WIDTH = 200  # wide enough that the table is never folded
 
 
-def render(rows: Sequence[tuple[str, Metrics]]) -> str:
-    """The table for (policy name, metrics) rows, then the bounds line(s), as plain text."""
+def render(rows: Sequence[tuple[str, Metrics]], baseline: str | None = None) -> str:
+    """The table for (policy name, metrics) rows, then the bounds line(s), as plain text;
+    with the name of a ``baseline`` row, a last column of each avg JCT over the baseline's."""
     text = io.StringIO()
     console = Console(file=text, width=WIDTH, color_system=None, highlight=False)
-    console.print(metrics_table(rows))
+    console.print(metrics_table(rows, baseline))
     for line in bounds_lines(rows):
         console.print(line, markup=False)
     return text.getvalue()
 
 
-def metrics_table(rows: Sequence[tuple[str, Metrics]]) -> Table:
+def metrics_table(rows: Sequence[tuple[str, Metrics]], baseline: str | None = None) -> Table:
     table = Table(box=None, pad_edge=False, header_style="bold")
     for column in COLUMNS:
         table.add_column(column, justify="left" if column == "POLICY" else "right")
+    if baseline is not None:
+        table.add_column(f"VS {baseline.upper()}", justify="right")
+    ratios = jct_ratios(rows, baseline)
     for name, metrics in rows:
-        table.add_row(name, *metric_cells(metrics))
+        extra = [] if baseline is None else [_ratio_text(ratios.get(name))]
+        table.add_row(name, *metric_cells(metrics), *extra)
     return table
+
+
+def jct_ratios(rows: Sequence[tuple[str, Metrics]], baseline: str | None) -> dict[str, float]:
+    """Each row's avg JCT over the ``baseline`` row's (none where it has no finite, positive
+    one: no job ran)."""
+    base = next((metrics.avg_jct for name, metrics in rows if name == baseline), math.nan)
+    if not (math.isfinite(base) and base > 0):
+        return {}
+    return {name: metrics.avg_jct / base for name, metrics in rows}
+
+
+def _ratio_text(ratio: float | None) -> str:
+    return "-" if ratio is None or not math.isfinite(ratio) else f"{ratio:.2f}"
 
 
 def metric_cells(metrics: Metrics) -> list[str]:
@@ -227,15 +245,22 @@ def replay_document(
     header: Mapping[str, Any],
     rows: Sequence[tuple[str, Metrics, Mapping[str, int]]],
     teams: Sequence[tuple[str, Sequence[TeamMetrics]]] = (),
+    baseline: str | None = None,
 ) -> dict[str, Any]:
     """The report of replays as JSON-ready data: ``header`` (what was replayed on what), then
     a row per (policy, metrics, unscheduled jobs by reason) with the row's bounds, and the
-    rows per team of ``--vc``."""
+    rows per team of ``--vc``. With a ``baseline``: its name, and in each row
+    ``avg_jct_vs_baseline``, its avg JCT over the baseline's (null: none ran)."""
     document = {"version": JSON_VERSION, "units": UNITS, **header}
     document["rows"] = [
         {"policy": name, **asdict(metrics), "unscheduled_reasons": dict(reasons)}
         for name, metrics, reasons in rows
     ]
+    if baseline is not None:
+        document["baseline"] = baseline
+        ratios = jct_ratios([(name, metrics) for name, metrics, _ in rows], baseline)
+        for row in document["rows"]:
+            row["avg_jct_vs_baseline"] = ratios.get(row["policy"])
     if teams:
         document["teams"] = [
             {"policy": name, **asdict(team)} for name, figures in teams for team in figures
