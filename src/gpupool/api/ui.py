@@ -43,7 +43,7 @@ ACTIVE = [JobStatus.PENDING, JobStatus.STARTING, JobStatus.RUNNING]
 ENDED = sorted(FINAL_STATUSES)
 SHOW = {"all": None, "active": ACTIVE, "ended": ENDED}
 TEXT_FIELDS = ("command", "name", "workdir", "code", "env", "environment", "gpu_memory", "memory")
-TEXT_FIELDS += ("team",)
+TEXT_FIELDS += ("team", "shm", "procs_per_node")
 POLICY_FIELDS = ("gpu_type", "max_runtime", "grace_period")
 TORCH_MODES = {
     "per-gpu": "one process per GPU",
@@ -53,7 +53,7 @@ TORCH_MODES = {
 BLANK_FORM = (
     dict.fromkeys(TEXT_FIELDS + POLICY_FIELDS, "")
     | {"gpus": "1", "cpus": "1", "priority": "0"}
-    | {"preemptible": True}
+    | {"preemptible": True, "hold": False}
     | {"nodes": "1", "launcher": ""}
     | {"after": ""}
     | {"datasets": []}
@@ -528,6 +528,7 @@ def _form_from(ctx: Platform, who: Principal, job_id: int) -> dict[str, Any]:
         "gpu_memory": _exact_bytes(resources.gpu_memory_bytes),
         "cpus": _number(resources.cpus),
         "memory": _exact_bytes(resources.memory_bytes),
+        "shm": _exact_bytes(spec.shm_bytes),
         "team": job.team,
         "priority": str(spec.priority),
         "preemptible": spec.preemptible,
@@ -536,6 +537,8 @@ def _form_from(ctx: Platform, who: Principal, job_id: int) -> dict[str, Any]:
         "grace_period": _duration_or_blank(spec.grace_period_seconds),
         "nodes": str(spec.nodes),
         "launcher": "torchrun" if spec.launcher_mode == "torchrun" else spec.launcher or "",
+        "procs_per_node": str(spec.procs_per_node or ""),
+        "hold": spec.hold,
         "after": ", ".join(f"{d.condition.value}:{d.job}" for d in spec.depends_on),
     }
 

@@ -244,12 +244,21 @@
     const root = document.getElementById("job");
     const id = Number(root.dataset.jobId);
     const cancel = document.getElementById("cancel");
+    const holds = { hold: document.getElementById("hold"), release: document.getElementById("release") };
     const actionError = document.getElementById("action-error");
     const log = makeLog(document.getElementById("log"));
     const attemptChoice = document.getElementById("log-attempt");
     const lineChoice = document.getElementById("log-lines");
     const labels = makeLabelScanner((seen) => drawLineChoice(lineChoice, seen));
     let ended = root.dataset.final === "true";
+
+    // a pending job can be held (it stays queued but never starts) or, held, released
+    function drawHold(job) {
+      if (!holds.hold) return;
+      const held = job.status === "pending" && job.reason === "Held";
+      holds.hold.hidden = job.status !== "pending" || held;
+      holds.release.hidden = !held;
+    }
 
     function drawJob(job) {
       drawStatus(job);
@@ -259,6 +268,7 @@
       drawAttempts(job.attempts_detail);
       drawAttemptChoice(attemptChoice, job.attempts_detail.map((a) => a.number));
       const final = gp.isFinal(job.status);
+      drawHold(job);
       if (cancel) {
         cancel.hidden = final;
         if (job.cancel_requested && !final) {
@@ -384,6 +394,25 @@
       restart();
     });
     connect();
+
+    for (const [action, button] of Object.entries(holds)) {
+      if (!button) continue;
+      button.addEventListener("click", async () => {
+        actionError.hidden = true;
+        button.disabled = true;
+        try {
+          const job = await gp.api("POST", `/jobs/${id}/${action}`);
+          drawStatus(job);
+          drawHold(job);
+          poll.now();
+        } catch (error) {
+          gp.showError(actionError, error.message);
+          actionError.focus();
+        } finally {
+          button.disabled = false;
+        }
+      });
+    }
 
     if (cancel) {
       cancel.addEventListener("click", async () => {

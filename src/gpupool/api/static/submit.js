@@ -120,6 +120,9 @@ function parseEnv(text) {
     nodes: "nodes",
     launcher: "launcher",
     launcher_mode: "launcher",
+    procs_per_node: "procs_per_node",
+    shm_bytes: "shm",
+    hold: "hold",
   };
 
   function inputFor(field) {
@@ -201,6 +204,7 @@ function parseEnv(text) {
     body.resources.cpus = numberOr(v("cpus"), 1);
     if (v("gpu_memory").trim()) body.resources.gpu_memory_bytes = v("gpu_memory").trim();
     if (v("memory").trim()) body.resources.memory_bytes = v("memory").trim();
+    if (v("shm").trim()) body.shm_bytes = v("shm").trim();
     for (const [name, label] of [["gpus", "GPUs"], ["cpus", "CPUs"], ["priority", "the priority"]]) {
       const value = name === "priority" ? body.priority : name === "gpus" ? gpus : body.resources[name];
       if (!Number.isFinite(value)) problems.push([name, `${label}: write a number`]);
@@ -257,7 +261,8 @@ function parseEnv(text) {
     }
   }
 
-  // nodes and launcher into the spec ("torchrun" is the torch launcher in its torchrun mode)
+  // nodes, launcher and processes per node into the spec ("torchrun" is the torch launcher in
+  // its torchrun mode)
   function gang(form, body, problems) {
     const nodes = numberOr(form.elements.nodes.value, 1);
     if (!Number.isInteger(nodes) || nodes < 1) problems.push(["nodes", "nodes: a whole number, 1 or more"]);
@@ -265,12 +270,19 @@ function parseEnv(text) {
     const launcher = form.elements.launcher.value;
     if (launcher === "torchrun") Object.assign(body, { launcher: "torch", launcher_mode: "torchrun" });
     else if (launcher) body.launcher = launcher;
+    const procs = form.elements.procs_per_node.value.trim();
+    if (!procs) return;
+    const count = Number(procs);
+    if (!Number.isInteger(count) || count < 1) problems.push(["procs_per_node", "processes per node: a whole number, 1 or more"]);
+    else if (!launcher) problems.push(["procs_per_node", "processes per node is for a job with a launcher: choose one, or leave it empty"]);
+    else body.procs_per_node = count;
   }
 
   // preemptible, GPU types, max runtime and grace period into the spec
   function policy(form, body, problems) {
     const v = (name) => form.elements[name].value;
     body.preemptible = form.elements.preemptible.checked;
+    if (form.elements.hold.checked) body.hold = true;
     const types = v("gpu_type").split(",").map((t) => t.trim()).filter(Boolean);
     if (types.length) body.gpu_types = types;
     for (const [id, key, label] of [
