@@ -13,6 +13,7 @@ from hypothesis import settings
 
 from tests.support.images import Registry, missing_tools
 from tests.support.postgres import PostgresServer
+from tests.support.schema import migrated_sqlite
 from tests.support.server import ServerProcess
 
 # Property tests draw the same examples on every run, so a CI result does not depend on luck;
@@ -77,11 +78,13 @@ def postgres_server() -> Iterator[PostgresServer]:
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A fresh, empty database: a SQLite file, or a new database on the PostgreSQL server."""
+    """A fresh database at the schema's head, with no rows: a SQLite file, or a new database
+    on the PostgreSQL server (copies of one migrated once: tests.support.schema; the tests
+    of the migrations themselves get empty ones, tests/migrations/conftest.py)."""
     if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'test.db'}"
+        return migrated_sqlite(tmp_path / "test.db")
     server: PostgresServer = request.getfixturevalue("postgres_server")
-    return server.new_database()
+    return server.migrated_database()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -19,12 +19,17 @@ from gpupool.scheduler.types import Clock, Schedule
 from gpupool.services.platform import Platform
 from gpupool.settings import Settings
 from tests.support.cleanup import kill_leftovers
+from tests.support.schema import seed_data_dir
 from tests.support.waiting import wait_for
 
 FINAL = {"succeeded", "failed", "cancelled", "lost"}
 
 
 def make_settings(data_dir: Path, database_url: str | None = None, **overrides: Any) -> Settings:
+    """A server's settings for tests; a data directory without a database of its own (no
+    ``database_url``) gets a migrated one (``tests.support.schema``)."""
+    if database_url is None:
+        seed_data_dir(data_dir)
     values: dict[str, Any] = {
         "data_dir": data_dir,
         "database_url": database_url,

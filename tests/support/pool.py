@@ -88,8 +88,13 @@ class Pool:
             ray_port = free_port()
         env.setdefault("GPUPOOL_RAY_PORT", str(ray_port))
         server.extra_env = env
-        server.start(timeout=120)
-        return cls(root, server, env=env)
+        pool = cls(root, server, env=env)
+        try:
+            server.start(timeout=120)
+        except BaseException:
+            pool.stop()  # a server that never said ready may still have started Ray's head
+            raise
+        return pool
 
     @property
     def join_token(self) -> str:

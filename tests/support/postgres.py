@@ -10,6 +10,7 @@ import tempfile
 import uuid
 from pathlib import Path
 
+from gpupool.store import db
 from tests.support.server import free_port
 
 BIN_DIRS = sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True)
@@ -21,6 +22,7 @@ class PostgresServer:
         self.data = root / "data"
         self.port = free_port()
         self.user = "postgres" if os.geteuid() == 0 else pwd.getpwuid(os.geteuid()).pw_name
+        self._template: str | None = None  # the database at head that others copy
 
     @classmethod
     def find(cls) -> PostgresServer | None:
@@ -62,10 +64,22 @@ class PostgresServer:
         self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop", check=False)
         shutil.rmtree(self.root, ignore_errors=True)
 
-    def new_database(self) -> str:
+    def new_database(self, template: str | None = None) -> str:
+        """A new, empty database (or a copy of ``template``); its URL."""
         name = f"t_{uuid.uuid4().hex[:12]}"
-        self._run("createdb", "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", name)
+        copy = ["-T", template] if template else []
+        where = ["-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres"]
+        self._run("createdb", *where, *copy, name)
         return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{name}"
+
+    def migrated_database(self) -> str:
+        """A new database at the schema's head: a copy of one migrated once per server
+        (``tests.support.schema`` says why); its URL."""
+        if self._template is None:
+            url = self.new_database()
+            db.upgrade(url)  # its engine is disposed: a template must have no connection
+            self._template = url.rsplit("/", 1)[1]
+        return self.new_database(self._template)
 
     def _run(self, tool: str, *args: str, check: bool = True) -> None:
         command = [str(self.bin_dir / tool), *args]

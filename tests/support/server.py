@@ -16,6 +16,7 @@ import httpx
 import psutil
 
 from tests.support.cleanup import kill_leftovers
+from tests.support.schema import seed_data_dir
 
 TOKEN = re.compile(r"--token (\S+)")
 DECLARED = "4xA100-SXM4-80GB:80GiB"
@@ -52,6 +53,8 @@ class ServerProcess:
 
     def start(self, timeout: float = 60) -> ServerProcess:
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        if not self.prefix and "GPUPOOL_DATABASE_URL" not in self.extra_env:
+            seed_data_dir(self.data_dir)  # migrated once per test process, not per server
         env = (
             os.environ
             | {

@@ -28,7 +28,7 @@ def app(
     data = tmp_path_factory.mktemp("apply-datasets") / "data"
     url = None
     if request.param == "postgresql":
-        url = request.getfixturevalue("postgres_server").new_database()
+        url = request.getfixturevalue("postgres_server").migrated_database()
     with running_app(make_settings(data, url)) as running:
         yield running
 

@@ -31,7 +31,7 @@ def app(
     data = tmp_path_factory.mktemp("datasets") / "data"
     url = None
     if request.param == "postgresql":
-        url = request.getfixturevalue("postgres_server").new_database()
+        url = request.getfixturevalue("postgres_server").migrated_database()
     settings = make_settings(data, url, max_dataset_bytes=1024 * 1024, max_dataset_files=50)
     with running_app(settings) as running:
         yield running

@@ -45,7 +45,7 @@ class Sweeper:
 def app(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[TestClient, Platform]]:
     url = None
     if request.param == "postgresql":
-        url = request.getfixturevalue("postgres_server").new_database()
+        url = request.getfixturevalue("postgres_server").migrated_database()
     with running_app(make_settings(tmp_path / "data", url)) as running:
         yield running
 

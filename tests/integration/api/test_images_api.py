@@ -41,7 +41,7 @@ def app(
     data = tmp_path_factory.mktemp("images") / "data"
     url = None
     if request.param == "postgresql":
-        url = request.getfixturevalue("postgres_server").new_database()
+        url = request.getfixturevalue("postgres_server").migrated_database()
     settings = make_settings(
         data,
         url,

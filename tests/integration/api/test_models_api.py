@@ -36,7 +36,7 @@ def app(
     data = tmp_path_factory.mktemp("models") / "data"
     url = None
     if request.param == "postgresql":
-        url = request.getfixturevalue("postgres_server").new_database()
+        url = request.getfixturevalue("postgres_server").migrated_database()
     with running_app(make_settings(data, url, max_model_bytes=64 * 1024)) as running:
         yield running
 
