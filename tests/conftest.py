@@ -89,14 +89,15 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under pytest-xdist (-n N --dist loadgroup), keep each test module on one worker, so its
-    module-scoped server starts once, and every test of a Ray pool on one worker, so the
-    session's pool starts once."""
+    module-scoped server starts once, and every test of the session's Ray pool (the
+    ``pool`` fixture of tests/cluster) on one worker, so that pool starts once. A module
+    that starts pools of its own is a group of its own: the other worker may take it."""
     if not config.pluginmanager.hasplugin("xdist"):
         return
     for item in items:
         path = item.nodeid.split("::", 1)[0]
-        group = "ray-pool" if path.startswith("tests/cluster/") else path
-        item.add_marker(pytest.mark.xdist_group(group))
+        shared = path.startswith("tests/cluster/") and "pool" in item.fixturenames
+        item.add_marker(pytest.mark.xdist_group("ray-pool" if shared else path))
 
 
 @pytest.fixture(scope="session")
