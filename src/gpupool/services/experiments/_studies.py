@@ -93,19 +93,38 @@ class Study:
         self._ids[number] = trial._trial_id
         return dict(trial.params)
 
-    def tell(self, number: int, state: str, value: float | None) -> None:
-        """Trial ``number`` ended: completed with ``value``, early stopped, failed."""
+    def tell(
+        self,
+        number: int,
+        state: str,
+        value: float | None,
+        points: Sequence[tuple[float, float]] = (),
+    ) -> None:
+        """Trial ``number`` ended: completed with ``value``, early stopped, failed; its
+        ``points`` not reported yet are reported first (TPE ranks the trials it did not
+        see complete by how far they got, as a rebuilt study, which has every curve)."""
         optuna_state = FINISHED[state]
         told = value if optuna_state is TrialState.COMPLETE else None
+        if points:
+            self._report(optuna.trial.Trial(self.study, self._ids[number]), number, points)
         self.study.tell(self._ids[number], told, state=optuna_state, skip_if_finished=True)
 
     def should_stop(self, number: int, points: Sequence[tuple[float, float]]) -> bool:
         """Report the points not told yet and ask the pruner (median, Hyperband)."""
         trial = optuna.trial.Trial(self.study, self._ids[number])
-        for time, value in points[self._reported.get(number, 0) :]:
-            trial.report(value, int(time))
-        self._reported[number] = len(points)
+        self._report(trial, number, points)
         return bool(points) and trial.should_prune()
+
+    def _report(
+        self, trial: optuna.trial.Trial, number: int, points: Sequence[tuple[float, float]]
+    ) -> None:
+        told = self._reported.get(number, 0)
+        steps = {int(time) for time, _ in points[:told]}  # a step's first value, as _steps
+        for time, value in points[told:]:
+            if int(time) not in steps:
+                steps.add(int(time))
+                trial.report(value, int(time))
+        self._reported[number] = len(points)
 
     def _replay(self, trials: Sequence[KnownTrial]) -> None:
         """CMA-ES keeps its distribution in its trials' system attributes, which the tables

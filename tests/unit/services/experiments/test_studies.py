@@ -126,3 +126,37 @@ def test_cmaes_goes_on_where_it_was_after_a_rebuild() -> None:
     expected = live.ask(61)
     assert rebuilt.ask(61) == expected
     assert put_back.ask(61) != expected  # without the replay: CMA-ES from the start
+
+
+def test_a_cmaes_study_of_every_trial_state_and_a_categorical_parameter_is_rebuilt() -> None:
+    body = two("cmaes", max_concurrent=3).model_dump()
+    body["parameters"]["act"] = {"type": "categorical", "choices": ["relu", "tanh"]}
+    cmaes = ExperimentSpec.model_validate(body)
+    states = ["completed", "early_stopped", "failed", "cancelled", "completed", "running"]
+    known = [
+        KnownTrial(n, {"x": n / 40, "y": 1 - n / 40, "act": "relu"}, states[n % 6],
+                   n / 40 if states[n % 6] == "completed" else None, [(1.0, 0.5), (1.0, 0.4)])
+        for n in range(1, 31)
+    ] + [KnownTrial(31, {"x": 0.5, "y": 0.5, "act": "tanh"}, "pending", None, [])]  # fmt: skip
+
+    study = Study.rebuild(1, cmaes, known)
+
+    point = study.ask(32)
+    assert 0.0 <= point["x"] <= 1.0 and point["act"] in ("relu", "tanh")
+    study.tell(31, "completed", 0.2)  # a trial put back running is told how it ended
+    assert not study.should_stop(29, [(1.0, 0.5), (1.0, 0.4), (2.0, 0.3)])  # no pruner
+
+
+def test_tpe_told_its_trials_curves_asks_as_it_would_after_a_rebuild() -> None:
+    # TPE ranks the trials it did not see complete by how far they got: told their curves
+    # as they end, the live study is the one a rebuild makes from the tables
+    curves = {n: [(float(t), 1 / (n % 7 + t)) for t in range(1, n % 4 + 2)] for n in range(1, 36)}
+    known = []
+    live = Study(1, spec("tpe"))
+    for n in range(1, 36):
+        point, state = live.ask(n), "completed" if n % 15 == 0 else "early_stopped"
+        value = curves[n][-1][1] if state == "completed" else None
+        live.tell(n, state, value, curves[n])
+        known.append(KnownTrial(n, point, state, value, curves[n]))
+
+    assert live.ask(36) == Study.rebuild(1, spec("tpe"), known).ask(36)
