@@ -200,7 +200,7 @@ def test_an_unknown_baseline_is_refused_with_the_known_names(tmp_path: Path) -> 
 
 def test_tiresias_on_the_philly_subset_of_its_paper(shared_dir: Path) -> None:
     # the first week of the paper's subset (team 11cb48, October 2017), as the paper ran it:
-    # GPU counting, no restart cost; the full month gives 3.91 h (docs/scheduling.md)
+    # GPU counting, no restart cost; the full month gives 3.92 h (docs/scheduling.md)
     philly = shared_dir / "data" / "traces" / "philly.csv"
     done = simulate(
         "--trace", f"philly:{philly}?teams=11cb48&start=2017-10-01&end=2017-10-08",

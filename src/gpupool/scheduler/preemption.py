@@ -220,8 +220,9 @@ class KeptRunning:
                 attained, gpus, started = served[0]
                 level = attained + gpus * max(0.0, now - started)
             job.level = bisect_right(thresholds, level)
-            if self.policy.dlas_queues and just_reached(level, job.gpus, job.level, self.policy):
-                job.level += 0.5  # behind the jobs waiting at the level it has just reached
+            if self.policy.dlas_queues and job.level and served[0][0] < thresholds[job.level - 1]:
+                # reached in this attempt: behind the jobs waiting at its level for a moment
+                job.level += 0.5 if just_reached(level, job.gpus, job.level, self.policy) else 0
 
 
 # The running jobs of the last cycle, kept for the next (see ``KeptRunning``).

@@ -65,7 +65,7 @@ from gpupool.scheduler.types import (
     Want,
 )
 from gpupool.sim.datasets import Datasets, NodeCaches
-from gpupool.sim.levels import next_crossing
+from gpupool.sim.levels import next_crossing, next_starving
 from gpupool.sim.refusals import RefusalCache
 
 if TYPE_CHECKING:
@@ -280,9 +280,10 @@ class Replay:
         if self.completions:
             times.append(self.completions[0][0])
         if self.settings.level_wakeups and self.pending:
-            crossing = next_crossing(self.running.values(), self.settings, self.clock.now())
-            if crossing is not None:
-                times.append(crossing)
+            now, settings = self.clock.now(), self.settings
+            crossing = next_crossing(self.running.values(), settings, now)
+            starving = next_starving(self.pending.values(), settings, now)
+            times.extend(time for time in (crossing, starving) if time is not None)
         return min(times, default=None)
 
     def _stale(self, entry: tuple[float, int, int]) -> bool:

@@ -1,9 +1,10 @@
-"""When the next running job crosses a least-attained-service threshold (``Policy.level_wakeups``).
+"""When a job's least-attained-service level next changes (``Policy.level_wakeups``).
 
 The replay's events are arrivals and completions; a running job that passes a threshold
 between two of them keeps its level until the next one, and a pending job of the level it
 left cannot preempt it until then. Tiresias' simulator demotes at the crossing itself (a
-"queue jump" event), and so does the replay when the policy asks for ``level_wakeups``.
+"queue jump" event), and so does the replay when the policy asks for ``level_wakeups``; it
+then also wakes when a waiting job starves (``starvation_factor``: it goes back to level 0).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 
 from gpupool.domain.policy import Policy
-from gpupool.scheduler.types import Allocation
+from gpupool.scheduler.types import Allocation, PendingJob
 
 
 def next_crossing(
@@ -46,3 +47,22 @@ def _crossing(
     # rounded up so that the job has passed the threshold at that time (a rounding error
     # must not bring back the same time over and over)
     return max(float(math.ceil(exact - 1e-6)), math.floor(now) + 1.0)
+
+
+def next_starving(pending: Iterable[PendingJob], policy: Policy, now: float) -> float | None:
+    """The first time after ``now`` (whole seconds) at which a waiting job above level 0 has
+    waited ``starvation_factor`` times its attained service (and ``starvation_min_wait``)
+    since it was queued, as ``ordering.queue_key`` counts; None when none will."""
+    thresholds = policy.las_thresholds
+    if policy.order != "las" or not thresholds or policy.starvation_factor <= 0:
+        return None
+    first: float | None = None
+    for job in pending:
+        if job.attained < thresholds[0]:
+            continue  # level 0: nothing to starve from
+        queued = job.queued_at if job.queued_at is not None else job.submitted_at
+        wait = max(policy.starvation_min_wait, policy.starvation_factor * job.attained)
+        starves = float(math.ceil(queued + wait - 1e-6))
+        if starves > now and (first is None or starves < first):
+            first = starves
+    return first

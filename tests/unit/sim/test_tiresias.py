@@ -2,7 +2,8 @@
 
 Its two knobs, on hand-made traces on one GPU with levels at 10 and 20 GPU-seconds:
 ``level_wakeups`` (a job is demoted the moment it crosses a threshold, so a job waiting at
-the level it left preempts it then, not at the next arrival or completion) and
+the level it left preempts it then, not at the next arrival or completion; a waiting job
+starves at its time, where a starvation factor is set) and
 ``dlas_queues`` (one list per level: a job that has just reached a level stands behind the
 jobs waiting there, a job preempted after it ran at its level before them).
 """
@@ -55,6 +56,15 @@ def test_jobs_take_turns_at_each_threshold_and_the_last_level_never_starves():
     # last level job 1 runs to its end while job 2 waits 80 s: DLAS-GPU has no starvation rule
     assert spans(result) == {1: (0, 120), 2: (10, 200)}
     assert result.preemptions == 4
+
+
+def test_with_a_starvation_factor_a_job_waiting_at_the_last_level_is_promoted():
+    starving = replace(SMALL, starvation_factor=2.0, starvation_min_wait=0.0)
+    result = replay([job(1, 0, 100, 1), job(2, 1, 100, 1)], starving)
+    # as above until 40; job 2, preempted at 40 with 20 GPU-s, has waited twice that at 80:
+    # back to level 0, it preempts job 1 then (the replay wakes at the time it starves)
+    assert spans(result) == {1: (0, 200), 2: (10, 160)}
+    assert result.preemptions == 5
 
 
 def pending(job_id: int, attained: float, queued_at: float | None) -> PendingJob:
