@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import gc
 import pstats
 import random
 import statistics
@@ -42,7 +41,7 @@ from harness import percentile
 from gpupool.domain.jobs import ResourceRequest
 from gpupool.domain.policy import DEFAULT_POLICY, Policy
 from gpupool.domain.units import GiB
-from gpupool.scheduler import schedule
+from gpupool.scheduler import SchedulerState, schedule
 from gpupool.scheduler.cycle import Cycle
 from gpupool.scheduler.types import (
     ANY_MODEL,
@@ -153,26 +152,26 @@ def with_datasets(snapshot: Snapshot) -> Snapshot:
 Timing = tuple[list[float], list[float]]  # wall and CPU seconds per cycle
 
 
-def built_anew(snapshot: Snapshot, clock: VirtualClock) -> Decisions:
+def built_anew(snapshot: Snapshot, clock: VirtualClock, state: SchedulerState) -> Decisions:
     """A cycle that builds its free capacity, queues and running jobs, instead of taking
-    those kept from the cycle before."""
-    gc.disable()
-    try:
-        return Cycle(snapshot, clock.now()).run()
-    finally:
-        gc.enable()
+    those kept from the cycle before (the state's per-object memos it still reads)."""
+    return Cycle(snapshot, clock.now(), state=state).run()
 
 
 def time_cycles(
-    snapshot: Snapshot, cycles: int, decide: Callable[..., Decisions] = schedule
+    snapshot: Snapshot,
+    cycles: int,
+    state: SchedulerState,
+    decide: Callable[..., Decisions] = schedule,
 ) -> tuple[Timing, Decisions]:
+    """``cycles`` cycles with ``state``, as one owner's (the server's) cycles run."""
     clock = VirtualClock(NOW)
-    decide(snapshot, clock)  # warm caches (imports, first allocations)
+    decide(snapshot, clock, state)  # warm caches (imports, first allocations)
     wall, cpu = [], []
     decisions = Decisions()
     for _ in range(cycles):
         began, began_cpu = time.perf_counter(), time.process_time()
-        decisions = decide(snapshot, clock)
+        decisions = decide(snapshot, clock, state)
         wall.append(time.perf_counter() - began)
         cpu.append(time.process_time() - began_cpu)
     return (wall, cpu), decisions
@@ -229,13 +228,15 @@ class ServerRun:
     steady_cpu: list[float] = field(default_factory=list)
 
 
-def server_cycles(snapshot: Snapshot, steady: int) -> tuple[ServerRun, Snapshot]:
+def server_cycles(
+    snapshot: Snapshot, steady: int, state: SchedulerState
+) -> tuple[ServerRun, Snapshot]:
     """The server's deciding cycles from ``snapshot`` (its policy bounded; explaining
     nothing, as between its explaining ones): the burst, handing its jobs over
     ``max_starts`` at a time, then ``steady`` cycles with its decisions applied (nothing
     new). Their times, and the snapshot after them."""
     clock = VirtualClock(NOW)
-    schedule(snapshot, clock)  # the kept state, as the tick before left it
+    schedule(snapshot, clock, state)  # the kept state, as the tick before left it
     quiet = replace(snapshot, explain=False)
     run = ServerRun()
     marks: list[float] = []
@@ -246,7 +247,7 @@ def server_cycles(snapshot: Snapshot, steady: int) -> tuple[ServerRun, Snapshot]
         parts.append(part)
 
     began, began_cpu = time.perf_counter(), time.process_time()
-    rest = schedule(quiet, clock, hand_over)
+    rest = schedule(quiet, clock, state, hand_over)
     run.burst, run.burst_cpu = time.perf_counter() - began, time.process_time() - began_cpu
     ends = [began, *marks, began + run.burst]
     run.gaps = [later - earlier for earlier, later in zip(ends, ends[1:], strict=False)]
@@ -260,30 +261,30 @@ def server_cycles(snapshot: Snapshot, steady: int) -> tuple[ServerRun, Snapshot]
     after = applied(quiet, whole)
     for _ in range(steady):
         began, began_cpu = time.perf_counter(), time.process_time()
-        schedule(after, clock)
+        schedule(after, clock, state)
         run.steady.append(time.perf_counter() - began)
         run.steady_cpu.append(time.process_time() - began_cpu)
     return run, replace(after, explain=True)
 
 
-def baselines(product: Snapshot, cycles: int) -> None:
+def baselines(product: Snapshot, cycles: int, state: SchedulerState) -> None:
     """One cycle placing the whole burst, the baselines beside it, and the next cycle."""
-    fifo_times, fifo = time_cycles(replace(product, policy=named("fifo")), cycles)
+    fifo_times, fifo = time_cycles(replace(product, policy=named("fifo")), cycles, state)
     line("baseline: fifo, no explanations", fifo_times, fifo)
-    quiet_times, quiet = time_cycles(replace(product, policy=named("default")), cycles)
+    quiet_times, quiet = time_cycles(replace(product, policy=named("default")), cycles, state)
     line("baseline: default, no explanations", quiet_times, quiet)
     packed = replace(named("default"), packing="best-fit")
-    best_fit_times, best_fit = time_cycles(replace(product, policy=packed), cycles)
+    best_fit_times, best_fit = time_cycles(replace(product, policy=packed), cycles, state)
     line("baseline: the same, best-fit packing", best_fit_times, best_fit)
     local = with_datasets(replace(product, policy=named("default")))
-    local_times, local_decisions = time_cycles(local, cycles)
+    local_times, local_decisions = time_cycles(local, cycles, state)
     line("the same, every job with a dataset", local_times, local_decisions)
-    times, decisions = time_cycles(product, cycles)
+    times, decisions = time_cycles(product, cycles, state)
     p95, rate = line("one cycle, the whole burst (no bound)", times, decisions)
     after = applied(product, decisions)
-    anew_times, anew_decisions = time_cycles(after, cycles, built_anew)
+    anew_times, anew_decisions = time_cycles(after, cycles, state, built_anew)
     line("baseline: the next cycle, nothing kept", anew_times, anew_decisions)
-    next_times, next_decisions = time_cycles(after, cycles)
+    next_times, next_decisions = time_cycles(after, cycles, state)
     line("the next cycle, these decisions applied", next_times, next_decisions)
     median = statistics.median(times[0])
     print(
@@ -304,7 +305,7 @@ def baselines(product: Snapshot, cycles: int) -> None:
     )
 
 
-def taken_apart(after: Snapshot, cycles: int) -> None:
+def taken_apart(after: Snapshot, cycles: int, state: SchedulerState) -> None:
     """The server's cycle after the burst (deciding only), taken apart: with no job to try,
     one, no victims to search for, one try a user, then as the server runs it."""
     quiet = replace(after, explain=False)
@@ -321,7 +322,7 @@ def taken_apart(after: Snapshot, cycles: int) -> None:
     ]
     print("  the next cycle taken apart, deciding only")
     for label, snapshot in rows:
-        line(f"  {label}", *time_cycles(snapshot, cycles))
+        line(f"  {label}", *time_cycles(snapshot, cycles, state))
 
 
 def main() -> None:
@@ -343,11 +344,12 @@ def main() -> None:
     product = build_snapshot(DEFAULT_POLICY)
     running = sum(part.share for a in product.allocations for part in a.gpus)
     print(f"  busy: {len(product.allocations)} running tasks hold {running:g} GPUs")
+    state = SchedulerState()  # the benchmark's cycles keep one state, as the server's do
     if not args.server_only:
-        baselines(product, args.cycles)
+        baselines(product, args.cycles, state)
     server = Settings().policy()
     bounded = replace(product, policy=server)
-    run, after = server_cycles(bounded, args.cycles)
+    run, after = server_cycles(bounded, args.cycles, state)
     rate = run.placed / run.burst
     gap95, steady95 = percentile(run.gaps, 95), percentile(run.steady, 95)
     print(
@@ -361,7 +363,7 @@ def main() -> None:
         f"{percentile(run.steady, 50) * 1000:7.1f} ms   p95 {steady95 * 1000:7.1f} ms   (CPU "
         f"p50 {percentile(run.steady_cpu, 50) * 1000:7.1f} ms)"
     )
-    explaining, decisions = time_cycles(after, max(3, args.cycles // 4))
+    explaining, decisions = time_cycles(after, max(3, args.cycles // 4), state)
     line("the server: a cycle that explains", explaining, decisions)
     print(
         f"  aim p95 < {AIM_P95 * 1000:.0f} ms: the burst's cycle "
@@ -371,10 +373,10 @@ def main() -> None:
         f"{'met' if rate >= AIM_RATE else 'NOT met'}"
     )
     if args.apart:
-        taken_apart(after, max(3, args.cycles // 4))
+        taken_apart(after, max(3, args.cycles // 4), state)
     if args.profile:
         profile = cProfile.Profile()
-        profile.runcall(schedule, product, VirtualClock(NOW))
+        profile.runcall(schedule, product, VirtualClock(NOW), state)
         pstats.Stats(profile).sort_stats("tottime").print_stats(20)
 
 

@@ -29,7 +29,8 @@ from gpupool.loops.rollouts import Rollouts
 from gpupool.loops.storage import Storage
 from gpupool.proxy import Kind, Routes
 from gpupool.scheduler import schedule
-from gpupool.scheduler.types import Clock, Schedule
+from gpupool.scheduler.state import Schedule
+from gpupool.scheduler.types import Clock
 from gpupool.services import deployments, identity, notebooks
 from gpupool.services.core import SystemClock
 from gpupool.services.deployments import Serving

@@ -15,7 +15,8 @@ from gpupool.api.app import create_app
 from gpupool.executors.base import Executor
 from gpupool.platform import open_platform
 from gpupool.scheduler import schedule
-from gpupool.scheduler.types import Clock, Schedule
+from gpupool.scheduler.state import Schedule
+from gpupool.scheduler.types import Clock
 from gpupool.services.platform import Platform
 from gpupool.settings import Settings
 from tests.support.cleanup import kill_leftovers

@@ -26,7 +26,8 @@ from gpupool.loops.reconcile import Reconcile
 from gpupool.loops.schedule import Scheduling
 from gpupool.loops.stops import Stops
 from gpupool.scheduler import schedule
-from gpupool.scheduler.types import Clock, Schedule
+from gpupool.scheduler.state import Schedule
+from gpupool.scheduler.types import Clock
 from gpupool.services import environments
 from gpupool.services.core import LoopStats
 from gpupool.services.datasets import s3_of

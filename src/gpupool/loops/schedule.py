@@ -22,6 +22,7 @@ from gpupool.domain.isolation import IsolationStatus
 from gpupool.domain.jobs import JobStatus, Reason
 from gpupool.domain.waiting import PendingReason
 from gpupool.loops.envbuilds import BuildsFirst
+from gpupool.scheduler.state import Schedule, SchedulerState
 from gpupool.scheduler.types import (
     Clock,
     Decisions,
@@ -29,7 +30,6 @@ from gpupool.scheduler.types import (
     PendingJob,
     Placement,
     Preemption,
-    Schedule,
 )
 from gpupool.services.scheduling import SnapshotBuilder
 from gpupool.store.db import Database
@@ -56,6 +56,7 @@ class Scheduling:
         self.isolation, self.preempt, self.launch = isolation, preempt, launch
         self.builds = builds  # GPU jobs whose environment is not built wait for its build
         self.explain_interval = explain_interval
+        self.state = SchedulerState()  # what the loop's cycles keep, one to the next
         self.pending_reasons: dict[int, PendingReason] = {}
         # the GPUs each preempting job's victims are freeing for it, from the last cycle to the
         # next (the scheduler keeps them for it and drops them when it starts or cannot use
@@ -75,7 +76,7 @@ class Scheduling:
         due = time.monotonic() - self._explained_at >= self.explain_interval
         if not due:
             snapshot = replace(snapshot, explain=False)
-        decisions = self.decide(snapshot, self.clock, self.carry_out)
+        decisions = self.decide(snapshot, self.clock, self.state, self.carry_out)
         self.nominations = dict(decisions.nominations)
         if due:
             self._explained_at = time.monotonic()

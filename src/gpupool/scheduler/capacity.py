@@ -16,7 +16,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
-from gpupool.scheduler.kept import Kept, by_identity
+from gpupool.scheduler.kept import ALLOCATION_KEY, by_key, changes
+from gpupool.scheduler.state import SchedulerState, remembered
 from gpupool.scheduler.types import SHARE_EPSILON, Allocation, GpuCapacity, NodeCapacity
 
 GpuKey = tuple[float, int, int, int]
@@ -103,20 +104,29 @@ class Claim:
 class FreeCapacity:
     """The free capacity of the given nodes (all of them: filter unschedulable ones first)."""
 
-    def __init__(self, nodes: Sequence[NodeCapacity], allocations: Iterable[Allocation] = ()):
+    def __init__(
+        self,
+        nodes: Sequence[NodeCapacity],
+        allocations: Iterable[Allocation] = (),
+        state: SchedulerState | None = None,
+    ):
+        self.state = state = state if state is not None else SchedulerState()
         self.sources = ordered = sorted(nodes, key=lambda node: node.name)
         # in one order whatever the snapshot's: float sums of shares then come out the same
-        held = held_by_node(allocations)
+        held = held_by_node(allocations, state)
         last = {node.name: rank for rank, node in enumerate(ordered)}  # a name's last node
         self.holds = [last[node.name] == rank for rank, node in enumerate(ordered)]
         self.ranks: dict[str, list[int]] = {}  # a name's nodes (one, in a well-formed pool)
         for rank, node in enumerate(ordered):
             self.ranks.setdefault(node.name, []).append(rank)
-        self._present: dict[int, Allocation] | None = None  # those of the last ``update``
+        # those of the last ``update``, by (job id, task)
+        self._present: dict[tuple, Allocation] | None = None
         self.held = [
             held.get(node.name, ()) if self.holds[rank] else () for rank, node in enumerate(ordered)
         ]
-        self.nodes = [_node_state(node, rank, self.held[rank]) for rank, node in enumerate(ordered)]
+        self.nodes = [
+            _node_state(node, rank, self.held[rank], state) for rank, node in enumerate(ordered)
+        ]
         self.by_name = {node.name: node for node in self.nodes}
         self.max_gpus = max((len(node.gpus) for node in self.nodes), default=0)
         self.max_gpu_memory = max(
@@ -174,15 +184,15 @@ class FreeCapacity:
         are looked at."""
         present = None
         if isinstance(allocations, tuple):
-            present = by_identity(allocations)
+            present = by_key(allocations, ALLOCATION_KEY)
             if len(present) != len(allocations):
                 present = None
-        known, self._present = self._present, present  # the entries hold their objects
+        known, self._present = self._present, present
         if present is not None and known is not None:
-            gone, come = known.keys() - present.keys(), present.keys() - known.keys()
+            gone, come = changes(known, present)
             if len(gone) + len(come) <= len(present) // 4:
-                names = {known[ident].node for ident in gone}
-                names.update(present[ident].node for ident in come)
+                names = {allocation.node for allocation in gone}
+                names.update(allocation.node for allocation in come)
                 found: dict[str, list[Allocation]] = {}
                 for allocation in allocations:
                     if allocation.node in names:
@@ -192,7 +202,7 @@ class FreeCapacity:
                     for rank in self.ranks.get(name, ()):
                         self._renew(rank, held if self.holds[rank] else ())
                 return
-        held = held_by_node(allocations)
+        held = held_by_node(allocations, self.state)
         for rank, source in enumerate(self.sources):
             self._renew(rank, held.get(source.name, ()) if self.holds[rank] else ())
 
@@ -202,7 +212,7 @@ class FreeCapacity:
             return
         old = self.nodes[rank]
         self._unindex_node(old)
-        node = _node_state(self.sources[rank], rank, held)
+        node = _node_state(self.sources[rank], rank, held, self.state)
         self.nodes[rank] = node
         self.held[rank] = held
         if self.by_name.get(node.name) is old:
@@ -304,30 +314,27 @@ def _allocation_order(allocation: Allocation) -> tuple:
 
 # Snapshots of one pool share their (frozen) nodes and, between changes, their tuple of
 # allocations, and a node's allocations change seldom: what depends on them alone is kept
-# from one cycle to the next, by identity (an entry holds its objects, so that no id is
-# reused while it lives). Each entry is written whole, in one step.
-_STATIC: dict[int, tuple[NodeCapacity, tuple[GpuCapacity, ...], frozenset[str]]] = {}
-_HELD: dict[int, tuple[NodeCapacity, tuple[Allocation, ...], tuple]] = {}
-_CACHED_MAX = 65536
-_last_held: tuple[tuple, dict[str, tuple[Allocation, ...]]] = ((), {})
+# on the state from one cycle to the next, by node name (an entry counts for its object only).
 
 
-def _static(node: NodeCapacity) -> tuple[tuple[GpuCapacity, ...], frozenset[str]]:
+def _static(
+    node: NodeCapacity, state: SchedulerState
+) -> tuple[tuple[GpuCapacity, ...], frozenset[str]]:
     """A node's GPUs in index order and their models."""
-    found = _STATIC.get(id(node))
+    found = state.node_gpus.get(node.name)
     if found is None or found[0] is not node:
-        if len(_STATIC) >= _CACHED_MAX:
-            _STATIC.clear()
         ordered = tuple(sorted(node.gpus, key=lambda gpu: gpu.index))
-        found = _STATIC[id(node)] = (node, ordered, frozenset(gpu.model for gpu in ordered))
+        entry = (node, ordered, frozenset(gpu.model for gpu in ordered))
+        found = remembered(state.node_gpus, node.name, entry)
     return found[1], found[2]
 
 
-def held_by_node(allocations: Iterable[Allocation]) -> dict[str, tuple[Allocation, ...]]:
+def held_by_node(
+    allocations: Iterable[Allocation], state: SchedulerState
+) -> dict[str, tuple[Allocation, ...]]:
     """The allocations by node name, each node's in the order they are held (the last
     tuple's grouping is kept: a cycle asks for it more than once)."""
-    global _last_held
-    last, groups = _last_held  # one read, one write: safe for cycles in several threads
+    last, groups = state.held_by_node
     if last is allocations:
         return groups
     found: dict[str, list[Allocation]] = {}
@@ -335,7 +342,7 @@ def held_by_node(allocations: Iterable[Allocation]) -> dict[str, tuple[Allocatio
         found.setdefault(allocation.node, []).append(allocation)
     groups = {name: tuple(held) for name, held in found.items()}
     if isinstance(allocations, tuple):
-        _last_held = (allocations, groups)
+        state.held_by_node = (allocations, groups)
     return groups
 
 
@@ -344,10 +351,12 @@ def _same(one: tuple, other: tuple) -> bool:
     return len(one) == len(other) and all(a is b or a == b for a, b in zip(one, other, strict=True))
 
 
-def _node_state(node: NodeCapacity, rank: int, held: tuple[Allocation, ...] = ()) -> NodeState:
+def _node_state(
+    node: NodeCapacity, rank: int, held: tuple[Allocation, ...], state: SchedulerState
+) -> NodeState:
     """A node's state with ``held`` (its allocations, in hold order) subtracted."""
-    ordered, models = _static(node)
-    found = _HELD.get(id(node))
+    ordered, models = _static(node, state)
+    found = state.node_held.get(node.name)
     if found is not None and found[0] is node and _same(found[1], held):
         cpus, memory_bytes, used = found[2]
         gpus = [
@@ -371,10 +380,8 @@ def _node_state(node: NodeCapacity, rank: int, held: tuple[Allocation, ...] = ()
                 gpu = by_uuid.get(part.uuid)
                 if gpu is not None:
                     gpu.hold(part.share, part.memory_bytes)
-        if len(_HELD) >= _CACHED_MAX:
-            _HELD.clear()
         used = tuple((gpu.used_share, gpu.used_memory, gpu.whole, gpu.free) for gpu in gpus)
-        _HELD[id(node)] = (node, held, (cpus, memory_bytes, used))
+        remembered(state.node_held, node.name, (node, held, (cpus, memory_bytes, used)))
     return NodeState(node.name, rank, gpus, by_uuid, cpus, memory_bytes, models)
 
 
@@ -390,35 +397,29 @@ def same_pool(one: Sequence[NodeCapacity], other: Sequence[NodeCapacity]) -> boo
 
 
 def build_capacity(
-    nodes: Sequence[NodeCapacity], allocations: Iterable[Allocation]
+    nodes: Sequence[NodeCapacity],
+    allocations: Iterable[Allocation],
+    state: SchedulerState | None = None,
 ) -> FreeCapacity:
     """Phase 1 of a cycle: the free capacity of the schedulable nodes."""
-    return FreeCapacity([node for node in nodes if node.schedulable], allocations)
-
-
-# The free capacity of the last pool, kept for the next cycle over the same nodes: it is
-# brought up to date (``update``: only nodes whose allocations changed) instead of built
-# anew, and put back as it was after each cycle (``rollback``).
-_KEPT: Kept[tuple[Sequence[NodeCapacity], FreeCapacity]] = Kept()
+    return FreeCapacity([node for node in nodes if node.schedulable], allocations, state)
 
 
 @contextmanager
 def leased_capacity(
-    nodes: Sequence[NodeCapacity], allocations: Iterable[Allocation]
+    state: SchedulerState, nodes: Sequence[NodeCapacity], allocations: Iterable[Allocation]
 ) -> Iterator[FreeCapacity]:
-    """The free capacity for one cycle, which may change it as it likes (see ``_KEPT``)."""
-    with _KEPT.lease() as slot:
-        if slot is None:
-            yield build_capacity(nodes, allocations)
-            return
-        kept = slot.value
-        slot.value = None  # a cycle that fails leaves nothing half changed
-        if kept is not None and same_pool(kept[0], nodes):
-            capacity = kept[1]
-            capacity.update(allocations)
-        else:
-            capacity = build_capacity(nodes, allocations)
-        capacity.journal()
-        yield capacity
-        capacity.rollback()
-        slot.value = (nodes, capacity)
+    """The free capacity for one cycle, which may change it as it likes: the state's, kept
+    for the next cycle over the same nodes, brought up to date (``update``: only nodes whose
+    allocations changed) instead of built anew, and put back as it was after the cycle
+    (``rollback``). A cycle that fails leaves the state none (nothing half changed)."""
+    kept, state.capacity = state.capacity, None
+    if kept is not None and same_pool(kept[0], nodes):
+        capacity = kept[1]
+        capacity.update(allocations)
+    else:
+        capacity = build_capacity(nodes, allocations, state)
+    capacity.journal()
+    yield capacity
+    capacity.rollback()
+    state.capacity = (nodes, capacity)

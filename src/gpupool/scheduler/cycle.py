@@ -24,15 +24,15 @@ Work is bounded (``Policy.max_starts``, ``Policy.max_tries``): the starts are ha
 caller as they are decided, a hundred at a time, and a user's jobs are tried no more once
 32 of them could not start in the cycle.
 
-The free capacity is kept from one cycle to the next (``capacity.leased_capacity``): only
-nodes whose allocations changed are worked out again, and a cycle's changes are undone
-after it, so that each cycle still decides from its snapshot alone. So are the users'
-queues (``ordering.leased_order``): only jobs come, gone or starved are put in place.
+What a cycle keeps for the next lives in the caller's ``SchedulerState`` (``state``): the
+free capacity (``capacity.leased_capacity``: only nodes whose allocations changed are worked
+out again, and a cycle's changes are undone after it, so that each cycle still decides from
+its snapshot alone), the users' queues (``ordering.leased_order``: only jobs come, gone or
+starved are put in place), the running jobs, and per-object memos.
 """
 
 from __future__ import annotations
 
-import gc
 from collections import Counter
 from dataclasses import replace
 
@@ -55,6 +55,7 @@ from gpupool.scheduler.packing import Packer
 from gpupool.scheduler.placement import find_spot, place_in_one_fabric, place_tasks, unplace
 from gpupool.scheduler.preemption import Choice, KeptRunning, Preemptor, leased_running
 from gpupool.scheduler.reasons import Blocked, explain_unplaced
+from gpupool.scheduler.state import SchedulerState
 from gpupool.scheduler.types import (
     NOMINATION_TTL,
     SHARE_EPSILON,
@@ -68,28 +69,29 @@ from gpupool.scheduler.types import (
 )
 
 
-def schedule(snapshot: Snapshot, clock: Clock, hand_over: HandOver | None = None) -> Decisions:
+def schedule(
+    snapshot: Snapshot,
+    clock: Clock,
+    state: SchedulerState | None = None,
+    hand_over: HandOver | None = None,
+) -> Decisions:
     """Decide which pending jobs start where, which running jobs yield, and why others wait.
 
+    ``state``: what the caller's cycles keep from one to the next (``SchedulerState``; None:
+    a state for this call alone). The decisions are the same with any state, or none.
     ``hand_over``: called, while the cycle goes on, with the placements and preemptions of
     each ``Policy.max_starts`` jobs as soon as they are decided, so that its caller starts
     them at once; the decisions returned then hold the rest. The decisions are the same
     with or without it."""
-    # a cycle allocates many short-lived objects and frees them all at its end: the cyclic
-    # collector, paused meanwhile, would only walk them again and again
-    paused = gc.isenabled()
-    gc.disable()
-    try:
-        now = clock.now()
-        with (
-            leased_capacity(snapshot.nodes, snapshot.allocations) as capacity,
-            leased_order(snapshot.pending, snapshot.policy, now) as order,
-            leased_running(snapshot.policy) as running,
-        ):
-            return Cycle(snapshot, now, capacity, order, running, hand_over).run()
-    finally:
-        if paused:
-            gc.enable()
+    state = state if state is not None else SchedulerState()
+    now = clock.now()
+    policy = snapshot.policy
+    with (
+        leased_capacity(state, snapshot.nodes, snapshot.allocations) as capacity,
+        leased_order(state, snapshot.pending, policy, now) as order,
+        leased_running(state, policy) as running,
+    ):
+        return Cycle(snapshot, now, capacity, order, running, hand_over, state).run()
 
 
 class Cycle:
@@ -103,7 +105,9 @@ class Cycle:
         order: KeptOrder | None = None,
         running: KeptRunning | None = None,
         hand_over: HandOver | None = None,
+        state: SchedulerState | None = None,
     ) -> None:
+        self.state = state = state if state is not None else SchedulerState()
         self.snapshot = snapshot
         self.fabric_of = {node.name: node.fabric_group for node in snapshot.nodes}
         self.hand_over = hand_over
@@ -111,12 +115,14 @@ class Cycle:
         self.policy = policy = snapshot.policy
         self.explain = policy.explain and snapshot.explain
         if capacity is None:
-            capacity = build_capacity(snapshot.nodes, snapshot.allocations)
+            capacity = build_capacity(snapshot.nodes, snapshot.allocations, state)
         self.capacity = capacity
         # fragmentation-aware placement, this cycle's (None: best fit)
         self.packer: Packer | None = None
         if policy.packing == "fgd":
-            self.packer = Packer(allocations=snapshot.allocations, pending=snapshot.pending)
+            self.packer = Packer(
+                allocations=snapshot.allocations, pending=snapshot.pending, memo=state
+            )
         self.ledger = Ledger(
             snapshot.quotas,
             snapshot.allocations,
@@ -124,6 +130,7 @@ class Cycle:
             capacity.pool_gpus,
             capacity.gpu_memories,
             order.waiting if order is not None else None,
+            state,
         )
         self.arrays = ArrayLimits(snapshot.allocations, snapshot.pending)
         # what the nodes hold of the jobs' wants, and what this cycle's placements fetch
@@ -141,6 +148,7 @@ class Cycle:
             snapshot.weights,
             snapshot.remaining,
             order,
+            state,
         )
         preempts = policy.reclaim or policy.las_preemption
         self.preemptor = Preemptor.of(  # running jobs worked out when first needed

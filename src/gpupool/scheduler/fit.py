@@ -100,9 +100,6 @@ class Where:
         return self.node_ok is None or self.node_ok(node, demand)
 
 
-ANYWHERE = Where()
-
-
 def cpus_fit(free_cpus: float, cpus: float) -> bool:
     return free_cpus >= cpus - CPU_EPSILON
 
@@ -145,12 +142,16 @@ def share_fits(gpu: GpuState, share: float) -> bool:
     return not gpu.whole and gpu.used_share + share <= 1.0 + SHARE_EPSILON
 
 
-def whole_gpus_on(node: NodeState, demand: Demand, where: Where = ANYWHERE) -> list[GpuState]:
-    """The free GPUs of ``node`` a whole-GPU demand may take, in index order."""
+def whole_gpus_on(node: NodeState, demand: Demand, where: Where | None = None) -> list[GpuState]:
+    """The free GPUs of ``node`` a whole-GPU demand may take (``where``: None, anywhere), in
+    index order."""
     least = demand.gpu_memory
-    if least is None and not where.types:
+    anywhere = where is None or not where.types
+    if least is None and anywhere:
         return [gpu for gpu in node.gpus if gpu.free]
     least = least or 0
     return [
-        gpu for gpu in node.gpus if gpu.free and gpu.memory_bytes >= least and where.gpu_ok(gpu)
+        gpu
+        for gpu in node.gpus
+        if gpu.free and gpu.memory_bytes >= least and (anywhere or where.gpu_ok(gpu))
     ]

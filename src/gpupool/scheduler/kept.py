@@ -1,116 +1,69 @@
-"""What one scheduling cycle keeps for the next (free capacity, queues, running jobs).
+"""Counting what came and went between two cycles, for what the state keeps of them.
 
-Each such object is a cache of what a cycle would otherwise work out from its snapshot: a
-cycle brings it up to date with what changed and hands it on. One cycle at a time holds it
-(a lock taken without waiting: another cycle meanwhile works out its own; the forecast
-beside the control loop keeps objects of its own, ``own_kept``), and a cycle that fails
-hands nothing on, so that no half-changed object is ever used again.
+The items a cycle is given (allocations, pending jobs: frozen) mostly come again in the
+next: what is counted of them is kept on the ``SchedulerState`` by a key that names each
+(a job id, a job's task), and the next count takes that, less the items gone and plus those
+come. An item under a key known but another object counts as gone and come.
 """
 
 from __future__ import annotations
 
-import threading
 from collections import Counter
-from collections.abc import Callable, Hashable, Iterator, Sequence
-from contextlib import contextmanager
-from contextvars import ContextVar
-from dataclasses import dataclass
-from typing import Generic, TypeVar
+from collections.abc import Callable, Hashable, Sequence
+from operator import attrgetter
+from typing import TypeVar
 
 T = TypeVar("T")
 
-# the objects kept by the cycles of an ``own_kept`` block (None: outside one), by Kept
-_SCOPE: ContextVar[dict[int, object] | None] = ContextVar("gpupool_kept_scope", default=None)
+ALLOCATION_KEY = attrgetter("job_id", "task")  # what names an allocation among a snapshot's
+
+# what ``recounted`` keeps for its next call: the items by key, and their counts
+Counted = tuple[dict[Hashable, T], Counter]
 
 
-@contextmanager
-def own_kept() -> Iterator[None]:
-    """Within the block, the cycles hand on objects of their own, from one to the next, and
-    leave those of the cycles outside it as they were: a forecast running the scheduler
-    forward from another state, beside the control loop, would otherwise take the loop's
-    objects over (its next cycle then works everything out anew) or, while it holds them,
-    leave the loop's cycles nothing kept."""
-    token = _SCOPE.set({})
-    try:
-        yield
-    finally:
-        _SCOPE.reset(token)
+def by_key(items: Sequence[T], key: Callable[[T], Hashable]) -> dict[Hashable, T]:
+    """The items by ``key`` (the last of repeated ones); ``key`` best an ``attrgetter``,
+    so that the loop runs in C: a pass over every job and allocation each cycle."""
+    return dict(zip(map(key, items), items, strict=True))
 
 
-@dataclass(slots=True)
-class Slot(Generic[T]):
-    """What the cycle before handed on (None: nothing), and what this one hands on."""
-
-    value: T | None = None
-
-
-class Kept(Generic[T]):
-    """One object handed from cycle to cycle."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._value: T | None = None
-
-    @property
-    def value(self) -> T | None:
-        return self._value
-
-    @contextmanager
-    def lease(self) -> Iterator[Slot[T] | None]:
-        """The slot for one cycle (None: another cycle holds it). What the slot holds when
-        the cycle ends without an error is kept for the next (in an ``own_kept`` block, for
-        the next cycle of the block)."""
-        scope = _SCOPE.get()
-        if scope is not None:  # one block's cycles run one after another: no lock
-            own: Slot = Slot(scope.pop(id(self), None))
-            yield own
-            scope[id(self)] = own.value
-            return
-        if not self._lock.acquire(blocking=False):
-            yield None
-            return
-        try:
-            slot: Slot[T] = Slot(self._value)
-            self._value = None  # until handed back whole
-            yield slot
-            self._value = slot.value
-        finally:
-            self._lock.release()
-
-
-def by_identity(items: Sequence[T]) -> dict[int, T]:
-    """The items by ``id``, as the kept objects tell what came and went (the last of
-    repeated ones); the loop runs in C: a pass over every job and allocation each cycle."""
-    return dict(zip(map(id, items), items, strict=True))
-
-
-# what ``recounted`` keeps for its next call: the items by id (the entries hold their
-# objects, so that an id known is its object's) and their counts
-Counted = tuple[dict[int, T], Counter]
+def changes(known: dict[Hashable, T], present: dict[Hashable, T]) -> tuple[list[T], list[T]]:
+    """The items of ``known`` gone from ``present`` and those come in it (another object
+    under a key known: both)."""
+    gone = [known[name] for name in known.keys() - present.keys()]
+    come = [present[name] for name in present.keys() - known.keys()]
+    get = known.get
+    for name, item in present.items():
+        was = get(name, item)
+        if was is not item:
+            gone.append(was)
+            come.append(item)
+    return gone, come
 
 
 def recounted(
     last: Counted[T] | None,
     items: Sequence[T],
+    key: Callable[[T], Hashable],
     weigh: Callable[[T], tuple[Hashable | None, int]],
 ) -> tuple[Counted[T] | None, Counter]:
     """``items`` counted by key (``weigh``: an item's key, None for none, and how many it
     counts for): the counts of the last call (``last``), less the items gone and plus those
     come, when fewer came and went than there are items; counted anew otherwise. Returns
-    what to keep for the next call (None when an item is repeated: ids would not tell its
-    copies apart) and the counts, never to be changed (they are kept)."""
-    present = by_identity(items)
+    what to keep for the next call (None when a key is repeated: it would not tell the
+    items apart) and the counts, never to be changed (they are kept)."""
+    present = by_key(items, key)
     if len(present) != len(items):
         return None, _counted(items, weigh)
     if last is not None:
         known, counts = last
-        gone, come = known.keys() - present.keys(), present.keys() - known.keys()
+        gone, come = changes(known, present)
         if len(gone) + len(come) < len(items):
             counts = counts.copy()
-            for ident in gone:
-                _add(counts, weigh(known[ident]), -1)
-            for ident in come:
-                _add(counts, weigh(present[ident]), 1)
+            for item in gone:
+                _add(counts, weigh(item), -1)
+            for item in come:
+                _add(counts, weigh(item), 1)
             return (present, counts), counts
     counts = _counted(items, weigh)
     return (present, counts), counts

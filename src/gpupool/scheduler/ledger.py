@@ -22,7 +22,8 @@ from bisect import bisect_left
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from gpupool.scheduler.kept import Counted, recounted
+from gpupool.scheduler.kept import ALLOCATION_KEY, recounted
+from gpupool.scheduler.state import SchedulerState, remembered
 from gpupool.scheduler.types import Allocation, PendingJob, TeamQuota
 
 EPSILON = 1e-6
@@ -68,38 +69,33 @@ def total_gpus(counted: Mapping[float, int]) -> float:
     return math.fsum(gpus * count for gpus, count in counted.items())
 
 
-# an allocation (frozen) lives for many cycles: its GPUs are summed once, kept by identity
-# (an entry holds the allocation, so that its id is not reused while the entry lives)
-_HELD: dict[int, tuple[Allocation, float]] = {}
-_HELD_MAX = 65536
-
-
-def held_gpus(allocation: Allocation) -> float:
-    found = _HELD.get(id(allocation))
+# an allocation (frozen) lives for many cycles: its GPUs are summed once, kept on the state
+# by its job and task (an entry counts for its allocation only)
+def held_gpus(allocation: Allocation, state: SchedulerState) -> float:
+    name = (allocation.job_id, allocation.task)
+    found = state.allocation_gpus.get(name)
     if found is not None and found[0] is allocation:
         return found[1]
     gpus = sum(part.share for part in allocation.gpus)
-    if len(_HELD) >= _HELD_MAX:
-        _HELD.clear()
-    _HELD[id(allocation)] = (allocation, gpus)
+    remembered(state.allocation_gpus, name, (allocation, gpus))
     return gpus
 
 
-# what the last ``held_by_team`` counted, by (team, GPUs, preemptible), for the next to count
-# only the allocations come and gone (one read and one write of an immutable pair: safe for
-# cycles in several threads)
-_last_held: Counted[Allocation] | None = None
-
-
-def held_by_team(allocations: Sequence[Allocation]) -> tuple[dict[str, float], dict[str, float]]:
+def held_by_team(
+    allocations: Sequence[Allocation], state: SchedulerState
+) -> tuple[dict[str, float], dict[str, float]]:
     """The GPUs each team's allocations hold, and those its non-preemptible ones hold (teams
     in name order), each sum correctly rounded by size (``total_gpus``): the same whatever
-    the order of the allocations, so that counting from the last call's counts, less the
-    allocations gone and plus those come, gives what counting all of them anew does."""
-    global _last_held
-    kept, counts = recounted(_last_held, allocations, _weigh)
+    the order of the allocations, so that counting from the last call's counts (kept on the
+    state), less the allocations gone and plus those come, gives what counting all of them
+    anew does."""
+
+    def weigh(allocation: Allocation) -> tuple[tuple[str, float, bool], int]:
+        return (allocation.team, held_gpus(allocation, state), allocation.preemptible), 1
+
+    kept, counts = recounted(state.team_held, allocations, ALLOCATION_KEY, weigh)
     if kept is not None:
-        _last_held = kept
+        state.team_held = kept
     by_team: dict[str, Counter[float]] = {}
     unpreemptible: dict[str, Counter[float]] = {}
     for (team, gpus, preemptible), count in counts.items():
@@ -110,10 +106,6 @@ def held_by_team(allocations: Sequence[Allocation]) -> tuple[dict[str, float], d
         {team: total_gpus(by_team[team]) for team in sorted(by_team)},
         {team: total_gpus(unpreemptible[team]) for team in sorted(unpreemptible)},
     )
-
-
-def _weigh(allocation: Allocation) -> tuple[tuple[str, float, bool], int]:
-    return (allocation.team, held_gpus(allocation), allocation.preemptible), 1
 
 
 class Ledger:
@@ -127,9 +119,11 @@ class Ledger:
         pool_gpus: float,
         gpu_memories: Iterable[int] = (),
         demand_of: Callable[[list[int]], dict[str, float]] | None = None,
+        state: SchedulerState | None = None,
     ) -> None:
         """``demand_of``: the GPUs the pending jobs ask for by team, given the pool's GPU
-        memory sizes (``waiting_by_team`` of ``pending`` when None)."""
+        memory sizes (``waiting_by_team`` of ``pending`` when None); ``state``: what the
+        cycles before counted (None: count anew)."""
         self.quotas: dict[str, TeamQuota] = {quota.team: quota for quota in quotas}
         # each team's guarantee, all GPU models together (asked for at every turn and try)
         self._guaranteed = {
@@ -137,7 +131,8 @@ class Ledger:
         }
         self.pool_gpus = pool_gpus
         self.gpu_memories = sorted(memory for memory in gpu_memories if memory > 0)
-        held, unpreemptible = held_by_team(allocations)
+        state = state if state is not None else SchedulerState()
+        held, unpreemptible = held_by_team(allocations, state)
         self.held: dict[str, float] = defaultdict(float, held)
         self.unpreemptible: dict[str, float] = defaultdict(float, unpreemptible)
         wanted = (

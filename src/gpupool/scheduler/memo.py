@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from gpupool.scheduler.fit import Demand, DemandCache
+from gpupool.scheduler.state import CACHED_MAX, SchedulerState, remembered
 from gpupool.scheduler.types import PendingJob
 
 INFINITY = float("inf")
@@ -110,9 +111,12 @@ class Group:
     runtime: float
 
 
-def groups_of(jobs: Iterable[PendingJob], demands: DemandCache) -> list[Group]:
+def groups_of(
+    jobs: Iterable[PendingJob], demands: DemandCache, state: SchedulerState
+) -> list[Group]:
     """The groups of these jobs (one team's), each as the least of its jobs."""
-    shapes = {id(shape): shape for shape in (shape_of(job, demands) for job in jobs)}
+    # the distinct shape objects (``shape_of`` makes equal shapes one), for this call only
+    shapes = {id(shape): shape for shape in (shape_of(job, demands, state) for job in jobs)}
     return groups_of_shapes(shapes.values())
 
 
@@ -145,25 +149,19 @@ def merged(parts: Iterable[list[Group]]) -> list[Group]:
 
 
 # A pending job (frozen) waits through many cycles, and most share a few shapes: its shape
-# is worked out once, kept by identity (an entry holds the job, so that its id is not
-# reused while the entry lives), and equal shapes are one object.
-_SHAPES: dict[int, tuple[PendingJob, tuple]] = {}
-_ONE: dict[tuple, tuple] = {}
-_CACHED_MAX = 65536
-
-
-def shape_of(job: PendingJob, demands: DemandCache) -> tuple:
+# is worked out once, kept on the state by job id (an entry counts for its job only), and
+# equal shapes are one object.
+def shape_of(job: PendingJob, demands: DemandCache, state: SchedulerState) -> tuple:
     """(group key, sizes, runtime) of a job, one object per distinct shape."""
-    found = _SHAPES.get(id(job))
+    found = state.job_shapes.get(job.job_id)
     if found is not None and found[0] is job:
         return found[1]
     demand = demands.of(job.request)
     shape = (group_key(job, demand), sizes_of(demand), runtime_of(job))
-    if len(_SHAPES) >= _CACHED_MAX:
-        _SHAPES.clear()
-        _ONE.clear()
-    shape = _ONE.setdefault(shape, shape)
-    _SHAPES[id(job)] = (job, shape)
+    if len(state.job_shapes) >= CACHED_MAX:
+        state.shapes.clear()
+    shape = state.shapes.setdefault(shape, shape)
+    remembered(state.job_shapes, job.job_id, (job, shape))
     return shape
 
 

@@ -31,12 +31,14 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from operator import attrgetter
 
 from gpupool.domain.policy import Policy
 from gpupool.scheduler.fit import DemandCache
-from gpupool.scheduler.kept import Kept, by_identity
+from gpupool.scheduler.kept import by_key, changes
 from gpupool.scheduler.ledger import Ledger, fixed_gpus, job_gpus, total_gpus
 from gpupool.scheduler.memo import Group, groups_of, groups_of_shapes, merged, shape_of
+from gpupool.scheduler.state import SchedulerState, remembered
 from gpupool.scheduler.types import Allocation, PendingJob
 
 FIFO_TEAM = ""  # the single queue of the fifo baseline
@@ -54,28 +56,26 @@ def level_of(attained: float, policy: Policy) -> int:
 
 
 # a pending job (frozen) waits through many cycles: its least-attained-service key is
-# worked out once per policy, kept by identity (an entry holds the job, so that its id is
-# not reused while the entry lives)
-_KEYS: dict[int, tuple[PendingJob, Policy, tuple[tuple, float, float]]] = {}
-_CACHED_MAX = 65536
-
-
-def las_key(job: PendingJob, policy: Policy) -> tuple[tuple, float, float]:
+# worked out once per policy, kept on the state by job id (an entry counts for its job only)
+def las_key(job: PendingJob, policy: Policy, state: SchedulerState) -> tuple[tuple, float, float]:
     """The job's key before starvation (-priority, level, queued, id), when it (re)entered
     the queue, and how long it then waits to starve (inf: never)."""
-    found = _KEYS.get(id(job))
+    found = state.job_keys.get(job.job_id)
     if found is not None and found[0] is job and (found[1] is policy or found[1] == policy):
         return found[2]
+    entry = _las_key(job, policy)
+    remembered(state.job_keys, job.job_id, (job, policy, entry))
+    return entry
+
+
+def _las_key(job: PendingJob, policy: Policy) -> tuple[tuple, float, float]:
     queued = job.queued_at if job.queued_at is not None else job.submitted_at
     level = level_of(job.attained, policy)
     threshold = float("inf")
     if level and policy.starvation_factor > 0:
         threshold = max(policy.starvation_min_wait, policy.starvation_factor * job.attained)
-    if len(_KEYS) >= _CACHED_MAX:
-        _KEYS.clear()
     place = dlas_place(job, level, queued, policy)
     entry = ((-job.priority, level, place, job.job_id), queued, threshold)
-    _KEYS[id(job)] = (job, policy, entry)
     return entry
 
 
@@ -96,14 +96,16 @@ def just_reached(attained: float, gpus: float, level: int, policy: Policy) -> bo
     return attained - floor < gpus
 
 
-def queue_key(job: PendingJob, now: float, policy: Policy) -> tuple[tuple, float]:
+def queue_key(
+    job: PendingJob, now: float, policy: Policy, state: SchedulerState
+) -> tuple[tuple, float]:
     """A pending job's key in its user's queue (not for ``srtf``: see ``Queues``), with when
     it will starve (inf: never, or starved already). Its level is that of its attained
     service, or 0 once it has waited ``starvation_factor`` times that service (and
     ``starvation_min_wait``)."""
     if policy.order == "fifo":
         return (0, 0, job.submitted_at, job.job_id), float("inf")
-    key, queued, threshold = las_key(job, policy)
+    key, queued, threshold = las_key(job, policy, state)
     if not key[1]:
         return key, float("inf")
     if now - queued >= threshold:
@@ -220,10 +222,12 @@ class Queues:
         weights: Mapping[str, float],
         remaining: Mapping[int, float],
         kept: KeptOrder | None = None,
+        state: SchedulerState | None = None,
     ) -> None:
         self.ledger = ledger
         self.policy = policy
         self.kept = kept
+        self.state = state if state is not None else SchedulerState()
         by_team: dict[str, dict[str, list[tuple[tuple, PendingJob]]]] = {}
         fifo = policy.order == "fifo"
         if kept is not None:  # the users' queues kept from the cycle before, brought up to date
@@ -257,7 +261,7 @@ class Queues:
         if self.policy.order == "srtf":
             queued = job.queued_at if job.queued_at is not None else job.submitted_at
             return (-job.priority, remaining.get(job.job_id, 0.0), queued, job.job_id)
-        key, _ = queue_key(job, now, self.policy)
+        key, _ = queue_key(job, now, self.policy, self.state)
         if key[1]:
             self.levels[job.job_id] = key[1]
         return key
@@ -308,7 +312,7 @@ class Queues:
             return []
         kept = self.kept
         if kept is None:
-            return groups_of(self.left(team), demands)
+            return groups_of(self.left(team), demands, self.state)
         return merged(kept.groups_from((team, user.user), user.next) for user in queue.users)
 
     def wake(self) -> None:
@@ -369,14 +373,16 @@ class KeptOrder:
     the remaining work of each cycle) is not kept. ``lists`` and ``levels`` are read by the
     cycle, never changed."""
 
-    def __init__(self, policy: Policy) -> None:
+    def __init__(self, policy: Policy, state: SchedulerState) -> None:
         self.policy = policy
+        self.state = state  # its owner's: the memos of job keys and shapes
         self.fifo = policy.order == "fifo"
         self._clear()
 
     def _clear(self) -> None:
         self.now = float("-inf")
-        self.jobs: dict[int, tuple[PendingJob, tuple, tuple[str, str]]] = {}  # by id(job)
+        self.jobs: dict[int, tuple[PendingJob, tuple, tuple[str, str]]] = {}  # by job id
+        self.present: dict[int, PendingJob] = {}  # the last update's jobs, by id
         self.lists: dict[tuple[str, str], list[tuple[tuple, PendingJob]]] = {}
         self.levels: dict[int, int] = {}  # job id -> its level, when not 0
         # how many jobs of each shape (``memo.shape_of``) each user's queue holds, for the
@@ -387,49 +393,59 @@ class KeptOrder:
         # for GPU memory alone, whose share depends on the pool's GPUs
         self.counted: dict[str, Counter[float]] = {}
         self.by_memory: dict[str, dict[int, PendingJob]] = {}
-        # when each job of a level above 0 would starve (entries of jobs gone are skipped)
-        self.starving: list[tuple[float, int, PendingJob]] = []
+        # when each job of a level above 0 would starve, with the job's id and a count of
+        # pushes (apart entries alike), the job (entries of jobs gone are skipped)
+        self.starving: list[tuple[float, int, int, PendingJob]] = []
+        self.pushed = 0
 
     @staticmethod
     def keeps(policy: Policy) -> bool:
         return policy.order != "srtf"
 
-    def update(self, pending: Iterable[PendingJob], now: float) -> None:
+    def update(self, pending: Iterable[PendingJob], now: float) -> bool:
+        """Become the queues of ``pending`` at ``now``; False (and nothing kept) when a job
+        id is repeated: ids would not tell its jobs apart."""
         if now < self.now:  # a clock gone back: starved jobs would not be starved
             self._clear()
         self.now = now
         self.demands = DemandCache()
         if not isinstance(pending, tuple | list):
             pending = tuple(pending)
-        jobs = by_identity(pending)
+        jobs = by_key(pending, JOB_ID)
+        if len(jobs) != len(pending):
+            self._clear()
+            return False
         kept = self.jobs
-        gone = kept.keys() - jobs.keys()  # an id kept is its job's: the entry holds it
-        for ident in gone:
-            self._remove(ident)
+        gone, _ = changes(self.present, jobs)
+        for job in gone:  # jobs gone, and those requeued as another job object
+            self._remove(job.job_id)
+        self.present = jobs
         self._starve(now)
-        for ident in jobs.keys() - kept.keys():
-            self._add(jobs[ident], now)
+        for job_id in jobs.keys() - kept.keys():
+            self._add(jobs[job_id], now)
+        return True
 
     def _where(self, job: PendingJob) -> tuple[str, str]:
         return (FIFO_TEAM, FIFO_TEAM) if self.fifo else (job.team, job.user)
 
     def _add(self, job: PendingJob, now: float) -> None:
-        key, starves = queue_key(job, now, self.policy)
+        key, starves = queue_key(job, now, self.policy, self.state)
         if key[1]:
             self.levels[job.job_id] = key[1]
             if starves != float("inf"):
-                heapq.heappush(self.starving, (starves, id(job), job))
+                self.pushed += 1
+                heapq.heappush(self.starving, (starves, job.job_id, self.pushed, job))
         where = (FIFO_TEAM, FIFO_TEAM) if self.fifo else (job.team, job.user)
-        self.jobs[id(job)] = (job, key, where)
+        self.jobs[job.job_id] = (job, key, where)
         self._count(job, 1)
-        self.shapes.setdefault(where, Counter())[shape_of(job, self.demands)] += 1
+        self.shapes.setdefault(where, Counter())[shape_of(job, self.demands, self.state)] += 1
         insort(self.lists.setdefault(where, []), (key, job), key=_first)
 
-    def _remove(self, ident: int) -> None:
-        job, key, where = self.jobs.pop(ident)
+    def _remove(self, job_id: int) -> None:
+        job, key, where = self.jobs.pop(job_id)
         self._count(job, -1)
         shapes = self.shapes[where]
-        shape = shape_of(job, self.demands)
+        shape = shape_of(job, self.demands, self.state)
         shapes[shape] -= 1
         if not shapes[shape]:
             del shapes[shape]
@@ -445,9 +461,9 @@ class KeptOrder:
         gpus = fixed_gpus(job)
         if gpus is None:
             if sign > 0:
-                self.by_memory.setdefault(job.team, {})[id(job)] = job
+                self.by_memory.setdefault(job.team, {})[job.job_id] = job
             else:
-                del self.by_memory[job.team][id(job)]
+                del self.by_memory[job.team][job.job_id]
             return
         counted = self.counted.setdefault(job.team, Counter())
         counted[gpus] += sign
@@ -477,7 +493,7 @@ class KeptOrder:
         if start:
             shapes = shapes.copy()
             for _, job in self.lists[where][:start]:
-                shape = shape_of(job, self.demands)
+                shape = shape_of(job, self.demands, self.state)
                 shapes[shape] -= 1
                 if not shapes[shape]:
                     del shapes[shape]
@@ -488,43 +504,41 @@ class KeptOrder:
         starving, later = self.starving, []
         while starving and starving[0][0] <= now + 1.0:
             entry = heapq.heappop(starving)
-            job = entry[2]
-            found = self.jobs.get(id(job))
+            job = entry[3]
+            found = self.jobs.get(job.job_id)
             if found is None or found[0] is not job or not found[1][1]:
                 continue  # gone, or starved already
-            _, queued, threshold = las_key(job, self.policy)
+            _, queued, threshold = las_key(job, self.policy, self.state)
             if now - queued < threshold:  # by a rounding of queued + threshold
                 later.append(entry)
                 continue
-            self._remove(id(job))
+            self._remove(job.job_id)
             self._add(job, now)
         for entry in later:
             heapq.heappush(starving, entry)
         if len(starving) > 2 * len(self.jobs) + 64:  # mostly jobs gone: keep those still here
             kept = self.jobs
-            self.starving = [e for e in starving if kept.get(e[1], (None,))[0] is e[2]]
+            self.starving = [e for e in starving if kept.get(e[1], (None,))[0] is e[3]]
             heapq.heapify(self.starving)
 
 
-# The order of the last cycle, kept for the next (see ``KeptOrder``).
-_KEPT: Kept[KeptOrder] = Kept()
+JOB_ID = attrgetter("job_id")  # what names a pending job among a snapshot's
 
 
 @contextmanager
 def leased_order(
-    pending: Iterable[PendingJob], policy: Policy, now: float
+    state: SchedulerState, pending: Iterable[PendingJob], policy: Policy, now: float
 ) -> Iterator[KeptOrder | None]:
-    """The kept order brought up to date for one cycle (None: the cycle orders its own)."""
+    """The state's order, brought up to date for one cycle (None: the cycle orders its
+    own). A cycle that fails leaves the state none (nothing half changed)."""
     if not KeptOrder.keeps(policy):
         yield None
         return
-    with _KEPT.lease() as slot:
-        if slot is None:
-            yield None
-            return
-        kept = slot.value
-        if kept is None or not (kept.policy is policy or kept.policy == policy):
-            kept = KeptOrder(policy)
-        kept.update(pending, now)
-        slot.value = kept
-        yield kept
+    kept, state.order = state.order, None
+    if kept is None or not (kept.policy is policy or kept.policy == policy):
+        kept = KeptOrder(policy, state)
+    if not kept.update(pending, now):
+        yield None
+        return
+    yield kept
+    state.order = kept

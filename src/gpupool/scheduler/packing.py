@@ -27,7 +27,8 @@ from itertools import accumulate
 
 from gpupool.scheduler.capacity import Claim, NodeState
 from gpupool.scheduler.fit import CPU_EPSILON, Demand, model_matches
-from gpupool.scheduler.kept import Counted, recounted
+from gpupool.scheduler.kept import recounted
+from gpupool.scheduler.state import SchedulerState, remembered
 from gpupool.scheduler.types import SHARE_EPSILON, Allocation, PendingJob
 
 CANDIDATES = 16  # spots scored per kind (shared GPUs, free GPUs, nodes) per task
@@ -36,8 +37,7 @@ SHAPES = 24  # the most frequent task shapes kept (the rest weigh little)
 
 # a node's GPUs as fragmentation sees them: their (free share, model), sorted
 GpuState = tuple[tuple[float, str], ...]
-_FRAGMENTS: dict[tuple[GpuState, float, tuple[str, ...]], float] = {}
-_CACHED_MAX = 1 << 18
+FRAGMENTS_MAX = 1 << 18  # fragments kept on the state before they are forgotten
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,34 +61,34 @@ def shapes_of(counts: Counter[tuple[float, tuple[str, ...], float]]) -> tuple[Ta
 
 
 def workload_of(
-    allocations: Iterable[Allocation], pending: Iterable[PendingJob]
+    allocations: Iterable[Allocation], pending: Iterable[PendingJob], state: SchedulerState
 ) -> tuple[TaskShape, ...]:
-    """The GPU task shapes of the running and waiting tasks, with their frequencies."""
-    global _last_workload
-    # one read, one write of an immutable pair: safe for cycles in several threads
-    kept, counts = recounted(_last_workload, (*allocations, *pending), _weigh)
+    """The GPU task shapes of the running and waiting tasks, with their frequencies (counted
+    from the state's last count, less the tasks gone and plus those come)."""
+
+    def weigh(item: Allocation | PendingJob) -> tuple[tuple | None, int]:
+        _, key, count = _task(item, state)
+        return key, count
+
+    kept, counts = recounted(state.workload, (*allocations, *pending), _item_key, weigh)
     if kept is not None:
-        _last_workload = kept
+        state.workload = kept
     return shapes_of(counts)
 
 
-def _weigh(item: Allocation | PendingJob) -> tuple[tuple | None, int]:
-    """An item's task shape (None: it asks for no GPU) and its tasks."""
-    _, key, count = _task(item)
-    return key, count
-
-
-def _task(item: Allocation | PendingJob) -> tuple[object, tuple | None, int]:
-    found = _TASKS.get(id(item))
-    return found if found is not None and found[0] is item else _task_of(item)
-
-
-_last_workload: Counted | None = None
+def _item_key(item: Allocation | PendingJob) -> tuple:
+    """What names a running task (its job and task) or a waiting job (its id) of a cycle."""
+    return (item.job_id, item.task) if isinstance(item, Allocation) else (item.job_id,)
 
 
 # running and waiting tasks (frozen) last many cycles: each one's shape is worked out once,
-# kept by identity (an entry holds its object, so that no id is reused while it lives)
-_TASKS: dict[int, tuple[object, tuple | None, int]] = {}
+# kept on the state by ``_item_key`` (an entry counts for its object only)
+def _task(item: Allocation | PendingJob, state: SchedulerState) -> tuple[object, tuple | None, int]:
+    name = _item_key(item)
+    found = state.task_shapes.get(name)
+    if found is not None and found[0] is item:
+        return found
+    return remembered(state.task_shapes, name, _task_of(item))
 
 
 def _task_of(item: Allocation | PendingJob) -> tuple[object, tuple | None, int]:
@@ -104,10 +104,7 @@ def _task_of(item: Allocation | PendingJob) -> tuple[object, tuple | None, int]:
         count = item.tasks
         if gpus:
             key = (round(gpus, 6), item.gpu_types, round(item.request.cpus, 3))
-    if len(_TASKS) >= _CACHED_MAX:
-        _TASKS.clear()
-    found = _TASKS[id(item)] = (item, key, count)
-    return found
+    return (item, key, count)
 
 
 def node_fragment(free: Sequence[float], models: Sequence[str], shape: TaskShape) -> float:
@@ -134,16 +131,20 @@ def node_fragment(free: Sequence[float], models: Sequence[str], shape: TaskShape
     return total - whole  # the partly used GPUs, and the whole ones of other models
 
 
-def gpu_fragment(state: GpuState, gpus: float, types: tuple[str, ...]) -> float:
-    """``node_fragment`` of a GPU state (cached: states recur across nodes and cycles)."""
+def gpu_fragment(
+    state: GpuState, gpus: float, types: tuple[str, ...], memo: SchedulerState
+) -> float:
+    """``node_fragment`` of a GPU state (kept on ``memo``: states recur across nodes and
+    cycles)."""
     key = (state, gpus, types)
-    found = _FRAGMENTS.get(key)
+    fragments = memo.fragments
+    found = fragments.get(key)
     if found is None:
-        if len(_FRAGMENTS) >= _CACHED_MAX:
-            _FRAGMENTS.clear()
+        if len(fragments) >= FRAGMENTS_MAX:
+            fragments.clear()
         free = [share for share, _ in state]
         models = [model for _, model in state]
-        found = _FRAGMENTS[key] = node_fragment(free, models, TaskShape(gpus, types, 1.0))
+        found = fragments[key] = node_fragment(free, models, TaskShape(gpus, types, 1.0))
     return found
 
 
@@ -202,9 +203,12 @@ class Packer:
         shapes: Sequence[TaskShape] = (),
         allocations: Iterable[Allocation] = (),
         pending: Iterable[PendingJob] = (),
+        memo: SchedulerState | None = None,
     ) -> None:
         """``shapes``, or the workload of ``allocations`` and ``pending`` (read when first
-        needed: a cycle that places nothing never reads it)."""
+        needed: a cycle that places nothing never reads it); ``memo``: the state the
+        workload and fragments are kept on (None: this packer's own)."""
+        self.memo = memo if memo is not None else SchedulerState()
         self._groups: list[_Group] | None = _groups(shapes) if shapes else None
         self._source = (allocations, pending)
         self._scores: dict[tuple[GpuState, float], float] = {}
@@ -214,7 +218,7 @@ class Packer:
     @property
     def groups(self) -> list[_Group]:
         if self._groups is None:
-            self._groups = _groups(workload_of(*self._source))
+            self._groups = _groups(workload_of(*self._source, self.memo))
         return self._groups
 
     def fragmentation(self, state: GpuState, cpus: float) -> float:
@@ -225,7 +229,7 @@ class Packer:
             total = math.fsum(share for share, _ in state)
             found = 0.0
             for group in self.groups:
-                fragment = gpu_fragment(state, group.gpus, group.types)
+                fragment = gpu_fragment(state, group.gpus, group.types, self.memo)
                 starved = group.more(cpus) if fragment < total else 0.0
                 found += (group.weight - starved) * fragment + starved * total
             self._scores[key] = found

@@ -32,7 +32,6 @@ from itertools import islice
 
 from gpupool.scheduler.capacity import Claim, FreeCapacity, GpuState, NodeState
 from gpupool.scheduler.fit import (
-    ANYWHERE,
     Demand,
     Where,
     fraction_demand,
@@ -49,13 +48,15 @@ from gpupool.scheduler.types import GpuShare, Placement
 def find_spot(
     demand: Demand,
     capacity: FreeCapacity,
-    where: Where = ANYWHERE,
+    where: Where | None = None,
     packer: Packer | None = None,
     fetch: Fetch | None = None,
 ) -> Claim | None:
     """The best spot for ``demand`` in the free capacity, or None when it fits nowhere:
     fragmentation-aware (``packing``) with a packer, else best fit; with a ``fetch`` that
-    prefers locality, the spot with the fewest bytes left to fetch, that one among equals."""
+    prefers locality, the spot with the fewest bytes left to fetch, that one among equals;
+    ``where``: None, anywhere."""
+    where = where if where is not None else Where()
     if packer is not None and demand.uses_gpus:
         claim = packed_spot(packer, demand, capacity, where)
     else:
@@ -255,7 +256,7 @@ def place_tasks(
     tasks: int,
     demand: Demand,
     capacity: FreeCapacity,
-    where: Where = ANYWHERE,
+    where: Where | None = None,
     distinct: bool = False,
     packer: Packer | None = None,
     fetch: Fetch | None = None,
@@ -264,6 +265,7 @@ def place_tasks(
     ``distinct``: each on a node of its own (a job over several nodes); ``packer`` and
     ``fetch``: as ``find_spot``'s (a node one task went to holds the job's wants for the
     next tasks: it fetches them once)."""
+    where = where if where is not None else Where()
     claims: list[Claim] = []
     placements: list[Placement] = []
     if fetch is not None:

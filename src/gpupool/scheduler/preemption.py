@@ -33,10 +33,11 @@ from dataclasses import dataclass, field
 from gpupool.domain.policy import Policy
 from gpupool.scheduler.capacity import FreeCapacity, GpuState, NodeState
 from gpupool.scheduler.fit import CPU_EPSILON, Demand, Where, fraction_demand
-from gpupool.scheduler.kept import Kept, by_identity
+from gpupool.scheduler.kept import ALLOCATION_KEY, by_key, changes
 from gpupool.scheduler.ledger import EPSILON, Ledger, held_gpus
 from gpupool.scheduler.memo import Frontier
 from gpupool.scheduler.ordering import just_reached
+from gpupool.scheduler.state import SchedulerState
 from gpupool.scheduler.types import SHARE_EPSILON, Allocation, PendingJob
 
 # nodes whose victims could free enough (``_freeable``) searched for one job, best first
@@ -81,7 +82,7 @@ def running_jobs(
     allocations: Sequence[Allocation], policy: Policy, now: float, remaining: Mapping[int, float]
 ) -> dict[int, RunningJob]:
     """The running jobs of these allocations, as possible victims (see ``KeptRunning``)."""
-    return KeptRunning(policy).update(allocations, now, remaining)
+    return KeptRunning(policy, SchedulerState()).update(allocations, now, remaining)
 
 
 def _entry_order(entry: tuple[tuple, int, NodeState, RunningJob]) -> tuple[tuple, int]:
@@ -122,9 +123,11 @@ class KeptRunning:
     the same way. A job's tasks stay in the order of the snapshot they came in. Each
     cycle's jobs are this object's: not to be kept."""
 
-    def __init__(self, policy: Policy) -> None:
+    def __init__(self, policy: Policy, state: SchedulerState) -> None:
         self.policy = policy
-        self.allocations: dict[int, Allocation] = {}  # by id: the entry holds it
+        self.state = state  # its owner's: the GPUs each allocation holds
+        # by (job id, task); None: unknown (keys were repeated), every job worked out anew
+        self.allocations: dict[tuple, Allocation] | None = {}
         self.jobs: dict[int, RunningJob] = {}
         self.by_node: dict[str, list[RunningJob]] = defaultdict(list)
         # per job, what time changes is worked out from: the job, when its restart would
@@ -137,12 +140,17 @@ class KeptRunning:
     def update(
         self, allocations: Sequence[Allocation], now: float, remaining: Mapping[int, float]
     ) -> dict[int, RunningJob]:
-        present = by_identity(allocations)
-        kept = self.allocations
-        if present.keys() != kept.keys():
-            touched = {kept[ident].job_id for ident in kept.keys() - present.keys()}
-            touched.update(present[ident].job_id for ident in present.keys() - kept.keys())
-            self.allocations = present
+        present = by_key(allocations, ALLOCATION_KEY)
+        repeated = len(present) != len(allocations)
+        if self.allocations is None or repeated:
+            touched = set(self.jobs)
+            touched.update(allocation.job_id for allocation in allocations)
+        else:
+            gone, come = changes(self.allocations, present)
+            touched = {allocation.job_id for allocation in gone}
+            touched.update(allocation.job_id for allocation in come)
+        self.allocations = None if repeated else present
+        if touched:
             parts: dict[int, list[Allocation]] = {}
             for allocation in allocations:  # in the snapshot's order
                 if allocation.job_id in touched:
@@ -187,7 +195,7 @@ class KeptRunning:
         )
         served: list[tuple[float, float, float]] = []
         for allocation in allocations:
-            gpus = held_gpus(allocation)
+            gpus = held_gpus(allocation, self.state)
             served.append((allocation.attained, gpus, allocation.started_at))
             job.allocations.append(allocation)
             job.gpus += gpus
@@ -225,21 +233,15 @@ class KeptRunning:
                 job.level += 0.5 if just_reached(level, job.gpus, job.level, self.policy) else 0
 
 
-# The running jobs of the last cycle, kept for the next (see ``KeptRunning``).
-_KEPT: Kept[KeptRunning] = Kept()
-
-
 @contextmanager
-def leased_running(policy: Policy) -> Iterator[KeptRunning | None]:
-    """The kept running jobs for one cycle (None: the cycle works out its own)."""
-    with _KEPT.lease() as slot:
-        if slot is None:
-            yield None
-            return
-        kept = slot.value
-        if kept is None or not (kept.policy is policy or kept.policy == policy):
-            kept = slot.value = KeptRunning(policy)
-        yield kept
+def leased_running(state: SchedulerState, policy: Policy) -> Iterator[KeptRunning]:
+    """The state's running jobs for one cycle (see ``KeptRunning``). A cycle that fails
+    leaves the state none (nothing half changed)."""
+    kept, state.running = state.running, None
+    if kept is None or not (kept.policy is policy or kept.policy == policy):
+        kept = KeptRunning(policy, state)
+    yield kept
+    state.running = kept
 
 
 def any_victim(allocations: Iterable[Allocation]) -> bool:

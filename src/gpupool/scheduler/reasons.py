@@ -42,6 +42,7 @@ from gpupool.scheduler.messages import (
 )
 from gpupool.scheduler.ordering import QueuedJob
 from gpupool.scheduler.shortfall import ShortfallFinder
+from gpupool.scheduler.state import SchedulerState
 from gpupool.scheduler.types import (
     SHARE_EPSILON,
     Allocation,
@@ -108,19 +109,15 @@ def no_type_message(types: tuple[str, ...], nodes: Sequence[NodeCapacity]) -> st
     return f"no GPU in the pool is of type {' or '.join(types)} (models here: {known})"
 
 
-# The empty pool's capacity, which explanations only read: kept while the nodes are the same.
-_empty: tuple[tuple[NodeCapacity, ...], FreeCapacity] | None = None
-
-
-def empty_capacity(nodes: Sequence[NodeCapacity]) -> FreeCapacity:
-    """The capacity of ``nodes`` with nothing held (not to be changed: it is shared)."""
-    global _empty
+def empty_capacity(nodes: Sequence[NodeCapacity], state: SchedulerState) -> FreeCapacity:
+    """The capacity of ``nodes`` with nothing held (not to be changed: it is kept on the
+    state while the nodes are the same, and explanations only read it)."""
     nodes = tuple(nodes)
-    kept = _empty  # one read, one write: safe for cycles in several threads
+    kept = state.empty
     if kept is not None and (kept[0] is nodes or kept[0] == nodes):
         return kept[1]
-    capacity = FreeCapacity(nodes)
-    _empty = (nodes, capacity)
+    capacity = FreeCapacity(nodes, (), state)
+    state.empty = (nodes, capacity)
     return capacity
 
 
@@ -131,7 +128,7 @@ class Explainer:
         self._has_nodes = bool(capacity.nodes)
         self._capacity = capacity
         self._now = ShortfallFinder(capacity)
-        self._empty_capacity = empty_capacity(schedulable) if schedulable else None
+        self._empty_capacity = empty_capacity(schedulable, capacity.state) if schedulable else None
         self._empty = ShortfallFinder(self._empty_capacity) if schedulable else None
         self._demands = DemandCache()
         self._memo: dict[int, tuple[Reason, str]] = {}  # by id: the cache makes one per shape
@@ -234,7 +231,8 @@ class Explanations:
                 self.explainers[types] = None
             else:
                 held = list(self.snapshot.allocations) + list(self.placed)
-                self.explainers[types] = Explainer(FreeCapacity(nodes, held), nodes)
+                capacity = FreeCapacity(nodes, held, self.capacity.state)
+                self.explainers[types] = Explainer(capacity, nodes)
         return self.explainers[types]
 
     def explain(self, queued: QueuedJob, blocked: Blocked | None) -> PendingReason:

@@ -250,5 +250,3 @@ class Decisions:
 
 
 HandOver = Callable[[Decisions], None]  # takes a cycle's decisions so far (``schedule``)
-# what the server's control loop calls each cycle: ``gpupool.scheduler.schedule``
-Schedule = Callable[[Snapshot, Clock, HandOver | None], Decisions]

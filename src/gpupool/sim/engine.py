@@ -4,7 +4,8 @@ Events are job arrivals (the trace, in submit order) and completions (a heap). A
 distinct event time the engine applies every event at that time, then asks the policy for
 decisions: it stops the jobs the policy preempts and starts each placement. The policy is
 any ``Callable[[Snapshot, Clock], Decisions]``, by default ``gpupool.scheduler.schedule``
-itself: the simulator has no scheduling logic of its own. When a cycle preempts, the engine
+itself, with a ``SchedulerState`` of the replay's own: the simulator has no scheduling logic
+of its own. When a cycle preempts, the engine
 runs another cycle at the same time, so the freed GPUs are used at once (the server's loop
 does the same a moment later, when the victims have stopped).
 
@@ -49,7 +50,7 @@ from typing import TYPE_CHECKING, Protocol
 from gpupool.domain.jobs import ResourceRequest
 from gpupool.domain.policy import DEFAULT_POLICY, Policy
 from gpupool.domain.units import GiB, parse_bytes
-from gpupool.scheduler import schedule
+from gpupool.scheduler import SchedulerState, schedule
 from gpupool.scheduler.types import (
     Allocation,
     Clock,
@@ -162,7 +163,7 @@ class SimResult:
 def simulate(
     trace_jobs: Iterable[TraceJob],
     nodes: Sequence[NodeCapacity],
-    policy: PolicyFunction = schedule,
+    policy: PolicyFunction | None = None,
     *,
     restart_cost: float = 0.0,
     placement: str = "node",
@@ -172,7 +173,8 @@ def simulate(
     drop_unplaced: bool = False,
     datasets: Datasets | None = None,
 ) -> SimResult:
-    """Replay ``trace_jobs`` on ``nodes`` under ``policy``; deterministic for equal inputs.
+    """Replay ``trace_jobs`` on ``nodes`` under ``policy`` (None: the scheduler, with a
+    state of this replay's own); deterministic for equal inputs.
 
     ``settings`` is the ``Policy`` passed in every snapshot (the knobs of the scheduler);
     ``quotas`` the teams' guarantees and limits; ``probe``, ``drop_unplaced`` and
@@ -208,14 +210,15 @@ class Replay:
     def __init__(
         self,
         nodes: Sequence[NodeCapacity],
-        policy: PolicyFunction,
+        policy: PolicyFunction | None,
         restart_cost: float,
         placement: str = "node",
         settings: Policy = DEFAULT_POLICY,
         quotas: tuple[TeamQuota, ...] = (),
     ):
         self.nodes = tuple(nodes)
-        self.policy = policy
+        self.state = SchedulerState()  # what this replay's cycles keep, one to the next
+        self.policy = policy if policy is not None else self.schedule
         self.restart_cost = restart_cost
         self.placement = placement
         self.settings = settings
@@ -351,6 +354,10 @@ class Replay:
     def shape(self, job: TraceJob) -> tuple[ResourceRequest, int]:
         """The per-task request and the task count of a job in this placement mode."""
         return task_shape(job.request, self.placement, self.largest_node)
+
+    def schedule(self, snapshot: Snapshot, clock: Clock) -> Decisions:
+        """The scheduler's cycle, with this replay's state."""
+        return schedule(snapshot, clock, self.state)
 
     def run_cycle(self) -> bool:
         """Call the policy once on a snapshot of now; True when it preempted anything."""

@@ -22,9 +22,8 @@ from dataclasses import dataclass, field, replace
 
 from gpupool.domain.jobs import ResourceRequest
 from gpupool.domain.policy import DEFAULT_POLICY, Policy
-from gpupool.scheduler import schedule
-from gpupool.scheduler.kept import own_kept
-from gpupool.scheduler.types import Allocation, PendingJob, Placement, Snapshot
+from gpupool.scheduler import SchedulerState, schedule
+from gpupool.scheduler.types import Allocation, Clock, Decisions, PendingJob, Placement, Snapshot
 from gpupool.sim.engine import MAX_CYCLES_PER_EVENT, DecayedUsage, PolicyFunction, VirtualClock
 
 DEFAULT_HORIZON = 7 * 86400.0
@@ -79,25 +78,26 @@ class ForwardResult:
 
 def forward(
     state: ForwardState,
-    policy: PolicyFunction = schedule,
+    policy: PolicyFunction | None = None,
     *,
     horizon: float = DEFAULT_HORIZON,
     max_cycles: int = DEFAULT_MAX_CYCLES,
 ) -> ForwardResult:
-    """Run the scheduler forward from ``state``; deterministic for equal inputs. Its
-    cycles keep their own objects from one to the next (``own_kept``): those the control
-    loop's cycles keep are left to them."""
-    with own_kept():
-        return Forward(state, policy, horizon, max_cycles).run()
+    """Run ``policy`` (None: the scheduler) forward from ``state``; deterministic for equal
+    inputs. The scheduler's cycles keep a ``SchedulerState`` of this run's own: the control
+    loop's is left to it."""
+    return Forward(state, policy, horizon, max_cycles).run()
 
 
 class Forward:
     """The state of one forward run: clock, running jobs and their ends, the queue."""
 
     def __init__(
-        self, state: ForwardState, policy: PolicyFunction, horizon: float, max_cycles: int
+        self, state: ForwardState, policy: PolicyFunction | None, horizon: float, max_cycles: int
     ) -> None:
-        self.state, self.policy = state, policy
+        self.state = state
+        self.kept = SchedulerState()  # what this run's cycles keep, one to the next
+        self.policy = policy if policy is not None else self.schedule
         self.settings = replace(state.policy, explain=False)  # nobody reads reasons here
         self.clock = VirtualClock(state.now)
         self.deadline = state.now + max(0.0, horizon)
@@ -118,6 +118,10 @@ class Forward:
         self.usage = DecayedUsage(state.policy.usage_half_life)  # what the simulation adds
         for job in state.running:
             self._hold(job.allocations, job.remaining)
+
+    def schedule(self, snapshot: Snapshot, clock: Clock) -> Decisions:
+        """The scheduler's cycle, with this run's state."""
+        return schedule(snapshot, clock, self.kept)
 
     def run(self) -> ForwardResult:
         while True:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from gpupool.scheduler import schedule
+from gpupool.scheduler import SchedulerState, schedule
 from gpupool.scheduler.types import Clock, Decisions, HandOver, Snapshot
 from tests.support.platform import make_settings, running_app, submit, wait_job
 from tests.support.waiting import wait_for
@@ -28,7 +28,11 @@ class Recorded:
         self.parts: list[list[Decisions]] = []
 
     def __call__(
-        self, snapshot: Snapshot, clock: Clock, hand_over: HandOver | None = None
+        self,
+        snapshot: Snapshot,
+        clock: Clock,
+        state: SchedulerState | None = None,
+        hand_over: HandOver | None = None,
     ) -> Decisions:
         parts: list[Decisions] = []
 
@@ -37,7 +41,7 @@ class Recorded:
             assert hand_over is not None
             hand_over(part)
 
-        decisions = schedule(snapshot, clock, record if hand_over else None)
+        decisions = schedule(snapshot, clock, state, record if hand_over else None)
         self.calls.append(decisions)
         self.parts.append(parts)
         return decisions
@@ -107,10 +111,14 @@ class Seen(Recorded):
         self.explained: list[bool] = []
 
     def __call__(
-        self, snapshot: Snapshot, clock: Clock, hand_over: HandOver | None = None
+        self,
+        snapshot: Snapshot,
+        clock: Clock,
+        state: SchedulerState | None = None,
+        hand_over: HandOver | None = None,
     ) -> Decisions:
         self.explained.append(snapshot.explain)
-        return super().__call__(snapshot, clock, hand_over)
+        return super().__call__(snapshot, clock, state, hand_over)
 
 
 def test_reasons_are_worked_out_at_most_every_explain_interval(

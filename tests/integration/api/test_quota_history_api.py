@@ -12,6 +12,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import delete
 
 from gpupool.discovery import discover_node
+from gpupool.scheduler import SchedulerState
 from gpupool.scheduler.types import Clock, Decisions, HandOver, Snapshot
 from gpupool.services.platform import Platform
 from gpupool.store.models import PoolChangeModel, QuotaChangeModel
@@ -28,7 +29,9 @@ def app(tmp_path: Path, database_url: str) -> Iterator[tuple[TestClient, Platfor
     """4 declared A100s; team ml guaranteed 3; ml and default each wait for 4 GPUs (the
     scheduler decides nothing, so both jobs stay pending through the window)."""
 
-    def hold(_snapshot: Snapshot, _clock: Clock, _hand_over: HandOver | None) -> Decisions:
+    def hold(
+        _snapshot: Snapshot, _clock: Clock, _state: SchedulerState, _hand_over: HandOver | None
+    ) -> Decisions:
         return Decisions()
 
     clock = ManualClock(1_800_000_000.0)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from gpupool.scheduler import schedule
+from gpupool.scheduler import SchedulerState, schedule
 from gpupool.scheduler.types import Clock, Decisions, HandOver, Snapshot
 from gpupool.services.platform import Platform
 from gpupool.services.scheduling._snapshots import build_snapshot
@@ -22,7 +22,9 @@ USERS = "/api/v1/users"
 def app(tmp_path: Path, database_url: str) -> Iterator[tuple[TestClient, Platform]]:
     """4 declared A100s; the scheduler decides nothing, so submitted jobs stay pending."""
 
-    def hold(_snapshot: Snapshot, _clock: Clock, _hand_over: HandOver | None) -> Decisions:
+    def hold(
+        _snapshot: Snapshot, _clock: Clock, _state: SchedulerState, _hand_over: HandOver | None
+    ) -> Decisions:
         return Decisions()
 
     with running_app(make_settings(tmp_path / "data", database_url), decide=hold) as running:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
+from gpupool.scheduler import SchedulerState
 from gpupool.scheduler.types import Clock, Decisions, HandOver, Snapshot
 from tests.support.platform import make_settings, refused, running_app
 
@@ -19,7 +20,9 @@ JOBS = "/api/v1/jobs"
 def client(tmp_path: Path) -> Iterator[TestClient]:
     """The admin's client; the scheduler decides nothing, so submitted jobs stay pending."""
 
-    def hold(_snapshot: Snapshot, _clock: Clock, _hand_over: HandOver | None) -> Decisions:
+    def hold(
+        _snapshot: Snapshot, _clock: Clock, _state: SchedulerState, _hand_over: HandOver | None
+    ) -> Decisions:
         return Decisions()
 
     with running_app(make_settings(tmp_path / "data"), decide=hold) as (admin, _platform):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from gpupool.scheduler import schedule
+from gpupool.scheduler import SchedulerState, schedule
 from gpupool.scheduler.types import Clock, Decisions, HandOver, Nomination, Snapshot
 from gpupool.services.platform import Platform
 from tests.support.platform import make_settings, running_app, submit, wait_job
@@ -25,9 +25,11 @@ class Nominator:
         self.holding = True
         self.given: list[dict[int, Nomination]] = []
 
-    def __call__(self, snapshot: Snapshot, clock: Clock, hand_over: HandOver | None) -> Decisions:
+    def __call__(
+        self, snapshot: Snapshot, clock: Clock, state: SchedulerState, hand_over: HandOver | None
+    ) -> Decisions:
         self.given.append(dict(snapshot.nominations))
-        decisions = schedule(snapshot, clock, hand_over)
+        decisions = schedule(snapshot, clock, state, hand_over)
         if self.holding:
             decisions.placements = []
             for job in snapshot.pending:

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from gpupool.domain.policy import DEFAULT_POLICY
 from gpupool.main import app as cli
-from gpupool.scheduler import schedule
+from gpupool.scheduler import SchedulerState, schedule
 from gpupool.scheduler.types import Clock, Decisions, HandOver, Snapshot
 from tests.support.platform import make_settings, running_app, submit, wait_job
 
@@ -18,10 +18,14 @@ from tests.support.platform import make_settings, running_app, submit, wait_job
 class Recorder:
     def __init__(self) -> None:
         self.policies = []
+        self.states: list[SchedulerState] = []
 
-    def __call__(self, snapshot: Snapshot, clock: Clock, hand_over: HandOver | None) -> Decisions:
+    def __call__(
+        self, snapshot: Snapshot, clock: Clock, state: SchedulerState, hand_over: HandOver | None
+    ) -> Decisions:
         self.policies.append(snapshot.policy)
-        return schedule(snapshot, clock, hand_over)
+        self.states.append(state)
+        return schedule(snapshot, clock, state, hand_over)
 
 
 def test_the_loop_schedules_with_the_site_settings(tmp_path: Path) -> None:
@@ -42,6 +46,9 @@ def test_the_loop_schedules_with_the_site_settings(tmp_path: Path) -> None:
     assert (policy.min_runtime, policy.packing, policy.usage_half_life) == (900, "best-fit", 86400)
     assert policy.locality is False
     assert policy.order == DEFAULT_POLICY.order and policy.explain
+    # the loop owns one scheduler state: each cycle hands on what it keeps to the next
+    assert all(state is recorder.states[0] for state in recorder.states)
+    assert recorder.states[0].capacity is not None
 
 
 def test_the_defaults_are_the_products() -> None:

@@ -13,7 +13,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from gpupool.domain.jobs import Reason
-from gpupool.scheduler import schedule
+from gpupool.scheduler import SchedulerState, schedule
 from gpupool.scheduler.types import Clock, Decisions, HandOver, Preemption, Snapshot
 from gpupool.services.platform import Platform
 from tests.support.platform import make_settings, running_app, submit, wait_job
@@ -50,8 +50,10 @@ class Preempter:
     def fire(self, victim: int, for_job: int) -> None:
         self.victim, self.for_job = victim, for_job
 
-    def __call__(self, snapshot: Snapshot, clock: Clock, hand_over: HandOver | None) -> Decisions:
-        decisions = schedule(snapshot, clock, hand_over)
+    def __call__(
+        self, snapshot: Snapshot, clock: Clock, state: SchedulerState, hand_over: HandOver | None
+    ) -> Decisions:
+        decisions = schedule(snapshot, clock, state, hand_over)
         decisions.preemptions = [p for p in decisions.preemptions if p.job_id != self.victim]
         running = {a.job_id for a in snapshot.allocations}
         if self.victim in running and not self.sent:

@@ -3,7 +3,6 @@ take no new work."""
 
 from __future__ import annotations
 
-import threading
 from dataclasses import replace
 
 import pytest
@@ -11,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpupool.domain.policy import DEFAULT_POLICY
+from gpupool.scheduler import SchedulerState, schedule
 from gpupool.scheduler import capacity as capacity_module
-from gpupool.scheduler import schedule
 from gpupool.scheduler.cycle import Cycle
 from gpupool.scheduler.types import Decisions, Snapshot
 from tests.support.clock import ManualClock
@@ -58,10 +57,12 @@ def applied(snapshot: Snapshot, decisions: Decisions) -> Snapshot:
 @SETTINGS
 @given(long_queues())
 def test_cycles_over_the_kept_capacity_decide_as_over_a_new_one(snapshot: Snapshot):
+    state = SchedulerState()
     for _ in range(3):
-        decisions = schedule(snapshot, ManualClock(NOW))
+        decisions = schedule(snapshot, ManualClock(NOW), state)
         assert decisions == fresh(snapshot)
-        assert schedule(snapshot, ManualClock(NOW)) == decisions  # the kept capacity was put back
+        assert state.capacity is not None
+        assert schedule(snapshot, ManualClock(NOW), state) == decisions  # it was put back
         snapshot = applied(snapshot, decisions)
 
 
@@ -77,31 +78,16 @@ def test_a_cycle_that_fails_leaves_the_next_one_a_whole_capacity(monkeypatch):
         run(self)  # its placements changed the kept capacity
         raise RuntimeError("a bug")
 
+    state = SchedulerState()
+    schedule(snapshot, ManualClock(NOW), state)
     monkeypatch.setattr(Cycle, "run", fails_after_placing)
     with pytest.raises(RuntimeError):
-        schedule(snapshot, ManualClock(NOW))
+        schedule(snapshot, ManualClock(NOW), state)
     monkeypatch.setattr(Cycle, "run", run)
 
-    assert schedule(snapshot, ManualClock(NOW)) == expected
-    assert schedule(snapshot, ManualClock(NOW)) == expected
-
-
-def test_a_cycle_beside_another_builds_its_own_capacity():
-    nodes = (gpu_node("node-a", 8),)
-    jobs = tuple(pending(i, gpus=1) for i in range(1, 6))
-    snapshot = Snapshot(nodes, (), jobs, policy=DEFAULT_POLICY)
-    expected = fresh(snapshot)
-    results: list[Decisions] = []
-
-    with capacity_module._KEPT.lease():  # another cycle holds the kept capacity
-        thread = threading.Thread(
-            target=lambda: results.append(schedule(snapshot, ManualClock(NOW)))
-        )
-        thread.start()
-        thread.join()
-
-    assert results == [expected]
-    assert schedule(snapshot, ManualClock(NOW)) == expected
+    assert (state.capacity, state.order, state.running) == (None, None, None)  # none half kept
+    assert schedule(snapshot, ManualClock(NOW), state) == expected
+    assert schedule(snapshot, ManualClock(NOW), state) == expected
 
 
 def capacity_state(capacity: capacity_module.FreeCapacity) -> tuple:
@@ -173,7 +159,8 @@ def test_the_teams_held_gpus_counted_from_the_last_ones_are_those_counted_anew(c
         )
         for job in range(40)
     }
-    ledger.held_by_team(tuple(held.values()))
+    state = SchedulerState()
+    ledger.held_by_team(tuple(held.values()), state)
     for job, team, share, preemptible, ends in changes:
         if ends:
             held.pop(job, None)
@@ -182,10 +169,9 @@ def test_the_teams_held_gpus_counted_from_the_last_ones_are_those_counted_anew(c
                 job % 7 + 100, "node-b", [job % 8], team=team, share=share, preemptible=preemptible
             )
         allocations = tuple(held.values())
-        counted = ledger.held_by_team(allocations)
-        kept, ledger._last_held = ledger._last_held, None
-        assert counted == ledger.held_by_team(allocations)
-        ledger._last_held = kept  # the next call counts from this one's
+        counted = ledger.held_by_team(allocations, state)  # from the last call's counts
+        assert state.team_held is not None
+        assert counted == ledger.held_by_team(allocations, SchedulerState())
 
 
 def test_the_workload_counted_from_the_last_one_is_that_counted_anew():
@@ -193,59 +179,52 @@ def test_the_workload_counted_from_the_last_one_is_that_counted_anew():
 
     held = [running(job, "node-a", [job % 8], share=0.5 if job % 2 else 1.0) for job in range(20)]
     jobs = [pending(job, gpus=(0.25, 1, 2)[job % 3]) for job in range(100, 130)]
-    first = packing.workload_of(tuple(held), tuple(jobs))
-    packing._last_workload = None
-    assert packing.workload_of(tuple(held), tuple(jobs)) == first
+    state = SchedulerState()
+    first = packing.workload_of(tuple(held), tuple(jobs), state)
+    assert packing.workload_of(tuple(held), tuple(jobs), SchedulerState()) == first
     # two started, one ended, one came: counted from the last call
     held = held[1:] + [running(100, "node-b", [0], share=0.25), running(101, "node-b", [1])]
     jobs = jobs[2:] + [pending(200, gpus=8)]
-    counted = packing.workload_of(tuple(held), tuple(jobs))
-    packing._last_workload = None
-    assert counted == packing.workload_of(tuple(held), tuple(jobs))
+    counted = packing.workload_of(tuple(held), tuple(jobs), state)
+    assert state.workload is not None
+    assert counted == packing.workload_of(tuple(held), tuple(jobs), SchedulerState())
     assert len(counted) == 5  # the 8-GPU shape came, none went
 
 
-def kept_objects() -> list[object]:
-    """What the cycles outside an ``own_kept`` block keep: capacity, queues, running jobs."""
-    from gpupool.scheduler import ordering, preemption
-
-    return [kept._KEPT.value for kept in (capacity_module, ordering, preemption)]
+def kept_objects(state: SchedulerState) -> list[object]:
+    """What a state's cycles hand on: capacity, queues, running jobs."""
+    return [state.capacity, state.order, state.running]
 
 
-def test_cycles_of_their_own_leave_the_kept_objects_to_the_cycles_outside():
+def test_cycles_with_a_state_of_their_own_leave_the_loops_state_alone():
     """The forecast runs the scheduler forward from another state beside the control loop:
-    its cycles keep objects of their own, and the loop's next cycle finds its own again."""
-    from gpupool.scheduler.kept import own_kept
-
+    its cycles keep a state of their own, and the loop's next cycle finds its own again."""
     nodes = (gpu_node("node-a", 8), gpu_node("node-b", 8))
     held = (running(100, "node-a", [0, 1]), running(101, "node-b", [0]))
-    loop = Snapshot(nodes, held, tuple(pending(i, gpus=1) for i in range(1, 4)))
-    schedule(loop, ManualClock(NOW))
-    before = kept_objects()
+    loop, forecast = SchedulerState(), SchedulerState()
+    at_loop = Snapshot(nodes, held, tuple(pending(i, gpus=1) for i in range(1, 4)))
+    schedule(at_loop, ManualClock(NOW), loop)
+    before = kept_objects(loop)
     assert all(value is not None for value in before)
 
     other = Snapshot(nodes, (), tuple(pending(i, gpus=2) for i in range(10, 20)))
-    with own_kept():
-        first = schedule(other, ManualClock(NOW))
-        inside = kept_objects()
-        assert schedule(other, ManualClock(NOW)) == first == fresh(other)
-    assert all(a is b for a, b in zip(kept_objects(), before, strict=True))
-    assert all(a is b for a, b in zip(inside, before, strict=True))
-    assert schedule(loop, ManualClock(NOW)) == fresh(loop)
+    first = schedule(other, ManualClock(NOW), forecast)
+    assert schedule(other, ManualClock(NOW), forecast) == first == fresh(other)
+    assert all(a is b for a, b in zip(kept_objects(loop), before, strict=True))
+    assert not any(a is b for a, b in zip(kept_objects(forecast), before, strict=True))
+    assert schedule(at_loop, ManualClock(NOW), loop) == fresh(at_loop)
 
 
-def test_an_own_kept_block_hands_its_objects_from_cycle_to_cycle(monkeypatch):
-    from gpupool.scheduler import kept
-
+def test_a_state_hands_its_objects_from_cycle_to_cycle(monkeypatch):
     nodes = (gpu_node("node-a", 8),)
     snapshot = Snapshot(nodes, (running(100, "node-a", [0]),), (pending(1, gpus=2),))
     built: list[int] = []
     build = capacity_module.build_capacity
     monkeypatch.setattr(capacity_module, "build_capacity", lambda *a: built.append(1) or build(*a))
-    with kept.own_kept():
-        for _ in range(3):
-            assert schedule(snapshot, ManualClock(NOW)) == fresh(snapshot)
-    assert built == [1]  # the block's first cycle built one, the others brought it up to date
+    state = SchedulerState()
+    for _ in range(3):
+        assert schedule(snapshot, ManualClock(NOW), state) == fresh(snapshot)
+    assert built == [1]  # the first cycle built one, the others brought it up to date
 
 
 # -- nodes that are not schedulable ----------------------------------------------------------------

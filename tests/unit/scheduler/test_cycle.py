@@ -320,7 +320,7 @@ EIGHT = [gpu_node("node-a", 8)]
 def handed(snapshot: Snapshot) -> tuple[list[Decisions], Decisions]:
     """A cycle with a hand-over: what it handed over as it went, and what it returned."""
     parts: list[Decisions] = []
-    return parts, schedule(snapshot, ManualClock(NOW), parts.append)
+    return parts, schedule(snapshot, ManualClock(NOW), hand_over=parts.append)
 
 
 def jobs_of(decisions: Decisions) -> list[int]:

@@ -3,7 +3,6 @@ cycle to the next, and the strict queues of the baseline policies."""
 
 from __future__ import annotations
 
-import threading
 from dataclasses import replace
 
 import pytest
@@ -13,7 +12,7 @@ from hypothesis import strategies as st
 from gpupool.domain.jobs import Reason, ResourceRequest
 from gpupool.domain.policy import DEFAULT_POLICY, Policy
 from gpupool.domain.units import GiB
-from gpupool.scheduler import ordering
+from gpupool.scheduler import SchedulerState
 from gpupool.scheduler.fit import DemandCache
 from gpupool.scheduler.ledger import Ledger, waiting_by_team
 from gpupool.scheduler.memo import groups_of
@@ -99,7 +98,7 @@ def summed(groups) -> set:  # noqa: ANN001
 @given(histories(), st.integers(0, 8))
 def test_the_kept_queues_are_those_sorted_anew(history, tried: int):
     policy, cycles = history
-    kept = KeptOrder(policy)
+    kept = KeptOrder(policy, SchedulerState())
     for jobs, now in cycles:
         kept.update(jobs, now)
         lists, levels = anew(jobs, policy, now)
@@ -114,14 +113,14 @@ def test_the_kept_queues_are_those_sorted_anew(history, tried: int):
             pass
         demands = DemandCache()
         for team in queues.teams:
-            left = groups_of(queues.left(team), demands)
+            left = groups_of(queues.left(team), demands, SchedulerState())
             assert summed(queues.groups_left(team, demands)) == summed(left)
 
 
 def test_a_job_starves_in_the_kept_queues_when_its_time_comes():
     served = pending(1, attained=50_000.0, submitted=0.0)  # level 2: waits behind the others
     fresh = pending(2, submitted=10.0)
-    kept = KeptOrder(STARVING)
+    kept = KeptOrder(STARVING, SchedulerState())
     kept.update((served, fresh), 10.0)
     assert kept_lists(kept) == {("a", "a-user"): [fresh, served]}
     assert kept.levels == {1: 2}
@@ -131,7 +130,7 @@ def test_a_job_starves_in_the_kept_queues_when_its_time_comes():
 
 
 def test_the_heap_of_starving_jobs_forgets_jobs_gone():
-    kept = KeptOrder(STARVING)
+    kept = KeptOrder(STARVING, SchedulerState())
     for round_ in range(200):
         kept.update((pending(round_, attained=50_000.0, submitted=0.0),), float(round_))
     assert len(kept.jobs) == 1
@@ -139,38 +138,39 @@ def test_the_heap_of_starving_jobs_forgets_jobs_gone():
 
 
 def test_srtf_orders_its_own_queues_each_cycle():
-    with leased_order((pending(1),), replace(DEFAULT_POLICY, order="srtf"), 0.0) as kept:
+    state = SchedulerState()
+    with leased_order(state, (pending(1),), replace(DEFAULT_POLICY, order="srtf"), 0.0) as kept:
         assert kept is None
 
 
 def test_another_policy_keeps_another_order():
     jobs = (pending(1, priority=5), pending(2, priority=0))
-    with leased_order(jobs, DEFAULT_POLICY, 0.0) as first:
+    state = SchedulerState()
+    with leased_order(state, jobs, DEFAULT_POLICY, 0.0) as first:
         assert first is not None
+    assert state.order is first
     fifo = replace(DEFAULT_POLICY, order="fifo")
-    with leased_order(jobs, fifo, 0.0) as kept:
+    with leased_order(state, jobs, fifo, 0.0) as kept:
         assert kept is not first
         assert kept_lists(kept) == {("", ""): [jobs[0], jobs[1]]}  # by submit time
 
 
-def test_a_cycle_beside_another_orders_its_own():
-    held, done = threading.Event(), threading.Event()
-    seen: list[KeptOrder | None] = []
+def test_a_cycle_that_fails_leaves_no_order_kept():
+    state = SchedulerState()
+    with leased_order(state, (pending(1),), DEFAULT_POLICY, 0.0):
+        pass
+    kept = state.order
+    with pytest.raises(RuntimeError), leased_order(state, (pending(1),), DEFAULT_POLICY, 1.0):
+        raise RuntimeError("a bug")
+    assert kept is not None and state.order is None
 
-    def holder() -> None:
-        with leased_order((pending(1),), DEFAULT_POLICY, 0.0):
-            held.set()
-            done.wait(5)
 
-    thread = threading.Thread(target=holder)
-    thread.start()
-    held.wait(5)
-    with leased_order((pending(1),), DEFAULT_POLICY, 0.0) as kept:
-        seen.append(kept)
-    done.set()
-    thread.join()
-    assert seen == [None]
-    assert ordering._KEPT.value is not None  # the holder's order is kept for the next cycle
+def test_jobs_of_one_id_twice_are_ordered_by_the_cycle_itself():
+    state = SchedulerState()
+    twice = (pending(1), pending(1, priority=5))
+    with leased_order(state, twice, DEFAULT_POLICY, 0.0) as kept:
+        assert kept is None  # the kept queues tell jobs apart by id
+    assert state.order is None
 
 
 # -- the baselines' strict queues ----------------------------------------------------------

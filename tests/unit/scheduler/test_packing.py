@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 from gpupool.domain.policy import DEFAULT_POLICY
 from gpupool.domain.units import GiB
+from gpupool.scheduler import SchedulerState
 from gpupool.scheduler.capacity import Claim, FreeCapacity
 from gpupool.scheduler.fit import Demand
 from gpupool.scheduler.packing import Packer, TaskShape, gpu_state, node_fragment, workload_of
@@ -75,7 +76,10 @@ def test_the_workload_counts_running_and_waiting_tasks_by_shape():
     held.append(allocation(12, "node-a", part(2, 1.0), part(3, 1.0)))
     pending = [job(1).gpus(0.5).build(), job(2).gpus(2).build(), job(3).build()]
 
-    shapes = {(shape.gpus, shape.types): shape.weight for shape in workload_of(held, pending)}
+    shapes = {
+        (shape.gpus, shape.types): shape.weight
+        for shape in workload_of(held, pending, SchedulerState())
+    }
 
     assert shapes == {(0.5, ()): 0.4, (1.0, ()): 0.2, (2.0, ()): 0.4}
 

@@ -4,7 +4,6 @@ the next, and nominations."""
 
 from __future__ import annotations
 
-import threading
 from dataclasses import replace
 
 import pytest
@@ -13,7 +12,7 @@ from hypothesis import strategies as st
 
 from gpupool.domain.jobs import Reason
 from gpupool.domain.policy import DEFAULT_POLICY
-from gpupool.scheduler import preemption, schedule
+from gpupool.scheduler import SchedulerState, schedule
 from gpupool.scheduler.capacity import Claim
 from gpupool.scheduler.cycle import Cycle
 from gpupool.scheduler.fit import Where
@@ -536,7 +535,7 @@ def histories(draw) -> list[tuple[tuple[Allocation, ...], float]]:
 @SETTINGS
 @given(st.sampled_from(POLICIES), histories())
 def test_the_kept_running_jobs_are_those_worked_out_anew(policy, history):
-    kept = KeptRunning(policy)
+    kept = KeptRunning(policy, SchedulerState())
     for allocations, now in history:
         remaining = {allocation.job_id: now / 1_000 for allocation in allocations}
         jobs = kept.update(allocations, now, remaining)
@@ -565,7 +564,7 @@ def test_a_gang_is_levelled_by_its_first_task_and_the_others_service_in_this_att
 
 def test_a_job_climbs_a_level_in_the_kept_jobs_as_its_service_grows():
     task = running(1, "node-0", started_at=NOW - 60.0)  # one GPU for a minute
-    kept = KeptRunning(DEFAULT_POLICY)
+    kept = KeptRunning(DEFAULT_POLICY, SchedulerState())
     assert kept.update((task,), NOW, {})[1].level == 0
     later = NOW + DEFAULT_POLICY.las_thresholds[0]  # past the first threshold
     job = kept.update((task,), later, {})[1]
@@ -573,34 +572,22 @@ def test_a_job_climbs_a_level_in_the_kept_jobs_as_its_service_grows():
     assert job.lost == later - task.started_at
 
 
-def test_a_cycle_beside_another_works_out_its_own_running_jobs():
-    held, done = threading.Event(), threading.Event()
-    seen: list[KeptRunning | None] = []
-
-    def holder() -> None:
-        with leased_running(DEFAULT_POLICY):
-            held.set()
-            done.wait(5)
-
-    thread = threading.Thread(target=holder)
-    thread.start()
-    held.wait(5)
-    with leased_running(DEFAULT_POLICY) as kept:
-        seen.append(kept)
-    done.set()
-    thread.join()
-    assert seen == [None]
-    assert preemption._KEPT.value is not None
-
-
 def test_a_cycle_that_fails_leaves_no_running_jobs_kept():
-    try:
-        with leased_running(DEFAULT_POLICY) as kept:
-            assert kept is not None
-            raise RuntimeError("a bug")
-    except RuntimeError:
+    state = SchedulerState()
+    with leased_running(state, DEFAULT_POLICY) as kept:
         pass
-    assert preemption._KEPT.value is None
+    assert state.running is kept
+    with pytest.raises(RuntimeError), leased_running(state, DEFAULT_POLICY):
+        raise RuntimeError("a bug")
+    assert state.running is None
+
+
+def test_allocations_of_one_task_twice_are_worked_out_anew_each_cycle():
+    task = running(1, "node-0", started_at=NOW - 60.0)
+    twice = (task, replace(task, node="node-1"))
+    kept = KeptRunning(DEFAULT_POLICY, SchedulerState())
+    assert kept.update(twice, NOW, {}) == running_jobs(twice, DEFAULT_POLICY, NOW, {})
+    assert kept.update((task,), NOW, {}) == running_jobs((task,), DEFAULT_POLICY, NOW, {})
 
 
 # -- nominations -----------------------------------------------------------------------------------

@@ -7,12 +7,21 @@ import pytest
 
 from gpupool.domain.jobs import ResourceRequest
 from gpupool.domain.policy import DEFAULT_POLICY
-from gpupool.scheduler import schedule
+from gpupool.scheduler import SchedulerState, schedule
 from gpupool.scheduler.types import Allocation, GpuShare, PendingJob, Snapshot, TeamQuota
 from gpupool.services.core import NOT_YET, Bounds
 from gpupool.services.scheduling._eta import DEFAULT_DURATION, Durations, predict
 from gpupool.sim.engine import VirtualClock, cluster
-from gpupool.sim.forward import ForwardState, Running, Waiting, forward, held_request
+from gpupool.sim.forward import (
+    DEFAULT_HORIZON,
+    DEFAULT_MAX_CYCLES,
+    Forward,
+    ForwardState,
+    Running,
+    Waiting,
+    forward,
+    held_request,
+)
 
 NODES = cluster("1x4")
 NOW = 10_000.0
@@ -38,20 +47,22 @@ def test_a_waiting_job_starts_when_the_running_job_ends() -> None:
     assert result.stopped == "done"
 
 
-def test_the_forecast_leaves_the_control_loops_kept_objects_to_it() -> None:
+def test_the_forecast_leaves_the_control_loops_state_to_it() -> None:
     """The control loop's next cycle finds the capacity, queues and running jobs its last
-    cycle kept, not those of the forecast's world (which it would have to work out anew)."""
-    from gpupool.scheduler import capacity, ordering, preemption
-
-    loop = Snapshot(NODES, (holding(1, 1),), (waiting(2, 1), waiting(3, 4)), policy=DEFAULT_POLICY)
-    schedule(loop, VirtualClock(NOW))
-    kept = [module._KEPT.value for module in (capacity, ordering, preemption)]
+    cycle kept, not those of the forecast's world (which it would have to work out anew):
+    the forecast's cycles keep a state of their own, from one to the next."""
+    loop = SchedulerState()
+    at_loop = Snapshot(NODES, (holding(1, 1),), (waiting(2, 1), waiting(3, 4)))
+    schedule(at_loop, VirtualClock(NOW), loop)
+    kept = [loop.capacity, loop.order, loop.running]
     state = ForwardState(
         NOW, NODES, [Running((holding(5, 2),), 300.0)], [Waiting(waiting(6, 4), 60)]
     )
-    assert forward(state).starts == {6: NOW + 300}
-    after = [module._KEPT.value for module in (capacity, ordering, preemption)]
-    assert all(a is b for a, b in zip(after, kept, strict=True))
+    run = Forward(state, None, DEFAULT_HORIZON, DEFAULT_MAX_CYCLES)
+    assert run.run().starts == {6: NOW + 300}
+    after = [loop.capacity, loop.order, loop.running]
+    assert all(a is b and a is not None for a, b in zip(after, kept, strict=True))
+    assert run.kept is not loop and run.kept.capacity is not None
 
 
 def test_jobs_that_fit_now_start_now_and_the_rest_in_turn() -> None:

@@ -40,7 +40,6 @@ from gpupool.domain.jobs import JobStatus
 from gpupool.domain.policy import DEFAULT_POLICY, Policy
 from gpupool.domain.units import format_duration
 from gpupool.domain.waiting import PendingReason
-from gpupool.scheduler import schedule
 from gpupool.scheduler.types import Allocation, Clock, Decisions, Snapshot
 from gpupool.services.core import (
     Bounds,
@@ -56,6 +55,8 @@ from gpupool.store.models import JobModel, TeamModel, UserModel
 DEFAULT_DURATION = 3600.0
 STOPPING_LEFT = 30.0
 HISTORY_JOBS = 2000  # recent succeeded jobs read for the medians
+# a scheduler to run forward (None: ``gpupool.scheduler.schedule``, each forward run with a
+# ``SchedulerState`` of its own)
 Decide = Callable[[Snapshot, Clock], Decisions]
 
 
@@ -144,7 +145,7 @@ def predict(
     now: float,
     order: Mapping[int, PendingReason] | None = None,
     bounds: Bounds = Bounds(),
-    decide: Decide = schedule,
+    decide: Decide | None = None,
 ) -> Forecast:
     """A forecast from a snapshot (pure: no database, no wall clock)."""
     queue = sorted(snapshot.pending, key=lambda job: _queue_key(job, order or {}))
@@ -179,7 +180,7 @@ class EtaPredictor:
         nodes: NodeCache,
         half_life: float,
         bounds: Bounds = Bounds(),
-        decide: Decide = schedule,
+        decide: Decide | None = None,
         policy: Policy = DEFAULT_POLICY,
     ) -> None:
         self.builder = SnapshotBuilder(nodes=nodes, usage=UsageTracker(half_life), policy=policy)
@@ -260,7 +261,7 @@ def _on_guesses(
     running: list[tuple[Running, Left]],
     starts: Mapping[int, float],
     bounds: Bounds,
-    decide: Decide,
+    decide: Decide | None,
 ) -> frozenset[int]:
     """The waiting jobs that start only because jobs that outran every estimate end as
     guessed: run forward again with those jobs never ending, they do not start."""
