@@ -53,7 +53,7 @@ class ScriptedExecutor(NeverStartsExecutor):
 @pytest.fixture
 def settings(tmp_path: Path) -> Settings:
     made = make_settings(tmp_path / "data")
-    made.data_dir.mkdir(parents=True)
+    made.data_dir.mkdir(parents=True, exist_ok=True)  # make_settings made it
     return made
 
 

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpupool.domain.experiments import ExperimentSpec, ExperimentStatus, TrialState
 from gpupool.domain.jobs import JobStatus, Reason
 from gpupool.services.experiments._rungs import Curve, Point, Verdict, judge
-from gpupool.services.experiments._studies import Study
+
+if TYPE_CHECKING:  # Optuna is imported when a study is first made (``_progress._rebuild``)
+    from gpupool.services.experiments._studies import Study
 
 ACTIVE_STATES = (TrialState.PENDING.value, TrialState.RUNNING.value)
 # a job that succeeded waits this long at most for its last points to be read

@@ -27,7 +27,6 @@ from gpupool.services.core import Principal, Submits
 from gpupool.services.experiments._decide import Live, Plan, TrialRow, decide
 from gpupool.services.experiments._experiments import ACTIVE, cancel_trials, end, trial_spec
 from gpupool.services.experiments._rungs import Verdict
-from gpupool.services.experiments._studies import KnownTrial, Study
 from gpupool.store.models import (
     AttemptModel,
     ExperimentModel,
@@ -129,7 +128,12 @@ def _trial_rows(session: Session, experiment_id: int) -> list[TrialRow]:
 
 def _rebuild(session: Session, row: ExperimentModel) -> Live:
     """What the pipeline holds of an experiment, from the tables: the study with every
-    trial put back, each trial's curve read again, the verdicts as recorded."""
+    trial put back, each trial's curve read again, the verdicts as recorded.
+
+    Optuna (and numpy, which it loads) is imported here, when a study is first needed: not
+    by every server start (about a tenth of its imports), nor by a pool without experiments."""
+    from gpupool.services.experiments._studies import KnownTrial, Study
+
     spec = ExperimentSpec.model_validate(row.spec)
     trials = session.scalars(
         select(TrialModel).where(TrialModel.experiment_id == row.id).order_by(TrialModel.number)
