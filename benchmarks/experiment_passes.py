@@ -146,8 +146,9 @@ class _Pool:
     def step(self) -> tuple[float, float]:
         """The world moves on (not timed), then one pass of the pipeline (timed: wall clock
         and CPU time)."""
-        self.ctx.clock.at += 1.0
-        self._play()
+        if not self.progress.again:  # else the pipeline passes again at once, as a server's
+            self.ctx.clock.at += 1.0
+            self._play()
         began, cpu = time.perf_counter(), time.thread_time()
         self.progress.step(self.ctx)
         return time.perf_counter() - began, time.thread_time() - cpu

@@ -27,7 +27,10 @@ class Experiments(Watch):
         super().__init__("gpupool-experiments", "the experiments", interval, True, MIN_REST_SECONDS)
 
     def tick(self) -> int:
-        return self.progress.step(self.ctx)
+        changed = self.progress.step(self.ctx)
+        if self.progress.again:  # a costly sampler's asks, spread over passes
+            self.wake()
+        return changed
 
     def jobs_changed(self) -> None:
         """Attempts started or ended, or metric points were kept: look again if an

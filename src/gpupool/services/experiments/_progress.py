@@ -54,6 +54,7 @@ class Progress:
     def __init__(self) -> None:
         self._live: dict[int, Live] = {}
         self.active = True  # the last pass found an active experiment (at start: look)
+        self.again = False  # the last pass left trials to ask for: pass again at once
 
     def step(self, ctx: Submits) -> int:
         """One pass over the active experiments; how many changed."""
@@ -63,7 +64,7 @@ class Progress:
                     select(ExperimentModel.id).where(ExperimentModel.status.in_(ACTIVE))
                 )
             )
-        self.active = bool(ids)
+        self.active, self.again = bool(ids), False
         for gone in set(self._live) - set(ids):
             del self._live[gone]
         changed = 0
@@ -93,6 +94,7 @@ class Progress:
             _read_points(session, live, trials)
         self._live[experiment_id] = live
         plan = decide(live, status, made, trials, now)
+        self.again |= plan.more
         if not plan.changes and plan.best == best_now:
             return 0
         _apply(ctx, experiment_id, version, plan, now)
