@@ -9,20 +9,12 @@ import re
 import httpx
 import pytest
 
-from tests.support.chromium import NEEDS_CHROMIUM, SLOW
+from tests.support.chromium import NEEDS_CHROMIUM, SLOW, sign_in
 from tests.support.server import ServerProcess
 
 pytestmark = NEEDS_CHROMIUM
 sync_api = pytest.importorskip("playwright.sync_api")
 expect = sync_api.expect
-
-
-def sign_in(page, server: ServerProcess, target: str) -> None:  # noqa: ANN001
-    page.goto(f"/login?next={target}")
-    page.get_by_label("User name").fill("admin")
-    page.get_by_label("Password or API token").fill(server.token)
-    page.get_by_role("button", name="Sign in").click()
-    expect(page).to_have_url(re.compile(re.escape(server.url + target) + "$"), timeout=SLOW)
 
 
 def test_the_form_submits_a_job_that_runs_after_another(page, server: ServerProcess) -> None:  # noqa: ANN001

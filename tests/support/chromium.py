@@ -6,11 +6,14 @@ A test module takes ``pytestmark = NEEDS_CHROMIUM`` and a ``browser`` fixture bu
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+
+from tests.support.server import ServerProcess
 
 CHROMIUM = Path("/usr/bin/chromium")
 NEEDS_CHROMIUM = [
@@ -34,3 +37,13 @@ def launched() -> Iterator[object]:
         )
         yield browser
         browser.close()
+
+
+def sign_in(page, server: ServerProcess, target: str = "/") -> None:  # noqa: ANN001
+    """Sign in as the server's admin through the login page, landing on ``target``."""
+    expect = pytest.importorskip("playwright.sync_api").expect
+    page.goto(f"/login?next={target}")
+    page.get_by_label("User name").fill("admin")
+    page.get_by_label("Password or API token").fill(server.token)
+    page.get_by_role("button", name="Sign in").click()
+    expect(page).to_have_url(re.compile(re.escape(server.url + target) + "$"), timeout=SLOW)
