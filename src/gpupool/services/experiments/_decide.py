@@ -89,9 +89,10 @@ def decide(
     _judge(live, rows, plan, states)
     plan.best = best(live, states)
     _end_or_grow(live, status, made, plan, states)
-    for number, update in plan.trials.items():  # the study hears how trials ended
-        if TrialState(update.get("state", TrialState.RUNNING.value)).is_final:
-            live.study.tell(number, update["state"], live.last.get(number))
+    for number, update in plan.trials.items():  # the study hears how trials ended, and
+        if TrialState(update.get("state", TrialState.RUNNING.value)).is_final:  # how far
+            curve = live.curves.get(number, [])  # they got (as a rebuilt study would)
+            live.study.tell(number, update["state"], live.last.get(number), curve)
     return plan
 
 

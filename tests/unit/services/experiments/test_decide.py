@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from gpupool.domain.experiments import ExperimentSpec, ExperimentStatus
-from gpupool.services.experiments._decide import COSTLY_ASKS_PER_PASS, Live, decide
+from gpupool.services.experiments._decide import COSTLY_ASKS_PER_PASS, Live, TrialRow, decide
 from gpupool.services.experiments._studies import Study
 
 
@@ -49,3 +49,15 @@ def test_a_cheap_sampler_fills_every_free_place_in_one_pass(sampler: str) -> Non
 def test_a_paused_experiment_asks_nothing_and_has_nothing_more() -> None:
     plan = decide(live("tpe"), ExperimentStatus.PAUSED, 0, [], 0.0)
     assert (plan.new, plan.more) == ([], False)
+
+
+def test_a_trial_stopped_early_is_told_to_the_study_with_how_far_it_got() -> None:
+    # TPE ranks the trials it did not see complete by their curves: the running pipeline's
+    # study must hold what a study rebuilt from the tables holds
+    state = live("tpe")
+    decide(state, ExperimentStatus.RUNNING, 0, [], 0.0)  # trial 1 asked for
+    state.curves[1], state.last[1] = [(1.0, 0.5), (3.0, 0.4)], 0.4
+    stopped = TrialRow(1, 10, "running", {}, "cancelled", "EarlyStopped", "rung 1", 5.0, True)
+    decide(state, ExperimentStatus.RUNNING, 1, [stopped], 6.0)
+    trial = state.study.study.get_trials(deepcopy=False)[0]
+    assert (trial.state.name, trial.intermediate_values) == ("PRUNED", {1: 0.5, 3: 0.4})
