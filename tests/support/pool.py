@@ -19,6 +19,7 @@ import socket
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -124,8 +125,10 @@ class Pool:
         raise RuntimeError(f"join of {name} did not finish: {output.read_text()}")
 
     def stop(self) -> None:
-        for node in self.nodes.values():
-            node.stop()
+        # the nodes at once: each joiner takes seconds to leave Ray, and a session's last
+        # test waits for its pool's teardown
+        with ThreadPoolExecutor(max(1, len(self.nodes))) as stopping:
+            list(stopping.map(JoinedNode.stop, self.nodes.values()))
         self.server.stop()
         kill_recorded(self.server.data_dir / "cluster" / "head.json")
         kill_leftovers(self.server.data_dir / "cluster" / "node" / "jobs")
