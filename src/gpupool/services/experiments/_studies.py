@@ -107,6 +107,10 @@ class Study:
         told = value if optuna_state is TrialState.COMPLETE else None
         if points:
             self._report(optuna.trial.Trial(self.study, self._ids[number]), number, points)
+        if isinstance(self.study.sampler, optuna.samplers.GridSampler):
+            # its after_trial stops the study once the grid is used up, which Optuna allows
+            # only inside optimize(); each ask sets its own sampler again
+            self.study.sampler = optuna.samplers.RandomSampler()
         self.study.tell(self._ids[number], told, state=optuna_state, skip_if_finished=True)
 
     def should_stop(self, number: int, points: Sequence[tuple[float, float]]) -> bool:

@@ -160,3 +160,17 @@ def test_tpe_told_its_trials_curves_asks_as_it_would_after_a_rebuild() -> None:
         known.append(KnownTrial(n, point, state, value, curves[n]))
 
     assert live.ask(36) == Study.rebuild(1, spec("tpe"), known).ask(36)
+
+
+def test_telling_every_point_of_a_grid_does_not_stop_the_study() -> None:
+    # Optuna's GridSampler stops the study when its grid is used up, which raises outside
+    # optimize(): the pipeline's pass that told the last trial failed, and the experiment
+    # never ended
+    grid = spec("random").model_dump()
+    grid["parameters"] = {"x": {"type": "int", "low": 0, "high": 3}}
+    grid["sampler"] = {"name": "grid", "seed": 1}
+    study = Study(1, ExperimentSpec.model_validate(grid))
+    points = [study.ask(number) for number in range(1, 5)]
+    for number in range(1, 5):
+        study.tell(number, "completed", float(number))
+    assert len(points) == 4
