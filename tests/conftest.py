@@ -87,6 +87,7 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return server.migrated_database()
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which turns the groups into node ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under pytest-xdist (-n N --dist loadgroup), keep each test module on one worker, so its
     module-scoped server starts once, and every test of the session's Ray pool (the

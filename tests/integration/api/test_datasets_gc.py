@@ -138,7 +138,9 @@ def test_the_storage_pipeline_sweeps_by_itself_and_says_what_it_freed(
         tmp_path / "data",
         None,
         dataset_gc_seconds=0.2,
-        dataset_blob_grace_seconds=0,
+        # long enough for the upload below to commit before its blobs can be swept (with
+        # no grace a sweep between the manifest's PUT and the commit takes the holding)
+        dataset_blob_grace_seconds=3,
         storage_scan_seconds=0.2,
     )
     caplog.set_level(logging.WARNING, logger="gpupool.services.datasets._gc")
