@@ -385,6 +385,16 @@ BODIES: dict[str, Factory] = {
     "POST /api/v1/deployments/{name}/update": lambda _world, _who: {},
     "POST /api/v1/deployments/{name}/keys": lambda _world, _who: {"name": "matrix"},
     "POST /api/v1/notebooks": lambda _world, _who: {},
+    # a new value each call (the same again is refused: settings_unchanged); a rollback to the
+    # environment's after an admin's change, so that it changes something too
+    "PUT /api/v1/scheduler/config": lambda world, _who: {
+        "placement_charge": 600.0 + world.count_up(),
+        "reason": "matrix",
+    },
+    "POST /api/v1/scheduler/config/rollback": lambda world, _who: {
+        "version": world.scheduler_changed(),
+        "reason": "matrix",
+    },
     # the matrix's server runs one machine: a join is answered not_a_pool (409)
     "POST /api/v1/cluster/join": lambda _world, _who: {"token": "gpj_not-the-pools"},
 }

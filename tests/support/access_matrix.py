@@ -197,8 +197,17 @@ class World:
     # -- objects -------------------------------------------------------------------------------
 
     def unique(self, prefix: str) -> str:
+        return f"{prefix}-{self.count_up()}"
+
+    def count_up(self) -> int:
         self.count += 1
-        return f"{prefix}-{self.count}"
+        return self.count
+
+    def scheduler_changed(self) -> int:
+        """0 (the environment's settings), after an admin made a version that differs."""
+        body = {"placement_charge": 600.0 + self.count_up(), "reason": "matrix set-up"}
+        self.api("PUT", "/scheduler/config", ADMIN, body)
+        return 0
 
     def shared(self, name: str, make: Callable[[], Any]) -> Any:
         if name not in self.made:

@@ -19,6 +19,7 @@ from gpupool.api import (
     notebook_pages,
     params,
     prometheus,
+    scheduler_pages,
     serve,
     ui,
 )
@@ -32,6 +33,7 @@ from gpupool.api.routers import (
     nodes,
     notebooks,
     pool,
+    scheduler,
     session,
 )
 from gpupool.api.routers import datasets as dataset_api
@@ -86,6 +88,7 @@ def create_app(platform: Platform, start_loop: bool = True) -> FastAPI:
     api.include_router(image_api.router)
     api.include_router(jobfile_api.router)
     api.include_router(experiment_api.router)
+    api.include_router(scheduler.router)
     app.include_router(api)
     ui.mount(app)
     app.include_router(model_pages.router)
@@ -93,6 +96,7 @@ def create_app(platform: Platform, start_loop: bool = True) -> FastAPI:
     app.include_router(dataset_pages.router)
     app.include_router(deployment_pages.router)
     app.include_router(experiment_pages.router)  # /experiments, /experiments/REF: pages
+    app.include_router(scheduler_pages.router)  # /scheduler: the live settings, their history
     app.include_router(notebook_pages.router)  # /notebooks, /notebooks/ID: pages
     app.include_router(notebooks.proxy_router)  # /notebooks/ID/...: JupyterLab behind the proxy
     prometheus.mount(app, platform)  # /metrics, with a registry of this app's own

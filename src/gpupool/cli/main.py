@@ -174,6 +174,12 @@ COMMANDS: Mapping[str, Lazy] = MappingProxyType(
             "Experiments: hyper-parameter searches whose trials are jobs (made with gpupool "
             "apply -f of a kind Experiment); list, show, pause, resume, stop, best.",
         ),
+        "scheduler": Lazy(
+            "gpupool.cli.scheduler:scheduler_app",
+            "The scheduler's live settings (LAS levels, starvation, minimum runtime, fair-share "
+            "half-life, packing): show them; admins change them, read their history and roll "
+            "back.",
+        ),
         "image": Lazy(
             "gpupool.cli.images:image_app",
             "Container images: pull from a registry the site allows, import an archive, list "

@@ -627,6 +627,27 @@ class Client:
             self.http.close()
             self.http.timeout = kept
 
+    def scheduler_config(self) -> dict[str, Any]:
+        """The scheduler's live settings, their version, and the environment's."""
+        return self._call("GET", "/scheduler/config")
+
+    def change_scheduler_config(
+        self, knobs: dict[str, Any], reason: str, if_version: int | None = None
+    ) -> dict[str, Any]:
+        """A new version of the settings: ``knobs`` change, the others keep their value."""
+        body = {**knobs, "reason": reason, "if_version": if_version}
+        return self._call("PUT", "/scheduler/config", json=body)
+
+    def scheduler_history(self, limit: int = 100) -> list[dict[str, Any]]:
+        return self._call("GET", "/scheduler/config/history", params={"limit": limit})
+
+    def rollback_scheduler_config(
+        self, version: int, reason: str, if_version: int | None = None
+    ) -> dict[str, Any]:
+        """A new version with ``version``'s knobs (0: the server environment's)."""
+        body = {"version": version, "reason": reason, "if_version": if_version}
+        return self._call("POST", "/scheduler/config/rollback", json=body)
+
     def _call(self, method: str, path: str, **kwargs: Any) -> Any:
         try:
             response = self.http.request(method, path, **kwargs)

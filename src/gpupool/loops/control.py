@@ -28,7 +28,7 @@ from gpupool.loops.stops import Stops
 from gpupool.scheduler import schedule
 from gpupool.scheduler.state import Schedule
 from gpupool.scheduler.types import Clock
-from gpupool.services import environments
+from gpupool.services import environments, schedsettings
 from gpupool.services.core import LoopStats
 from gpupool.services.datasets import s3_of
 from gpupool.services.images import image_layout
@@ -65,6 +65,7 @@ class Control:
         stats = LoopStats()  # job starts and ends, cycle times: read by /metrics
         actives = ActiveAttempts(executor)
         snapshots = SnapshotBuilder.of(settings)
+        snapshots.use_policy(schedsettings.live_policy(db, settings))  # the site's live version
         actives.on_forget.append(lambda _attempt_id, job_id: snapshots.forget(job_id))
         tasks = TaskMaker(
             log_limit_bytes=settings.log_limit_bytes,
@@ -110,7 +111,7 @@ class Control:
         driver.before_schedule.append(Dependencies(db, clock).run)
         # estimated start times, for the API (computed there, on demand, from its own snapshot)
         etas = EtaPredictor(
-            snapshots.nodes, settings.fair_share_half_life_seconds, policy=snapshots.policy
+            snapshots.nodes, snapshots.policy.usage_half_life, policy=snapshots.policy
         )
 
         def wake() -> None:  # a submit, a cancel, a node's change: schedule and read cancels

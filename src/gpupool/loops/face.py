@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
+from gpupool.domain.policy import Policy
 from gpupool.domain.waiting import PendingReason
 from gpupool.loops.schedule import Scheduling
 from gpupool.loops.stops import Stops
@@ -67,6 +68,12 @@ class LoopFace:
         """An admin changed users' weights: every snapshot reads them again; schedule."""
         self.scheduling.snapshots.weights_changed()
         self.etas.builder.weights_changed()
+        self.wake()
+
+    def policy_changed(self, policy: Policy) -> None:
+        """The scheduler's live settings changed: every snapshot uses ``policy``; schedule."""
+        self.scheduling.snapshots.use_policy(policy)
+        self.etas.builder.use_policy(policy)
         self.wake()
 
     def stops_recorded(self) -> None:

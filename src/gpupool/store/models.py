@@ -765,3 +765,24 @@ class TrialModel(Base):
     message: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[float] = mapped_column(Time)
     ended_at: Mapped[float | None] = mapped_column(Time)
+
+
+class SchedulerSettingsModel(Base):
+    """One version of the scheduler's live settings (``services.schedsettings``): every knob's
+    value (``knobs``, a whole set, never a difference), who made it, when, why, and how
+    (``source``: admin, rollback, tune, autotune, watch). Versions are numbered 1, 2, 3 ... by
+    their writer (the primary key refuses a second writer of the same number); none: the
+    server's environment (``GPUPOOL_*``) gives the settings. ``rollback_of``: the version a
+    rollback took its knobs from (0: the environment's). ``prediction``: what a tune expected
+    of these settings (its hold-out's figures), for the watch that rolls back."""
+
+    __tablename__ = "scheduler_settings"
+
+    version: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    knobs: Mapped[dict[str, Any]] = mapped_column(JSON)
+    source: Mapped[str] = mapped_column(String(20))
+    reason: Mapped[str] = mapped_column(Text)
+    created_by: Mapped[str | None] = mapped_column(String(200))
+    created_at: Mapped[float] = mapped_column(Time)
+    rollback_of: Mapped[int | None] = mapped_column(Integer)
+    prediction: Mapped[dict[str, Any] | None] = mapped_column(JSON)

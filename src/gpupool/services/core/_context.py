@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
+from gpupool.domain.policy import Policy
 from gpupool.domain.waiting import PendingReason
 from gpupool.scheduler.types import Clock, NodeCapacity
 from gpupool.services.core._access import Principal
@@ -59,6 +60,10 @@ class LoopSide(Protocol):
 
     def stops_recorded(self) -> None:
         """Stops were recorded on attempts by another thread (the storage watch): send them."""
+        ...
+
+    def policy_changed(self, policy: Policy) -> None:
+        """The scheduler's live settings changed: every snapshot uses ``policy``; schedule."""
         ...
 
     @property

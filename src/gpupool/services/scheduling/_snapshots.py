@@ -191,6 +191,12 @@ class SnapshotBuilder:
             nominations=dict(nominations or {}),
         )
 
+    def use_policy(self, policy: Policy) -> None:
+        """Build with ``policy`` from the next build on (the live settings changed; an
+        attribute's assignment, safe from another thread); usage decays by its half-life."""
+        self.usage.set_half_life(policy.usage_half_life)
+        self.policy = policy
+
     def quotas_changed(self) -> None:
         """Read the teams' quotas again at the next build (an admin changed one)."""
         self._changes += 1

@@ -44,6 +44,11 @@ class UsageTracker:
         self._usage: Mapping[str, float] = MappingProxyType({})
         self._checked_at: float | None = None
 
+    def set_half_life(self, half_life: float) -> None:
+        """Decay by ``half_life`` from the next read on (computed again at once if it changed)."""
+        if half_life != self.half_life:
+            self.half_life, self._checked_at = half_life, None
+
     def current(self, session: Session, now: float) -> Mapping[str, float]:
         checked = time.monotonic()
         if self._checked_at is None or checked - self._checked_at >= self.refresh_seconds:
