@@ -168,6 +168,13 @@ class LimitBelowGuarantee(InvalidRequest):
     code = "limit_below_guarantee"
 
 
+class InvalidTuning(InvalidRequest):
+    """A tuning of the scheduler's settings cannot run as asked: fix the option named (an
+    objective, a guard, a window, the trials or the workers)."""
+
+    code = "invalid_tuning"
+
+
 class Unsatisfiable(ClientError):
     """No node of the pool can ever run this request: ask for less."""
 

@@ -15,8 +15,13 @@ def job(
     *,
     user: str | None = None,
     types: tuple[str, ...] = (),
+    censored: bool = False,
+    observed_jct: float | None = None,
 ) -> TraceJob:
     """A job of ``team`` (its user named like the team unless told) asking for ``gpus`` (None:
     no GPU) and one CPU, on any GPU model unless ``types`` names some."""
     request = ResourceRequest(gpus=gpus)
-    return TraceJob(job_id, submit, duration, team, user or team, request, types)
+    team_user = user or team
+    return TraceJob(
+        job_id, submit, duration, team, team_user, request, types, censored, observed_jct
+    )

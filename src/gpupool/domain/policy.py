@@ -54,7 +54,9 @@ class Policy:
     server's loop runs often enough without).
     """
 
-    order: str = "las"  # "las"; "fifo": one queue in submit order; "srtf": needs remaining
+    # "las"; "gittins": LAS levels, each in Gittins-index order (``Snapshot.service``);
+    # "fifo": one queue in submit order; "srtf": needs remaining
+    order: str = "las"
     las_thresholds: tuple[float, ...] = (1800.0, 36000.0, 360000.0)
     starvation_factor: float = 0.0
     starvation_min_wait: float = 3600.0

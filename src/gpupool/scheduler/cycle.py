@@ -88,7 +88,7 @@ def schedule(
     policy = snapshot.policy
     with (
         leased_capacity(state, snapshot.nodes, snapshot.allocations) as capacity,
-        leased_order(state, snapshot.pending, policy, now) as order,
+        leased_order(state, snapshot.pending, policy, now, snapshot.service) as order,
         leased_running(state, policy) as running,
     ):
         return Cycle(snapshot, now, capacity, order, running, hand_over, state).run()
@@ -149,6 +149,7 @@ class Cycle:
             snapshot.remaining,
             order,
             state,
+            snapshot.service if policy.order == "gittins" else None,
         )
         preempts = policy.reclaim or policy.las_preemption
         self.preemptor = Preemptor.of(  # running jobs worked out when first needed

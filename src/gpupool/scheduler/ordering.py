@@ -14,7 +14,9 @@ time. Inside a user's queue: priority, level, then the time the job (re)entered 
 Levels are Tiresias' discretised least-attained-service: a job's level is how many of the
 ``las_thresholds`` (GPU-seconds) its attained service has passed, so short experiments run
 ahead of week-long runs without anyone knowing durations. A job that has waited
-``starvation_factor`` times its attained service goes back to level 0.
+``starvation_factor`` times its attained service goes back to level 0. With ``order
+"gittins"`` the jobs of a level go by their Gittins index over the service distribution of
+the snapshot (``gittins``), highest first, then by when they were queued.
 
 A job's position is its 1-based place in its team's order.
 
@@ -35,6 +37,7 @@ from operator import attrgetter
 
 from gpupool.domain.policy import Policy
 from gpupool.scheduler.fit import DemandCache
+from gpupool.scheduler.gittins import ServiceDistribution
 from gpupool.scheduler.kept import by_key, changes
 from gpupool.scheduler.ledger import Ledger, fixed_gpus, job_gpus, total_gpus
 from gpupool.scheduler.memo import Group, groups_of, groups_of_shapes, merged, shape_of
@@ -42,6 +45,7 @@ from gpupool.scheduler.state import SchedulerState, remembered
 from gpupool.scheduler.types import Allocation, PendingJob
 
 FIFO_TEAM = ""  # the single queue of the fifo baseline
+LEVELLED = ("las", "gittins")  # the orders of least-attained-service levels
 
 
 @dataclass(slots=True)
@@ -52,29 +56,46 @@ class QueuedJob:
 
 
 def level_of(attained: float, policy: Policy) -> int:
-    return bisect_right(policy.las_thresholds, attained) if policy.order == "las" else 0
+    return bisect_right(policy.las_thresholds, attained) if policy.order in LEVELLED else 0
 
 
 # a pending job (frozen) waits through many cycles: its least-attained-service key is
-# worked out once per policy, kept on the state by job id (an entry counts for its job only)
-def las_key(job: PendingJob, policy: Policy, state: SchedulerState) -> tuple[tuple, float, float]:
-    """The job's key before starvation (-priority, level, queued, id), when it (re)entered
-    the queue, and how long it then waits to starve (inf: never)."""
+# worked out once per policy (and service distribution), kept on the state by job id (an
+# entry counts for its job only)
+def las_key(
+    job: PendingJob,
+    policy: Policy,
+    state: SchedulerState,
+    service: ServiceDistribution | None = None,
+) -> tuple[tuple, float, float]:
+    """The job's key before starvation (-priority, level, place, id), when it (re)entered
+    the queue, and how long it then waits to starve (inf: never). ``service``: the finished
+    jobs' service, which places a job in its level with ``order`` "gittins"."""
     found = state.job_keys.get(job.job_id)
-    if found is not None and found[0] is job and (found[1] is policy or found[1] == policy):
+    if (
+        found is not None
+        and found[0] is job
+        and (found[1] is policy or found[1] == policy)
+        and found[3] is service
+    ):
         return found[2]
-    entry = _las_key(job, policy)
-    remembered(state.job_keys, job.job_id, (job, policy, entry))
+    entry = _las_key(job, policy, service)
+    remembered(state.job_keys, job.job_id, (job, policy, entry, service))
     return entry
 
 
-def _las_key(job: PendingJob, policy: Policy) -> tuple[tuple, float, float]:
+def _las_key(
+    job: PendingJob, policy: Policy, service: ServiceDistribution | None
+) -> tuple[tuple, float, float]:
     queued = job.queued_at if job.queued_at is not None else job.submitted_at
     level = level_of(job.attained, policy)
     threshold = float("inf")
     if level and policy.starvation_factor > 0:
         threshold = max(policy.starvation_min_wait, policy.starvation_factor * job.attained)
     place = dlas_place(job, level, queued, policy)
+    if policy.order == "gittins":
+        index = service.index(job.attained) if service is not None else 0.0
+        place = (-index, place)  # type: ignore[assignment]  # every key of the policy alike
     entry = ((-job.priority, level, place, job.job_id), queued, threshold)
     return entry
 
@@ -97,7 +118,11 @@ def just_reached(attained: float, gpus: float, level: int, policy: Policy) -> bo
 
 
 def queue_key(
-    job: PendingJob, now: float, policy: Policy, state: SchedulerState
+    job: PendingJob,
+    now: float,
+    policy: Policy,
+    state: SchedulerState,
+    service: ServiceDistribution | None = None,
 ) -> tuple[tuple, float]:
     """A pending job's key in its user's queue (not for ``srtf``: see ``Queues``), with when
     it will starve (inf: never, or starved already). Its level is that of its attained
@@ -105,7 +130,7 @@ def queue_key(
     ``starvation_min_wait``)."""
     if policy.order == "fifo":
         return (0, 0, job.submitted_at, job.job_id), float("inf")
-    key, queued, threshold = las_key(job, policy, state)
+    key, queued, threshold = las_key(job, policy, state, service)
     if not key[1]:
         return key, float("inf")
     if now - queued >= threshold:
@@ -223,10 +248,12 @@ class Queues:
         remaining: Mapping[int, float],
         kept: KeptOrder | None = None,
         state: SchedulerState | None = None,
+        service: ServiceDistribution | None = None,
     ) -> None:
         self.ledger = ledger
         self.policy = policy
         self.kept = kept
+        self.service = service
         self.state = state if state is not None else SchedulerState()
         by_team: dict[str, dict[str, list[tuple[tuple, PendingJob]]]] = {}
         fifo = policy.order == "fifo"
@@ -261,7 +288,7 @@ class Queues:
         if self.policy.order == "srtf":
             queued = job.queued_at if job.queued_at is not None else job.submitted_at
             return (-job.priority, remaining.get(job.job_id, 0.0), queued, job.job_id)
-        key, _ = queue_key(job, now, self.policy, self.state)
+        key, _ = queue_key(job, now, self.policy, self.state, self.service)
         if key[1]:
             self.levels[job.job_id] = key[1]
         return key
@@ -373,9 +400,12 @@ class KeptOrder:
     the remaining work of each cycle) is not kept. ``lists`` and ``levels`` are read by the
     cycle, never changed."""
 
-    def __init__(self, policy: Policy, state: SchedulerState) -> None:
+    def __init__(
+        self, policy: Policy, state: SchedulerState, service: ServiceDistribution | None = None
+    ) -> None:
         self.policy = policy
         self.state = state  # its owner's: the memos of job keys and shapes
+        self.service = service  # the keys' distribution ("gittins"): kept while the same
         self.fifo = policy.order == "fifo"
         self._clear()
 
@@ -429,7 +459,7 @@ class KeptOrder:
         return (FIFO_TEAM, FIFO_TEAM) if self.fifo else (job.team, job.user)
 
     def _add(self, job: PendingJob, now: float) -> None:
-        key, starves = queue_key(job, now, self.policy, self.state)
+        key, starves = queue_key(job, now, self.policy, self.state, self.service)
         if key[1]:
             self.levels[job.job_id] = key[1]
             if starves != float("inf"):
@@ -508,7 +538,7 @@ class KeptOrder:
             found = self.jobs.get(job.job_id)
             if found is None or found[0] is not job or not found[1][1]:
                 continue  # gone, or starved already
-            _, queued, threshold = las_key(job, self.policy, self.state)
+            _, queued, threshold = las_key(job, self.policy, self.state, self.service)
             if now - queued < threshold:  # by a rounding of queued + threshold
                 later.append(entry)
                 continue
@@ -527,16 +557,23 @@ JOB_ID = attrgetter("job_id")  # what names a pending job among a snapshot's
 
 @contextmanager
 def leased_order(
-    state: SchedulerState, pending: Iterable[PendingJob], policy: Policy, now: float
+    state: SchedulerState,
+    pending: Iterable[PendingJob],
+    policy: Policy,
+    now: float,
+    service: ServiceDistribution | None = None,
 ) -> Iterator[KeptOrder | None]:
     """The state's order, brought up to date for one cycle (None: the cycle orders its
-    own). A cycle that fails leaves the state none (nothing half changed)."""
+    own). A cycle that fails leaves the state none (nothing half changed). ``service``:
+    the snapshot's (``order`` "gittins" only; another one sorts the queues anew)."""
     if not KeptOrder.keeps(policy):
         yield None
         return
+    service = service if policy.order == "gittins" else None
     kept, state.order = state.order, None
-    if kept is None or not (kept.policy is policy or kept.policy == policy):
-        kept = KeptOrder(policy, state)
+    same = kept is not None and (kept.policy is policy or kept.policy == policy)
+    if kept is None or not same or kept.service is not service:
+        kept = KeptOrder(policy, state, service)
     if not kept.update(pending, now):
         yield None
         return

@@ -36,7 +36,7 @@ from gpupool.scheduler.fit import CPU_EPSILON, Demand, Where, fraction_demand
 from gpupool.scheduler.kept import ALLOCATION_KEY, by_key, changes
 from gpupool.scheduler.ledger import EPSILON, Ledger, held_gpus
 from gpupool.scheduler.memo import Frontier
-from gpupool.scheduler.ordering import just_reached
+from gpupool.scheduler.ordering import LEVELLED, just_reached
 from gpupool.scheduler.state import SchedulerState
 from gpupool.scheduler.types import SHARE_EPSILON, Allocation, PendingJob
 
@@ -212,7 +212,7 @@ class KeptRunning:
     def _advance(self, now: float, remaining: Mapping[int, float]) -> None:
         """The work a restart loses, the remaining work (``srtf``) and the level of each job
         at ``now``."""
-        las = self.policy.order == "las"
+        las = self.policy.order in LEVELLED
         thresholds = self.policy.las_thresholds
         left = remaining.get
         for job_id, (job, since, served, earlier) in self._clock.items():

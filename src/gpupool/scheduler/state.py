@@ -68,8 +68,9 @@ class SchedulerState:
     # job id -> (job, its shape for the memo's groups); equal shapes are one object (shapes)
     job_shapes: dict[int, tuple[PendingJob, tuple]] = field(default_factory=dict)
     shapes: dict[tuple, tuple] = field(default_factory=dict)
-    # job id -> (job, policy, its least-attained-service key): worked out once per policy
-    job_keys: dict[int, tuple[PendingJob, Policy, tuple[tuple, float, float]]] = field(
+    # job id -> (job, policy, its least-attained-service key, the service distribution it
+    # was placed by): worked out once per policy (and distribution, for "gittins")
+    job_keys: dict[int, tuple[PendingJob, Policy, tuple[tuple, float, float], Any]] = field(
         default_factory=dict
     )
     # (GPU state, GPUs, types) -> FGD fragment: states recur across nodes and cycles

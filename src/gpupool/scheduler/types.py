@@ -14,6 +14,7 @@ from typing import Protocol
 from gpupool.domain.jobs import Reason, ResourceRequest
 from gpupool.domain.policy import DEFAULT_POLICY, Policy
 from gpupool.domain.waiting import PendingReason
+from gpupool.scheduler.gittins import ServiceDistribution
 
 SHARE_EPSILON = 1e-9
 
@@ -179,7 +180,9 @@ class Snapshot:
     ``quotas``: per team (a team without one has no guarantee and no limit).
     ``usage``: decayed past GPU-seconds per user (fair share inside a team);
     ``weights``: per user (default 1). ``remaining``: the oracle's knowledge of each job's
-    remaining work, for the ``srtf`` reference policy of the simulator only.
+    remaining work, for the ``srtf`` reference policy of the simulator only. ``service``:
+    the GPU-seconds the jobs finished so far received, for ``Policy.order`` "gittins" (None:
+    none seen, every job of a level has index 0 and the level is first come, first served).
     """
 
     nodes: tuple[NodeCapacity, ...]
@@ -191,6 +194,7 @@ class Snapshot:
     policy: Policy = DEFAULT_POLICY
     remaining: Mapping[int, float] = field(default_factory=dict)  # work left: "srtf" only
     nominations: Mapping[int, Nomination] = field(default_factory=dict)
+    service: ServiceDistribution | None = None  # "gittins" only
     # work out reasons for the jobs left pending in this cycle (with ``Policy.explain``): the
     # server explains at most every ``explain_interval_seconds``, the cycles between decide only
     explain: bool = True

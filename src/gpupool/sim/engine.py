@@ -34,6 +34,13 @@ nodes that lacks it before its work starts (holding its GPUs meanwhile), each no
 cache of them, and the result counts the bytes fetched: the study of placement that prefers
 nodes holding a job's data (``Policy.locality``, ``benchmarks/locality.py``).
 
+With ``order`` "gittins" the snapshot carries the GPU-seconds of the jobs finished so far
+(``Snapshot.service``; a censored job's service is a lower bound and is left out), after
+``service_history`` (the service of jobs finished before the trace, as a server's history
+gives it); the distribution is made anew each time the jobs finished grow by
+``SERVICE_REFRESH`` of their number (and at least ``SERVICE_REFRESH_MIN``), since each new
+one re-sorts the queues.
+
 ``drop_unplaced`` is the fill experiment of the fragmentation study (FGD, ATC'23): a job not
 placed in the cycles of its arrival time fails at once instead of waiting. A ``probe`` sees
 every start, stop and arrival (``gpupool.sim.fragmentation`` samples fragmentation with it).
@@ -51,6 +58,7 @@ from gpupool.domain.jobs import ResourceRequest
 from gpupool.domain.policy import DEFAULT_POLICY, Policy
 from gpupool.domain.units import GiB, parse_bytes
 from gpupool.scheduler import SchedulerState, schedule
+from gpupool.scheduler.gittins import ServiceDistribution
 from gpupool.scheduler.types import (
     Allocation,
     Clock,
@@ -78,6 +86,8 @@ STUCK_MESSAGE = "still pending when nothing ran and nothing more was to arrive"
 NOT_PLACED_MESSAGE = "did not fit when it arrived (fill experiment: nothing ever ends)"
 PLACEMENT_MODES = ("node", "count")
 MAX_CYCLES_PER_EVENT = 8  # cycles at one event time (each after preemptions freed GPUs)
+SERVICE_REFRESH = 0.05  # "gittins": a new distribution when the jobs finished grow by 5 %
+SERVICE_REFRESH_MIN = 16  # ... and by 16 at least
 
 
 class VirtualClock:
@@ -172,13 +182,14 @@ def simulate(
     probe: Probe | None = None,
     drop_unplaced: bool = False,
     datasets: Datasets | None = None,
+    service_history: Sequence[float] = (),
 ) -> SimResult:
     """Replay ``trace_jobs`` on ``nodes`` under ``policy`` (None: the scheduler, with a
     state of this replay's own); deterministic for equal inputs.
 
     ``settings`` is the ``Policy`` passed in every snapshot (the knobs of the scheduler);
-    ``quotas`` the teams' guarantees and limits; ``probe``, ``drop_unplaced`` and
-    ``datasets``: see the module's docstring.
+    ``quotas`` the teams' guarantees and limits; ``probe``, ``drop_unplaced``,
+    ``datasets`` and ``service_history``: see the module's docstring.
     """
     if restart_cost < 0:
         raise ValueError("restart_cost must be 0 or more seconds")
@@ -188,6 +199,7 @@ def simulate(
     replay.probe = probe
     replay.drop_unplaced = drop_unplaced
     replay.caches = NodeCaches(datasets) if datasets is not None else None
+    replay.finished_service = [float(value) for value in service_history]
     replay.run(trace_jobs)
     return replay.result()
 
@@ -254,6 +266,10 @@ class Replay:
         self.fetching: dict[int, tuple[str, ...]] = {}
         self._seen_nodes: tuple[NodeCapacity, ...] = self.nodes
         self.fetch_wait = 0.0
+        # "gittins": the GPU-seconds of the jobs finished (the history's first), and the
+        # distribution of them the snapshots carry (made anew as they grow: ``service_now``)
+        self.finished_service: list[float] = []
+        self._service: ServiceDistribution | None = None
 
     def run(self, trace_jobs: Iterable[TraceJob]) -> None:
         """Load the arrivals, then step through event times until no event is left."""
@@ -373,6 +389,7 @@ class Replay:
             # only the srtf oracle reads it, and the scheduler asks it of every running job
             remaining=self.remaining if self.settings.order == "srtf" else {},
             nominations=self.nominations,
+            service=self.service_now() if self.settings.order == "gittins" else None,
         )
         decisions = self.policy(snapshot, self.clock)
         self.cycles += 1
@@ -385,6 +402,17 @@ class Replay:
         for job_id, placements in by_job.items():
             self.start(job_id, placements)
         return preempted
+
+    def service_now(self) -> ServiceDistribution | None:
+        """The distribution of the jobs finished, made anew when they have grown enough."""
+        seen, built = self.finished_service, self._service
+        if not seen:
+            return None
+        if built is None or len(seen) - len(built) >= max(
+            SERVICE_REFRESH_MIN, SERVICE_REFRESH * len(built)
+        ):
+            self._service = built = ServiceDistribution.of(seen)
+        return built
 
     def apply_preemptions(self, decisions: Decisions) -> bool:
         """Stop each victim at once and queue it again with the work it has left."""
@@ -485,6 +513,8 @@ class Replay:
         gpus = _gpus_of(allocations)
         self.usage.change(job.user, -gpus, now)
         progress.attained += gpus * (now - progress.started)
+        if not job.censored:  # a censored job's service is only a lower bound
+            self.finished_service.append(progress.attained)
         first = allocations[0]
         self.records[job_id] = JobRecord(
             job_id=job_id,

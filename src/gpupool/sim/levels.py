@@ -14,6 +14,7 @@ from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 
 from gpupool.domain.policy import Policy
+from gpupool.scheduler.ordering import LEVELLED
 from gpupool.scheduler.types import Allocation, PendingJob
 
 
@@ -24,7 +25,7 @@ def next_crossing(
     job's attained service (``running_attained``: earlier attempts plus its GPUs times the
     time this one ran) reaches the next of ``policy.las_thresholds``; None when none will."""
     thresholds = policy.las_thresholds
-    if policy.order != "las" or not thresholds:
+    if policy.order not in LEVELLED or not thresholds:
         return None
     first: float | None = None
     for allocations in running:
@@ -54,7 +55,7 @@ def next_starving(pending: Iterable[PendingJob], policy: Policy, now: float) -> 
     waited ``starvation_factor`` times its attained service (and ``starvation_min_wait``)
     since it was queued, as ``ordering.queue_key`` counts; None when none will."""
     thresholds = policy.las_thresholds
-    if policy.order != "las" or not thresholds or policy.starvation_factor <= 0:
+    if policy.order not in LEVELLED or not thresholds or policy.starvation_factor <= 0:
         return None
     first: float | None = None
     for job in pending:

@@ -15,7 +15,7 @@ Formats (docs/scheduling.md, "The traces", says where the public traces come fro
 
 Generic CSV (``csv:PATH``), one job per row, header required, columns in any order::
 
-    submit,duration,gpus,team[,user][,cpus][,memory][,gpu_memory][,gpu_type]
+    submit,duration,gpus,team[,user][,cpus][,memory][,gpu_memory][,gpu_type][,censored][,jct]
 
 - ``submit``: seconds, any origin (the earliest row becomes 0.0); ``duration``: seconds of run
   time, more than 0.
@@ -25,6 +25,10 @@ Generic CSV (``csv:PATH``), one job per row, header required, columns in any ord
   quantities such as ``20GiB`` or ``512MiB`` (:func:`gpupool.domain.units.parse_bytes`), empty =
   not asked; ``gpu_type``: allowed GPU models separated by ``|`` (``V100M16|V100M32``), empty =
   any.
+- ``censored``: 1 for a job still running when the history was exported: its ``duration`` is
+  the service seen so far, a lower bound (empty or 0: it ended). ``jct``: the job's observed
+  completion time, submit to end, in seconds (empty: unknown), which a replay's fidelity is
+  measured against (``gpupool.sim.tuning.fidelity``).
 
 The generic format is strict: a malformed or unusable row is a ``ValueError`` naming its line.
 The public traces are taken as published: rows whose run time or GPU count is not positive are
@@ -72,7 +76,7 @@ ALIBABA_TIMES = ("creation_time", "deletion_time")
 ALIBABA_DEFAULT_TEAM = "pods"  # the team of every pod of a list without a qos column
 UNTIMED_DURATION = 1.0  # seconds: the placeholder run time of a task list without times
 GENERIC_REQUIRED = ("submit", "duration", "gpus", "team")
-GENERIC_OPTIONAL = ("user", "cpus", "memory", "gpu_memory", "gpu_type")
+GENERIC_OPTIONAL = ("user", "cpus", "memory", "gpu_memory", "gpu_type", "censored", "jct")
 
 PHILLY_CPUS = 1e-3
 """CPUs asked by every Philly job. The trace records no CPUs; a thousandth of a core keeps the
@@ -107,7 +111,8 @@ class TraceJob:
     ids stay the same whatever filters pick; ``submit``: seconds after the trace's first submit;
     ``duration``: seconds of run time (> 0); ``gpu_types``: the GPU models it may run on, empty
     for any. The ``request`` may be shared between jobs with the same needs: treat it as
-    read-only.
+    read-only. ``censored``: still running when its history was exported, so ``duration`` is
+    a lower bound; ``observed_jct``: its real completion time (submit to end), when known.
     """
 
     job_id: int
@@ -117,6 +122,8 @@ class TraceJob:
     user: str
     request: ResourceRequest
     gpu_types: tuple[str, ...] = ()
+    censored: bool = False
+    observed_jct: float | None = None
 
 
 @dataclass(frozen=True)
@@ -294,8 +301,8 @@ def _build(
         del picked[limit:]
     first = picked[0][0] if picked else 0.0
     jobs = tuple(
-        TraceJob(job_id, submit - first, duration, team, user, request, gpu_types)
-        for submit, job_id, duration, team, user, request, gpu_types in picked
+        TraceJob(job_id, submit - first, duration, team, user, request, gpu_types, *observed)
+        for submit, job_id, duration, team, user, request, gpu_types, *observed in picked
     )
     origin = datetime.fromtimestamp(first, UTC) if epoch_origin and picked else None
     return Trace(name, jobs, nodes, skipped, origin, timed)
@@ -575,7 +582,24 @@ def _generic_row(table: _Table, row: list[str], job_id: int) -> _Row:
     gpu_memory = parse_bytes(cell("gpu_memory")) if cell("gpu_memory") else None
     request = _valid_request(gpus or None, cpus, memory, gpu_memory)
     user = cell("user") or team
-    return (submit, job_id, duration, team, user, request, _gpu_types(cell("gpu_type")))
+    gpu_types = _gpu_types(cell("gpu_type"))
+    observed = (_censored(cell("censored")), _observed_jct(cell("jct"), duration))
+    return (submit, job_id, duration, team, user, request, gpu_types, *observed)  # type: ignore[return-value]
+
+
+def _censored(text: str) -> bool:
+    if text not in ("", "0", "1"):
+        raise ValueError(f"censored '{text}' must be 1 (still running at export), 0 or empty")
+    return text == "1"
+
+
+def _observed_jct(text: str, duration: float) -> float | None:
+    if not text:
+        return None
+    jct = _number(text, "jct")
+    if jct + 1.0 < duration:  # a second of rounding either way
+        raise ValueError(f"jct {text} is shorter than the duration {duration:g}: give end - submit")
+    return jct
 
 
 # --------------------------------------------------------------------------------- dispatch

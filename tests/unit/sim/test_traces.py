@@ -402,6 +402,20 @@ def test_generic_csv_needs_only_four_columns(tmp_path: Path) -> None:
     )
 
 
+def test_generic_csv_censored_rows_and_observed_jcts(tmp_path: Path) -> None:
+    text = "submit,duration,gpus,team,censored,jct\n0,60,1,a,,90\n5,600,1,a,1,\n9,30,1,a,0,\n"
+    first, running, untold = load_generic(write(tmp_path, "history.csv", text)).jobs
+    assert (first.censored, first.observed_jct) == (False, 90.0)
+    assert (running.censored, running.observed_jct, running.duration) == (True, None, 600.0)
+    assert (untold.censored, untold.observed_jct) == (False, None)
+    bad = write(tmp_path, "bad.csv", "submit,duration,gpus,team,censored\n0,60,1,a,yes\n")
+    with pytest.raises(ValueError, match="line 2: censored 'yes' must be 1"):
+        load_generic(bad)
+    short = write(tmp_path, "short.csv", "submit,duration,gpus,team,jct\n0,60,1,a,30\n")
+    with pytest.raises(ValueError, match="line 2: jct 30 is shorter than the duration 60"):
+        load_generic(short)
+
+
 @pytest.mark.parametrize(
     ("row", "message"),
     [
