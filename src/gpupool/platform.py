@@ -27,6 +27,7 @@ from gpupool.loops.notebook_idle import NotebookIdle
 from gpupool.loops.notebook_routes import NotebookRoutes as NotebookRoutesWatch
 from gpupool.loops.rollouts import Rollouts
 from gpupool.loops.storage import Storage
+from gpupool.loops.tuning import Tuning
 from gpupool.proxy import Kind, Routes
 from gpupool.scheduler import schedule
 from gpupool.scheduler.state import Schedule
@@ -85,6 +86,7 @@ def open_platform(
     serving = Serving(db, executor, routes)
     notebooks = NotebookRoutes(db, executor, routes)
     trials = Experiments(Submitting(settings, db, clock, control.face))
+    tuner = Tuning(Submitting(settings, db, clock, control.face))
     return Platform(
         settings,
         db,
@@ -97,8 +99,12 @@ def open_platform(
         serving,
         notebooks,
         first,
-        watches=_watches(settings, db, executor, clock, control, serving, notebooks, trials),
+        watches=(
+            *_watches(settings, db, executor, clock, control, serving, notebooks, trials),
+            tuner,
+        ),
         experiments=trials,
+        tunings=tuner,
     )
 
 
@@ -124,6 +130,7 @@ def _open_pool(
     serving = Serving(db, cluster.executor, routes)
     notebooks = NotebookRoutes(db, cluster.executor, routes)
     trials = Experiments(Submitting(settings, db, clock, control.face))
+    tuner = Tuning(Submitting(settings, db, clock, control.face))
     platform = Platform(
         settings,
         db,
@@ -137,10 +144,12 @@ def _open_pool(
         notebooks,
         first,
         cluster=cluster,
-        watches=_watches(
-            settings, db, cluster.executor, clock, control, serving, notebooks, trials
+        watches=(
+            *_watches(settings, db, cluster.executor, clock, control, serving, notebooks, trials),
+            tuner,
         ),
         experiments=trials,
+        tunings=tuner,
     )
     platform.on_node_removed = cluster.removed
     return platform

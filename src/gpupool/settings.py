@@ -67,6 +67,15 @@ class Settings(BaseSettings):
     # A job that fetches an environment, dataset version or image goes, among the spots it
     # fits now, to the node that holds most of it (docs/scheduling.md, "Locality").
     locality: bool = True
+    # Tuning the scheduler's settings by replays of the pool's history (docs/scheduling.md,
+    # "Self-tuning"): the processes a tuning's replays use; "nightly": a tuning that may adopt
+    # runs every night at autotune_hour (the server's local time); the rollback watch judges an
+    # adopted tuning this long after it; the tuning watch looks for work this often.
+    tune_workers: int = Field(default=max(1, min(4, (os.cpu_count() or 2) // 2)), ge=1, le=64)
+    autotune: Literal["off", "nightly"] = "off"
+    autotune_hour: int = Field(default=3, ge=0, le=23)
+    autotune_check_seconds: float = Field(default=7 * 86400.0, gt=0)
+    tuning_scan_seconds: float = Field(default=30.0, gt=0)
     # Bounded work per cycle (docs/scheduling.md, "Bounded cycles"): a cycle hands its starts
     # over this many at a time as it goes, and after this many jobs of one user could not
     # start it tries no more of that user's; 0: no bound.

@@ -5,7 +5,9 @@ but is refused a change; a wrong knob is a usage error naming the knobs."""
 
 from __future__ import annotations
 
-from tests.support.cli import Cli, refused
+from pathlib import Path
+
+from tests.support.cli import Cli, refused, wait_for
 
 
 def test_an_admin_changes_reads_the_history_of_and_rolls_back_the_settings(admin: Cli) -> None:
@@ -40,6 +42,8 @@ def test_a_member_reads_the_settings_but_may_not_change_them(admin: Cli) -> None
     assert "las_thresholds" in sam.ok("scheduler", "config")
     assert refused(sam("scheduler", "set", "min_runtime=1h", "--reason", "mine first"), "forbidden")
     assert refused(sam("scheduler", "history"), "forbidden")
+    assert refused(sam("scheduler", "tune", "--trials", "1"), "forbidden")
+    assert refused(sam("history", "export"), "forbidden")
     assert refused(sam("scheduler", "rollback", "0", "--reason", "x"), "forbidden")
 
 
@@ -50,3 +54,33 @@ def test_a_wrong_knob_or_value_is_a_usage_error_that_names_the_knobs(admin: Cli)
     assert bad.returncode == 2 and "30m" in bad.stderr  # how to write a duration
     down = admin("scheduler", "set", "las_thresholds=10h,1h", "--reason", "x")
     assert refused(down, "invalid_request") and "lowest first" in down.stderr
+
+
+def test_the_history_is_exported_replayed_and_tuned_from_the_cli(
+    admin: Cli, tmp_path: Path
+) -> None:
+    for seconds in ("0.3", "0.5"):
+        job_id = admin.submit("--gpus", "1", "--", "sleep", seconds)
+        wait_for(lambda j=job_id: admin.job(j)["status"] == "succeeded", what="a job to end")
+    trace = tmp_path / "trace.csv"
+
+    said = admin.ok("history", "export", "--since", "1h", "-o", str(trace))
+
+    assert "jobs written" in said
+    header, *rows = trace.read_text().splitlines()
+    assert header.startswith("submit,duration,gpus,team,user") and len(rows) >= 2
+    simulated = admin.ok("simulate", "--trace", f"csv:{trace}", "--cluster", "1x4")
+    assert "avg" in simulated.lower() or "jct" in simulated.lower()
+    replayed = admin.ok("scheduler", "fidelity", "--since", "1h")
+    assert "jobs that ended compared" in replayed and "median JCT error" in replayed
+
+    before = admin.json("scheduler", "config")["version"]
+    tuned = admin.ok("scheduler", "tune", "--window", "3h", "--holdout", "1h", "--trials", "2")
+    assert "tuning" in tuned and ("keep" in tuned or "refuse" in tuned or "adopt" in tuned)
+    listed = admin.json("scheduler", "tunes")
+    assert listed[0]["status"] == "succeeded" and listed[0]["options"]["apply"] is False
+    assert admin.json("scheduler", "config")["version"] == before, "a dry run changes nothing"
+    wrong = admin("scheduler", "tune", "--guard", "latency=5%")
+    assert wrong.returncode == 2 and "p95_wait" in wrong.stderr
+    short = admin("scheduler", "tune", "--window", "1d", "--holdout", "2d")
+    assert refused(short, "invalid_request") and "shorter than the window" in short.stderr

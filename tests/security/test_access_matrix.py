@@ -294,6 +294,7 @@ PARAMS: dict[str, Factory] = {
     "/api/v1/dataset-blobs/{sha256}": _dataset_blob,
     "/api/v1/volumes/{name}": _fresh_volume,  # GET, and DELETE (a fresh one each call)
     "/api/v1/images/{name}": _fresh_image,  # GET, and DELETE (a fresh one each call)
+    "/api/v1/scheduler/tunes/{tune_id}": lambda world, _who: Target({"tune_id": world.tune()}),
     "/api/v1/experiments/{ref}": _fresh_experiment,
     "/api/v1/experiments/{ref}/pause": _fresh_experiment,
     "/api/v1/experiments/{ref}/resume": _fresh_experiment,
@@ -391,6 +392,8 @@ BODIES: dict[str, Factory] = {
         "placement_charge": 600.0 + world.count_up(),
         "reason": "matrix",
     },
+    # a dry run on a history too short to tune on: refused at once by the tuning watch
+    "POST /api/v1/scheduler/tunes": lambda _world, _who: {"window": 7200, "holdout": 3600},
     "POST /api/v1/scheduler/config/rollback": lambda world, _who: {
         "version": world.scheduler_changed(),
         "reason": "matrix",

@@ -203,6 +203,11 @@ class World:
         self.count += 1
         return self.count
 
+    def tune(self) -> int:
+        """A tuning of the scheduler's settings (a dry run), asked by the admin once."""
+        body = {"window": 7200, "holdout": 3600}
+        return self.shared("tune", lambda: self.api("POST", "/scheduler/tunes", ADMIN, body)["id"])
+
     def scheduler_changed(self) -> int:
         """0 (the environment's settings), after an admin made a version that differs."""
         body = {"placement_charge": 600.0 + self.count_up(), "reason": "matrix set-up"}

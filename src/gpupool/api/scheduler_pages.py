@@ -41,6 +41,7 @@ def scheduler_page(request: Request, ctx: PlatformDep, signed_in: SignedIn) -> R
         knobs=[_knob(name, knobs[name], environment[name]) for name in KNOBS],
         history=[_version(v) for v in found],
         can_change=who.is_admin,
+        choices={"packing": ("fgd", "best-fit"), "order": ("las", "gittins")},
     )
 
 
@@ -58,7 +59,7 @@ def _input_value(name: str, value: Any) -> str:
     """What the form's field holds: durations with units, the levels as a list of them."""
     if name == "las_thresholds":
         return ", ".join(format_duration(v) for v in value)
-    if name in ("starvation_factor", "packing"):
+    if name in ("starvation_factor", "packing", "order"):
         return f"{value:g}" if isinstance(value, float) else str(value)
     return format_duration(value)
 

@@ -177,8 +177,13 @@ COMMANDS: Mapping[str, Lazy] = MappingProxyType(
         "scheduler": Lazy(
             "gpupool.cli.scheduler:scheduler_app",
             "The scheduler's live settings (LAS levels, starvation, minimum runtime, fair-share "
-            "half-life, packing): show them; admins change them, read their history and roll "
-            "back.",
+            "half-life, packing, order): show them; admins change them, read their history, "
+            "roll back, and tune them by replaying the pool's own history.",
+        ),
+        "history": Lazy(
+            "gpupool.cli.tuning:history_app",
+            "The pool's history (admins): export it as a trace that gpupool simulate and the "
+            "tuner replay.",
         ),
         "image": Lazy(
             "gpupool.cli.images:image_app",

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
+from gpupool.cli import tuning
 from gpupool.cli.connection import connect
 from gpupool.cli.options import OutputOption
 from gpupool.cli.output import Output, escape, new_table, out, print_json, timestamp
@@ -16,7 +17,8 @@ from gpupool.domain.units import parse_duration
 
 scheduler_app = typer.Typer(
     help="The scheduler's live settings (LAS levels, starvation, minimum runtime, fair-share "
-    "half-life, packing): show them; admins change them, read their history and roll back.",
+    "half-life, packing, order): show them; admins change them, read their history, roll "
+    "back, and tune them by replaying the pool's own history.",
     no_args_is_help=True,
 )
 Reason = Annotated[
@@ -44,6 +46,7 @@ PARSERS: dict[str, Callable[[str], Any]] = {
     "usage_half_life": parse_duration,
     "placement_charge": parse_duration,
     "packing": str,
+    "order": str,
 }
 
 
@@ -168,3 +171,8 @@ def _print_config(shown: dict[str, Any]) -> None:
             KNOB_HELP[name],
         )
     out.print(table)
+
+
+scheduler_app.command("tune")(tuning.tune)
+scheduler_app.command("tunes")(tuning.tunes)
+scheduler_app.command("fidelity")(tuning.fidelity)

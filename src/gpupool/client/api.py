@@ -648,6 +648,28 @@ class Client:
         body = {"version": version, "reason": reason, "if_version": if_version}
         return self._call("POST", "/scheduler/config/rollback", json=body)
 
+    def history_trace(self, since: float) -> str:
+        """The pool's history of the last ``since`` seconds as the simulator's CSV."""
+        try:
+            response = self.http.request("GET", "/scheduler/trace", params={"since": since})
+        except TransportError as error:
+            raise ApiError(0, error.code, error.message) from None
+        if response.status >= 400:
+            raise _error(response)
+        return response.content.decode()
+
+    def request_tune(self, options: dict[str, Any]) -> dict[str, Any]:
+        return self._call("POST", "/scheduler/tunes", json=options)
+
+    def tunes(self) -> list[dict[str, Any]]:
+        return self._call("GET", "/scheduler/tunes")
+
+    def tune(self, tune_id: int) -> dict[str, Any]:
+        return self._call("GET", f"/scheduler/tunes/{tune_id}")
+
+    def fidelity(self, since: float) -> dict[str, Any]:
+        return self._call("GET", "/scheduler/fidelity", params={"since": since})
+
     def _call(self, method: str, path: str, **kwargs: Any) -> Any:
         try:
             response = self.http.request(method, path, **kwargs)

@@ -27,6 +27,7 @@ KNOBS = (
     "usage_half_life",
     "placement_charge",
     "packing",
+    "order",
 )
 # what each knob does, in a line (the CLI's table, the admin page)
 KNOB_HELP = {
@@ -37,6 +38,7 @@ KNOB_HELP = {
     "usage_half_life": "half-life of users' past usage (fair share inside a team)",
     "placement_charge": "usage a placement adds to its user for the rest of a cycle",
     "packing": "where a task goes: fgd (least fragmentation) or best-fit",
+    "order": "inside a level: las (who came first) or gittins (most likely to end soon first)",
 }
 Source = Literal["admin", "rollback", "tune", "autotune", "watch"]
 
@@ -93,6 +95,10 @@ class SchedulerKnobs(BaseModel):
         description="GPU-seconds a placement adds to its user for the rest of a cycle",
     )
     packing: Literal["fgd", "best-fit"] = Field(description="where a task goes among its fits")
+    # default: versions made before the knob existed
+    order: Literal["las", "gittins"] = Field(
+        "las", description="inside a level: las, or gittins (the Gittins index over service)"
+    )
 
     _thresholds = field_validator("las_thresholds")(check_thresholds)
 
@@ -125,6 +131,7 @@ class KnobsChange(BaseModel):
     usage_half_life: float | None = Field(None, ge=60.0, le=YEAR, allow_inf_nan=False)
     placement_charge: float | None = Field(None, ge=0.0, le=1e7, allow_inf_nan=False)
     packing: Literal["fgd", "best-fit"] | None = None
+    order: Literal["las", "gittins"] | None = None
     reason: Reason
     if_version: int | None = Field(
         None, ge=0, description="refuse (409) unless this is still the live version"
@@ -180,7 +187,7 @@ def knob_text(name: str, value: Any) -> str:
         return f"{format_duration(value)} GPU"
     if name == "starvation_factor":
         return "off" if value == 0 else f"{value:g}x"
-    if name == "packing":
+    if name in ("packing", "order"):
         return str(value)
     return format_duration(value)
 

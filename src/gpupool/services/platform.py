@@ -78,6 +78,8 @@ class Platform:
     on_node_removed: NodeRemoved = field(default=cluster_service.nothing_to_stop)
     # the experiments pipeline, woken when one is made, resumed or stopped
     experiments: Wakes = field(default_factory=lambda: _Unwatched())
+    # the tuning watch, woken when an admin asks for a tuning of the scheduler's settings
+    tunings: Wakes = field(default_factory=lambda: _Unwatched())
 
     def __post_init__(self) -> None:
         self.throttle = SignInThrottle.from_settings(self.settings)

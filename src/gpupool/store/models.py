@@ -786,3 +786,26 @@ class SchedulerSettingsModel(Base):
     created_at: Mapped[float] = mapped_column(Time)
     rollback_of: Mapped[int | None] = mapped_column(Integer)
     prediction: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+
+
+class SchedulerTuneModel(Base):
+    """A tuning of the scheduler's settings (``services.tuning``): asked by an admin or by the
+    nightly autotune, run by the tuning watch (queued, running, succeeded, failed), its
+    options, the report of what it tried and chose, and the version it made when it adopted
+    settings. ``checked``: what the rollback watch found a week after that adoption."""
+
+    __tablename__ = "scheduler_tunes"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    status: Mapped[str] = mapped_column(String(20), index=True)
+    source: Mapped[str] = mapped_column(String(20))
+    requested_by: Mapped[str | None] = mapped_column(String(200))
+    options: Mapped[dict[str, Any]] = mapped_column(JSON)
+    decision: Mapped[str | None] = mapped_column(String(20))
+    message: Mapped[str | None] = mapped_column(Text)
+    report: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    adopted_version: Mapped[int | None] = mapped_column(Integer)
+    checked: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    created_at: Mapped[float] = mapped_column(Time)
+    started_at: Mapped[float | None] = mapped_column(Time)
+    ended_at: Mapped[float | None] = mapped_column(Time)

@@ -79,7 +79,10 @@ def waits_for_nodes(client: TestClient, job_id: int) -> dict:
         answer = client.get(f"/api/v1/jobs/{job_id}/why").json()
         return answer if answer.get("code") == "NoNodes" else None
 
-    return wait_for(explained, 30, f"job {job_id} to wait for a schedulable node", 0.05)
+    def seen() -> object:  # what it said instead, for the failure
+        return client.get(f"/api/v1/jobs/{job_id}/why").json()
+
+    return wait_for(explained, 60, f"job {job_id} to wait for a schedulable node", 0.05, seen)
 
 
 def last_pool_size(platform: Platform) -> int:

@@ -19,7 +19,7 @@
 
   function parse(name, text) {
     if (name === "las_thresholds") return text.split(",").filter((p) => p.trim()).map((p) => seconds(p, name));
-    if (name === "packing") return text;
+    if (name === "packing" || name === "order") return text;
     if (name === "starvation_factor") {
       const factor = Number(text);
       if (text.trim() === "" || !Number.isFinite(factor)) throw new Error(`${name}: give a number such as 0 (off), 2 or 4`);

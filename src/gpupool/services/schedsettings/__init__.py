@@ -9,6 +9,7 @@ from __future__ import annotations
 from gpupool.services.schedsettings._record import (
     HISTORY_LIMIT,
     SettingsChanged,
+    SettingsUnchanged,
     change,
     config,
     environment_knobs,
@@ -21,6 +22,7 @@ from gpupool.services.schedsettings._record import (
 __all__ = [
     "HISTORY_LIMIT",
     "SettingsChanged",
+    "SettingsUnchanged",
     "change",
     "config",
     "environment_knobs",
