@@ -54,6 +54,18 @@ def test_an_admin_changes_the_settings_and_rolls_them_back_from_the_page(
     expect(page.locator("#live-version")).to_have_text("version 2", timeout=SLOW)
     expect(page.locator("#live-line")).to_contain_text("rollback to version 0")
     assert config(server)["knobs"] == config(server)["environment"]
+    expect(page.locator("#tunes")).to_contain_text("No tuning yet")
+    headers = {"Authorization": f"Bearer {server.token}"}
+    body = {"window": 7200, "holdout": 3600}  # a dry run on a history of no job: refused
+    asked = httpx.post(f"{server.url}/api/v1/scheduler/tunes", json=body, headers=headers)
+    assert asked.status_code == 202, asked.text
+    row = page.locator(f'#tunes tr[data-tune="{asked.json()["id"]}"]')
+    for _ in range(20):  # the tuning watch ends it within a look or two
+        page.reload()
+        if "refuse" in (row.text_content(timeout=SLOW) or ""):
+            break
+        page.wait_for_timeout(500)
+    expect(row).to_contain_text("no history to tune on")
 
 
 def test_a_member_reads_the_live_settings_without_the_form(server: ServerProcess) -> None:

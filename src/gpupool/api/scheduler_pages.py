@@ -15,7 +15,7 @@ from gpupool.api.deps import PlatformDep
 from gpupool.api.ui import SignedIn, render, to_login
 from gpupool.domain.schedsettings import KNOB_HELP, KNOBS, SettingsVersionView, knob_text
 from gpupool.domain.units import format_duration
-from gpupool.services import schedsettings
+from gpupool.services import schedsettings, tuning
 
 router = APIRouter(include_in_schema=False)
 PAGE = "scheduler"
@@ -40,6 +40,7 @@ def scheduler_page(request: Request, ctx: PlatformDep, signed_in: SignedIn) -> R
         live=None if shown.live is None else _version(shown.live),
         knobs=[_knob(name, knobs[name], environment[name]) for name in KNOBS],
         history=[_version(v) for v in found],
+        tunes=[t.model_dump(mode="json") for t in tuning.list_tunes(ctx)] if who.is_admin else [],
         can_change=who.is_admin,
         choices={"packing": ("fgd", "best-fit"), "order": ("las", "gittins")},
     )

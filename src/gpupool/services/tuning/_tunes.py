@@ -19,7 +19,7 @@ from typing import Any
 
 from sqlalchemy import select, update
 
-from gpupool.domain.schedsettings import SchedulerKnobs
+from gpupool.domain.schedsettings import SchedulerConfigView, SchedulerKnobs
 from gpupool.domain.tuning import FidelityView, TuneRequest, TuneView
 from gpupool.errors import ClientError, NotFound
 from gpupool.services import identity, schedsettings
@@ -177,7 +177,7 @@ def _adopt(
     ctx: Submits,
     tune_id: int,
     report: engine.TuneReport,
-    live: Any,
+    live: SchedulerConfigView,
     source: str,
     by: str | None,
     now: float,
