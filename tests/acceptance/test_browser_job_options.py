@@ -5,23 +5,14 @@ from __future__ import annotations
 
 import re
 
-import httpx
 import pytest
 
 from tests.support.chromium import NEEDS_CHROMIUM, SLOW, sign_in
+from tests.support.chromium import call_api as api
 from tests.support.server import ServerProcess
 
 pytestmark = NEEDS_CHROMIUM
 expect = pytest.importorskip("playwright.sync_api").expect
-
-
-def api(server: ServerProcess, method: str, path: str, body: dict | None = None) -> dict:
-    headers = {"Authorization": f"Bearer {server.token}"}
-    answer = httpx.request(
-        method, f"{server.url}/api/v1{path}", json=body, headers=headers, timeout=10
-    )
-    assert answer.status_code < 300, answer.text
-    return answer.json()
 
 
 def test_the_form_sends_shared_memory_processes_per_node_and_hold(

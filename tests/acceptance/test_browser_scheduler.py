@@ -8,18 +8,15 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from tests.support.chromium import NEEDS_CHROMIUM, SLOW, sign_in
+from tests.support.chromium import NEEDS_CHROMIUM, SLOW, call_api, sign_in
 from tests.support.server import ServerProcess
 
 pytestmark = NEEDS_CHROMIUM
 expect = pytest.importorskip("playwright.sync_api").expect
 
 
-def config(server: ServerProcess, token: str | None = None) -> dict:
-    headers = {"Authorization": f"Bearer {token or server.token}"}
-    answer = httpx.get(f"{server.url}/api/v1/scheduler/config", headers=headers, timeout=10)
-    assert answer.status_code == 200, answer.text
-    return answer.json()
+def config(server: ServerProcess) -> dict:
+    return call_api(server, "GET", "/scheduler/config")
 
 
 def test_an_admin_changes_the_settings_and_rolls_them_back_from_the_page(
@@ -55,11 +52,9 @@ def test_an_admin_changes_the_settings_and_rolls_them_back_from_the_page(
     expect(page.locator("#live-line")).to_contain_text("rollback to version 0")
     assert config(server)["knobs"] == config(server)["environment"]
     expect(page.locator("#tunes")).to_contain_text("No tuning yet")
-    headers = {"Authorization": f"Bearer {server.token}"}
     body = {"window": 7200, "holdout": 3600}  # a dry run on a history of no job: refused
-    asked = httpx.post(f"{server.url}/api/v1/scheduler/tunes", json=body, headers=headers)
-    assert asked.status_code == 202, asked.text
-    row = page.locator(f'#tunes tr[data-tune="{asked.json()["id"]}"]')
+    asked = call_api(server, "POST", "/scheduler/tunes", body)
+    row = page.locator(f'#tunes tr[data-tune="{asked["id"]}"]')
     for _ in range(20):  # the tuning watch ends it within a look or two
         page.reload()
         if "refuse" in (row.text_content(timeout=SLOW) or ""):

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.support.server import ServerProcess
@@ -47,3 +48,13 @@ def sign_in(page, server: ServerProcess, target: str = "/") -> None:  # noqa: AN
     page.get_by_label("Password or API token").fill(server.token)
     page.get_by_role("button", name="Sign in").click()
     expect(page).to_have_url(re.compile(re.escape(server.url + target) + "$"), timeout=SLOW)
+
+
+def call_api(server: ServerProcess, method: str, path: str, body: dict | None = None) -> dict:
+    """A set-up or check call of the REST API as the server's admin, which must succeed."""
+    headers = {"Authorization": f"Bearer {server.token}"}
+    answer = httpx.request(
+        method, f"{server.url}/api/v1{path}", json=body, headers=headers, timeout=10
+    )
+    assert answer.status_code < 300, answer.text
+    return answer.json()
