@@ -13,12 +13,15 @@ chosen in this cycle, and one of:
   least-attained-service level (the ``srtf`` reference: less work left), and it has run for
   at least ``min_runtime``.
 
-Victims are taken in this order: stopping ones, other teams' (over their share) before J's
-own team's, lowest priority first, then least time since their last checkpoint (the work a
-restart loses). For a one-task job the node needing the cheapest set of victims wins, by the
-same order: fewest victims of J's own team, then the worst victim's priority (lower wins) and
-level (higher wins), then the work lost; a gang takes victims in that order across nodes
-until all its tasks fit.
+Victims are taken in this order (``RunningJob.key``): stopping ones, other teams' (over their
+share) before J's own team's, lowest priority first, highest level, worst standing (an
+experiment's worst-ranked trials; every other job stands at 1), then least time since their
+last checkpoint (the work a restart loses). For a one-task job the node needing the cheapest
+set of victims wins, by ``VictimCost``, which compares sets by the same figures: fewest
+victims of J's own team, the worst victim's priority (lower wins) and level (higher wins),
+the best victim's standing, then the work lost; the search stops at a node whose floor (the
+least any set from its first candidate on can cost) is no cheaper than the best found. A gang
+takes victims in that order across nodes until all its tasks fit.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from gpupool.domain.policy import Policy
 from gpupool.scheduler.capacity import FreeCapacity, GpuState, NodeState
@@ -66,16 +70,71 @@ class RunningJob:
         """GPU-seconds a restart loses: its GPUs times the time since its last checkpoint."""
         return self.lost * self.gpus
 
-    def key(self, team: str) -> tuple:
+    def rank(self) -> tuple:
+        """The victim order, stopping jobs first (no cost): the lowest priority, the highest
+        level, the worst standing, the least work lost (``VictimCost`` compares a set of
+        victims by the same figures)."""
         return (
             0 if self.stopping else 1,
-            0 if self.team != team else 1,
             self.priority,
             -self.level,
             self.standing,
             self.work_lost,
             self.job_id,
         )
+
+    def key(self, team: str) -> tuple:
+        """``rank``, other teams' jobs before those of ``team`` (the preemptor's)."""
+        return (0 if self.stopping else 1, 0 if self.team != team else 1, *self.rank()[1:])
+
+
+class VictimCost(NamedTuple):
+    """What taking a set of victims costs a pending job of some team; lower is cheaper,
+    compared field by field in this order (the one statement of it)."""
+
+    any: bool  # False: only stopping jobs, which cost nothing more
+    own: int  # victims of the pending job's own team
+    worst: tuple  # the worst victim's (priority, -level): the lowest first
+    standing: float  # the best victim's standing (trials: the worst-ranked go first)
+    lost: float  # GPU-seconds of work the victims lose
+    count: int  # victims
+
+    @classmethod
+    def of(cls, victims: Iterable[RunningJob], team: str) -> VictimCost:
+        counted = [victim for victim in victims if not victim.stopping]
+        return cls(
+            len(counted) > 0,
+            sum(1 for victim in counted if victim.team == team),
+            max(((v.priority, -v.level) for v in counted), default=()),
+            max((v.standing for v in counted), default=1.0),
+            sum(victim.work_lost for victim in counted),
+            len(counted),
+        )
+
+    @classmethod
+    def floor(cls, first: RunningJob, own: bool) -> VictimCost:
+        """At most the cost of any set of victims taken from ``first`` on, in key order:
+        each later one has the same (priority, level) and no better standing nor less work
+        lost, or a worse (priority, level)."""
+        if first.stopping:
+            return FREE
+        worst = (first.priority, -first.level)
+        return cls(True, 1 if own else 0, worst, first.standing, first.work_lost, 1)
+
+    @classmethod
+    def bound(cls, candidates: Sequence[RunningJob], own: bool) -> VictimCost:
+        """At most the cost of any set of one or more of ``candidates`` (none stopping)."""
+        return cls(
+            True,
+            1 if own else 0,
+            min((c.priority, -c.level) for c in candidates),
+            min(c.standing for c in candidates),
+            min(c.work_lost for c in candidates),
+            1,
+        )
+
+
+FREE = VictimCost(False, 0, (), 0.0, 0.0, 0)  # only stopping victims: below any other cost
 
 
 def running_jobs(
@@ -100,7 +159,7 @@ def _in_base_order(
     node rank, each as (that key, rank, node, candidate)."""
     entries = [
         (
-            (0 if c.stopping else 1, c.priority, -c.level, c.standing, c.work_lost, c.job_id),
+            c.rank(),
             node.rank,
             node,
             c,
@@ -411,8 +470,8 @@ class Preemptor:
             ]
         return found
 
-    def _bound(self, name: str, team: str) -> tuple | None:
-        """A lower bound of ``_cost`` for any choice of victims on node ``name`` for a job of
+    def _bound(self, name: str, team: str) -> VictimCost | None:
+        """A lower bound of ``VictimCost`` for any choice of victims on node ``name`` for a job of
         ``team`` (None: a stopping job there may cost nothing). A choice holds at least one
         victim, all of them among the node's candidates."""
         key = (name, team)
@@ -422,10 +481,8 @@ class Preemptor:
             if first.stopping:
                 self._bounds[key] = None
             else:
-                own = 1 if first.team == team else 0  # other teams' candidates come first
-                worst = min((c.priority, -c.level) for c in candidates)
-                lost = min(c.work_lost for c in candidates)
-                self._bounds[key] = (True, own, worst, lost, 1)
+                own = first.team == team  # other teams' candidates come first
+                self._bounds[key] = VictimCost.bound(candidates, own)
         return self._bounds[key]
 
     def _sorted_on(self, name: str, team: str) -> list[RunningJob]:
@@ -485,14 +542,14 @@ class Preemptor:
     def _one_task(
         self, job: PendingJob, demand: Demand, where: Where, eligible: Eligibility
     ) -> Choice | None:
-        best: tuple[tuple, list[RunningJob]] | None = None
+        best: tuple[VictimCost, list[RunningJob]] | None = None
         examined = 0
         whole = demand.whole
         # the most GPUs a node walked could free, while none could free enough
         most = [0]
         for node, floor in self._best_nodes(job, demand, where, eligible, most):
             if best is not None:
-                if not best[0][0] or floor >= best[0]:
+                if not best[0].any or floor >= best[0]:
                     break  # neither this node nor any after it can cost less
                 bound = self._bound(node.name, job.team)
                 if bound is not None and bound >= best[0]:
@@ -507,7 +564,7 @@ class Preemptor:
             examined += 1
             victims = _victims_on(node, usable, demand, where, eligible)
             if victims is not None:
-                cost = _cost(victims, job.team)
+                cost = VictimCost.of(victims, job.team)
                 if best is None or cost < best[0]:
                     best = (cost, victims)
             if examined >= MAX_NODES_EXAMINED:
@@ -635,11 +692,11 @@ class Preemptor:
         where: Where,
         eligible: Eligibility,
         most: list[int],
-    ) -> Iterator[tuple[NodeState, tuple]]:
+    ) -> Iterator[tuple[NodeState, VictimCost]]:
         """The nodes allowed for the job that hold an eligible candidate, by their best
         eligible candidate's key (then rank): a merge of the cycle's candidate order, not a
         sort per job (``_one_task`` examines ``MAX_NODES_EXAMINED`` of them at most). Each
-        comes with a floor of ``_cost`` for it and every node after it: the candidates come
+        comes with a floor of ``VictimCost`` for it and every node after it: the candidates come
         in key order, so a node's victims are all at or past the one that brought it (the
         same (priority, level), then no less work lost each, or a worse one).
 
@@ -671,12 +728,7 @@ class Preemptor:
                 if freeable < whole:
                     most[0] = max(most[0], freeable)
                     continue
-            if candidate.stopping:
-                floor: tuple = (False,)  # it may cost nothing
-            else:
-                worst = (candidate.priority, -candidate.level)
-                floor = (True, 1 if is_own else 0, worst, candidate.work_lost, 1)
-            yield node, floor
+            yield node, VictimCost.floor(candidate, is_own)
 
     def _gang(
         self, job: PendingJob, demand: Demand, where: Where, eligible: Eligibility
@@ -821,19 +873,6 @@ class Losses:
             return False
         self.lost[victim.team] = lost + victim.gpus
         return True
-
-
-def _cost(victims: Iterable[RunningJob], team: str) -> tuple:
-    """Lower is cheaper: no victim at all (only stopping jobs), fewest of J's own team, the
-    worst victim's (priority, -level) lowest, the best victim's standing lowest (trials of
-    an experiment: the worst-ranked go first; every other job stands at 1), the least work
-    lost, the fewest victims."""
-    counted = [victim for victim in victims if not victim.stopping]
-    own = sum(1 for victim in counted if victim.team == team)
-    lost = sum(victim.work_lost for victim in counted)
-    worst = max(((v.priority, -v.level) for v in counted), default=())
-    standing = max((v.standing for v in counted), default=1.0)
-    return (len(counted) > 0, own, worst, standing, lost, len(counted))
 
 
 class _NodeScratch:

@@ -338,6 +338,23 @@ def test_across_nodes_the_job_checkpointed_most_recently_goes_first():
     assert victims(decisions) == {101: 1}
 
 
+def test_across_nodes_the_cheapest_set_wins_over_the_node_whose_victim_comes_first():
+    """node-a's two one-GPU jobs each lose 100 GPU-s (the least of any victim, all at level
+    0: they come first), 200 together; node-b's one two-GPU job loses 120: the cheaper set.
+    The search goes on past node-a because node-b's floor is below node-a's cost (a floor
+    that put the work lost where the standing belongs once stopped it at node-a)."""
+    held = [
+        running(100, "node-a", [0], started_at=NOW - 500, checkpoint_at=NOW - 100),
+        running(101, "node-a", [1], started_at=NOW - 500, checkpoint_at=NOW - 100),
+        running(102, "node-b", [0, 1], started_at=NOW - 500, checkpoint_at=NOW - 60),
+    ]
+    nodes = [gpu_node("node-a", 2), gpu_node("node-b", 2)]
+
+    decisions = decide(nodes, [pending(1, gpus=2)], held, [quota("a", 2)])
+
+    assert victims(decisions) == {102: 1}
+
+
 def test_across_nodes_a_stopping_job_goes_first():
     for order in ((0, 1), (1, 0)):
         nodes = [TWO_NODES[order[0]], TWO_NODES[order[1]]]
