@@ -10,6 +10,13 @@ seen so far, their lower bound, and left out of every score: so the others meet 
 they really did, while the pool held them, but a JCT that no replay can know is not
 scored. (Running them longer would guess; dropping them would free GPUs they held.)
 
+Every replay runs a policy as the server runs it (``served``): a cycle the moment a running
+job crosses a level's threshold or a waiting job starves (``Policy.level_wakeups``), as the
+server's loop, which runs every half second while jobs wait, sees it; and no explanations,
+which decide nothing. (``gpupool simulate`` runs a policy's crossings at the next arrival or
+end, unless told: on Philly team-months that alone moves the default's average JCT by up to
+30 %, see docs/scheduling.md, "Self-tuning".)
+
 ``ReplayTask`` carries everything one replay needs and ``run_task`` is a plain top-level
 function, so a process pool runs it as it is: no process keeps anything between tasks.
 """
@@ -18,7 +25,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gpupool.domain.policy import Policy
 from gpupool.scheduler.types import NodeCapacity, TeamQuota
@@ -67,6 +74,11 @@ def service_before(trace: Trace | Sequence[TraceJob], start: float) -> tuple[flo
     )
 
 
+def served(policy: Policy) -> Policy:
+    """``policy`` as the server runs it: crossings seen at once, nothing explained."""
+    return replace(policy, level_wakeups=True, explain=False)
+
+
 def replay(task: ReplayTask) -> SimResult:
     setup = task.setup
     return simulate(
@@ -74,7 +86,7 @@ def replay(task: ReplayTask) -> SimResult:
         setup.nodes,
         restart_cost=setup.restart_cost,
         placement=setup.placement,
-        settings=task.policy,
+        settings=served(task.policy),
         quotas=setup.quotas,
         service_history=task.service_history,
     )

@@ -2,7 +2,8 @@
 best few on a later hold-out against the base before anything is adopted.
 
 1. The hold-out under the base: its scores, and the replay's fidelity where the history
-   gives observed JCTs; a median error above ``FIDELITY_LIMIT`` refuses the tuning.
+   gives observed JCTs; a median error above ``FIDELITY_LIMIT`` refuses the tuning, and
+   so do fewer than ``MIN_FINISHED`` finished jobs in the window or the hold-out.
 2. The search window under the base (trial 0), then ``trials`` settings from Optuna's TPE
    (asked ``TPE_BATCH`` at a time, whatever the workers, so that any number of workers gives
    the same trials) or from the grid; replays run in ``workers`` processes.
@@ -64,6 +65,9 @@ DEFAULT_GUARDS: Mapping[str, float] = {"p95_wait": 0.10, "worst_team_slowdown": 
 SAMPLERS = ("tpe", "grid")
 ADOPT_MIN = 0.05  # the hold-out's objective must fall by 5 % at least
 RESCORED = 3  # the best of the window replayed on the hold-out
+# finished jobs the window and the hold-out each need: fewer say nothing a search could
+# trust (dozens of settings ranked on a handful of jobs fit those jobs, not the site)
+MIN_FINISHED = 20
 TPE_BATCH = 4  # settings asked of TPE before it is told their scores
 # a relative change of a figure is taken against at least this (a p95 wait of 0 s would
 # make any wait an infinite change)
@@ -233,11 +237,12 @@ class _Search:
     # -- 1. the hold-out under the base ------------------------------------------------------
 
     def check_holdout(self, held: tuple[TraceJob, ...], start: float) -> _Outcome:
-        scored = [job for job in self.jobs if not job.censored]
-        if not scored or not any(not job.censored for job in held):
+        finished = (sum(not job.censored for job in jobs) for jobs in (self.jobs, held))
+        searched, kept = finished
+        if min(searched, kept) < MIN_FINISHED:
             refusal = (
-                f"nothing to tune on: the window has {len(scored)} finished jobs and the "
-                f"hold-out {sum(not job.censored for job in held)}; widen them"
+                f"nothing to tune on: the window has {searched} finished jobs and the "
+                f"hold-out {kept}, {MIN_FINISHED} each at least; widen them"
             )
             return _Outcome(None, None, refusal)
         task = ReplayTask(held, self.base, self.setup, service_before(self.trace, start))

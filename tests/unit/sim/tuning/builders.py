@@ -32,7 +32,8 @@ def medium_heavy(days: int = 4, seed: int = 1, load: float = 0.85) -> Trace:
 
 
 def light(days: int = 2, seed: int = 2) -> Trace:
-    """Jobs that never meet: every setting gives every job the same JCT."""
+    """Jobs that never meet (one every 20 minutes, none longer): every setting gives every
+    job the same JCT."""
     rng = random.Random(seed)
-    jobs = [job(n + 1, n * 3 * HOUR, rng.uniform(60, HOUR), 1) for n in range(days * 8)]
+    jobs = [job(n + 1, n * 1200.0, rng.uniform(60, 1100), 1) for n in range(days * 72)]
     return Trace("light", tuple(jobs))

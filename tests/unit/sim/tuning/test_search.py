@@ -123,6 +123,9 @@ def test_nothing_to_tune_on_refuses():
     report = tuned(light(), window=(10 * DAY, 11 * DAY), holdout=(11 * DAY, 12 * DAY))
     assert report.decision == "refuse" and "nothing to tune on" in report.reason
     assert report.predicted is None and report.trials == []
+    few = tuned(light(), window=(0.0, 20000.0), holdout=(DAY, 2 * DAY))  # 17 jobs
+    assert few.decision == "refuse"
+    assert few.reason.startswith("nothing to tune on: the window has 17 finished jobs")
 
 
 @pytest.mark.parametrize(
