@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import resource
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -262,16 +263,24 @@ def time_replays(month: TeamMonth, pool, load: float, args: argparse.Namespace) 
     base = named("default")
     points = grid_sample(grid(multi_user=False), TIMED_REPLAYS, args.seed)
     tasks = [ReplayTask(month.history, apply_knobs(base, knobs), setup) for knobs in points]
-    began = time.perf_counter()
+    began, cpu = time.perf_counter(), _children_cpu()
     with ProcessPoolExecutor(args.workers, mp_context=get_context("spawn")) as workers:
         list(workers.map(run_task, tasks))
-    took = time.perf_counter() - began
+    took, cpu = time.perf_counter() - began, _children_cpu() - cpu
     verdict = "met" if took <= TIMING_AIM else "NOT met"
     print(
         f"{len(tasks)} replays of a 14-day window ({month.team}'s {len(month.history)} jobs "
         f"before {month.month}, {len(nodes) * GPUS_PER_NODE} GPUs) on {args.workers} workers: "
-        f"{took:.0f} s (aim <= {TIMING_AIM:.0f} s: {verdict})"
+        f"{took:.0f} s (aim <= {TIMING_AIM:.0f} s: {verdict}); the workers' CPU time "
+        f"{cpu:.0f} s, {cpu / args.workers:.0f} s on {args.workers} idle cores"
     )
+
+
+def _children_cpu() -> float:
+    """CPU seconds of this process's ended children (the workers, once the pool is shut):
+    what the replays cost whatever else the machine runs."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def row_dict(row: Row) -> dict:
