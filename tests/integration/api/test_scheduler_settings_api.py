@@ -11,7 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from gpupool.services.platform import Platform
-from tests.support.platform import make_settings, refused, running_app
+from tests.support.platform import make_settings, refused, running_app, submit, wait_job
 
 CONFIG = "/api/v1/scheduler/config"
 DEFAULT_LEVELS = [1800.0, 36000.0, 360000.0]
@@ -148,3 +148,23 @@ def test_a_missing_reason_or_a_nan_is_refused_and_a_wrong_order_says_how(tmp_pat
         wrong = client.put(CONFIG, json={"las_thresholds": [5, 4], "reason": "x"})
         message = refused(wrong, 422, "invalid_request")["message"]
         assert message.startswith("las_thresholds:") and "lowest first" in message
+
+
+def test_the_gittins_order_is_drawn_from_the_finished_jobs_service(
+    tmp_path: Path, database_url: str
+) -> None:
+    """With order gittins the snapshot carries the GPU-seconds the finished jobs received
+    over all their attempts (without it the order is first come, first served in a level)."""
+    with running_app(make_settings(tmp_path / "data", database_url)) as (client, platform):
+        for seconds in ("0.2", "0.4"):
+            job = submit(client, ["sleep", seconds], resources={"gpus": 2})
+            wait_job(client, job["id"])
+        with platform.db.reader() as session:
+            assert platform.loop.snapshots.build(session).service is None, "las: not read"
+        change(client, order="gittins", reason="many jobs of one size")
+
+        with platform.db.reader() as session:
+            service = platform.loop.snapshots.build(session).service
+
+        assert service is not None and len(service) == 2
+        assert 2 * 0.2 <= service.samples[0] < 2 * 0.2 + 2 and service.samples[1] >= 2 * 0.4

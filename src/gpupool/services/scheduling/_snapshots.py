@@ -16,12 +16,13 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any
 
-from sqlalchemy import Row, select
+from sqlalchemy import Row, func, select
 from sqlalchemy.orm import Session
 
 from gpupool.domain import locality
 from gpupool.domain.jobs import JobStatus, ResourceRequest
 from gpupool.domain.policy import DEFAULT_POLICY, Policy
+from gpupool.scheduler.gittins import ServiceDistribution
 from gpupool.scheduler.types import (
     Allocation,
     GpuShare,
@@ -55,6 +56,11 @@ DEFAULT_HALF_LIFE = Settings.model_fields["fair_share_half_life_seconds"].defaul
 # how long a node counts as holding what a job placed there fetches, before the node says so
 # itself (a fetch that failed, or a report lost, misleads placement this long at most)
 EXPECT_SECONDS = 600.0
+
+
+SERVICE_SAMPLES = 10_000  # finished jobs whose service the Gittins order is drawn from
+SERVICE_REFRESH_SECONDS = 60.0
+FINISHED = (JobStatus.SUCCEEDED.value, JobStatus.FAILED.value, JobStatus.CANCELLED.value)
 
 
 class NodeCache:
@@ -158,6 +164,9 @@ class SnapshotBuilder:
         self._quotas_at = 0.0
         self._weights: Mapping[str, float] | None = None
         self._weights_at = 0.0
+        # the finished jobs' service, for the Gittins order (read only while it is the order)
+        self._service: ServiceDistribution | None = None
+        self._service_at = 0.0
         # changes announced (``quotas_changed``, ``weights_changed``): what a build read after
         # one was announced during it (its transaction may predate the change) is not kept
         self._changes = 0
@@ -189,6 +198,7 @@ class SnapshotBuilder:
             weights=self._user_weights(session, changes),
             policy=self.policy,
             nominations=dict(nominations or {}),
+            service=self._service_seen(session) if self.policy.order == "gittins" else None,
         )
 
     def use_policy(self, policy: Policy) -> None:
@@ -254,6 +264,29 @@ class SnapshotBuilder:
             if row.placement and row.id in self._facts
             for task in placement_tasks(row.placement)
         )
+
+    def _service_seen(self, session: Session) -> ServiceDistribution:
+        """The GPU-seconds the most recent ``SERVICE_SAMPLES`` finished jobs received, read
+        again at most every ``SERVICE_REFRESH_SECONDS`` (the same object between: a cycle may
+        keep the order it gave)."""
+        checked = time.monotonic()
+        if self._service is None or checked - self._service_at >= SERVICE_REFRESH_SECONDS:
+            ran = func.sum(AttemptModel.ended_at - AttemptModel.started_at)
+            rows = session.scalars(
+                select(JobModel.gpus * ran)
+                .join(AttemptModel, AttemptModel.job_id == JobModel.id)
+                .where(
+                    JobModel.status.in_(FINISHED),
+                    JobModel.gpus > 0,
+                    AttemptModel.started_at.is_not(None),
+                    AttemptModel.ended_at.is_not(None),
+                )
+                .group_by(JobModel.id, JobModel.gpus, JobModel.ended_at)
+                .order_by(JobModel.ended_at.desc())
+                .limit(SERVICE_SAMPLES)
+            )
+            self._service, self._service_at = ServiceDistribution.of(rows), checked
+        return self._service
 
     def _user_weights(self, session: Session, changes: int) -> Mapping[str, float]:
         # read as often as quotas: both change only when an admin says so
