@@ -13,8 +13,11 @@ as a baseline, over one built anew.
 
 Last, the server's cycles (``Settings.cycle_max_starts`` / ``cycle_max_tries``): the burst's
 cycle from the same snapshot, handing its jobs over that many at a time as it goes (the
-server starts them meanwhile), then cycles with its decisions applied and nothing new (the
-queue still long). The server explains the jobs left pending at most once a second
+server starts them meanwhile), then cycles half a second apart, each with the decisions of
+the one before applied and nothing new (nothing ends: the queue still long). Jobs that could
+not start are parked until something they wait on changes (``scheduler.parking``); as a
+baseline, the same cycles with every job tried each cycle, which must decide the same. The
+server explains the jobs left pending at most once a second
 (``Settings.explain_interval_seconds``): the cycles between decide only, and the cycle that
 explains is timed apart.
 
@@ -43,6 +46,7 @@ from gpupool.domain.policy import DEFAULT_POLICY, Policy
 from gpupool.domain.units import GiB
 from gpupool.scheduler import SchedulerState, schedule
 from gpupool.scheduler.cycle import Cycle
+from gpupool.scheduler.parking import Parking
 from gpupool.scheduler.types import (
     ANY_MODEL,
     Allocation,
@@ -226,6 +230,7 @@ class ServerRun:
     preempted: int = 0
     steady: list[float] = field(default_factory=list)
     steady_cpu: list[float] = field(default_factory=list)
+    steady_starts: list[int] = field(default_factory=list)  # placements and preemptions
 
 
 def server_cycles(
@@ -233,8 +238,9 @@ def server_cycles(
 ) -> tuple[ServerRun, Snapshot]:
     """The server's deciding cycles from ``snapshot`` (its policy bounded; explaining
     nothing, as between its explaining ones): the burst, handing its jobs over
-    ``max_starts`` at a time, then ``steady`` cycles with its decisions applied (nothing
-    new). Their times, and the snapshot after them."""
+    ``max_starts`` at a time, then ``steady`` cycles, each with the decisions of the one
+    before applied and nothing new (nothing ends), half a second apart (the server's
+    ``schedule_interval_seconds``). Their times, and the snapshot after the burst."""
     clock = VirtualClock(NOW)
     schedule(snapshot, clock, state)  # the kept state, as the tick before left it
     quiet = replace(snapshot, explain=False)
@@ -258,12 +264,15 @@ def server_cycles(
     )
     run.placed = len({placement.job_id for placement in whole.placements})
     run.preempted = len(whole.preemptions)
-    after = applied(quiet, whole)
+    after = current = applied(quiet, whole)
     for _ in range(steady):
+        clock.advance_to(clock.now() + Settings().schedule_interval_seconds)
         began, began_cpu = time.perf_counter(), time.process_time()
-        schedule(after, clock, state)
+        decisions = schedule(current, clock, state)
         run.steady.append(time.perf_counter() - began)
         run.steady_cpu.append(time.process_time() - began_cpu)
+        run.steady_starts.append(len(decisions.placements) + len(decisions.preemptions))
+        current = applied(current, decisions)
     return run, replace(after, explain=True)
 
 
@@ -350,6 +359,7 @@ def main() -> None:
     server = Settings().policy()
     bounded = replace(product, policy=server)
     run, after = server_cycles(bounded, args.cycles, state)
+    tried, _ = server_cycles(bounded, args.cycles, SchedulerState(parking=Parking(enabled=False)))
     rate = run.placed / run.burst
     gap95, steady95 = percentile(run.gaps, 95), percentile(run.steady, 95)
     print(
@@ -361,8 +371,17 @@ def main() -> None:
         f"{gap95 * 1000:7.1f} ms   max {max(run.gaps) * 1000:7.1f} ms   ({len(run.gaps)} parts)\n"
         f"  {'the next cycles (nothing new)':<42} p50 "
         f"{percentile(run.steady, 50) * 1000:7.1f} ms   p95 {steady95 * 1000:7.1f} ms   (CPU "
-        f"p50 {percentile(run.steady_cpu, 50) * 1000:7.1f} ms)"
+        f"p50 {percentile(run.steady_cpu, 50) * 1000:7.1f} ms)   starts and preemptions: "
+        f"{' '.join(str(n) for n in run.steady_starts[:4])} then "
+        f"{sum(run.steady_starts[4:])}\n"
+        f"  {'  baseline: every job tried each cycle':<42} p50 "
+        f"{percentile(tried.steady, 50) * 1000:7.1f} ms   p95 "
+        f"{percentile(tried.steady, 95) * 1000:7.1f} ms   (CPU p50 "
+        f"{percentile(tried.steady_cpu, 50) * 1000:7.1f} ms)   parked / tried (p50): "
+        f"{statistics.median(run.steady) / statistics.median(tried.steady):.2f}"
     )
+    if run.steady_starts != tried.steady_starts:
+        print("  DIFFERENT DECISIONS with jobs parked: a fault")
     explaining, decisions = time_cycles(after, max(3, args.cycles // 4), state)
     line("the server: a cycle that explains", explaining, decisions)
     print(

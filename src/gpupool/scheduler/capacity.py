@@ -21,6 +21,7 @@ from gpupool.scheduler.state import SchedulerState, remembered
 from gpupool.scheduler.types import SHARE_EPSILON, Allocation, GpuCapacity, NodeCapacity
 
 GpuKey = tuple[float, int, int, int]
+CPU_EPSILON = 1e-9  # CPUs compared as floats
 
 
 @dataclass(slots=True)
@@ -143,6 +144,12 @@ class FreeCapacity:
             gpu.key() for node in self.nodes for gpu in node.gpus if gpu.is_shared
         )
         self._saved: dict[int, tuple] | None = None  # by rank: nodes as before ``take``s
+        # what was free, by rank, of the nodes the last cycle changed, as it left them (None:
+        # no cycle yet), and the nodes the last ``update`` left with more free than before:
+        # what ``grown`` compares (``parking``: a job waits until a node has more free)
+        self.ends: dict[int, tuple] | None = None
+        self.renewed_more: set[int] = set()
+        self.last_cycle: int | None = None  # the number of the cycle ``ends`` is of
 
     # -- kept from one cycle to the next (``leased_capacity``) -----------------------------
 
@@ -161,8 +168,10 @@ class FreeCapacity:
             )
 
     def rollback(self) -> None:
-        """Put every node changed since ``journal`` back as it was."""
+        """Put every node changed since ``journal`` back as it was (what they had free at
+        the end is kept for ``grown``)."""
         saved, self._saved = self._saved or {}, None
+        self.ends = {rank: _free_of(self.nodes[rank]) for rank in saved}
         for rank, (cpus, memory_bytes, version, gpus) in saved.items():
             node = self.nodes[rank]
             self._unindex_node(node)
@@ -182,6 +191,7 @@ class FreeCapacity:
         changed are worked out again, the others kept. When few allocation objects came or
         went since the last update (a tuple of them, as the simulator's), only their nodes
         are looked at."""
+        self.renewed_more = set()
         present = None
         if isinstance(allocations, tuple):
             present = by_key(allocations, ALLOCATION_KEY)
@@ -213,6 +223,8 @@ class FreeCapacity:
         old = self.nodes[rank]
         self._unindex_node(old)
         node = _node_state(self.sources[rank], rank, held, self.state)
+        if _more_free(node, _free_of(old)):
+            self.renewed_more.add(rank)
         self.nodes[rank] = node
         self.held[rank] = held
         if self.by_name.get(node.name) is old:
@@ -232,6 +244,16 @@ class FreeCapacity:
         for gpu in node.gpus:
             if gpu.is_shared:
                 insort(self.shared, gpu.key())
+
+    def grown(self) -> set[int] | None:
+        """The ranks of the nodes with more free now than the last cycle left them with
+        (after its placements, before ``rollback``); None: no cycle before to compare with."""
+        if self.ends is None:
+            return None
+        grown = set(self.renewed_more)
+        nodes = self.nodes
+        grown.update(rank for rank, free in self.ends.items() if _more_free(nodes[rank], free))
+        return grown
 
     def gpu_at(self, key: GpuKey) -> GpuState:
         return self.nodes[key[2]].gpus[key[3]]
@@ -306,6 +328,28 @@ class FreeCapacity:
         del bucket[bisect_left(bucket, node.rank)]
         insort(self.buckets[count], node.rank)
         node.free_count = count
+
+
+def _free_of(node: NodeState) -> tuple:
+    """What a node has free: CPUs, memory, and each GPU's free share and memory."""
+    return (
+        node.cpus,
+        node.memory_bytes,
+        tuple((gpu.free_share, gpu.free_memory) for gpu in node.gpus),
+    )
+
+
+def _more_free(node: NodeState, then: tuple) -> bool:
+    """Whether ``node`` has more of anything free than ``then`` (``_free_of``)."""
+    cpus, memory_bytes, gpus = then
+    if node.cpus > cpus + CPU_EPSILON or node.memory_bytes > memory_bytes:
+        return True
+    if len(gpus) != len(node.gpus):
+        return True
+    return any(
+        gpu.free_share > share + SHARE_EPSILON or gpu.free_memory > memory
+        for gpu, (share, memory) in zip(node.gpus, gpus, strict=True)
+    )
 
 
 def _allocation_order(allocation: Allocation) -> tuple:

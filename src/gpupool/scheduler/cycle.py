@@ -52,6 +52,7 @@ from gpupool.scheduler.locality import Locality
 from gpupool.scheduler.memo import Group, NoRoom, NoVictims
 from gpupool.scheduler.ordering import FIFO_TEAM, KeptOrder, QueuedJob, Queues, leased_order
 from gpupool.scheduler.packing import Packer
+from gpupool.scheduler.parking import Parked
 from gpupool.scheduler.placement import find_spot, place_in_one_fabric, place_tasks, unplace
 from gpupool.scheduler.preemption import Choice, KeptRunning, Preemptor, leased_running
 from gpupool.scheduler.reasons import Blocked, explain_unplaced
@@ -108,6 +109,10 @@ class Cycle:
         state: SchedulerState | None = None,
     ) -> None:
         self.state = state = state if state is not None else SchedulerState()
+        # the jobs that could not start, not tried again until something they wait on changed
+        # (``parking``): a new cycle first, for what is stamped from now on
+        self.parking = parking = state.parking
+        self.cycle = parking.begin(snapshot.policy, snapshot.quotas)
         self.snapshot = snapshot
         self.fabric_of = {node.name: node.fabric_group for node in snapshot.nodes}
         self.hand_over = hand_over
@@ -132,6 +137,8 @@ class Cycle:
             order.waiting if order is not None else None,
             state,
         )
+        self.held_at_start = dict(self.ledger.held)  # what each team holds (``_park``)
+        self.refunded: set[str] = set()  # teams whose jobs were preempted in this cycle
         self.arrays = ArrayLimits(snapshot.allocations, snapshot.pending)
         # what the nodes hold of the jobs' wants, and what this cycle's placements fetch
         self.locality = Locality(snapshot.nodes)
@@ -191,8 +198,33 @@ class Cycle:
         self.first_blocked: dict[tuple[str, str], int] = {}
         self.tired: set[tuple[str, str]] = set()
         self._hold_nominated()
+        self._wake_parked()
+        self.parked: list[Parked] = []  # failed in this cycle, parked after it
+        self.tried: list[int] = []  # tried in this cycle (placed, or not parked)
+        self.use_parked = bool(parking.jobs)
+        self.grew = False  # capacity grew in this cycle: nothing parked after
+
+    def _wake_parked(self) -> None:
+        """Stamp what changed since the cycle before (``parking``)."""
+        parking, capacity = self.parking, self.capacity
+        grown = capacity.grown() if capacity.last_cycle == self.cycle - 1 else None
+        if grown is None:  # no cycle just before on this capacity: nothing to compare with
+            parking.wake_all()
+        elif grown:
+            parking.grown({model for rank in grown for model in capacity.nodes[rank].models})
+        parking.fair_shares(self.ledger.fair)
+        self.kept_stopping = frozenset(self.preemptor.taken)  # for the jobs nominated
+        parking.kept_stopping(self.kept_stopping)
+        parking.settle(self.kept_stopping)
 
     def run(self) -> Decisions:
+        decisions = self._decide()
+        self.parking.park(self.parked, self.tried)
+        self.parking.forget_gone(self.snapshot.pending)
+        self.capacity.last_cycle = self.cycle  # what it has free now is this cycle's end
+        return decisions
+
+    def _decide(self) -> Decisions:
         policy = self.policy
         for queued in self.queues:
             self.consider(queued)
@@ -434,11 +466,17 @@ class Cycle:
         else:
             where = reservations.where(job, job.gpu_types) if reservations else Where(job.gpu_types)
         guarded = where.node_ok is not None
+        # parked: known to find no room (nothing freed since it last failed)
+        parked = None
+        if self.use_parked and not nominated:
+            parked = self.parking.room_for(job)
         # locality chooses among the spots that fit; a nominee takes the GPUs it preempted for
         fetch = None
         if job.wants:
             fetch = self.locality.fetch(job.wants, self.policy.locality and not nominated)
-        if nominated or not self.no_room.covers(job, demand):
+        if parked is not None:
+            self.no_room.add(job, demand)  # what trying it would have learnt
+        elif nominated or not self.no_room.covers(job, demand):
             if job.one_fabric:
                 placements = place_in_one_fabric(
                     job.job_id,
@@ -487,6 +525,7 @@ class Cycle:
                 self.queues.charge_user(job)
                 if reservations is not None:
                     reservations.note(placements, job)
+                self.tried.append(job.job_id)
                 return
             if not nominated:
                 self.no_room.add(job, demand)
@@ -503,13 +542,15 @@ class Cycle:
             self.nominations.pop(job.job_id, None)
             if holding:
                 self._capacity_grew()
-        if self._preempt(queued, demand, where, gpus):
+        if self._preempt(queued, demand, where, gpus, parked):
+            self.tried.append(job.job_id)
             return
-        if guarded:
+        if guarded and parked is None:
             reservation = self._reservation_in_the_way(job, demand)
             if reservation is not None:
                 self._block(queued, Blocked(Reason.RESERVED, reservation=reservation))
                 self._rest(queued)
+                self.tried.append(job.job_id)
                 return
         blocked = Blocked(None)
         if reservations is not None and job.team not in self.reserved_teams:
@@ -518,11 +559,49 @@ class Cycle:
                 job, demand, self.capacity, Where(job.gpu_types)
             )
         self._block(queued, blocked)
+        self._park(queued, demand, gpus, nominated, guarded and parked is None)
         self._hold_back_the_queue(queued)
         self._rest(queued)
 
+    def _park(
+        self, queued: QueuedJob, demand: Demand, gpus: float, nominated: bool, guarded: bool
+    ) -> None:
+        """The job found neither room nor victims: park it (``parking``), unless it is not
+        sure that no room at all is left for it (a nominee; a job kept off reserved spots,
+        unless it fits nowhere else either), or capacity grew in this cycle."""
+        job = queued.job
+        unsure = (
+            nominated
+            or self.grew
+            or (
+                guarded
+                and (
+                    job.tasks != 1
+                    or find_spot(demand, self.capacity, Where(job.gpu_types), self.packer)
+                    is not None
+                )
+            )
+        )
+        if unsure:
+            self.tried.append(job.job_id)
+            return
+        preemptor, ledger = self.preemptor, self.ledger
+        rank = preemptor.rank(job, queued.level) if preemptor.any else None
+        # whether it could reclaim in any later cycle: its team holds at least what it held
+        # at the start of this one (in the cycle, it may be charged for jobs that preempt,
+        # which a later cycle need not charge before this job's turn), or a stamp wakes it
+        held = self.held_at_start.get(job.team, 0.0) + gpus - EPSILON
+        reclaim = self.policy.reclaim and (
+            held <= ledger.fair.get(job.team, 0.0) or held <= ledger.guarantee(job.team)
+        )
+        self.parked.append(Parked(job, self.cycle, rank, reclaim))
+
     def _capacity_grew(self) -> None:
-        """What did not fit before may fit now: forget it, and wake the sleeping teams."""
+        """What did not fit before may fit now: forget it, and wake the sleeping teams.
+        Nothing parked holds any more: what failed so far may fit now."""
+        self.use_parked, self.grew = False, True
+        self.tried.extend(entry.job.job_id for entry in self.parked)
+        self.parked.clear()
         self.no_room.clear()
         self.preemptor.capacity_grew()
         self.sleeping.clear()
@@ -638,12 +717,17 @@ class Cycle:
             return found
         return next((r for r in reservations.by_node.values() if r.job_id != job.job_id), None)
 
-    def _preempt(self, queued: QueuedJob, demand: Demand, where: Where, gpus: float) -> bool:
+    def _preempt(
+        self, queued: QueuedJob, demand: Demand, where: Where, gpus: float, parked: Parked | None
+    ) -> bool:
         job = queued.job
         if not self.preemptor.any:
             return False
         rank = self.preemptor.rank(job, queued.level)
         if self.no_victims.covers(job, rank, demand):
+            return False
+        if parked is not None and self._no_victims_yet(parked, rank):
+            self.no_victims.add(job, rank, demand)  # what searching would have learnt
             return False
         choice = self.preemptor.find(job, queued.level, demand, Where(job.gpu_types))
         if choice is None:
@@ -656,6 +740,19 @@ class Cycle:
         self._block(queued, Blocked(Reason.PREEMPTING, victims=choice.victims))
         return True
 
+    def _no_victims_yet(self, parked: Parked, rank: tuple) -> bool:
+        """Whether no victim became eligible for a parked job since it looked. What teams
+        hold changes in the cycle too: a job that may reclaim may take more from a team
+        charged for a job placed or preempting before its turn, and a team whose jobs were
+        preempted in this cycle may reclaim again."""
+        if self.policy.order == "srtf":  # the running jobs' remaining work changes each cycle
+            return False
+        if (parked.reclaim and self.ledger.changes) or parked.job.team in self.refunded:
+            return False
+        self.preemptor.running  # noqa: B018 -- brings the running jobs (and their stamps) up to date
+        self.parking.settle(self.kept_stopping)
+        return self.parking.no_victims_for(parked, rank)
+
     def _apply(self, job, choice: Choice, gpus: float) -> None:  # noqa: ANN001
         self.preemptor.take(choice)
         self.ledger.charge(job.team, gpus, job.preemptible)
@@ -663,6 +760,7 @@ class Cycle:
             if victim.stopping:
                 continue
             self.ledger.refund(victim.team, victim.gpus, victim.preemptible)
+            self.refunded.add(victim.team)
             self.queues.rekey(victim.team)
             self.decisions.preemptions.append(
                 Preemption(victim.job_id, job.job_id, *preemption_reason(job, victim))

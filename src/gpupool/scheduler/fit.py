@@ -6,10 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gpupool.domain.jobs import ResourceRequest
-from gpupool.scheduler.capacity import GpuState, NodeState
-from gpupool.scheduler.types import SHARE_EPSILON
-
-CPU_EPSILON = 1e-9
+from gpupool.scheduler.capacity import CPU_EPSILON, GpuState, NodeState
+from gpupool.scheduler.types import SHARE_EPSILON, model_matches
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,15 +50,6 @@ class DemandCache:
         if demand is None:
             demand = self._demands[key] = demand_of(request)
         return demand
-
-
-def model_matches(types: tuple[str, ...], model: str) -> bool:
-    """A GPU model is allowed by ``types`` (empty: any): a case-insensitive substring match,
-    so ``A100`` matches ``NVIDIA A100-SXM4-80GB``."""
-    if not types:
-        return True
-    lowered = model.lower()
-    return any(kind.lower() in lowered for kind in types)
 
 
 class Where:

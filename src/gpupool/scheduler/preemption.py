@@ -41,6 +41,7 @@ from gpupool.scheduler.kept import ALLOCATION_KEY, by_key, changes
 from gpupool.scheduler.ledger import EPSILON, Ledger, held_gpus
 from gpupool.scheduler.memo import Frontier
 from gpupool.scheduler.ordering import LEVELLED, just_reached
+from gpupool.scheduler.parking import Parking
 from gpupool.scheduler.state import SchedulerState
 from gpupool.scheduler.types import SHARE_EPSILON, Allocation, PendingJob
 
@@ -195,19 +196,23 @@ class KeptRunning:
         self._clock: dict[
             int, tuple[RunningJob, float, list[tuple[float, float, float]], list]
         ] = {}
+        self._last_now: float | None = None  # the time of the last ``_advance``
 
     def update(
         self, allocations: Sequence[Allocation], now: float, remaining: Mapping[int, float]
     ) -> dict[int, RunningJob]:
         present = by_key(allocations, ALLOCATION_KEY)
         repeated = len(present) != len(allocations)
+        parking = self.state.parking
         if self.allocations is None or repeated:
             touched = set(self.jobs)
             touched.update(allocation.job_id for allocation in allocations)
+            parking.running_changed()
         else:
-            gone, come = changes(self.allocations, present)
+            gone, come = _real_changes(self.allocations, present)
             touched = {allocation.job_id for allocation in gone}
             touched.update(allocation.job_id for allocation in come)
+            _tell_parking(parking, self.allocations, gone, come)
         self.allocations = None if repeated else present
         if touched:
             parts: dict[int, list[Allocation]] = {}
@@ -273,12 +278,18 @@ class KeptRunning:
         at ``now``."""
         las = self.policy.order in LEVELLED
         thresholds = self.policy.las_thresholds
+        min_runtime = self.policy.min_runtime
         left = remaining.get
+        parking = self.state.parking
+        last, self._last_now = self._last_now, now
         for job_id, (job, since, served, earlier) in self._clock.items():
             job.lost = max(0.0, now - since)
             job.remaining = left(job_id, 0.0)
+            if last is not None and last < job.started_at + min_runtime <= now:
+                parking.team_changed(job.team)  # past ``min_runtime``: a victim for its team
             if not las:
                 continue
+            was = job.level
             if earlier:
                 level = sum(
                     attained + gpus * max(0.0, now - started) for attained, gpus, started in served
@@ -290,6 +301,41 @@ class KeptRunning:
             if self.policy.dlas_queues and job.level and served[0][0] < thresholds[job.level - 1]:
                 # reached in this attempt: behind the jobs waiting at its level for a moment
                 job.level += 0.5 if just_reached(level, job.gpus, job.level, self.policy) else 0
+            if job.level != was:
+                parking.team_changed(job.team)
+
+
+def _real_changes(
+    known: dict[tuple, Allocation], present: dict[tuple, Allocation]
+) -> tuple[list[Allocation], list[Allocation]]:
+    """``kept.changes``, less the allocations read anew but equal to those known."""
+    gone, come = changes(known, present)
+    if not come:
+        return gone, come
+    same = {
+        key
+        for key in map(ALLOCATION_KEY, come)
+        if key in known and key in present and known[key] == present[key]
+    }
+    if not same:
+        return gone, come
+    return (
+        [a for a in gone if ALLOCATION_KEY(a) not in same],
+        [a for a in come if ALLOCATION_KEY(a) not in same],
+    )
+
+
+def _tell_parking(parking: Parking, known: dict[tuple, Allocation], gone: list, come: list) -> None:
+    """Tell the parked jobs' stamps what came (a new running job), what changed (a stop
+    under way: ``Parking.changed``) and what went (its team holds less; the GPUs it frees
+    are the capacity's to stamp) (``_real_changes``)."""
+    for allocation in come:
+        if ALLOCATION_KEY(allocation) in known:
+            parking.changed(allocation.job_id, allocation.team)
+        else:
+            parking.running_came(allocation.team)
+    for allocation in gone:
+        parking.team_changed(allocation.team)
 
 
 @contextmanager

@@ -23,6 +23,7 @@ from typing import Any
 
 from gpupool.domain.policy import Policy
 from gpupool.scheduler.kept import Counted
+from gpupool.scheduler.parking import Parking
 from gpupool.scheduler.types import (
     Allocation,
     Clock,
@@ -81,6 +82,9 @@ class SchedulerState:
     workload: Counted | None = None
     # the empty pool's capacity (explanations only read it), while the nodes are the same
     empty: tuple[tuple[NodeCapacity, ...], Any] | None = None
+    # the jobs that found neither room nor victims, not tried again until something they
+    # wait on changes (``parking``: kube-scheduler's unschedulable queue)
+    parking: Parking = field(default_factory=Parking)
 
 
 # what the server's control loop calls each cycle, with the state it keeps for it:

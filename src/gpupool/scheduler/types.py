@@ -254,3 +254,12 @@ class Decisions:
 
 
 HandOver = Callable[[Decisions], None]  # takes a cycle's decisions so far (``schedule``)
+
+
+def model_matches(types: tuple[str, ...], model: str) -> bool:
+    """A GPU model is allowed by ``types`` (empty: any): a case-insensitive substring match,
+    so ``A100`` matches ``NVIDIA A100-SXM4-80GB``."""
+    if not types:
+        return True
+    lowered = model.lower()
+    return any(kind.lower() in lowered for kind in types)

@@ -1,0 +1,172 @@
+"""Jobs that could not start, set aside until something they wait on changes.
+
+kube-scheduler keeps a pod that did not fit in an *unschedulable queue* and moves it back
+only on an event that may make it fit (its *queueing hints*). Here a job that found neither
+room nor victims is **parked**: in the cycles after, while nothing it waits on has changed,
+it is not tried again — it is told what it was told, and counts as tried (the user's
+``max_tries``, the team's memos, its reservation), so that the cycle decides as if it had
+been tried; only the searches (placement and victims) are saved.
+
+What wakes a parked job (each event is stamped with the cycle that saw it; a job parked in
+an earlier cycle than an event's stamp is tried again):
+
+- **room**: a node of one of its GPU models has more free than at the end of the cycle
+  before (an allocation gone or shrunk, a nomination given up: ``FreeCapacity.grown``), or
+  capacity grows within the cycle (a nomination given up: then nothing parked is used for the
+  rest of it, and what failed before is not parked);
+- **victims** (a job that looked for them): a running job of its team gone or changed (its
+  team holds less); a running job changed (a stop under way) that is not kept for the job
+  nominated to its GPUs; one come in its own team, or in any team when its team could reclaim
+  (within its fair share or guarantee with it); a running job of its team that changed level
+  (least-attained service) or passed ``min_runtime``; a stopping job no longer kept for the
+  job nominated to its GPUs; the fair shares; its own rank (its priority, its level);
+- **everything**: the nodes, the policy, the quotas, a capacity or a set of running jobs
+  built anew (nothing kept to compare with), and the job itself changed.
+
+Capacity only shrinks between two such cycles (placements applied, nothing freed), and no
+victim becomes eligible, so a parked job would fail again: the decisions are those of trying
+it (a property test replays random histories both ways).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from gpupool.domain.policy import Policy
+from gpupool.scheduler.types import PendingJob, TeamQuota, model_matches
+
+
+@dataclass(slots=True)
+class Parked:
+    """A job set aside: as it was, the cycle it last failed in, and how it looked for
+    victims (``rank`` None: it did not)."""
+
+    job: PendingJob
+    since: int
+    rank: tuple | None
+    reclaim: bool
+
+
+@dataclass
+class Parking:
+    """The parked jobs and the stamps of the events that wake them, kept by a
+    ``SchedulerState`` from one cycle to the next."""
+
+    enabled: bool = True  # False: every job tried each cycle (a benchmark's baseline)
+    cycle: int = 0
+    jobs: dict[int, Parked] = field(default_factory=dict)
+    woke_all: int = 0  # everything (see the module)
+    room: dict[str, int] = field(default_factory=dict)  # GPU model -> more free on such a node
+    room_any: int = 0  # the latest of ``room``
+    victims: int = 0  # a running job gone or changed, the fair shares
+    came: int = 0  # a running job come, any team
+    teams: dict[str, int] = field(default_factory=dict)  # a team's running jobs come or changed
+    # what a cycle compares with the one before
+    policy: Policy | None = None
+    quotas: tuple[TeamQuota, ...] | None = None
+    fair: dict[str, float] | None = None
+    kept_for: frozenset[int] = frozenset()  # stopping jobs kept for the jobs nominated
+    unsettled: set[int] = field(default_factory=set)  # running jobs changed (``settle``)
+
+    def begin(self, policy: Policy, quotas: tuple[TeamQuota, ...]) -> int:
+        """A new cycle: its number, everything woken if the policy or quotas changed."""
+        self.cycle += 1
+        same = (
+            self.policy is not None
+            and (self.policy is policy or self.policy == policy)
+            and self.quotas == quotas
+        )
+        if not same:
+            self.wake_all()
+        self.policy, self.quotas = policy, quotas
+        return self.cycle
+
+    def wake_all(self) -> None:
+        self.woke_all = self.cycle
+
+    def grown(self, models: Iterable[str]) -> None:
+        """Nodes of these GPU models have more free than at the end of the cycle before."""
+        for model in models:
+            self.room[model] = self.cycle
+            self.room_any = self.cycle
+
+    def fair_shares(self, fair: dict[str, float]) -> None:
+        if self.fair is not None and fair != self.fair:
+            self.victims = self.cycle
+        self.fair = dict(fair)
+
+    def kept_stopping(self, kept: Iterable[int]) -> None:
+        """The stopping jobs kept for nominated jobs (nobody else's victims): one let go is a
+        victim for any job."""
+        kept = frozenset(kept)
+        if not self.kept_for <= kept:
+            self.victims = self.cycle
+        self.kept_for = kept
+
+    # -- what ``KeptRunning`` saw ------------------------------------------------------------
+
+    def running_changed(self) -> None:
+        """A running job gone or changed (or all of them worked out anew)."""
+        self.victims = self.cycle
+
+    def changed(self, job_id: int, team: str) -> None:
+        """A running job changed (a stop under way): its team may hold less, and the job is
+        a victim for any job unless kept for the job nominated to its GPUs (``settle``)."""
+        self.teams[team] = self.cycle
+        self.unsettled.add(job_id)
+
+    def settle(self, kept: Iterable[int]) -> None:
+        """The running jobs changed since the last call, less those ``kept`` for nominated
+        jobs: any of them wakes every job that looked for victims."""
+        if self.unsettled and not self.unsettled <= set(kept):
+            self.victims = self.cycle
+        self.unsettled = set()
+
+    def running_came(self, team: str) -> None:
+        self.came = self.cycle
+        self.teams[team] = self.cycle
+
+    def team_changed(self, team: str) -> None:
+        """A running job of ``team`` changed level or passed ``min_runtime``."""
+        self.teams[team] = self.cycle
+
+    # -- a job ------------------------------------------------------------------------------
+
+    def room_for(self, job: PendingJob) -> Parked | None:
+        """The job's parking when no room has been made for it since (None: try it)."""
+        parked = self.jobs.get(job.job_id)
+        if parked is None or not self.enabled or not (parked.job is job or parked.job == job):
+            return None
+        since = parked.since
+        if self.woke_all > since:
+            return None
+        if self.room_any > since:
+            types = job.gpu_types
+            if any(stamp > since and model_matches(types, m) for m, stamp in self.room.items()):
+                return None
+        return parked
+
+    def no_victims_for(self, parked: Parked, rank: tuple) -> bool:
+        """Whether no victim has become eligible for the parked job since it looked."""
+        since = parked.since
+        if parked.rank is None or parked.rank != rank or self.victims > since:
+            return False
+        if parked.reclaim and self.came > since:
+            return False
+        return self.teams.get(parked.job.team, 0) <= since
+
+    def park(self, parked: Iterable[Parked], tried: Iterable[int]) -> None:
+        """After a cycle: these jobs failed (parked from this cycle); the others ``tried``
+        are not parked any more."""
+        jobs = self.jobs
+        for job_id in tried:
+            jobs.pop(job_id, None)
+        for entry in parked:
+            jobs[entry.job.job_id] = entry
+
+    def forget_gone(self, pending: Iterable[PendingJob]) -> None:
+        """Drop the jobs no longer pending, once there are many more parked than pending."""
+        ids = {job.job_id for job in pending}
+        if len(self.jobs) > 2 * len(ids) + 1024:
+            self.jobs = {job_id: entry for job_id, entry in self.jobs.items() if job_id in ids}
