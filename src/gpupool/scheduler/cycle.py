@@ -139,6 +139,7 @@ class Cycle:
         )
         self.held_at_start = dict(self.ledger.held)  # what each team holds (``_park``)
         self.refunded: set[str] = set()  # teams whose jobs were preempted in this cycle
+        self.charged: set[str] = set()  # teams charged for jobs placed or preempting in it
         self.arrays = ArrayLimits(snapshot.allocations, snapshot.pending)
         # what the nodes hold of the jobs' wants, and what this cycle's placements fetch
         self.locality = Locality(snapshot.nodes)
@@ -522,6 +523,7 @@ class Cycle:
                 self.stopping_for.pop(job.job_id, None)
                 self.free_gpus -= held
                 ledger.charge(job.team, held, job.preemptible)
+                self.charged.add(job.team)
                 self.queues.charge_user(job)
                 if reservations is not None:
                     reservations.note(placements, job)
@@ -742,20 +744,31 @@ class Cycle:
 
     def _no_victims_yet(self, parked: Parked, rank: tuple) -> bool:
         """Whether no victim became eligible for a parked job since it looked. What teams
-        hold changes in the cycle too: a job that may reclaim may take more from a team
+        hold changes in the cycle too: a job that may reclaim may take more from another team
         charged for a job placed or preempting before its turn, and a team whose jobs were
         preempted in this cycle may reclaim again."""
         if self.policy.order == "srtf":  # the running jobs' remaining work changes each cycle
             return False
-        if (parked.reclaim and self.ledger.changes) or parked.job.team in self.refunded:
+        team = parked.job.team
+        if team in self.refunded or (parked.reclaim and self._more_takeable(team)):
             return False
         self.preemptor.running  # noqa: B018 -- brings the running jobs (and their stamps) up to date
         self.parking.settle(self.kept_stopping)
         return self.parking.no_victims_for(parked, rank)
 
+    def _more_takeable(self, team: str) -> bool:
+        """Whether another team was charged in this cycle and holds more than its fair share
+        (less, and none of its jobs may be reclaimed: ``Eligibility.may_take``)."""
+        ledger = self.ledger
+        return any(
+            other != team and ledger.held[other] > ledger.fair.get(other, 0.0) + EPSILON
+            for other in self.charged
+        )
+
     def _apply(self, job, choice: Choice, gpus: float) -> None:  # noqa: ANN001
         self.preemptor.take(choice)
         self.ledger.charge(job.team, gpus, job.preemptible)
+        self.charged.add(job.team)
         for victim in choice.victims:
             if victim.stopping:
                 continue

@@ -14,12 +14,14 @@ an earlier cycle than an event's stamp is tried again):
   before (an allocation gone or shrunk, a nomination given up: ``FreeCapacity.grown``), or
   capacity grows within the cycle (a nomination given up: then nothing parked is used for the
   rest of it, and what failed before is not parked);
-- **victims** (a job that looked for them): a running job of its team gone or changed (its
-  team holds less); a running job changed (a stop under way) that is not kept for the job
-  nominated to its GPUs; one come in its own team, or in any team when its team could reclaim
-  (within its fair share or guarantee with it); a running job of its team that changed level
-  (least-attained service) or passed ``min_runtime``; a stopping job no longer kept for the
-  job nominated to its GPUs; the fair shares; its own rank (its priority, its level);
+- **victims** (a job that looked for them): a running job of its own team gone or changed
+  (its team may hold less); a running job changed (a stop under way) that is not kept for
+  the job nominated to its GPUs; a running job come in any team, when its team could reclaim
+  (within its fair share or guarantee with it, as it held at the start of its cycle); a
+  running job of its team that it outranks and that passed ``min_runtime`` or reached a
+  higher level (least-attained service); the fair shares; its own rank (priority, level);
+  and, within a cycle, its team's jobs preempted, or (when it could reclaim) another team
+  charged for a job placed or preempting before its turn;
 - **everything**: the nodes, the policy, the quotas, a capacity or a set of running jobs
   built anew (nothing kept to compare with), and the job itself changed.
 
@@ -35,6 +37,8 @@ from dataclasses import dataclass, field
 
 from gpupool.domain.policy import Policy
 from gpupool.scheduler.types import PendingJob, TeamQuota, model_matches
+
+RIPE_KEPT = 256  # cycles of ``Parking.ripe_ranks`` kept per team
 
 
 @dataclass(slots=True)
@@ -61,7 +65,11 @@ class Parking:
     room_any: int = 0  # the latest of ``room``
     victims: int = 0  # a running job gone or changed, the fair shares
     came: int = 0  # a running job come, any team
-    teams: dict[str, int] = field(default_factory=dict)  # a team's running jobs come or changed
+    teams: dict[str, int] = field(default_factory=dict)  # a team's running job gone or changed
+    # per team, (cycle, the highest victim rank) of its running jobs that became victims for
+    # its own jobs (past ``min_runtime``, a higher level) in that cycle, the last ``RIPE_KEPT``
+    ripe_ranks: dict[str, list[tuple[int, tuple]]] = field(default_factory=dict)
+    ripe_forgotten: dict[str, int] = field(default_factory=dict)  # the last cycle dropped
     # what a cycle compares with the one before
     policy: Policy | None = None
     quotas: tuple[TeamQuota, ...] | None = None
@@ -116,6 +124,23 @@ class Parking:
         self.teams[team] = self.cycle
         self.unsettled.add(job_id)
 
+    def held_less(self, team: str) -> None:
+        """A running job of ``team`` gone or changed: the team may hold less."""
+        self.teams[team] = self.cycle
+
+    def ripe(self, team: str, rank: tuple) -> None:
+        """A running job of ``team``, of victim rank ``rank`` (``Eligibility``: a job of
+        the team ranked better may take it), became a victim for its team's jobs."""
+        stamps = self.ripe_ranks.setdefault(team, [])
+        if stamps and stamps[-1][0] == self.cycle:
+            if rank > stamps[-1][1]:
+                stamps[-1] = (self.cycle, rank)
+            return
+        stamps.append((self.cycle, rank))
+        if len(stamps) > RIPE_KEPT:
+            self.ripe_forgotten[team] = stamps[0][0]
+            del stamps[0]
+
     def settle(self, kept: Iterable[int]) -> None:
         """The running jobs changed since the last call, less those ``kept`` for nominated
         jobs: any of them wakes every job that looked for victims."""
@@ -124,12 +149,9 @@ class Parking:
         self.unsettled = set()
 
     def running_came(self, team: str) -> None:
+        """A running job come: what its team holds grows (more may be reclaimed from it);
+        a victim for its own team once past ``min_runtime`` (``ripe``)."""
         self.came = self.cycle
-        self.teams[team] = self.cycle
-
-    def team_changed(self, team: str) -> None:
-        """A running job of ``team`` changed level or passed ``min_runtime``."""
-        self.teams[team] = self.cycle
 
     # -- a job ------------------------------------------------------------------------------
 
@@ -154,7 +176,15 @@ class Parking:
             return False
         if parked.reclaim and self.came > since:
             return False
-        return self.teams.get(parked.job.team, 0) <= since
+        team = parked.job.team
+        if self.teams.get(team, 0) > since or self.ripe_forgotten.get(team, 0) > since:
+            return False
+        for cycle, victim in reversed(self.ripe_ranks.get(team, ())):
+            if cycle <= since:
+                break
+            if rank < victim:
+                return False  # it outranks a job of its team that became a victim
+        return True
 
     def park(self, parked: Iterable[Parked], tried: Iterable[int]) -> None:
         """After a cycle: these jobs failed (parked from this cycle); the others ``tried``

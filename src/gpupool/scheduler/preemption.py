@@ -214,6 +214,7 @@ class KeptRunning:
             touched.update(allocation.job_id for allocation in come)
             _tell_parking(parking, self.allocations, gone, come)
         self.allocations = None if repeated else present
+        added: set[int] = set()
         if touched:
             parts: dict[int, list[Allocation]] = {}
             for allocation in allocations:  # in the snapshot's order
@@ -223,7 +224,8 @@ class KeptRunning:
                 self._forget(job_id)
                 if job_id in parts:
                     self._add(parts[job_id])
-        self._advance(now, remaining)
+                    added.add(job_id)
+        self._advance(now, remaining, added)
         return self.jobs
 
     def _forget(self, job_id: int) -> None:
@@ -273,9 +275,12 @@ class KeptRunning:
             for node in {allocation.node for allocation in allocations}:
                 self.by_node[node].append(job)
 
-    def _advance(self, now: float, remaining: Mapping[int, float]) -> None:
+    def _advance(
+        self, now: float, remaining: Mapping[int, float], added: set[int] | frozenset = frozenset()
+    ) -> None:
         """The work a restart loses, the remaining work (``srtf``) and the level of each job
-        at ``now``."""
+        at ``now``; a job that became a victim for its own team's jobs (past ``min_runtime``,
+        at a new level; ``added``: the jobs just worked out) is told to the parking."""
         las = self.policy.order in LEVELLED
         thresholds = self.policy.las_thresholds
         min_runtime = self.policy.min_runtime
@@ -285,9 +290,14 @@ class KeptRunning:
         for job_id, (job, since, served, earlier) in self._clock.items():
             job.lost = max(0.0, now - since)
             job.remaining = left(job_id, 0.0)
-            if last is not None and last < job.started_at + min_runtime <= now:
-                parking.team_changed(job.team)  # past ``min_runtime``: a victim for its team
+            ripe = job.started_at + min_runtime <= now
+            # past ``min_runtime`` since the last cycle (or just come): a victim for its team
+            news = ripe and (
+                job_id in added or (last is not None and last < job.started_at + min_runtime)
+            )
             if not las:
+                if news:
+                    parking.ripe(job.team, (-job.priority, job.level))
                 continue
             was = job.level
             if earlier:
@@ -301,8 +311,8 @@ class KeptRunning:
             if self.policy.dlas_queues and job.level and served[0][0] < thresholds[job.level - 1]:
                 # reached in this attempt: behind the jobs waiting at its level for a moment
                 job.level += 0.5 if just_reached(level, job.gpus, job.level, self.policy) else 0
-            if job.level != was:
-                parking.team_changed(job.team)
+            if news or (ripe and job.level > was):
+                parking.ripe(job.team, (-job.priority, job.level))
 
 
 def _real_changes(
@@ -335,7 +345,7 @@ def _tell_parking(parking: Parking, known: dict[tuple, Allocation], gone: list, 
         else:
             parking.running_came(allocation.team)
     for allocation in gone:
-        parking.team_changed(allocation.team)
+        parking.held_less(allocation.team)
 
 
 @contextmanager
