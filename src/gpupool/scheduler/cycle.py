@@ -547,8 +547,9 @@ class Cycle:
         if self._preempt(queued, demand, where, gpus, parked):
             self.tried.append(job.job_id)
             return
+        room_elsewhere = False  # may it fit off the reserved spots? (parked: no)
         if guarded and parked is None:
-            reservation = self._reservation_in_the_way(job, demand)
+            reservation, room_elsewhere = self._reservation_in_the_way(job, demand)
             if reservation is not None:
                 self._block(queued, Blocked(Reason.RESERVED, reservation=reservation))
                 self._rest(queued)
@@ -561,30 +562,16 @@ class Cycle:
                 job, demand, self.capacity, Where(job.gpu_types)
             )
         self._block(queued, blocked)
-        self._park(queued, demand, gpus, nominated, guarded and parked is None)
+        self._park(queued, gpus, nominated, room_elsewhere)
         self._hold_back_the_queue(queued)
         self._rest(queued)
 
-    def _park(
-        self, queued: QueuedJob, demand: Demand, gpus: float, nominated: bool, guarded: bool
-    ) -> None:
+    def _park(self, queued: QueuedJob, gpus: float, nominated: bool, room_elsewhere: bool) -> None:
         """The job found neither room nor victims: park it (``parking``), unless it is not
-        sure that no room at all is left for it (a nominee; a job kept off reserved spots,
-        unless it fits nowhere else either), or capacity grew in this cycle."""
+        sure that no room at all is left for it (a nominee; a job kept off reserved spots
+        that may fit elsewhere: ``room_elsewhere``), or capacity grew in this cycle."""
         job = queued.job
-        unsure = (
-            nominated
-            or self.grew
-            or (
-                guarded
-                and (
-                    job.tasks != 1
-                    or find_spot(demand, self.capacity, Where(job.gpu_types), self.packer)
-                    is not None
-                )
-            )
-        )
-        if unsure:
+        if nominated or self.grew or room_elsewhere:
             self.tried.append(job.job_id)
             return
         preemptor, ledger = self.preemptor, self.ledger
@@ -664,7 +651,7 @@ class Cycle:
         elif not job.preemptible and not ledger.unpreemptible_fits(job.team, gpus):
             self._block(queued, Blocked(Reason.NOT_GUARANTEED))
         elif self.reservations is not None and self.reservations.by_node:
-            reservation = self._reservation_in_the_way(job, self.demands.of(job.request))
+            reservation, _ = self._reservation_in_the_way(job, self.demands.of(job.request))
             code = Reason.RESERVED if reservation is not None else None
             self._block(queued, Blocked(code, reservation=reservation))
         else:
@@ -706,18 +693,24 @@ class Cycle:
             return []
         return sorted(teams)
 
-    def _reservation_in_the_way(self, job, demand: Demand) -> Reservation | None:  # noqa: ANN001
-        """The reservation of the node where the job would fit but for reservations."""
+    def _reservation_in_the_way(
+        self,
+        job,  # noqa: ANN001
+        demand: Demand,
+    ) -> tuple[Reservation | None, bool]:
+        """The reservation of the node where the job would fit but for reservations, and
+        whether it may fit somewhere but for them (a gang: not looked at, so it may)."""
         if job.tasks != 1:
-            return None
+            return None, True
         claim = find_spot(demand, self.capacity, Where(job.gpu_types), self.packer)
         if claim is None:
-            return None
+            return None, False
         reservations = self.reservations
         found = reservations.by_node.get(claim.node.name)
         if found is not None and found.job_id != job.job_id:
-            return found
-        return next((r for r in reservations.by_node.values() if r.job_id != job.job_id), None)
+            return found, True
+        others = (r for r in reservations.by_node.values() if r.job_id != job.job_id)
+        return next(others, None), True
 
     def _preempt(
         self, queued: QueuedJob, demand: Demand, where: Where, gpus: float, parked: Parked | None

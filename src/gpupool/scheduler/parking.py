@@ -10,10 +10,10 @@ been tried; only the searches (placement and victims) are saved.
 What wakes a parked job (each event is stamped with the cycle that saw it; a job parked in
 an earlier cycle than an event's stamp is tried again):
 
-- **room**: a node of one of its GPU models has more free than at the end of the cycle
-  before (an allocation gone or shrunk, a nomination given up: ``FreeCapacity.grown``), or
-  capacity grows within the cycle (a nomination given up: then nothing parked is used for the
-  rest of it, and what failed before is not parked);
+- **room**: a node of one of its GPU models (any, for a job asking no GPU) has more free
+  than at the end of the cycle before (an allocation gone or shrunk, a nomination given up:
+  ``FreeCapacity.grown``), or capacity grows within the cycle (a nomination given up: then
+  nothing parked is used for the rest of it, and what failed before is not parked);
 - **victims** (a job that looked for them): a running job of its own team gone or changed
   (its team may hold less); a running job changed (a stop under way) that is not kept for
   the job nominated to its GPUs; a running job come in any team, when its team could reclaim
@@ -164,7 +164,9 @@ class Parking:
         if self.woke_all > since:
             return None
         if self.room_any > since:
-            types = job.gpu_types
+            request = job.request
+            # a job asking no GPU goes on a node of any model
+            types = job.gpu_types if request.gpus or request.gpu_memory_bytes else ()
             if any(stamp > since and model_matches(types, m) for m, stamp in self.room.items()):
                 return None
         return parked

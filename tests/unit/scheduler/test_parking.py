@@ -8,6 +8,7 @@ from dataclasses import replace
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gpupool.domain.jobs import ResourceRequest
 from gpupool.domain.policy import DEFAULT_POLICY
 from gpupool.scheduler import SchedulerState, schedule
 from gpupool.scheduler.cycle import Cycle
@@ -155,3 +156,19 @@ def test_a_cycle_built_anew_parks_nothing_for_the_kept_cycles(monkeypatch):
     seen = searches(monkeypatch)
     schedule(snapshot, ManualClock(NOW + 2), state)
     assert seen == [1]  # tried anew (the others asked no less: the cycle's memo covers them)
+
+
+def test_a_job_asking_no_gpu_wakes_when_a_node_of_any_model_frees_cpus():
+    # its GPU types do not apply: CPUs freed on an A100 node let an "H100" CPU-only job start
+    nodes = (gpu_node("node-a", 1, "A100", cpus=4.0), gpu_node("node-h", 1, "H100", cpus=4.0))
+    held = (
+        running(100, "node-a", (), cpus=4.0, preemptible=False),
+        running(101, "node-h", (), cpus=4.0, preemptible=False),
+    )
+    job = replace(pending(1, gpus=None, gpu_types=("H100",)), request=ResourceRequest(cpus=2.0))
+    snapshot = Snapshot(nodes, held, (job,), policy=DEFAULT_POLICY)
+    state = SchedulerState()
+    assert not schedule(snapshot, ManualClock(NOW), state).placements
+    freed = replace(snapshot, allocations=held[1:])
+    placed = schedule(freed, ManualClock(NOW + 1), state).placements
+    assert [(p.job_id, p.node) for p in placed] == [(1, "node-a")]
