@@ -19,6 +19,8 @@
    left could find either sleeps for the rest of the cycle, unless capacity grows.
 4. Explain every job left pending: reason code, message, position, blockers (``reasons``),
    unless the snapshot says not to (the server explains at most once a second).
+5. Requeue: a job that found neither room nor victims is parked (``parking``) and not
+   searched for again until something it waits on changes; the cycle decides the same.
 
 Work is bounded (``Policy.max_starts``, ``Policy.max_tries``): the starts are handed to the
 caller as they are decided, a hundred at a time, and a user's jobs are tried no more once
@@ -219,13 +221,20 @@ class Cycle:
         parking.settle(self.kept_stopping)
 
     def run(self) -> Decisions:
-        decisions = self._decide()
-        self.parking.park(self.parked, self.tried)
-        self.parking.forget_gone(self.snapshot.pending)
-        self.capacity.last_cycle = self.cycle  # what it has free now is this cycle's end
-        return decisions
+        """The cycle's phases after its snapshot's (``__init__``: capacity, teams, queues,
+        victims, the nominations' GPUs held, the parked jobs woken), as Kueue's ``schedule``
+        names its own: admit in turns, the last turns, explain, requeue (park)."""
+        self._in_turns()
+        self._last_turns()
+        if self.explain:
+            self._explain()
+        self._requeue()
+        return self._not_handed_over()
 
-    def _decide(self) -> Decisions:
+    def _in_turns(self) -> None:
+        """Each job in its turn (teams in fair-share turns, users by usage, jobs by level):
+        placed, preempting, held back for guarantees, or waiting; until nothing more can
+        start (unless the cycle explains)."""
         policy = self.policy
         for queued in self.queues:
             self.consider(queued)
@@ -234,24 +243,39 @@ class Cycle:
                 self._count_try(queued)
             if not self.explain and self._nothing_left_to_do():
                 break
+
+    def _last_turns(self) -> None:
+        """The borrowers held back for teams below their guarantee, once more, last."""
         deferred, self.deferred = self.deferred, []
         for queued in deferred:
             self.consider(queued, last_try=True)
             self._hand_over_enough()
         self.decisions.nominations = self.nominations
-        if self.explain:
-            for queued in self.queues.rest():
-                self._left(queued)
-            placed = [
-                Allocation(p.job_id, p.node, p.gpus, p.cpus, p.memory_bytes)
-                for p in self.decisions.placements
-            ]
-            self.decisions.pending = explain_unplaced(
-                self.unplaced, self.blocked, self.capacity, self.snapshot, self.ledger, placed
-            )
-            self._say_what_is_freed()
+
+    def _explain(self) -> None:
+        """Why each job left pending waits (``reasons``), the jobs not tried included."""
+        for queued in self.queues.rest():
+            self._left(queued)
+        placed = [
+            Allocation(p.job_id, p.node, p.gpus, p.cpus, p.memory_bytes)
+            for p in self.decisions.placements
+        ]
+        self.decisions.pending = explain_unplaced(
+            self.unplaced, self.blocked, self.capacity, self.snapshot, self.ledger, placed
+        )
+        self._say_what_is_freed()
+
+    def _requeue(self) -> None:
+        """Park the jobs that found neither room nor victims (``parking``), and mark what the
+        capacity has free now as this cycle's end, for the next one to compare with."""
+        self.parking.park(self.parked, self.tried)
+        self.parking.forget_gone(self.snapshot.pending)
+        self.capacity.last_cycle = self.cycle
+
+    def _not_handed_over(self) -> Decisions:
+        """The decisions, less those handed over as the cycle went."""
         decisions = self.decisions
-        placed, preempted = self.handed  # the rest: what was not handed over
+        placed, preempted = self.handed
         decisions.placements = decisions.placements[placed:]
         decisions.preemptions = decisions.preemptions[preempted:]
         return decisions
