@@ -42,7 +42,7 @@ from gpupool.scheduler.kept import by_key, changes
 from gpupool.scheduler.ledger import Ledger, fixed_gpus, job_gpus, total_gpus
 from gpupool.scheduler.memo import Group, groups_of, groups_of_shapes, merged, shape_of
 from gpupool.scheduler.state import SchedulerState, remembered
-from gpupool.scheduler.types import Allocation, PendingJob
+from gpupool.scheduler.types import PendingJob
 
 FIFO_TEAM = ""  # the single queue of the fifo baseline
 LEVELLED = ("las", "gittins")  # the orders of least-attained-service levels
@@ -136,12 +136,6 @@ def queue_key(
     if now - queued >= threshold:
         return (key[0], 0, *key[2:]), float("inf")
     return key, queued + threshold
-
-
-def running_attained(allocation: Allocation, now: float) -> float:
-    """Service so far: earlier attempts plus this one (GPUs held times time run)."""
-    gpus = sum(part.share for part in allocation.gpus)
-    return allocation.attained + gpus * max(0.0, now - allocation.started_at)
 
 
 def _first(entry: tuple[tuple, PendingJob]) -> tuple:
@@ -282,7 +276,6 @@ class Queues:
             self._push(team)
         self.dropped: set[str] = set()
         self.asleep: set[str] = set()
-        self._current: TeamQueue | None = None
 
     def _job_key(self, job: PendingJob, now: float, remaining: Mapping[int, float]) -> tuple:
         if self.policy.order == "srtf":

@@ -178,10 +178,10 @@ class KeptRunning:
     Between two cycles few allocations come or go: the jobs they belong to are worked out
     again, the others kept; what time changes is worked out for every job: the work a
     restart loses (since its last checkpoint, or start) and its least-attained-service
-    level (the attained service of its first task, as ``running_attained``, its other
-    tasks adding only their service in this attempt). The possible victims by node are kept
-    the same way. A job's tasks stay in the order of the snapshot they came in. Each
-    cycle's jobs are this object's: not to be kept."""
+    level (the attained service of its first task, earlier attempts plus its GPUs times the
+    time this one ran, its other tasks adding only their service in this attempt). The
+    possible victims by node are kept the same way. A job's tasks stay in the order of the
+    snapshot they came in. Each cycle's jobs are this object's: not to be kept."""
 
     def __init__(self, policy: Policy, state: SchedulerState) -> None:
         self.policy = policy
@@ -375,10 +375,6 @@ def any_victim(allocations: Iterable[Allocation]) -> bool:
 @dataclass(slots=True)
 class Choice:
     victims: list[RunningJob]
-
-    @property
-    def only_stopping(self) -> bool:
-        return all(victim.stopping for victim in self.victims)
 
 
 class Preemptor:

@@ -22,8 +22,8 @@ def next_crossing(
     running: Iterable[Sequence[Allocation]], policy: Policy, now: float
 ) -> float | None:
     """The first time after ``now`` (whole seconds, as the traces count) at which a running
-    job's attained service (``running_attained``: earlier attempts plus its GPUs times the
-    time this one ran) reaches the next of ``policy.las_thresholds``; None when none will."""
+    job's attained service (earlier attempts plus its GPUs times the time this one ran)
+    reaches the next of ``policy.las_thresholds``; None when none will."""
     thresholds = policy.las_thresholds
     if policy.order not in LEVELLED or not thresholds:
         return None

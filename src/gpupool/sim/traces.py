@@ -58,19 +58,6 @@ from gpupool.domain.units import GiB, MiB, parse_bytes
 from gpupool.scheduler.types import GpuCapacity, NodeCapacity
 
 PHILLY_COLUMNS = ("timestamp", "duration", "num_gpus", "gpu_time", "cluster")
-ALIBABA_POD_COLUMNS = (
-    "name",
-    "cpu_milli",
-    "memory_mib",
-    "num_gpu",
-    "gpu_milli",
-    "gpu_spec",
-    "qos",
-    "pod_phase",
-    "creation_time",
-    "deletion_time",
-    "scheduled_time",
-)
 ALIBABA_NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 ALIBABA_TIMES = ("creation_time", "deletion_time")
 ALIBABA_DEFAULT_TEAM = "pods"  # the team of every pod of a list without a qos column
