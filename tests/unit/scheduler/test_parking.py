@@ -4,7 +4,9 @@ until something it waits on changes, and the cycles decide as if it had been tri
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -13,6 +15,9 @@ from gpupool.domain.policy import DEFAULT_POLICY
 from gpupool.scheduler import SchedulerState, schedule
 from gpupool.scheduler.cycle import Cycle
 from gpupool.scheduler.types import Decisions, Snapshot
+from gpupool.sim.engine import Replay, cluster, simulate
+from gpupool.sim.policies import named
+from gpupool.sim.traces import load_trace
 from tests.support.clock import ManualClock
 from tests.support.scheduling import NOW, gpu_node, pending, running
 from tests.unit.scheduler.test_policy_properties import SETTINGS, long_queues
@@ -172,3 +177,30 @@ def test_a_job_asking_no_gpu_wakes_when_a_node_of_any_model_frees_cpus():
     freed = replace(snapshot, allocations=held[1:])
     placed = schedule(freed, ManualClock(NOW + 1), state).placements
     assert [(p.job_id, p.node) for p in placed] == [(1, "node-a")]
+
+
+PHILLY = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "traces" / "philly.csv"
+
+
+@pytest.mark.skipif(not PHILLY.is_file(), reason=f"{PHILLY} is absent: traces live beside the repo")
+def test_each_cycle_of_a_philly_replay_decides_as_a_state_of_its_own(monkeypatch):
+    # the simulator's own replay (its state kept, jobs parked) against, at every cycle, the
+    # same snapshot decided with a state of its own: jobs end, arrive, are preempted and
+    # start again, and time crosses levels, as on a real pool
+    cycles = 0
+    real = Replay.schedule
+
+    def checked(self: Replay, snapshot: Snapshot, clock) -> Decisions:  # noqa: ANN001
+        nonlocal cycles
+        cycles += 1
+        decisions = real(self, snapshot, clock)
+        assert decisions == schedule(snapshot, clock, SchedulerState()), clock.now()
+        return decisions
+
+    monkeypatch.setattr(Replay, "schedule", checked)
+    # the first 2,000 jobs on 3 nodes: enough contention that teams reclaim from each other
+    # in cycles where others preempt first (a fault of that kind showed at cycle 2,531)
+    trace = load_trace(f"philly:{PHILLY}?limit=2000")
+    policy = replace(named("default"), explain=False)
+    simulate(trace.jobs, cluster("3x8"), settings=policy, restart_cost=60.0)
+    assert cycles > 4000
