@@ -326,19 +326,7 @@ def test_the_next_cycle_does_not_preempt_what_this_cycle_placed():
 
     first = decide(nodes, jobs, quotas=quotas)
     by_id = {job.job_id: job for job in jobs}
-    started = [
-        Allocation(
-            p.job_id,
-            p.node,
-            p.gpus,
-            p.cpus,
-            p.memory_bytes,
-            team=by_id[p.job_id].team,
-            user=by_id[p.job_id].user,
-            started_at=NOW,
-        )
-        for p in first.placements
-    ]
+    started = [a for p in first.placements for a in by_id[p.job_id].started([p], NOW)]
     waiting = [job for job in jobs if job.job_id not in placed_ids(first)]
     second = decide(nodes, waiting, started, quotas, now=NOW + 10)
 

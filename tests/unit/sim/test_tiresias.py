@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gpupool.domain.jobs import ResourceRequest
 from gpupool.domain.policy import Policy
 from gpupool.scheduler.ordering import dlas_place
 from gpupool.scheduler.types import PendingJob
 from gpupool.sim.engine import SimResult, cluster, simulate
 from gpupool.sim.policies import named
+from tests.support import scheduling
 from tests.support.traces import job
 
 SMALL = replace(named("tiresias"), las_thresholds=(10.0, 20.0))
@@ -68,8 +68,15 @@ def test_with_a_starvation_factor_a_job_waiting_at_the_last_level_is_promoted():
 
 
 def pending(job_id: int, attained: float, queued_at: float | None) -> PendingJob:
-    return PendingJob(
-        job_id, "a", "a", 0, 0.0, ResourceRequest(gpus=1), attained=attained, queued_at=queued_at
+    """A one-GPU job of team a, submitted at 0, with its service and time queued again."""
+    return (
+        scheduling.job(job_id)
+        .team("a")
+        .user("a")
+        .submitted(0.0)
+        .gpus(1)
+        .policy_fields(attained=attained, queued_at=queued_at)
+        .build()
     )
 
 
