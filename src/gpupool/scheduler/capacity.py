@@ -16,8 +16,12 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
-from gpupool.scheduler.kept import ALLOCATION_KEY, by_key, changes
-from gpupool.scheduler.state import SchedulerState, remembered
+from gpupool.scheduler.state import (
+    SchedulerState,
+    allocations_by_key,
+    allocations_changed,
+    remembered,
+)
 from gpupool.scheduler.types import SHARE_EPSILON, Allocation, GpuCapacity, NodeCapacity
 
 GpuKey = tuple[float, int, int, int]
@@ -194,12 +198,12 @@ class FreeCapacity:
         self.renewed_more = set()
         present = None
         if isinstance(allocations, tuple):
-            present = by_key(allocations, ALLOCATION_KEY)
+            present = allocations_by_key(self.state, allocations)
             if len(present) != len(allocations):
                 present = None
         known, self._present = self._present, present
         if present is not None and known is not None:
-            gone, come = changes(known, present)
+            gone, come = allocations_changed(self.state, known, present)
             if len(gone) + len(come) <= len(present) // 4:
                 names = {allocation.node for allocation in gone}
                 names.update(allocation.node for allocation in come)

@@ -37,12 +37,12 @@ from typing import NamedTuple
 from gpupool.domain.policy import Policy
 from gpupool.scheduler.capacity import FreeCapacity, GpuState, NodeState
 from gpupool.scheduler.fit import CPU_EPSILON, Demand, Where, fraction_demand
-from gpupool.scheduler.kept import ALLOCATION_KEY, by_key, changes
+from gpupool.scheduler.kept import ALLOCATION_KEY
 from gpupool.scheduler.ledger import EPSILON, Ledger, held_gpus
 from gpupool.scheduler.memo import Frontier
 from gpupool.scheduler.ordering import LEVELLED, just_reached
 from gpupool.scheduler.parking import Parking
-from gpupool.scheduler.state import SchedulerState
+from gpupool.scheduler.state import SchedulerState, allocations_by_key, allocations_changed
 from gpupool.scheduler.types import SHARE_EPSILON, Allocation, PendingJob
 
 # nodes whose victims could free enough (``_freeable``) searched for one job, best first
@@ -201,7 +201,7 @@ class KeptRunning:
     def update(
         self, allocations: Sequence[Allocation], now: float, remaining: Mapping[int, float]
     ) -> dict[int, RunningJob]:
-        present = by_key(allocations, ALLOCATION_KEY)
+        present = allocations_by_key(self.state, allocations)
         repeated = len(present) != len(allocations)
         parking = self.state.parking
         if self.allocations is None or repeated:
@@ -209,7 +209,7 @@ class KeptRunning:
             touched.update(allocation.job_id for allocation in allocations)
             parking.running_changed()
         else:
-            gone, come = _real_changes(self.allocations, present)
+            gone, come = _real_changes(self.state, self.allocations, present)
             touched = {allocation.job_id for allocation in gone}
             touched.update(allocation.job_id for allocation in come)
             _tell_parking(parking, self.allocations, gone, come)
@@ -316,10 +316,10 @@ class KeptRunning:
 
 
 def _real_changes(
-    known: dict[tuple, Allocation], present: dict[tuple, Allocation]
+    state: SchedulerState, known: dict[tuple, Allocation], present: dict[tuple, Allocation]
 ) -> tuple[list[Allocation], list[Allocation]]:
     """``kept.changes``, less the allocations read anew but equal to those known."""
-    gone, come = changes(known, present)
+    gone, come = allocations_changed(state, known, present)
     if not come:
         return gone, come
     same = {

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpupool.domain.policy import Policy
-from gpupool.scheduler.kept import Counted
+from gpupool.scheduler.kept import ALLOCATION_KEY, Counted, by_key, changes
 from gpupool.scheduler.parking import Parking
 from gpupool.scheduler.types import (
     Allocation,
@@ -85,11 +85,38 @@ class SchedulerState:
     # the jobs that found neither room nor victims, not tried again until something they
     # wait on changes (``parking``: kube-scheduler's unschedulable queue)
     parking: Parking = field(default_factory=Parking)
+    # the last allocations by (job id, task), and the last changes between two such maps:
+    # the free capacity and the running jobs each ask for both in every cycle
+    allocations_keyed: tuple[Sequence[Allocation], dict] | None = None
+    allocation_changes: tuple[dict, dict, tuple[list, list]] | None = None
 
 
 # what the server's control loop calls each cycle, with the state it keeps for it:
 # ``gpupool.scheduler.schedule``
 Schedule = Callable[[Snapshot, Clock, SchedulerState, HandOver | None], Decisions]
+
+
+def allocations_by_key(state: SchedulerState, allocations: Sequence[Allocation]) -> dict:
+    """``kept.by_key`` of the allocations, worked out once for the same tuple (a list may
+    change under the same object: worked out each time)."""
+    last = state.allocations_keyed
+    if last is not None and last[0] is allocations:
+        return last[1]
+    present = by_key(allocations, ALLOCATION_KEY)
+    if isinstance(allocations, tuple):
+        state.allocations_keyed = (allocations, present)
+    return present
+
+
+def allocations_changed(state: SchedulerState, known: dict, present: dict) -> tuple[list, list]:
+    """``kept.changes`` between two maps of ``allocations_by_key``, worked out once for the
+    same two (the lists are shared: not to be changed)."""
+    last = state.allocation_changes
+    if last is not None and last[0] is known and last[1] is present:
+        return last[2]
+    found = changes(known, present)
+    state.allocation_changes = (known, present, found)
+    return found
 
 
 def remembered(cache: dict, key: object, entry: tuple) -> tuple:
