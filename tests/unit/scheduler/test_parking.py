@@ -131,34 +131,35 @@ def test_a_job_with_no_room_is_not_searched_for_again_until_a_gpu_is_freed(monke
     assert seen[0] == 1 and [p.job_id for p in woken.placements] == [1]
 
 
-def test_a_new_job_is_tried_while_the_parked_ones_wait(monkeypatch):
+def parked(monkeypatch) -> tuple[Snapshot, SchedulerState, list[int]]:  # noqa: ANN001
+    """``two_full_nodes`` after one cycle (its three jobs parked), its state, and the job ids
+    placement is searched for from then on."""
     snapshot = two_full_nodes()
     state = SchedulerState()
     schedule(snapshot, ManualClock(NOW), state)
-    seen = searches(monkeypatch)
+    return snapshot, state, searches(monkeypatch)
+
+
+def test_a_new_job_is_tried_while_the_parked_ones_wait(monkeypatch):
+    snapshot, state, seen = parked(monkeypatch)
     come = replace(snapshot, pending=(*snapshot.pending, pending(9, gpus=1, team="b")))
     schedule(come, ManualClock(NOW + 1), state)
     assert seen == [9]
 
 
 def test_a_changed_job_is_tried_again(monkeypatch):
-    snapshot = two_full_nodes()
-    state = SchedulerState()
-    schedule(snapshot, ManualClock(NOW), state)
-    seen = searches(monkeypatch)
-    smaller = replace(snapshot.pending[0], priority=5)
-    changed = replace(snapshot, pending=(smaller, *snapshot.pending[1:]))
+    snapshot, state, seen = parked(monkeypatch)
+    raised = replace(snapshot.pending[0], priority=5)
+    changed = replace(snapshot, pending=(raised, *snapshot.pending[1:]))
     schedule(changed, ManualClock(NOW + 1), state)
     assert seen == [1]
 
 
 def test_a_cycle_built_anew_parks_nothing_for_the_kept_cycles(monkeypatch):
     # a cycle over a capacity of its own leaves no end to compare the next one with
-    snapshot = two_full_nodes()
-    state = SchedulerState()
-    schedule(snapshot, ManualClock(NOW), state)
+    snapshot, state, seen = parked(monkeypatch)
     Cycle(snapshot, NOW + 1, state=state).run()
-    seen = searches(monkeypatch)
+    seen.clear()
     schedule(snapshot, ManualClock(NOW + 2), state)
     assert seen == [1]  # tried anew (the others asked no less: the cycle's memo covers them)
 
