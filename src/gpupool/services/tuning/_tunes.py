@@ -2,7 +2,7 @@
 queued, and run one at a time by the tuning watch, which hands the search to ``execute``
 (replays in processes of their own: a tuning never holds the server's interpreter).
 
-A run reads the history of the last ``window`` seconds (``_history``), the pool's nodes and
+A run reads the history of the last ``window`` seconds (``_pool.history``), the pool's nodes and
 the teams' quotas, and the live settings as its base; ``gpupool.sim.tuning.tune`` replays it
 under many settings and says what it would adopt. With ``apply``, an "adopt" becomes a new
 version of the settings (``schedsettings.record``, source tune or autotune, with the
@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy import select, update
@@ -22,11 +21,11 @@ from sqlalchemy import select, update
 from gpupool.domain.schedsettings import SchedulerConfigView, SchedulerKnobs
 from gpupool.domain.tuning import FidelityView, TuneRequest, TuneView
 from gpupool.errors import ClientError, NotFound
-from gpupool.services import identity, schedsettings
+from gpupool.services import schedsettings
 from gpupool.services.core import Principal, Submits
-from gpupool.services.tuning._history import csv_text, past_jobs, trace_of
+from gpupool.services.tuning._history import csv_text, past_jobs
+from gpupool.services.tuning._pool import history, live_policy, pool_nodes, team_quotas
 from gpupool.sim import tuning as engine
-from gpupool.sim.traces import Trace
 from gpupool.store.models import SchedulerTuneModel as Row
 
 log = logging.getLogger(__name__)
@@ -129,8 +128,8 @@ def export(ctx: Submits, since: float) -> str:
 def fidelity(ctx: Submits, since: float) -> FidelityView:
     """The last ``since`` seconds replayed under the live settings, against what happened."""
     now = ctx.clock.now()
-    jobs, trace = _history(ctx, now - since, now)
-    found = engine.fidelity(trace, _nodes(ctx), _live_policy(ctx), quotas=_quotas(ctx))
+    jobs, trace = history(ctx, now - since, now)
+    found = engine.fidelity(trace, pool_nodes(ctx), live_policy(ctx), quotas=team_quotas(ctx))
     worst = [
         {**vars(error), "job_id": jobs[error.job_id - 1].job_id}
         for error in found.worst[:FIDELITY_WORST]
@@ -149,19 +148,19 @@ def _tune(ctx: Submits, tune_id: int, execute: Execute) -> dict[str, Any]:
         options, source, by = TuneRequest.model_validate(row.options), row.source, row.requested_by
     now = ctx.clock.now()
     live = schedsettings.config(ctx)
-    _jobs, trace = _history(ctx, now - options.window, now)
+    _jobs, trace = history(ctx, now - options.window, now)
     if not trace.jobs:
         return {"status": "succeeded", "decision": "refuse", "message": _NO_HISTORY}
     first = min(job.submit for job in _jobs)  # the trace's second 0
     split = now - options.holdout
     call = partial(
-        engine.tune, trace, _nodes(ctx),
+        engine.tune, trace, pool_nodes(ctx),
         base=live.knobs.onto(ctx.settings.policy()),
         window=(now - options.window - first, split - first),
         holdout=(split - first, now - first + 1.0),
         trials=options.trials, objective=options.objective, guards=options.guards,
         sampler=options.sampler, workers=ctx.settings.tune_workers, seed=options.seed,
-        quotas=_quotas(ctx),
+        quotas=team_quotas(ctx),
     )  # fmt: skip
     report = execute(call)
     outcome: dict[str, Any] = {
@@ -202,25 +201,6 @@ def _adopt(
 
 
 _NO_HISTORY = "no job ran in the window: there is no history to tune on"
-
-
-def _history(ctx: Submits, since: float, until: float) -> tuple[list[Any], Trace]:
-    with ctx.db.reader() as session:
-        jobs = past_jobs(session, since, until, ctx.clock.now())
-    return jobs, trace_of(jobs, Path(ctx.settings.data_dir) / "tmp")
-
-
-def _nodes(ctx: Submits) -> tuple[Any, ...]:
-    return tuple(node for node in ctx.loop.recent_nodes() if node.schedulable)
-
-
-def _quotas(ctx: Submits) -> tuple[Any, ...]:
-    with ctx.db.reader() as session:
-        return identity.team_quotas(session)
-
-
-def _live_policy(ctx: Submits) -> Any:
-    return schedsettings.config(ctx).knobs.onto(ctx.settings.policy())
 
 
 def _view(row: Row, with_report: bool) -> TuneView:

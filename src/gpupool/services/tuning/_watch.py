@@ -20,7 +20,8 @@ from gpupool.domain.schedsettings import SchedulerKnobs
 from gpupool.domain.tuning import TuneRequest
 from gpupool.services import schedsettings
 from gpupool.services.core import Submits
-from gpupool.services.tuning._tunes import _history, _live_policy, _nodes, _quotas, queue
+from gpupool.services.tuning._pool import history, live_policy, pool_nodes, team_quotas
+from gpupool.services.tuning._tunes import queue
 from gpupool.sim.engine import simulate
 from gpupool.store.models import SchedulerSettingsModel, SchedulerTuneModel
 
@@ -81,12 +82,12 @@ def _check(ctx: Submits, tune_id: int, version: int, now: float) -> dict[str, An
     if live.version != version:
         return _said(now, f"version {live.version} is live now, not {version}: left alone")
     adopted_at = live.live.created_at if live.live else now
-    jobs, trace = _history(ctx, adopted_at, now)
+    jobs, trace = history(ctx, adopted_at, now)
     ended = [job for job in trace.jobs if not job.censored and job.observed_jct is not None]
     if len(ended) < MIN_JOBS:
         return _said(now, f"only {len(ended)} jobs ended since the adoption: too few to judge")
     result = simulate(
-        trace.jobs, _nodes(ctx), settings=_live_policy(ctx), quotas=_quotas(ctx),
+        trace.jobs, pool_nodes(ctx), settings=live_policy(ctx), quotas=team_quotas(ctx),
         restart_cost=60.0,
     )  # fmt: skip
     replayed = {record.job_id: record.jct for record in result.records}
