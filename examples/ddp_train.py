@@ -53,6 +53,10 @@ def main() -> None:
         say(f"rank {rank} world_size {world_size} local_rank {local_rank}")
         model = train(rank, world_size, args.steps, args.lr)
         say(f"weights {weights_digest(model)}")
+        # every rank done before any tears the group down: a rank whose peer closed the
+        # connections mid-teardown can die in gloo's threads ("terminate called without an
+        # active exception"), failing a training that had finished
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
