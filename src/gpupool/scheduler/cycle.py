@@ -204,8 +204,7 @@ class Cycle:
         self._wake_parked()
         self.parked: list[Parked] = []  # failed in this cycle, parked after it
         self.tried: list[int] = []  # tried in this cycle (placed, or not parked)
-        self.use_parked = bool(parking.jobs)
-        self.grew = False  # capacity grew in this cycle: nothing parked after
+        self.grew = False  # capacity grew in this cycle: nothing parked used or parked after
 
     def _wake_parked(self) -> None:
         """Stamp what changed since the cycle before (``parking``)."""
@@ -493,7 +492,7 @@ class Cycle:
         guarded = where.node_ok is not None
         # parked: known to find no room (nothing freed since it last failed)
         parked = None
-        if self.use_parked and not nominated:
+        if self.parking.jobs and not self.grew and not nominated:
             parked = self.parking.room_for(job)
         # locality chooses among the spots that fit; a nominee takes the GPUs it preempted for
         fetch = None
@@ -603,16 +602,17 @@ class Cycle:
         # whether it could reclaim in any later cycle: its team holds at least what it held
         # at the start of this one (in the cycle, it may be charged for jobs that preempt,
         # which a later cycle need not charge before this job's turn), or a stamp wakes it
-        held = self.held_at_start.get(job.team, 0.0) + gpus - EPSILON
+        held = self.held_at_start.get(job.team, 0.0)
         reclaim = self.policy.reclaim and (
-            held <= ledger.fair.get(job.team, 0.0) or held <= ledger.guarantee(job.team)
+            ledger.within_fair_share(job.team, gpus, held)
+            or ledger.within_guarantee(job.team, gpus, held)
         )
         self.parked.append(Parked(job, self.cycle, rank, reclaim))
 
     def _capacity_grew(self) -> None:
         """What did not fit before may fit now: forget it, and wake the sleeping teams.
         Nothing parked holds any more: what failed so far may fit now."""
-        self.use_parked, self.grew = False, True
+        self.grew = True
         self.tried.extend(entry.job.job_id for entry in self.parked)
         self.parked.clear()
         self.no_room.clear()

@@ -187,11 +187,16 @@ class Ledger:
     def fits_limit(self, team: str, gpus: float) -> bool:
         return self.held[team] + gpus <= self.limit(team) + EPSILON
 
-    def within_guarantee(self, team: str, gpus: float) -> bool:
-        return self.held[team] + gpus <= self.guarantee(team) + EPSILON
+    def within_guarantee(self, team: str, gpus: float, held: float | None = None) -> bool:
+        """Whether ``team`` with ``gpus`` more stays within its guarantee (holding what it
+        holds now, or ``held``)."""
+        held = self.held[team] if held is None else held
+        return held + gpus <= self.guarantee(team) + EPSILON
 
-    def within_fair_share(self, team: str, gpus: float) -> bool:
-        return self.held[team] + gpus <= self.fair.get(team, 0.0) + EPSILON
+    def within_fair_share(self, team: str, gpus: float, held: float | None = None) -> bool:
+        """``within_guarantee``, for its fair share."""
+        held = self.held[team] if held is None else held
+        return held + gpus <= self.fair.get(team, 0.0) + EPSILON
 
     def unpreemptible_fits(self, team: str, gpus: float) -> bool:
         """Non-preemptible work runs inside its team's guarantee, or in the part of the pool
