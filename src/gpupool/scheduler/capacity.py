@@ -164,31 +164,34 @@ class FreeCapacity:
     def _touch(self, node: NodeState) -> None:
         saved = self._saved
         if saved is not None and node.rank not in saved:
-            saved[node.rank] = (
-                node.cpus,
-                node.memory_bytes,
-                node.version,
-                [(gpu.used_share, gpu.used_memory, gpu.whole, gpu.free) for gpu in node.gpus],
-            )
+            saved[node.rank] = _used_of(node)
 
     def rollback(self) -> None:
         """Put every node changed since ``journal`` back as it was (what they had free at
         the end is kept for ``grown``)."""
         saved, self._saved = self._saved or {}, None
         self.ends = {rank: _free_of(self.nodes[rank]) for rank in saved}
-        for rank, (cpus, memory_bytes, version, gpus) in saved.items():
-            node = self.nodes[rank]
-            self._unindex_node(node)
-            node.cpus, node.memory_bytes, node.version = cpus, memory_bytes, version
-            node.packed = None  # worked out at a version this node may reach again, changed
-            for gpu, (used_share, used_memory, whole, free) in zip(node.gpus, gpus, strict=True):
-                gpu.used_share, gpu.used_memory, gpu.whole, gpu.free = (
-                    used_share,
-                    used_memory,
-                    whole,
-                    free,
-                )
-            self._index_node(node)
+        for rank, used in saved.items():
+            # ``packed`` was worked out at a version this node may reach again, changed
+            self._put_back(self.nodes[rank], used, None)
+
+    def _put_back(self, node: NodeState, used: tuple, packed: tuple[int, tuple] | None) -> None:
+        """The node as ``_used_of`` saw it, its indexes in step."""
+        self._unindex_node(node)
+        cpus, memory_bytes, version, gpus = used
+        node.cpus, node.memory_bytes, node.version, node.packed = (
+            cpus,
+            memory_bytes,
+            version,
+            packed,
+        )
+        for gpu, (share, memory, whole, free) in zip(node.gpus, gpus, strict=True):
+            gpu.used_share, gpu.used_memory, gpu.whole, gpu.free = share, memory, whole, free
+        self._index_node(node)
+
+    def removal(self) -> Removal:
+        """A simulated removal of allocations (``Removal``), put back as it was on exit."""
+        return Removal(self)
 
     def update(self, allocations: Iterable[Allocation]) -> None:
         """Become the free capacity with ``allocations`` held: the nodes whose allocations
@@ -332,6 +335,60 @@ class FreeCapacity:
         del bucket[bisect_left(bucket, node.rank)]
         insort(self.buckets[count], node.rank)
         node.free_count = count
+
+
+class Removal:
+    """Allocations given back to the free capacity for a while, as if their jobs had ended,
+    then every node put back as it was (Kueue's ``SimulateWorkloadRemoval`` and its
+    restore): preemption asks the one model of a node that placement uses what would fit
+    once some victims end. Its indexes are kept in step, and the cycle's journal is not
+    told: nothing is left changed. Used as a context manager (``restore`` on exit)."""
+
+    __slots__ = ("_capacity", "_saved")
+
+    def __init__(self, capacity: FreeCapacity) -> None:
+        self._capacity = capacity
+        # by rank: the node before its first removal, and its packer's state then
+        self._saved: dict[int, tuple[tuple, tuple[int, tuple] | None]] = {}
+
+    def __enter__(self) -> Removal:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.restore()
+
+    def remove(self, node: NodeState, allocation: Allocation) -> None:
+        """Give back what ``allocation`` holds on ``node`` (a node of the capacity)."""
+        capacity, saved = self._capacity, self._saved
+        if node.rank not in saved:
+            saved[node.rank] = (_used_of(node), node.packed)
+        capacity._unindex_node(node)
+        node.cpus += allocation.cpus
+        node.memory_bytes += allocation.memory_bytes
+        node.version += 1
+        by_uuid = node.by_uuid
+        for part in allocation.gpus:
+            gpu = by_uuid.get(part.uuid)
+            if gpu is not None:  # a GPU the node no longer reports frees nothing
+                gpu.unhold(part.share, part.memory_bytes)
+        capacity._index_node(node)
+
+    def restore(self) -> None:
+        """Every node removed from as it was before, and its indexes."""
+        saved, self._saved = self._saved, {}
+        nodes = self._capacity.nodes
+        for rank, (used, packed) in saved.items():
+            self._capacity._put_back(nodes[rank], used, packed)
+
+
+def _used_of(node: NodeState) -> tuple:
+    """What a node has in use (its version too), as ``FreeCapacity._put_back`` takes it."""
+    return (
+        node.cpus,
+        node.memory_bytes,
+        node.version,
+        [(gpu.used_share, gpu.used_memory, gpu.whole, gpu.free) for gpu in node.gpus],
+    )
 
 
 def _free_of(node: NodeState) -> tuple:

@@ -144,3 +144,20 @@ def whole_gpus_on(node: NodeState, demand: Demand, where: Where | None = None) -
         for gpu in node.gpus
         if gpu.free and gpu.memory_bytes >= least and (anywhere or where.gpu_ok(gpu))
     ]
+
+
+def fits_free(node: NodeState, demand: Demand, where: Where) -> bool:
+    """Whether ``demand`` fits what ``node`` has free now, on GPUs ``where`` allows (its
+    node veto aside): preemption asks it of a node with some victims removed."""
+    if not host_fits(node, demand):
+        return False
+    if demand.whole:
+        return node.free_count >= demand.whole and (
+            len(whole_gpus_on(node, demand, where)) >= demand.whole
+        )
+    if demand.fractional:
+        return any(
+            where.gpu_ok(gpu) and fraction_fits(gpu, *fraction_demand(demand, gpu))
+            for gpu in node.gpus
+        )
+    return True

@@ -131,6 +131,45 @@ def test_a_few_allocations_come_and_gone_update_only_their_nodes_rightly(changes
 
 @SETTINGS
 @given(
+    st.lists(st.sampled_from([*range(40), *range(100, 140)]), unique=True, max_size=12),
+    st.booleans(),
+)
+def test_a_removal_is_the_capacity_without_them_and_is_restored_whole(removed, journal):
+    """Forty jobs on GPUs of their own (whole, halves, quarters; a CPU each) and a quarter
+    beside each fraction, some removed for a while (preemption asking
+    what would fit once they end): meanwhile the capacity is the one built without them,
+    indexes included; restored, it is as before, and a cycle's journal that was open rolls
+    back to what it saw, nothing else."""
+    nodes = tuple(gpu_node(f"node-{index}", 8) for index in range(6))
+    held = {}
+    for job in range(40):
+        node, gpu, share = f"node-{job % 6}", job // 6, (1.0, 0.5, 0.25)[job % 3]
+        held[job] = running(job, node, [gpu], share=share)
+        if share < 1:
+            held[job + 100] = running(job + 100, node, [gpu], share=0.25)
+    capacity = capacity_module.build_capacity(nodes, tuple(held.values()))
+    before = capacity_state(capacity)
+    if journal:
+        capacity.journal()
+    with capacity.removal() as removal:
+        for job in removed:
+            allocation = held.get(job)
+            if allocation is None:  # no quarter beside a whole GPU
+                continue
+            removal.remove(capacity.by_name[allocation.node], allocation)
+        kept = tuple(allocation for job, allocation in held.items() if job not in removed)
+        assert capacity_state(capacity) == capacity_state(
+            capacity_module.build_capacity(nodes, kept)
+        )
+    assert capacity_state(capacity) == before
+    if journal:
+        capacity.rollback()
+        assert capacity_state(capacity) == before
+        assert capacity.ends == {}  # a removal is no change of the cycle's
+
+
+@SETTINGS
+@given(
     st.lists(
         st.tuples(
             st.integers(0, 39),

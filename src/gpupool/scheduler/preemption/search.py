@@ -11,8 +11,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from gpupool.domain.policy import Policy
-from gpupool.scheduler.capacity import FreeCapacity, GpuState, NodeState
-from gpupool.scheduler.fit import CPU_EPSILON, Demand, Where, fraction_demand
+from gpupool.scheduler.capacity import FreeCapacity, GpuState, NodeState, Removal
+from gpupool.scheduler.fit import Demand, Where, fits_free, whole_gpus_on
 from gpupool.scheduler.ledger import Ledger
 from gpupool.scheduler.memo import Frontier
 from gpupool.scheduler.preemption.candidates import (
@@ -296,7 +296,7 @@ class Preemptor:
                     continue
                 most[0] = whole  # a node could: the walk tells nothing of larger jobs
             examined += 1
-            victims = _victims_on(node, usable, demand, where, eligible)
+            victims = _victims_on(self.capacity, node, usable, demand, where, eligible)
             if victims is not None:
                 cost = VictimCost.of(victims, job.team)
                 if best is None or cost < best[0]:
@@ -469,92 +469,24 @@ class Preemptor:
     ) -> Choice | None:
         """Victims in ``RunningJob.key`` order until the gang's tasks fit (those on nodes
         out of the pool free nothing it can use, and are not taken)."""
-        slots = _GangSlots(self.capacity, demand, where)
-        if slots.total >= job.tasks:
-            return None  # it fits without victims: the placement failed for another reason
-        chosen: list[RunningJob] = []
-        losses = eligible.losses()
-        seen: set[int] = set()
-        for _, _, candidate, _ in self._in_turn(job, eligible):
-            if candidate.job_id in seen:
-                continue
-            seen.add(candidate.job_id)
-            if not eligible(candidate) or not losses.add(candidate):
-                continue
-            slots.release(candidate)
-            chosen.append(candidate)
+        with self.capacity.removal() as removal:
+            slots = _GangSlots(self.capacity, demand, where, removal)
             if slots.total >= job.tasks:
-                return Choice([victim for victim in chosen if slots.helped(victim)])
+                return None  # it fits without victims: the placement failed for another reason
+            chosen: list[RunningJob] = []
+            losses = eligible.losses()
+            seen: set[int] = set()
+            for _, _, candidate, _ in self._in_turn(job, eligible):
+                if candidate.job_id in seen:
+                    continue
+                seen.add(candidate.job_id)
+                if not eligible(candidate) or not losses.add(candidate):
+                    continue
+                slots.release(candidate)
+                chosen.append(candidate)
+                if slots.total >= job.tasks:
+                    return Choice([victim for victim in chosen if slots.helped(victim)])
         return None
-
-
-class _NodeScratch:
-    """A node's GPUs and host resources as they would be without some victims (per GPU,
-    by its position on the node)."""
-
-    __slots__ = ("cpus", "host_memory", "memory", "node", "share", "whole")
-
-    def __init__(self, node: NodeState):
-        gpus = node.gpus
-        self.node = node
-        self.share = [gpu.used_share for gpu in gpus]
-        self.memory = [gpu.used_memory for gpu in gpus]
-        self.whole = [gpu.whole for gpu in gpus]
-        self.cpus = node.cpus
-        self.host_memory = node.memory_bytes
-
-    def release(self, victim: RunningJob) -> None:
-        node = self.node
-        name, by_uuid = node.name, node.by_uuid
-        share, memory, whole = self.share, self.memory, self.whole
-        for allocation in victim.allocations:
-            if allocation.node != name:
-                continue
-            self.cpus += allocation.cpus
-            self.host_memory += allocation.memory_bytes
-            for part in allocation.gpus:
-                gpu = by_uuid.get(part.uuid)
-                if gpu is None:
-                    continue
-                at = gpu.position
-                share[at] = max(0.0, share[at] - part.share)
-                memory[at] = max(0, memory[at] - part.memory_bytes)
-                if part.share >= 1.0 - SHARE_EPSILON:
-                    whole[at] = False
-
-    def free_whole(self, demand: Demand, where: Where) -> int:
-        least = demand.gpu_memory or 0
-        share, memory, whole = self.share, self.memory, self.whole
-        return sum(
-            1
-            for at, gpu in enumerate(self.node.gpus)
-            if not whole[at]
-            and share[at] <= SHARE_EPSILON
-            and memory[at] == 0
-            and gpu.memory_bytes >= least
-            and where.gpu_ok(gpu)
-        )
-
-    def host_fits(self, demand: Demand) -> bool:
-        return self.cpus >= demand.cpus - CPU_EPSILON and self.host_memory >= demand.memory
-
-    def fits(self, demand: Demand, where: Where) -> bool:
-        if not self.host_fits(demand):
-            return False
-        if demand.whole:
-            return self.free_whole(demand, where) >= demand.whole
-        if demand.fractional:
-            for at, gpu in enumerate(self.node.gpus):
-                if self.whole[at] or not where.gpu_ok(gpu):
-                    continue
-                share, memory = fraction_demand(demand, gpu)
-                if (
-                    self.share[at] + share <= 1.0 + SHARE_EPSILON
-                    and self.memory[at] + memory <= gpu.memory_bytes
-                ):
-                    return True
-            return False
-        return True
 
 
 def _freeable(node: NodeState, usable: list[RunningJob], whole: int) -> int:
@@ -576,7 +508,7 @@ def _freeable(node: NodeState, usable: list[RunningJob], whole: int) -> int:
     by_uuid = node.by_uuid
     for uuid, share in freed.items():
         gpu = by_uuid.get(uuid)
-        # the margin: ``_NodeScratch.release`` subtracts the shares one by one
+        # the margin: ``GpuState.unhold`` subtracts the shares one by one
         if gpu is not None and not gpu.free and gpu.used_share - share <= SHARE_EPSILON + 1e-9:
             room += 1
             if room >= whole:
@@ -585,6 +517,7 @@ def _freeable(node: NodeState, usable: list[RunningJob], whole: int) -> int:
 
 
 def _victims_on(
+    capacity: FreeCapacity,
     node: NodeState,
     usable: list[RunningJob],
     demand: Demand,
@@ -592,56 +525,70 @@ def _victims_on(
     eligible: Eligibility,
 ) -> list[RunningJob] | None:
     """The victims (in order) after whose end ``demand`` fits ``node``, fewest kept."""
-    scratch = _NodeScratch(node)
     chosen: list[RunningJob] = []
     losses = eligible.losses()
-    for victim in usable:
-        if not losses.add(victim):
-            continue
-        scratch.release(victim)
-        chosen.append(victim)
-        if scratch.fits(demand, where):
-            return _pruned(node, chosen, demand, where)
-    return None
+    with capacity.removal() as removal:
+        for victim in usable:
+            if not losses.add(victim):
+                continue
+            _remove_on(removal, node, victim)
+            chosen.append(victim)
+            if fits_free(node, demand, where):
+                break
+        else:
+            return None
+    return _pruned(capacity, node, chosen, demand, where)
+
+
+def _remove_on(removal: Removal, node: NodeState, victim: RunningJob) -> None:
+    name = node.name
+    for allocation in victim.allocations:
+        if allocation.node == name:
+            removal.remove(node, allocation)
 
 
 def _pruned(
-    node: NodeState, chosen: list[RunningJob], demand: Demand, where: Where
+    capacity: FreeCapacity,
+    node: NodeState,
+    chosen: list[RunningJob],
+    demand: Demand,
+    where: Where,
 ) -> list[RunningJob]:
     """Drop victims (latest, i.e. costliest, first) whose end the demand does not need."""
     kept = list(chosen)
     for victim in reversed(chosen[:-1]):
         trial = [other for other in kept if other is not victim]
-        scratch = _NodeScratch(node)
-        for other in trial:
-            scratch.release(other)
-        if scratch.fits(demand, where):
-            kept = trial
+        with capacity.removal() as removal:
+            for other in trial:
+                _remove_on(removal, node, other)
+            if fits_free(node, demand, where):
+                kept = trial
     return kept
 
 
 class _GangSlots:
-    """How many tasks of a whole-GPU gang fit, node by node, as victims are released."""
+    """How many tasks of a whole-GPU gang fit, node by node, as victims are removed (from
+    the capacity, until ``removal`` is restored)."""
 
-    def __init__(self, capacity: FreeCapacity, demand: Demand, where: Where):
+    def __init__(self, capacity: FreeCapacity, demand: Demand, where: Where, removal: Removal):
         self.capacity = capacity
         self.demand = demand
         self.where = where
-        self.scratch: dict[str, _NodeScratch] = {}
+        self.removal = removal
         self.slots: dict[str, int] = {}
         self.before: dict[str, int] = {}
         self.total = 0
         for node in capacity.nodes_by_free_count(demand.whole):
             if where.types and not where.node_allowed(node, demand):
                 continue
-            self.slots[node.name] = self._count(_NodeScratch(node))
+            self.slots[node.name] = self._count(node)
             self.total += self.slots[node.name]
 
-    def _count(self, scratch: _NodeScratch) -> int:
+    def _count(self, node: NodeState) -> int:
         demand = self.demand
-        by_gpus = scratch.free_whole(demand, self.where) // demand.whole
-        by_cpus = int(scratch.cpus // demand.cpus) if demand.cpus > 0 else by_gpus
-        by_memory = int(scratch.host_memory // demand.memory) if demand.memory else by_gpus
+        by_gpus = len(whole_gpus_on(node, demand, self.where)) // demand.whole
+        by_cpus = int(node.cpus // demand.cpus) if demand.cpus > 0 else by_gpus
+        by_memory = int(node.memory_bytes // demand.memory) if demand.memory else by_gpus
         return max(0, min(by_gpus, by_cpus, by_memory))
 
     def release(self, victim: RunningJob) -> None:
@@ -652,12 +599,10 @@ class _GangSlots:
                 self.where.types and not self.where.node_allowed(node, self.demand)
             ):
                 continue
-            scratch = self.scratch.get(name)
-            if scratch is None:
-                scratch = self.scratch[name] = _NodeScratch(node)
+            if name not in self.before:
                 self.before[name] = self.slots.get(name, 0)
-            scratch.release(victim)
-            count = self._count(scratch)
+            _remove_on(self.removal, node, victim)
+            count = self._count(node)
             self.total += count - self.slots.get(name, 0)
             self.slots[name] = count
 
