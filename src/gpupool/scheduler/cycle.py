@@ -11,7 +11,7 @@
    blocked job of its queue reserves the spot that frees first. A job that would borrow
    beyond its team's guarantee the free GPUs that teams below their guarantee may still
    claim in this cycle waits until their jobs have been tried, then tries again.
-   A job that preempts is nominated to the GPUs its victims free (``Nomination``, the
+   A job that preempts is nominated to the GPUs its victims free (``nominations``, the
    Kubernetes "nominated node"): from then on nobody else takes those GPUs once free, they go
    back to it when its turn comes, and it preempts nobody more while its victims stop, so
    freed GPUs cannot go to another job (or the victims, queued again) and start a new round.
@@ -42,16 +42,15 @@ from gpupool.domain.jobs import Reason
 from gpupool.scheduler.arrays import ArrayLimits
 from gpupool.scheduler.backfill import Reservation, Reservations
 from gpupool.scheduler.capacity import (
-    Claim,
     FreeCapacity,
-    GpuState,
     build_capacity,
     leased_capacity,
 )
-from gpupool.scheduler.fit import Demand, DemandCache, Where, model_matches
+from gpupool.scheduler.fit import Demand, DemandCache, Where
 from gpupool.scheduler.ledger import EPSILON, Ledger
 from gpupool.scheduler.locality import Locality
 from gpupool.scheduler.memo import Group, NoRoom, NoVictims
+from gpupool.scheduler.nominations import Nominations, being_freed
 from gpupool.scheduler.ordering import FIFO_TEAM, KeptOrder, QueuedJob, Queues, leased_order
 from gpupool.scheduler.packing import Packer
 from gpupool.scheduler.parking import Parked
@@ -60,13 +59,11 @@ from gpupool.scheduler.preemption import Choice, KeptRunning, Preemptor, leased_
 from gpupool.scheduler.reasons import Blocked, explain_unplaced
 from gpupool.scheduler.state import SchedulerState
 from gpupool.scheduler.types import (
-    NOMINATION_TTL,
-    SHARE_EPSILON,
     Allocation,
     Clock,
     Decisions,
     HandOver,
-    Nomination,
+    PendingJob,
     Preemption,
     Snapshot,
 )
@@ -185,14 +182,8 @@ class Cycle:
         self.groups: dict[str, list[Group]] = {}  # a team's jobs left when it first failed
         self.reserved_teams: set[str] = set()
         self.deferred: list[QueuedJob] = []  # borrowers waiting for guaranteed teams' turns
-        # nominations: the standing ones (kept in Decisions); the claims holding their free
-        # GPUs until their job's turn; the jobs whose victims are still stopping
-        self.nominations: dict[int, Nomination] = {}
-        self.holds: dict[int, list[Claim]] = {}
-        self.stopping_for: dict[int, list] = {}
-        # the jobs with a standing nomination not yet tried, and how many each team has
-        self.nominated: dict[int, str] = {}
-        self.nominees: Counter[str] = Counter()
+        # the standing nominations, and the free GPUs they hold until their job's turn
+        self.nominations = Nominations(self.capacity, self.preemptor, now)
         self.starts = 0  # jobs placed or preempted for since the last hand-over
         self.handed = (0, 0)  # the placements and preemptions handed over so far
         # per user's queue (team, user): jobs tried that could not start, the first of them,
@@ -200,7 +191,7 @@ class Cycle:
         self.tries: Counter[tuple[str, str]] = Counter()
         self.first_blocked: dict[tuple[str, str], int] = {}
         self.tired: set[tuple[str, str]] = set()
-        self._hold_nominated()
+        self.nominations.hold(snapshot.nominations, snapshot.pending)
         self._wake_parked()
         self.parked: list[Parked] = []  # failed in this cycle, parked after it
         self.tried: list[int] = []  # tried in this cycle (placed, or not parked)
@@ -249,7 +240,7 @@ class Cycle:
         for queued in deferred:
             self.consider(queued, last_try=True)
             self._hand_over_enough()
-        self.decisions.nominations = self.nominations
+        self.decisions.nominations = self.nominations.standing
 
     def _explain(self) -> None:
         """Why each job left pending waits (``reasons``), the jobs not tried included."""
@@ -308,268 +299,169 @@ class Cycle:
             for job in self.queues.tire(*key):
                 ledger.tried(job.team, ledger.gpus(job))
 
-    # -- nominations ------------------------------------------------------------------------
-
-    def _hold_nominated(self) -> None:
-        """Keep the standing nominations that can still serve their job, and take their free
-        GPUs out of the free capacity until that job's turn."""
-        snapshot, capacity = self.snapshot, self.capacity
-        if not snapshot.nominations:
-            return
-        pending = {job.job_id: job for job in snapshot.pending}
-        busy: set[tuple[str, str]] = set()  # GPUs held by work that is not stopping
-        stopping: dict[tuple[str, str], set[int]] = {}
-        nominated = snapshot.nominations.values()
-        for name in {name for nomination in nominated for name, _ in nomination.gpus}:
-            node = capacity.by_name.get(name)
-            if node is None:  # not in the pool: no nomination there can serve
-                continue
-            for allocation in capacity.held[node.rank]:  # what the node's GPUs hold
-                for part in allocation.gpus:
-                    where = (allocation.node, part.uuid)
-                    if allocation.stopping:
-                        stopping.setdefault(where, set()).add(allocation.job_id)
-                    else:
-                        busy.add(where)
-        for job_id, nomination in sorted(snapshot.nominations.items()):
-            if job_id not in pending:
-                continue
-            claims: list[Claim] = []
-            waiting: set[int] = set()
-            usable = True
-            for name, indices in nomination.gpus:
-                node = capacity.by_name.get(name)
-                if node is None:  # the node left the pool or is not schedulable
-                    usable = False
-                    break
-                by_index = {gpu.index: gpu for gpu in node.gpus}
-                free: list[GpuState] = []
-                for index in indices:
-                    gpu = by_index.get(index)
-                    if gpu is None or (name, gpu.uuid) in busy:
-                        usable = False
-                        break
-                    if gpu.free:
-                        free.append(gpu)
-                    elif (name, gpu.uuid) in stopping:
-                        waiting |= stopping[(name, gpu.uuid)]
-                    else:
-                        usable = False
-                        break
-                if not usable:
-                    break
-                if free:
-                    claims.append(Claim(node, tuple((gpu, 1.0, gpu.memory_bytes) for gpu in free)))
-            # bounded in time, but never while its victims still stop (a grace period may be long)
-            if not usable or (not waiting and self.now - nomination.at > NOMINATION_TTL):
-                continue
-            for claim in claims:
-                capacity.take(claim, 0.0, 0)
-            self.nominations[job_id] = nomination
-            self.nominated[job_id] = pending[job_id].team
-            self.nominees[pending[job_id].team] += 1
-            self.holds[job_id] = claims
-            if waiting:
-                running = self.preemptor.running
-                self.stopping_for[job_id] = [running[i] for i in sorted(waiting) if i in running]
-                self.preemptor.taken.update(waiting)  # their GPUs are this job's: nobody's victims
-
-    def _unhold(self, job_id: int) -> list[Claim]:
-        claims = self.holds.pop(job_id, [])
-        for claim in claims:
-            self.capacity.give_back(claim, 0.0, 0)
-        return claims
-
-    def _drop_nomination(self, job_id: int) -> None:
-        """The job cannot use its nomination: its GPUs are free for all from now on."""
-        if self._unhold(job_id):
-            self._capacity_grew()
-        self.nominations.pop(job_id, None)
-        self.stopping_for.pop(job_id, None)
-
-    def _nominate(self, job, choice: Choice, demand: Demand) -> None:  # noqa: ANN001
-        """Nominate the job to the GPUs its victims free (and those free beside them, which
-        it takes out of the free capacity at once), as many as its tasks need."""
-        wanted = demand.whole
-        if not wanted:
-            return  # fractions share GPUs with others: no GPU can be kept for them
-        capacity = self.capacity
-        shares: dict[tuple[str, str], float] = {}
-        order: list[str] = []
-        for victim in choice.victims:
-            for allocation in victim.allocations:
-                if allocation.node not in order:
-                    order.append(allocation.node)
-                for part in allocation.gpus:
-                    key = (allocation.node, part.uuid)
-                    shares[key] = shares.get(key, 0.0) + part.share
-        need = wanted * job.tasks
-        # in node order, whatever the order of the snapshot's allocations
-        order.sort(key=lambda name: capacity.by_name[name].rank if name in capacity.by_name else -1)
-        if job.tasks > 1:  # a gang counts on free GPUs of other nodes too
-            order += [node.name for node in capacity.nodes if node.name not in order]
-        chosen: list[tuple[str, tuple[int, ...]]] = []
-        for name in order:
-            node = capacity.by_name.get(name)
-            if node is None or need <= 0:
-                continue
-            freed = [
-                gpu
-                for gpu in node.gpus
-                if (name, gpu.uuid) in shares
-                and (gpu.whole or abs(gpu.used_share - shares[(name, gpu.uuid)]) < SHARE_EPSILON)
-            ]
-            types = job.gpu_types
-            free = [gpu for gpu in node.gpus if gpu.free and model_matches(types, gpu.model)]
-            fits = (len(freed) + len(free)) // wanted * wanted
-            gpus = (freed + free)[: min(fits, need)]
-            if not gpus:
-                continue
-            need -= len(gpus)
-            chosen.append((name, tuple(sorted(gpu.index for gpu in gpus))))
-            now_free = [gpu for gpu in gpus if gpu.free]
-            if now_free:
-                claim = Claim(node, tuple((gpu, 1.0, gpu.memory_bytes) for gpu in now_free))
-                capacity.take(claim, 0.0, 0)
-                self.holds.setdefault(job.job_id, []).append(claim)
-        if chosen:
-            self.nominations[job.job_id] = Nomination(job.job_id, tuple(chosen), self.now)
-
     def _say_what_is_freed(self) -> None:
         """A nominated job's reason names the GPUs being freed for it."""
         pending = self.decisions.pending
-        for job_id, nomination in self.nominations.items():
+        for job_id, nomination in self.nominations.standing.items():
             reason = pending.get(job_id)
-            if reason is None or reason.code is not Reason.PREEMPTING:
-                continue
-            freed = " and ".join(
-                f"GPU{'s' if len(indices) > 1 else ''} {_ranges(indices)} on {node}"
-                for node, indices in nomination.gpus
-            )
-            verb = "is" if len(nomination.gpus) == 1 and len(nomination.gpus[0][1]) == 1 else "are"
-            message = f"{reason.message}; {freed} {verb} being freed for it"
-            pending[job_id] = replace(reason, message=message)
+            if reason is not None and reason.code is Reason.PREEMPTING:
+                message = f"{reason.message}; {being_freed(nomination)}"
+                pending[job_id] = replace(reason, message=message)
+
+    def _drop_nomination(self, job_id: int) -> None:
+        """The job cannot use its nomination: its GPUs are free for all from now on."""
+        if self.nominations.drop(job_id):
+            self._capacity_grew()
 
     def _nothing_left_to_do(self) -> bool:
         """No free GPU left and no victim left: the rest cannot start in this cycle."""
         capacity = self.capacity
-        if capacity.largest_free_block() or capacity.shared or self.holds:
+        if capacity.largest_free_block() or capacity.shared or self.nominations.holds:
             return False
         return not self.preemptor.any or len(self.preemptor.taken) >= len(self.preemptor.running)
 
     def consider(self, queued: QueuedJob, last_try: bool = False) -> None:
         """Try one job; ``last_try``: a job held back for teams below their guarantee, for
-        the last time, after every turn."""
+        the last time, after every turn. In order: what its team and array allow; a place
+        (``_place``), unless parked; its nomination kept while its victims stop; victims
+        (``_preempt``); else it waits (``_wait``)."""
         job = queued.job
-        ledger = self.ledger
-        gpus = ledger.gpus(job)
+        gpus = self.ledger.gpus(job)
+        nominations = self.nominations
         if not last_try:
-            ledger.tried(job.team, gpus)
-            if job.job_id in self.nominated:
-                self.nominees[self.nominated.pop(job.job_id)] -= 1
-        nominated = job.job_id in self.nominations
-        if not self.arrays.fits(job):
+            self.ledger.tried(job.team, gpus)
+            nominations.tried(job.job_id)
+        refused = self._refused(job, gpus)
+        if refused is not None:
             self._drop_nomination(job.job_id)
-            self._block(queued, Blocked(Reason.ARRAY_LIMIT))
-            return
-        if not ledger.fits_limit(job.team, gpus):
-            self._drop_nomination(job.job_id)
-            self._block(queued, Blocked(Reason.OVER_QUOTA))
-            return
-        if not job.preemptible and not ledger.unpreemptible_fits(job.team, gpus):
-            self._drop_nomination(job.job_id)
-            self._block(queued, Blocked(Reason.NOT_GUARANTEED))
+            self._block(queued, Blocked(refused))
             return
         demand = self.demands.of(job.request)
-        reservations = self.reservations
-        holding: list[Claim] = []
+        nominated = job.job_id in nominations
         if nominated:
             # its GPUs go back to it first; it preempted for them, so no reservation guards them
-            holding = self._unhold(job.job_id)
+            holding = nominations.unhold(job.job_id)
             where = Where(job.gpu_types)
         else:
+            holding = []
+            reservations = self.reservations
             where = reservations.where(job, job.gpu_types) if reservations else Where(job.gpu_types)
-        guarded = where.node_ok is not None
         # parked: known to find no room (nothing freed since it last failed)
         parked = None
         if self.parking.jobs and not self.grew and not nominated:
             parked = self.parking.room_for(job)
-        # locality chooses among the spots that fit; a nominee takes the GPUs it preempted for
-        fetch = None
-        if job.wants:
-            fetch = self.locality.fetch(job.wants, self.policy.locality and not nominated)
         if parked is not None:
             self.no_room.add(job, demand)  # what trying it would have learnt
         elif nominated or not self.no_room.covers(job, demand):
-            if job.one_fabric:
-                placements = place_in_one_fabric(
-                    job.job_id,
-                    job.tasks,
-                    demand,
-                    self.capacity,
-                    where,
-                    self.fabric_of,
-                    self.packer,
-                    fetch,
-                )
-            else:
-                placements = place_tasks(
-                    job.job_id,
-                    job.tasks,
-                    demand,
-                    self.capacity,
-                    where,
-                    job.distinct_nodes,
-                    self.packer,
-                    fetch,
-                )
-            if placements is not None:
-                held = sum(part.share for placement in placements for part in placement.gpus)
-                # a nominee takes back what its preemptions freed: nobody else could claim it
-                kept = [] if nominated else self._kept_for_guarantees(job, held)
-                if kept:
-                    unplace(placements, demand, self.capacity)
-                    self._drop_nomination(job.job_id)
-                    self._capacity_grew()
-                    if last_try:
-                        self._block(queued, Blocked(Reason.FAIR_SHARE, teams=kept))
-                    else:
-                        self.deferred.append(queued)
-                        self._hold_back_the_queue(queued)  # strict queues: it stays the head
-                    return
-                self.decisions.placements.extend(placements)
-                if job.wants:
-                    self.locality.note(placements, job.wants)
-                self.starts += 1
-                self.arrays.start(job)
-                self.nominations.pop(job.job_id, None)  # it starts: the nomination is spent
-                self.stopping_for.pop(job.job_id, None)
-                self.free_gpus -= held
-                ledger.charge(job.team, held, job.preemptible)
-                self.charged.add(job.team)
-                self.queues.charge_user(job)
-                if reservations is not None:
-                    reservations.note(placements, job)
-                self.tried.append(job.job_id)
+            if self._place(queued, demand, where, nominated, last_try):
                 return
             if not nominated:
                 self.no_room.add(job, demand)
         if nominated:
-            waiting = self.stopping_for.get(job.job_id)
+            waiting = nominations.stopping_for.get(job.job_id)
             if waiting is not None:
                 # its victims are still stopping: keep their GPUs for it, preempt nobody more
-                for claim in holding:
-                    self.capacity.take(claim, 0.0, 0)
-                self.holds[job.job_id] = holding
+                nominations.keep(job.job_id, holding)
                 self._block(queued, Blocked(Reason.PREEMPTING, victims=waiting))
                 return
             # all its GPUs are free, and still it does not fit: the nomination is of no use
-            self.nominations.pop(job.job_id, None)
+            nominations.spent(job.job_id)
             if holding:
                 self._capacity_grew()
         if self._preempt(queued, demand, where, gpus, parked):
             self.tried.append(job.job_id)
             return
+        self._wait(queued, demand, gpus, nominated, parked, guarded=where.node_ok is not None)
+
+    def _refused(self, job: PendingJob, gpus: float) -> Reason | None:
+        """Why the job may not start whatever is free, if it may not: its array's limit of
+        tasks at once, its team's limit, no guarantee for work that may not be preempted."""
+        ledger = self.ledger
+        if not self.arrays.fits(job):
+            return Reason.ARRAY_LIMIT
+        if not ledger.fits_limit(job.team, gpus):
+            return Reason.OVER_QUOTA
+        if not job.preemptible and not ledger.unpreemptible_fits(job.team, gpus):
+            return Reason.NOT_GUARANTEED
+        return None
+
+    def _place(
+        self, queued: QueuedJob, demand: Demand, where: Where, nominated: bool, last_try: bool
+    ) -> bool:
+        """Place all the job's tasks, or none (``placement``); False: they do not fit. Placed
+        where it would borrow the free GPUs teams below their guarantee may still claim, it
+        is taken off again and waits for their turns (the last turn: it is blocked)."""
+        job = queued.job
+        # locality chooses among the spots that fit; a nominee takes the GPUs it preempted for
+        fetch = None
+        if job.wants:
+            fetch = self.locality.fetch(job.wants, self.policy.locality and not nominated)
+        if job.one_fabric:
+            placements = place_in_one_fabric(
+                job.job_id,
+                job.tasks,
+                demand,
+                self.capacity,
+                where,
+                self.fabric_of,
+                self.packer,
+                fetch,
+            )
+        else:
+            placements = place_tasks(
+                job.job_id,
+                job.tasks,
+                demand,
+                self.capacity,
+                where,
+                job.distinct_nodes,
+                self.packer,
+                fetch,
+            )
+        if placements is None:
+            return False
+        held = sum(part.share for placement in placements for part in placement.gpus)
+        # a nominee takes back what its preemptions freed: nobody else could claim it
+        kept = [] if nominated else self._kept_for_guarantees(job, held)
+        if kept:
+            unplace(placements, demand, self.capacity)
+            self._drop_nomination(job.job_id)
+            self._capacity_grew()
+            if last_try:
+                self._block(queued, Blocked(Reason.FAIR_SHARE, teams=kept))
+            else:
+                self.deferred.append(queued)
+                self._hold_back_the_queue(queued)  # strict queues: it stays the head
+            return True
+        self.decisions.placements.extend(placements)
+        if job.wants:
+            self.locality.note(placements, job.wants)
+        self.starts += 1
+        self.arrays.start(job)
+        self.nominations.spent(job.job_id)  # it starts: the nomination is spent
+        self.free_gpus -= held
+        self.ledger.charge(job.team, held, job.preemptible)
+        self.charged.add(job.team)
+        self.queues.charge_user(job)
+        if self.reservations is not None:
+            self.reservations.note(placements, job)
+        self.tried.append(job.job_id)
+        return True
+
+    def _wait(
+        self,
+        queued: QueuedJob,
+        demand: Demand,
+        gpus: float,
+        nominated: bool,
+        parked: Parked | None,
+        guarded: bool,
+    ) -> None:
+        """The job found neither room nor victims: blocked by a reservation in its way
+        (``guarded``: it was kept off reserved spots), or waiting, the first of its team to
+        reserve the spot that frees first; parked, its queue held back, its team perhaps
+        asleep."""
+        job = queued.job
         room_elsewhere = False  # may it fit off the reserved spots? (parked: no)
         if guarded and parked is None:
             reservation, room_elsewhere = self._reservation_in_the_way(job, demand)
@@ -579,6 +471,7 @@ class Cycle:
                 self.tried.append(job.job_id)
                 return
         blocked = Blocked(None)
+        reservations = self.reservations
         if reservations is not None and job.team not in self.reserved_teams:
             self.reserved_teams.add(job.team)
             blocked.reservation = reservations.reserve(
@@ -636,7 +529,7 @@ class Cycle:
         team = job.team
         if not self.sleepy or team in self.sleeping:
             return
-        if self.nominees[team]:
+        if self.nominations.nominees[team]:
             return  # a nominated job takes its nomination back, or gives it up
         if self.reservations is not None and team not in self.reserved_teams:
             return
@@ -753,7 +646,7 @@ class Cycle:
             self.no_victims.add(job, rank, demand)
             return False
         self._apply(job, choice, gpus)
-        self._nominate(job, choice, demand)
+        self.nominations.nominate(job, choice, demand)
         self.starts += 1
         self.arrays.start(job)  # its victims' GPUs are its: the array's slot is too
         self._block(queued, Blocked(Reason.PREEMPTING, victims=choice.victims))
@@ -803,22 +696,6 @@ class Cycle:
 
 # reasons that do not count as a try of the user's queue (``Cycle._count_try``)
 UNTRIED = frozenset({Reason.PREEMPTING, Reason.ARRAY_LIMIT})
-
-
-def _ranges(indices: tuple[int, ...]) -> str:
-    """GPU indices as ranges: (0, 1, 2, 3, 6) -> "0-3, 6"."""
-    parts: list[str] = []
-    start = previous = None
-    for index in sorted(indices):
-        if previous is not None and index == previous + 1:
-            previous = index
-            continue
-        if start is not None:
-            parts.append(f"{start}-{previous}" if previous != start else f"{start}")
-        start = previous = index
-    if start is not None:
-        parts.append(f"{start}-{previous}" if previous != start else f"{start}")
-    return ", ".join(parts)
 
 
 def queued_team(cycle: Cycle, queued: QueuedJob) -> str:
