@@ -1,10 +1,13 @@
-"""Builders for scheduler tests: nodes, pending jobs, allocations, quotas, snapshots, decisions.
+"""Builders for scheduler tests: nodes, pending jobs, allocations, quotas, demands, snapshots,
+decisions: one builder per type, the others calls of it.
 
 Two ways to write a job or a node, one builder under each: fluent (``node("n").gpus(4)``,
 ``job(1).gpus(2).team("x")``, run by ``run``) for placement tests, and keyword calls
-(``gpu_node``, ``pending``, ``running``, ``quota``, run by ``decide``) for policy tests, whose
-jobs carry the policy fields. GPUs are named ``GPU-<node>-<index>`` by both. The policy
-builders' instant is ``NOW``: ``decide`` runs at it and ``running`` jobs started before it.
+(``gpu_node``, ``drained``, ``down``, ``pending``, ``running``, ``quota``, run by ``decide``)
+for policy tests, whose jobs carry the policy fields; ``allocation`` builds every allocation
+(``running``: one holding whole GPUs or shares of them). GPUs are named ``GPU-<node>-<index>``
+by both. The policy builders' instant is ``NOW``: ``decide`` runs at it and ``running`` jobs
+started before it.
 """
 
 from __future__ import annotations
@@ -17,6 +20,10 @@ from gpupool.domain.jobs import ResourceRequest
 from gpupool.domain.policy import DEFAULT_POLICY, Policy
 from gpupool.domain.units import GiB
 from gpupool.scheduler import schedule
+from gpupool.scheduler.capacity import build_capacity
+from gpupool.scheduler.cycle import Cycle
+from gpupool.scheduler.fit import Demand, demand_of
+from gpupool.scheduler.shortfall import Shortfall, ShortfallFinder
 from gpupool.scheduler.types import (
     Allocation,
     Decisions,
@@ -34,6 +41,7 @@ GPU_MEMORY = 80 * GiB
 A100 = "NVIDIA A100-SXM4-80GB"
 H100 = "NVIDIA H100 80GB HBM3"
 BEST_FIT = replace(DEFAULT_POLICY, packing="best-fit")
+LEVEL_2 = 40_000.0  # GPU-seconds: past the second default threshold (36,000)
 
 
 def gpu_uuid(node: str, index: int) -> str:
@@ -53,6 +61,7 @@ class NodeBuilder:
         self._cpus = 64.0
         self._memory = 512 * GiB
         self._schedulable = True
+        self._drained = False
 
     def gpus(
         self,
@@ -81,12 +90,24 @@ class NodeBuilder:
         return self
 
     def unschedulable(self) -> Self:
+        """Not schedulable: down, unless ``drained``."""
         self._schedulable = False
+        return self
+
+    def drained(self) -> Self:
+        """Not schedulable because an admin drained it."""
+        self._schedulable = False
+        self._drained = True
         return self
 
     def build(self) -> NodeCapacity:
         return NodeCapacity(
-            self._name, tuple(self._gpus), self._cpus, self._memory, self._schedulable
+            self._name,
+            tuple(self._gpus),
+            self._cpus,
+            self._memory,
+            self._schedulable,
+            self._drained,
         )
 
 
@@ -105,6 +126,16 @@ def gpu_node(
 ) -> NodeCapacity:
     """A built node of ``count`` GPUs of one model; ``domains``: each GPU's domain (default 0)."""
     return node(name).gpus(count, memory, model, domains=domains).cpus(cpus).build()
+
+
+def drained(name: str, gpus: int = 1) -> NodeCapacity:
+    """A built node of ``gpus`` GPUs that an admin drained."""
+    return node(name).gpus(gpus).drained().build()
+
+
+def down(name: str, gpus: int = 1) -> NodeCapacity:
+    """A built node of ``gpus`` GPUs that is down (not schedulable, not drained)."""
+    return node(name).gpus(gpus).unschedulable().build()
 
 
 # -- pending jobs --------------------------------------------------------------------------------
@@ -220,10 +251,12 @@ def allocation(
     *shares: tuple[int, float, int],
     cpus: float = 1.0,
     memory: int = 0,
+    **fields: object,
 ) -> Allocation:
-    """An allocation holding (GPU index, share, memory) parts on ``node_name``."""
+    """An allocation holding (GPU index, share, memory) parts on ``node_name``; ``fields``:
+    Allocation's others (team, priority, started_at, task, ...)."""
     gpus = tuple(GpuShare(gpu_uuid(node_name, i), share, mem) for i, share, mem in shares)
-    return Allocation(job_id, node_name, gpus, cpus, memory)
+    return Allocation(job_id, node_name, gpus, cpus, memory, **fields)  # type: ignore[arg-type]
 
 
 def running(
@@ -247,16 +280,12 @@ def running(
 ) -> Allocation:
     """A task holding the given GPU indexes of ``node`` (whole, or ``share`` of each), with
     the policy fields of the job it belongs to."""
-    parts = tuple(
-        GpuShare(gpu_uuid(node, i), share, int(share * GPU_MEMORY) if share < 1 else GPU_MEMORY)
-        for i in gpus
-    )
-    return Allocation(
+    memory = int(share * GPU_MEMORY) if share < 1 else GPU_MEMORY
+    return allocation(
         job_id,
         node,
-        parts,
-        cpus,
-        0,
+        *((index, share, memory) for index in gpus),
+        cpus=cpus,
         team=team,
         user=user if user is not None else f"{team}-user",
         priority=priority,
@@ -289,6 +318,31 @@ def policy(**changes: object) -> Policy:
     return replace(DEFAULT_POLICY, **changes)
 
 
+# -- demands -------------------------------------------------------------------------------------
+
+
+def demand(
+    gpus: float | None = None,
+    *,
+    gpu_memory: int | None = None,
+    cpus: float = 1.0,
+    memory: int | None = None,
+) -> Demand:
+    """What a task asking for these takes, as placement reads it (``fit.demand_of``)."""
+    request = ResourceRequest(
+        gpus=gpus, gpu_memory_bytes=gpu_memory, cpus=cpus, memory_bytes=memory
+    )
+    return demand_of(request)
+
+
+def shortfall_of(
+    wanted: Demand, nodes: Iterable[NodeCapacity], allocations: Iterable[Allocation] = ()
+) -> Shortfall | None:
+    """Why ``wanted`` does not fit what ``nodes`` have free with ``allocations`` held (None:
+    it fits), as a cycle's explanations find it."""
+    return ShortfallFinder(build_capacity(list(nodes), allocations)).find(wanted)
+
+
 # -- a cycle and what it decided -----------------------------------------------------------------
 
 
@@ -312,6 +366,11 @@ def run(
 ) -> Decisions:
     """One cycle at the clock's first instant (1,000 s)."""
     return schedule(snapshot(nodes, jobs, allocations, policy), ManualClock())
+
+
+def fresh(snapshot: Snapshot) -> Decisions:
+    """The cycle over a capacity built anew (not a kept one), at ``NOW``."""
+    return Cycle(snapshot, ManualClock(NOW).now()).run()
 
 
 def decide(

@@ -1,5 +1,5 @@
-"""Free capacity (``capacity``): the capacity kept from one cycle to the next, and nodes that
-take no new work."""
+"""Free capacity (``capacity``): the capacity kept from one cycle to the next, a removal of
+allocations for a while and its restore, and nodes that take no new work."""
 
 from __future__ import annotations
 
@@ -16,9 +16,13 @@ from gpupool.scheduler.cycle import Cycle
 from gpupool.scheduler.types import Decisions, Snapshot
 from tests.support.clock import ManualClock
 from tests.support.scheduling import (
+    LEVEL_2,
     NOW,
     codes,
     decide,
+    down,
+    drained,
+    fresh,
     gpu_node,
     pending,
     placed_ids,
@@ -26,11 +30,6 @@ from tests.support.scheduling import (
     victims,
 )
 from tests.unit.scheduler.test_policy_properties import SETTINGS, long_queues
-
-
-def fresh(snapshot: Snapshot) -> Decisions:
-    """The cycle over a capacity built anew (not the kept one)."""
-    return Cycle(snapshot, ManualClock(NOW).now()).run()
 
 
 def applied(snapshot: Snapshot, decisions: Decisions) -> Snapshot:
@@ -168,119 +167,11 @@ def test_a_removal_is_the_capacity_without_them_and_is_restored_whole(removed, j
         assert capacity.ends == {}  # a removal is no change of the cycle's
 
 
-@SETTINGS
-@given(
-    st.lists(
-        st.tuples(
-            st.integers(0, 39),
-            st.sampled_from(["a", "b", "c"]),
-            st.sampled_from([0.3, 0.35, 0.5, 1.0]),
-            st.booleans(),
-            st.booleans(),
-        ),
-        max_size=12,
-    )
-)
-def test_the_teams_held_gpus_counted_from_the_last_ones_are_those_counted_anew(changes):
-    """Forty allocations of three teams, with shares whose sums round, then some ended and
-    some started, a few at a time: each team's GPUs held (and held by work that may not be
-    preempted), counted from the last call's counts, are those counted anew, to the bit."""
-    from gpupool.scheduler import ledger
-
-    held = {
-        job: running(
-            job,
-            "node-a",
-            [job % 8],
-            team="abc"[job % 3],
-            share=(0.3, 0.35, 1.0)[job % 3],
-            preemptible=job % 4 != 0,
-        )
-        for job in range(40)
-    }
-    state = SchedulerState()
-    ledger.held_by_team(tuple(held.values()), state)
-    for job, team, share, preemptible, ends in changes:
-        if ends:
-            held.pop(job, None)
-        else:  # a new object, even for a job id already held
-            held[job % 7 + 100] = running(
-                job % 7 + 100, "node-b", [job % 8], team=team, share=share, preemptible=preemptible
-            )
-        allocations = tuple(held.values())
-        counted = ledger.held_by_team(allocations, state)  # from the last call's counts
-        assert state.team_held is not None
-        assert counted == ledger.held_by_team(allocations, SchedulerState())
-
-
-def test_the_workload_counted_from_the_last_one_is_that_counted_anew():
-    from gpupool.scheduler import packing
-
-    held = [running(job, "node-a", [job % 8], share=0.5 if job % 2 else 1.0) for job in range(20)]
-    jobs = [pending(job, gpus=(0.25, 1, 2)[job % 3]) for job in range(100, 130)]
-    state = SchedulerState()
-    first = packing.workload_of(tuple(held), tuple(jobs), state)
-    assert packing.workload_of(tuple(held), tuple(jobs), SchedulerState()) == first
-    # two started, one ended, one came: counted from the last call
-    held = held[1:] + [running(100, "node-b", [0], share=0.25), running(101, "node-b", [1])]
-    jobs = jobs[2:] + [pending(200, gpus=8)]
-    counted = packing.workload_of(tuple(held), tuple(jobs), state)
-    assert state.workload is not None
-    assert counted == packing.workload_of(tuple(held), tuple(jobs), SchedulerState())
-    assert len(counted) == 5  # the 8-GPU shape came, none went
-
-
-def kept_objects(state: SchedulerState) -> list[object]:
-    """What a state's cycles hand on: capacity, queues, running jobs."""
-    return [state.capacity, state.order, state.running]
-
-
-def test_cycles_with_a_state_of_their_own_leave_the_loops_state_alone():
-    """The forecast runs the scheduler forward from another state beside the control loop:
-    its cycles keep a state of their own, and the loop's next cycle finds its own again."""
-    nodes = (gpu_node("node-a", 8), gpu_node("node-b", 8))
-    held = (running(100, "node-a", [0, 1]), running(101, "node-b", [0]))
-    loop, forecast = SchedulerState(), SchedulerState()
-    at_loop = Snapshot(nodes, held, tuple(pending(i, gpus=1) for i in range(1, 4)))
-    schedule(at_loop, ManualClock(NOW), loop)
-    before = kept_objects(loop)
-    assert all(value is not None for value in before)
-
-    other = Snapshot(nodes, (), tuple(pending(i, gpus=2) for i in range(10, 20)))
-    first = schedule(other, ManualClock(NOW), forecast)
-    assert schedule(other, ManualClock(NOW), forecast) == first == fresh(other)
-    assert all(a is b for a, b in zip(kept_objects(loop), before, strict=True))
-    assert not any(a is b for a, b in zip(kept_objects(forecast), before, strict=True))
-    assert schedule(at_loop, ManualClock(NOW), loop) == fresh(at_loop)
-
-
-def test_a_state_hands_its_objects_from_cycle_to_cycle(monkeypatch):
-    nodes = (gpu_node("node-a", 8),)
-    snapshot = Snapshot(nodes, (running(100, "node-a", [0]),), (pending(1, gpus=2),))
-    built: list[int] = []
-    build = capacity_module.build_capacity
-    monkeypatch.setattr(capacity_module, "build_capacity", lambda *a: built.append(1) or build(*a))
-    state = SchedulerState()
-    for _ in range(3):
-        assert schedule(snapshot, ManualClock(NOW), state) == fresh(snapshot)
-    assert built == [1]  # the first cycle built one, the others brought it up to date
-
-
 # -- nodes that are not schedulable ----------------------------------------------------------------
 
 
 # A node that is not schedulable (drained, down or removed: services.nodes.settle) gets no
 # new work, by placement or by preemption; what runs there stays.
-
-LEVEL_2 = 40_000.0  # GPU-seconds: a job of this much service yields to a new one of its team
-
-
-def drained(name: str, gpus: int = 1):  # noqa: ANN201 - a NodeCapacity
-    return replace(gpu_node(name, gpus), schedulable=False, drained=True)
-
-
-def down(name: str, gpus: int = 1):  # noqa: ANN201 - a NodeCapacity
-    return replace(gpu_node(name, gpus), schedulable=False)
 
 
 def test_no_job_is_preempted_to_free_a_drained_nodes_gpu() -> None:
@@ -316,17 +207,6 @@ def test_a_free_drained_node_is_left_empty_and_its_running_job_kept() -> None:
     assert decisions.preemptions == []
 
 
-def test_a_job_waiting_because_every_node_is_drained_is_told_so_and_what_ends_it() -> None:
-    decisions = decide([drained("node-a"), drained("node-b", 2)], [pending(1)])
-
-    (reason,) = decisions.pending.values()
-    assert reason.code.value == "NoNodes"
-    assert reason.message == (
-        "there are no schedulable nodes in the pool: every node is drained (node-a, node-b); "
-        "it waits until an admin undrains one (gpupool node undrain NAME)"
-    )
-
-
 def test_drained_and_down_nodes_are_told_apart_and_a_gpu_type_does_not_hide_them() -> None:
     nodes = [drained("node-a"), down("node-b"), down("node-c")]
     decisions = decide(nodes, [pending(1), pending(2, gpu_types=("A100",)), pending(3, gpus=None)])
@@ -339,12 +219,3 @@ def test_drained_and_down_nodes_are_told_apart_and_a_gpu_type_does_not_hide_them
         "one is up",
     )
     assert said == {1: expected, 2: expected, 3: expected}
-
-
-def test_every_node_down_names_a_few_of_them() -> None:
-    decisions = decide([down(f"node-{i}") for i in range(5)], [pending(1)])
-
-    assert decisions.pending[1].message == (
-        "there are no schedulable nodes in the pool: every node is down (node-0, node-1, node-2 "
-        "and 2 more); it waits until one is up"
-    )

@@ -1,4 +1,5 @@
-"""Teams: guarantees, limits, weights, fair shares and the rule for non-preemptible work."""
+"""Teams (``ledger``): guarantees, limits, weights, fair shares, the rule for non-preemptible
+work, and the GPUs each team holds counted from one call to the next."""
 
 from __future__ import annotations
 
@@ -6,9 +7,12 @@ from collections import Counter
 from dataclasses import replace
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gpupool.domain.jobs import Reason
 from gpupool.domain.units import GiB
+from gpupool.scheduler import SchedulerState
 from gpupool.scheduler.ledger import water_fill
 from gpupool.scheduler.types import Allocation, PendingJob
 from gpupool.sim.policies import named
@@ -25,6 +29,7 @@ from tests.support.scheduling import (
     running,
     victims,
 )
+from tests.unit.scheduler.test_policy_properties import SETTINGS
 
 ONE_NODE = [gpu_node("node-a", 8)]
 
@@ -410,3 +415,51 @@ def test_strict_queues_keep_the_guarantee_rule_without_locking_up(name, placed):
 
     assert placed_ids(decisions) == placed
     assert set(decisions.pending) == {1, 2, 3} - placed
+
+
+# -- the teams' held GPUs kept from one call to the next ------------------------------------------
+
+
+@SETTINGS
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 39),
+            st.sampled_from(["a", "b", "c"]),
+            st.sampled_from([0.3, 0.35, 0.5, 1.0]),
+            st.booleans(),
+            st.booleans(),
+        ),
+        max_size=12,
+    )
+)
+def test_the_teams_held_gpus_counted_from_the_last_ones_are_those_counted_anew(changes):
+    """Forty allocations of three teams, with shares whose sums round, then some ended and
+    some started, a few at a time: each team's GPUs held (and held by work that may not be
+    preempted), counted from the last call's counts, are those counted anew, to the bit."""
+    from gpupool.scheduler import ledger
+
+    held = {
+        job: running(
+            job,
+            "node-a",
+            [job % 8],
+            team="abc"[job % 3],
+            share=(0.3, 0.35, 1.0)[job % 3],
+            preemptible=job % 4 != 0,
+        )
+        for job in range(40)
+    }
+    state = SchedulerState()
+    ledger.held_by_team(tuple(held.values()), state)
+    for job, team, share, preemptible, ends in changes:
+        if ends:
+            held.pop(job, None)
+        else:  # a new object, even for a job id already held
+            held[job % 7 + 100] = running(
+                job % 7 + 100, "node-b", [job % 8], team=team, share=share, preemptible=preemptible
+            )
+        allocations = tuple(held.values())
+        counted = ledger.held_by_team(allocations, state)  # from the last call's counts
+        assert state.team_held is not None
+        assert counted == ledger.held_by_team(allocations, SchedulerState())

@@ -1,4 +1,5 @@
-"""Fragmentation-aware packing (FGD) against best fit, and its index of node states."""
+"""Fragmentation-aware packing (``packing``: FGD) against best fit, its index of node states,
+and the workload counted from one call to the next."""
 
 from __future__ import annotations
 
@@ -12,7 +13,17 @@ from gpupool.scheduler.capacity import Claim, FreeCapacity
 from gpupool.scheduler.fit import Demand
 from gpupool.scheduler.packing import Packer, TaskShape, gpu_state, node_fragment, workload_of
 from gpupool.scheduler.placement import find_spot, take_spot
-from tests.support.scheduling import BEST_FIT, allocation, gpu_uuid, job, node, placed, run
+from tests.support.scheduling import (
+    BEST_FIT,
+    allocation,
+    gpu_uuid,
+    job,
+    node,
+    pending,
+    placed,
+    run,
+    running,
+)
 
 H100 = 80 * GiB
 
@@ -145,3 +156,20 @@ def test_a_nodes_gpu_state_is_never_that_of_a_change_undone():
     capacity.take(Claim(state, ((gpu, 0.5, gpu.memory_bytes // 2),)), 0.0, 0)
 
     assert Packer(shapes).state(state) == gpu_state(state) != whole_taken
+
+
+def test_the_workload_counted_from_the_last_one_is_that_counted_anew():
+    from gpupool.scheduler import packing
+
+    held = [running(job, "node-a", [job % 8], share=0.5 if job % 2 else 1.0) for job in range(20)]
+    jobs = [pending(job, gpus=(0.25, 1, 2)[job % 3]) for job in range(100, 130)]
+    state = SchedulerState()
+    first = packing.workload_of(tuple(held), tuple(jobs), state)
+    assert packing.workload_of(tuple(held), tuple(jobs), SchedulerState()) == first
+    # two started, one ended, one came: counted from the last call
+    held = held[1:] + [running(100, "node-b", [0], share=0.25), running(101, "node-b", [1])]
+    jobs = jobs[2:] + [pending(200, gpus=8)]
+    counted = packing.workload_of(tuple(held), tuple(jobs), state)
+    assert state.workload is not None
+    assert counted == packing.workload_of(tuple(held), tuple(jobs), SchedulerState())
+    assert len(counted) == 5  # the 8-GPU shape came, none went
