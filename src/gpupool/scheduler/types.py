@@ -257,9 +257,34 @@ HandOver = Callable[[Decisions], None]  # takes a cycle's decisions so far (``sc
 
 
 def model_matches(types: tuple[str, ...], model: str) -> bool:
-    """A GPU model is allowed by ``types`` (empty: any): a case-insensitive substring match,
-    so ``A100`` matches ``NVIDIA A100-SXM4-80GB``."""
+    """A GPU model is allowed by ``types`` (empty: any): one of them names it (``names``)."""
     if not types:
         return True
     lowered = model.lower()
-    return any(kind.lower() in lowered for kind in types)
+    return any(names(kind.lower(), lowered) for kind in types)
+
+
+def names(kind: str, model: str) -> bool:
+    """Whether ``kind`` names the GPU ``model`` (both in lower case): it is part of the
+    model's name that does not run on into more of its own kind of characters (digits after
+    its last digit, letters before its first letter, ...). So ``a100`` names ``nvidia
+    a100-sxm4-80gb``, ``80gb`` names it too, ``v100`` names ``v100m16`` and ``a10`` names
+    ``nvidia a10g``, but ``a10`` does not name an A100, nor ``h100`` a GH100."""
+    if not kind:
+        return True
+    start = model.find(kind)
+    while start >= 0:
+        end = start + len(kind)
+        before = model[start - 1] if start else ""
+        after = model[end] if end < len(model) else ""
+        if not _runs_on(before, kind[0]) and not _runs_on(kind[-1], after):
+            return True
+        start = model.find(kind, start + 1)
+    return False
+
+
+def _runs_on(one: str, other: str) -> bool:
+    """Two characters side by side of one name: both digits, or both letters."""
+    return bool(one and other) and (
+        (one.isdigit() and other.isdigit()) or (one.isalpha() and other.isalpha())
+    )

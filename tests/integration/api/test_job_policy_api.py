@@ -91,6 +91,9 @@ def test_a_gpu_type_the_pool_lacks_is_refused_at_submit(client: TestClient) -> N
     assert "H100" in error["message"] and "GPU type it has" in error["message"]
     either = OK | {"resources": {"gpus": 1}, "gpu_types": ["H100", "a100"]}
     assert client.post(JOBS, json=either).status_code == 201, "any of the types will do"
+    # a type names a model as a whole name: an A10 is not the pool's A100s
+    smaller = OK | {"resources": {"gpus": 1}, "gpu_types": ["A10"]}
+    assert error_of(client.post(JOBS, json=smaller), 422)["code"] == "unsatisfiable"
 
 
 @pytest.mark.parametrize(

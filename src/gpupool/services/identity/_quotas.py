@@ -25,7 +25,7 @@ from gpupool.errors import (
     LimitBelowGuarantee,
     StorageQuotaExceeded,
 )
-from gpupool.scheduler.types import ANY_MODEL, NodeCapacity, TeamQuota
+from gpupool.scheduler.types import ANY_MODEL, NodeCapacity, TeamQuota, names
 from gpupool.services import cluster as cluster_service
 from gpupool.store.models import JobModel, QuotaChangeModel, TeamModel
 
@@ -196,8 +196,9 @@ def refuse_for_member(session: Session, team_ids: Iterable[int]) -> None:
 
 
 def matches(key: str, model: str) -> bool:
-    """A guarantee's key matches a GPU model it is part of, ignoring case; "*" matches all."""
-    return key == ANY_MODEL or key.lower() in model.lower()
+    """A guarantee's key matches a GPU model it names, ignoring case, as a job's GPU type
+    does (``names``: ``A100`` an ``NVIDIA A100-SXM4-80GB``, not ``A10`` an A100); "*" all."""
+    return key == ANY_MODEL or names(key.lower(), model.lower())
 
 
 def _check_model(key: str, everyone: dict[str, dict[str, float]], models: list[str]) -> None:
