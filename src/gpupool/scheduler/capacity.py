@@ -357,20 +357,26 @@ class Removal:
     def __exit__(self, *exc: object) -> None:
         self.restore()
 
-    def remove(self, node: NodeState, allocation: Allocation) -> None:
-        """Give back what ``allocation`` holds on ``node`` (a node of the capacity)."""
+    def remove(self, node: NodeState, allocations: Iterable[Allocation]) -> None:
+        """Give back what ``allocations`` (a job's, say) hold on ``node``, a node of the
+        capacity: those on other nodes are passed over."""
+        name = node.name
+        mine = [allocation for allocation in allocations if allocation.node == name]
+        if not mine:
+            return
         capacity, saved = self._capacity, self._saved
         if node.rank not in saved:
             saved[node.rank] = (_used_of(node), node.packed)
         capacity._unindex_node(node)
-        node.cpus += allocation.cpus
-        node.memory_bytes += allocation.memory_bytes
-        node.version += 1
         by_uuid = node.by_uuid
-        for part in allocation.gpus:
-            gpu = by_uuid.get(part.uuid)
-            if gpu is not None:  # a GPU the node no longer reports frees nothing
-                gpu.unhold(part.share, part.memory_bytes)
+        for allocation in mine:
+            node.cpus += allocation.cpus
+            node.memory_bytes += allocation.memory_bytes
+            for part in allocation.gpus:
+                gpu = by_uuid.get(part.uuid)
+                if gpu is not None:  # a GPU the node no longer reports frees nothing
+                    gpu.unhold(part.share, part.memory_bytes)
+        node.version += 1
         capacity._index_node(node)
 
     def restore(self) -> None:

@@ -155,7 +155,7 @@ def test_a_removal_is_the_capacity_without_them_and_is_restored_whole(removed, j
             allocation = held.get(job)
             if allocation is None:  # no quarter beside a whole GPU
                 continue
-            removal.remove(capacity.by_name[allocation.node], allocation)
+            removal.remove(capacity.by_name[allocation.node], (allocation,))
         kept = tuple(allocation for job, allocation in held.items() if job not in removed)
         assert capacity_state(capacity) == capacity_state(
             capacity_module.build_capacity(nodes, kept)

@@ -531,20 +531,13 @@ def _victims_on(
         for victim in usable:
             if not losses.add(victim):
                 continue
-            _remove_on(removal, node, victim)
+            removal.remove(node, victim.allocations)
             chosen.append(victim)
             if fits_free(node, demand, where):
                 break
         else:
             return None
     return _pruned(capacity, node, chosen, demand, where)
-
-
-def _remove_on(removal: Removal, node: NodeState, victim: RunningJob) -> None:
-    name = node.name
-    for allocation in victim.allocations:
-        if allocation.node == name:
-            removal.remove(node, allocation)
 
 
 def _pruned(
@@ -560,7 +553,7 @@ def _pruned(
         trial = [other for other in kept if other is not victim]
         with capacity.removal() as removal:
             for other in trial:
-                _remove_on(removal, node, other)
+                removal.remove(node, other.allocations)
             if fits_free(node, demand, where):
                 kept = trial
     return kept
@@ -601,7 +594,7 @@ class _GangSlots:
                 continue
             if name not in self.before:
                 self.before[name] = self.slots.get(name, 0)
-            _remove_on(self.removal, node, victim)
+            self.removal.remove(node, victim.allocations)
             count = self._count(node)
             self.total += count - self.slots.get(name, 0)
             self.slots[name] = count
